@@ -1,0 +1,128 @@
+// Package testtool lets tests use real external peers (socat, pymodbus,
+// mbpoll, mosquitto, qemu) and say clearly when one is missing.
+//
+// Locally a missing tool skips the test with a message naming the Debian
+// package to install. Under CI (CI=true) a missing tool fails the test:
+// CI must install every peer, and a skip there would hide that it did not.
+package testtool
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// InCI reports whether the tests run under CI, where a missing tool is an error.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1" || v == "yes"
+}
+
+// Missing skips the test (locally) or fails it (in CI) because what is named
+// cannot be found; pkg is the Debian package that provides it.
+func Missing(t testing.TB, what, pkg string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s not found: install the Debian package %q (apt-get install -y %s)", what, pkg, pkg)
+	if InCI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// Require returns the path of binary, or skips/fails the test when absent.
+func Require(t testing.TB, binary, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(binary)
+	if err != nil {
+		Missing(t, binary, pkg)
+	}
+	return p
+}
+
+// SystemPython is the interpreter that sees Debian's python3-* packages.
+const SystemPython = "/usr/bin/python3"
+
+// RequirePython checks that the system Python can import module, and returns
+// the interpreter's path.
+func RequirePython(t testing.TB, module, pkg string) string {
+	t.Helper()
+	if _, err := os.Stat(SystemPython); err != nil {
+		Missing(t, SystemPython, "python3")
+	}
+	out, err := exec.Command(SystemPython, "-c", "import "+module).CombinedOutput()
+	if err != nil {
+		Missing(t, fmt.Sprintf("python module %s (%s)", module, strings.TrimSpace(string(out))), pkg)
+	}
+	return SystemPython
+}
+
+// PtyPair starts socat joining two pseudo-terminals and returns their paths.
+// Bytes written to one come out of the other, as on a two-node serial line.
+// socat is stopped when the test ends.
+func PtyPair(t testing.TB) (a, b string) {
+	t.Helper()
+	socat := Require(t, "socat", "socat")
+	dir := t.TempDir()
+	a, b = filepath.Join(dir, "ptyA"), filepath.Join(dir, "ptyB")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, socat, "-d", "-d",
+		"pty,raw,echo=0,link="+a, "pty,raw,echo=0,link="+b)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start socat: %v", err)
+	}
+	done := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		n := 0
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "starting data transfer loop") {
+				n++
+				if n == 1 {
+					close(ready)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		<-done
+	})
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("socat did not create the pty pair within 10s")
+	}
+	for _, p := range []string{a, b} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("socat pty %s: %v", p, err)
+		}
+	}
+	return a, b
+}
+
+// WaitFor polls cond every few milliseconds until it holds or timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
