@@ -1,0 +1,36 @@
+# fieldlink — make targets. `make test` is what CI runs (see .ci/run).
+GO       ?= go
+PKGS     := ./...
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all test vet fmt lint bench demo build
+
+all: vet test
+
+## test: vet, then every test (unit and integration) under the race detector
+test: vet
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## vet: gofmt must have nothing to say, and go vet must pass
+vet:
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+lint:
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+## bench: the polling, planning and encoding figures, as side-by-side ratios
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./sensors/ ./packet/ | tee bench.txt
+	@scripts/bench-report bench.txt
+
+## demo: emulated farm and mine devices, polled live
+demo:
+	$(GO) run ./cmd/gateway demo
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o gateway ./cmd/gateway

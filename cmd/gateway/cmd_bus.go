@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	gm "github.com/goburrow/modbus"
+
+	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/profile"
+)
+
+func cmdRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("read", stderr)
+	rawURL := fs.String("url", "", "bus URL: rtu:///dev/ttyUSB0?baud=9600&parity=N, tcp://host:502, rtuovertcp://host:port")
+	slave := fs.Int("slave", 1, "slave id (1-247)")
+	areaName := fs.String("area", "holding", "holding, input, coil or discrete")
+	address := fs.Int("address", 0, "first address, zero-based (register 40001 is address 0)")
+	count := fs.Int("count", 1, "number of values to read")
+	typeName := fs.String("type", "", "value type: int16 uint16 int32 uint32 int64 uint64 float32 float64 bool string (default uint16, bool for bits)")
+	orderName := fs.String("order", "ABCD", "byte order of multi-register values: ABCD, CDAB, BADC, DCBA")
+	length := fs.Int("length", 0, "registers per string (type string)")
+	timeout := fs.Duration("timeout", time.Second, "reply timeout")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	reg := profile.Register{Length: *length}
+	var errs []string
+	if err := reg.Area.UnmarshalText([]byte(*areaName)); err != nil {
+		errs = append(errs, "-area: "+err.Error())
+	}
+	if *typeName == "" {
+		*typeName = "uint16"
+		if reg.Area.IsBit() {
+			*typeName = "bool"
+		}
+	}
+	if err := reg.Type.UnmarshalText([]byte(*typeName)); err != nil {
+		errs = append(errs, "-type: "+err.Error())
+	}
+	if err := reg.Order.UnmarshalText([]byte(*orderName)); err != nil {
+		errs = append(errs, "-order: "+err.Error())
+	}
+	if *slave < 0 || *slave > 247 {
+		errs = append(errs, fmt.Sprintf("-slave: must be 0..247, got %d", *slave))
+	}
+	if *address < 0 || *address > 65535 {
+		errs = append(errs, fmt.Sprintf("-address: must be 0..65535, got %d", *address))
+	}
+	if reg.Type == profile.String && *length < 1 {
+		errs = append(errs, "-length: give the registers per string")
+	}
+	if reg.Area.IsBit() && reg.Type != profile.Bool {
+		errs = append(errs, "-type: coils and discrete inputs are bool")
+	}
+	words := max(reg.Words(), 1)
+	limit := 125
+	if reg.Area.IsBit() {
+		limit = 2000
+	}
+	if *count < 1 || *count*words > limit {
+		errs = append(errs, fmt.Sprintf("-count: %d values of %d words do not fit one request (max %d)", *count, words, limit))
+	}
+	if *rawURL == "" {
+		errs = append(errs, "-url: give the bus URL")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	client, err := modbus.Open(*rawURL, modbus.Options{Timeout: *timeout})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	qty := *count * words
+	data, err := client.Read(ctx, byte(*slave), reg.Area.FunctionCode(), uint16(*address), uint16(qty))
+	if err != nil {
+		return err
+	}
+	for i := range *count {
+		addr := *address + i*words
+		if reg.Area.IsBit() {
+			fmt.Fprintf(stdout, "[%d]: %v\n", addr, data[i/8]&(1<<(i%8)) != 0)
+			continue
+		}
+		reg.Address = uint16(addr)
+		v := reg.Decode(data[2*i*words : 2*(i+1)*words])
+		fmt.Fprintf(stdout, "[%d]: %s\n", addr, v)
+	}
+	return nil
+}
+
+func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("scan", stderr)
+	rawURL := fs.String("url", "", "bus URL (the baud in it is replaced by each of -bauds on a serial line)")
+	slaves := fs.String("slaves", "1-247", "slave ids to try: ranges and lists, e.g. 1-10,32")
+	bauds := fs.String("bauds", "9600,4800,19200,2400,38400,115200", "baud rates to try on a serial line")
+	timeout := fs.Duration("timeout", 100*time.Millisecond, "reply timeout per try")
+	areaName := fs.String("area", "holding", "area to probe: holding or input")
+	address := fs.Int("address", 0, "address to probe")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ids, err := parseIDs(*slaves)
+	if err != nil {
+		return fmt.Errorf("-slaves: %v", err)
+	}
+	var area profile.Area
+	if err := area.UnmarshalText([]byte(*areaName)); err != nil || area.IsBit() {
+		return fmt.Errorf("-area: must be holding or input")
+	}
+	ep, err := modbus.ParseURL(*rawURL)
+	if err != nil {
+		return err
+	}
+	urls := []string{*rawURL}
+	if ep.Scheme == "rtu" {
+		urls = nil
+		for _, b := range strings.Split(*bauds, ",") {
+			if _, err := strconv.Atoi(strings.TrimSpace(b)); err != nil {
+				return fmt.Errorf("-bauds: %q is not a number", b)
+			}
+			u, _ := url.Parse(*rawURL)
+			q := u.Query()
+			q.Set("baud", strings.TrimSpace(b))
+			u.RawQuery = q.Encode()
+			urls = append(urls, u.String())
+		}
+	}
+	found := 0
+	for _, u := range urls {
+		client, err := modbus.Open(u, modbus.Options{Timeout: *timeout})
+		if err != nil {
+			return err
+		}
+		ep, _ := modbus.ParseURL(u)
+		fmt.Fprintf(stderr, "scanning %s (%s), %d slave ids...\n", u, ep.LineSettings(), len(ids))
+		garbled := 0
+		for _, id := range ids {
+			if ctx.Err() != nil {
+				client.Close()
+				return ctx.Err()
+			}
+			_, err := client.Read(ctx, id, area.FunctionCode(), uint16(*address), 1)
+			var mbErr *gm.ModbusError
+			switch {
+			case err == nil:
+				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered a read of %s %d\n", id, u, ep.LineSettings(), area, *address)
+				found++
+			case errors.As(err, &mbErr):
+				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered with exception %d (%v)\n", id, u, ep.LineSettings(), mbErr.ExceptionCode, err)
+				found++
+			case errors.Is(err, modbus.ErrCRC), errors.Is(err, modbus.ErrUnexpectedReply), errors.Is(err, modbus.ErrShortFrame):
+				garbled++
+			}
+		}
+		client.Close()
+		if garbled > 0 {
+			fmt.Fprintf(stderr, "  %d garbled replies at %s: a device may be there at another baud rate or parity\n", garbled, ep.LineSettings())
+		}
+	}
+	if found == 0 {
+		return fmt.Errorf("no device answered")
+	}
+	return nil
+}
+
+// parseIDs parses "1-10,32" into slave ids.
+func parseIDs(s string) ([]byte, error) {
+	var ids []byte
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 1 || b > 247 || a > b {
+			return nil, fmt.Errorf("%q: want ids 1..247 like 1-10,32", part)
+		}
+		for id := a; id <= b; id++ {
+			ids = append(ids, byte(id))
+		}
+	}
+	return ids, nil
+}

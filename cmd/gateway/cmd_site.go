@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"fieldlink/config"
+	"fieldlink/packet"
+	"fieldlink/sensors"
+	"fieldlink/sensors/modbus"
+)
+
+// printErr prints a config error list one per line, so each names its
+// file:line: field.
+func printErr(w io.Writer, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(w, "%s\n", line)
+	}
+}
+
+func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("check", stderr)
+	file := fs.String("c", "", "site file to validate")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	c, err := loadConfig(*file, stderr)
+	if err != nil {
+		printErr(stderr, err)
+		return errSilent
+	}
+	fmt.Fprintf(stdout, "%s: ok: %s %s, gateway %s, %d buses, %d devices, %d serial sensors\n",
+		c.File, c.Site.IDField, c.Site.ID, c.Gateway.ID, len(c.Buses), c.DeviceCount()-len(c.SerialSensors), len(c.SerialSensors))
+	for _, b := range c.Buses {
+		ep, _ := modbus.ParseURL(b.URL)
+		fmt.Fprintf(stdout, "bus %s: %s (%s), timeout %v\n", b.Name, b.URL, ep.LineSettings(), b.Timeout)
+		for _, d := range b.Devices {
+			maxGap := -1
+			if b.MaxGap != nil {
+				maxGap = *b.MaxGap
+			}
+			reqs, err := sensors.PlanDevice(c.Profiles[d.Profile], maxGap, busCost(ep, *b.Turnaround))
+			if err != nil {
+				return err
+			}
+			parts := make([]string, len(reqs))
+			for i, r := range reqs {
+				parts[i] = r.String()
+			}
+			fmt.Fprintf(stdout, "  %s: slave %d, %s, every %v, %d registers in %d requests (%s)\n",
+				d.Name, d.Slave, d.Profile, d.Interval, len(c.Profiles[d.Profile].Registers), len(reqs), strings.Join(parts, ", "))
+		}
+	}
+	for _, s := range c.SerialSensors {
+		fmt.Fprintf(stdout, "serial sensor %s: %s, %s\n", s.Name, s.URL, s.Profile)
+	}
+	return nil
+}
+
+// siteFlags declares the flags of the commands that work on a site file.
+func siteFlags(name string, stderr io.Writer, level string) (file, logLevel *string, parseArgs func([]string) error) {
+	f := flags(name, stderr)
+	file = f.String("c", "", "site file")
+	logLevel = f.String("log-level", level, "log level: debug, info, warn, error")
+	return file, logLevel, func(args []string) error { return parse(f, args) }
+}
+
+func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	file, level, parseArgs := siteFlags("poll", stderr, "warn")
+	if err := parseArgs(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	c, err := loadConfig(*file, stderr)
+	if err != nil {
+		printErr(stderr, err)
+		return errSilent
+	}
+	s, err := openSite(c, log)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	failed := 0
+	buf := make([]byte, 0, 1024)
+	s.pollOnce(ctx, func(p *packet.Packet, err error) {
+		if err != nil {
+			failed++
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return
+		}
+		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
+		_, _ = stdout.Write(buf)
+	})
+	if failed > 0 {
+		fmt.Fprintf(stderr, "%d of %d devices failed\n", failed, c.DeviceCount())
+		return errSilent
+	}
+	return ctx.Err()
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	file, level, parseArgs := siteFlags("run", stderr, "info")
+	if err := parseArgs(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	c, err := loadConfig(*file, stderr)
+	if err != nil {
+		printErr(stderr, err)
+		return errSilent
+	}
+	s, err := openSite(c, log)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
+	buf := make([]byte, 0, 1024)
+	s.run(ctx, func(p *packet.Packet) {
+		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
+		_, _ = stdout.Write(buf)
+	})
+	log.Info("gateway stopped")
+	return nil
+}
+
+func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("profiles", stderr)
+	file := fs.String("c", "", "site file whose profiles_dir to include")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	set, err := loadProfiles("")
+	if *file != "" {
+		var c *config.Config
+		c, err = loadConfig(*file, stderr)
+		if c != nil {
+			set = c.Profiles
+		}
+	}
+	if err != nil {
+		printErr(stderr, err)
+		return errSilent
+	}
+	for _, n := range set.Names() {
+		p := set[n]
+		kind := fmt.Sprintf("%d registers", len(p.Registers))
+		if p.IsLine() {
+			kind = fmt.Sprintf("line, %d fields", len(p.Line.Fields))
+		}
+		fmt.Fprintf(stdout, "%-28s %-8s %-14s %s %s\n", n, p.DataType, kind, p.Manufacturer, p.Model)
+	}
+	return nil
+}
+

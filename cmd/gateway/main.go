@@ -1,0 +1,163 @@
+// Command gateway is the fieldlink edge gateway: it polls Modbus and serial
+// sensors on a farm or mine and turns each reading into a DataHead/DataBody
+// packet. Run "gateway help" for the subcommands.
+//
+// This file and its siblings parse flags, load configuration and wire the
+// packages together; the logic lives in those packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	_ "time/tzdata" // minimal ARM images often lack /usr/share/zoneinfo
+
+	"fieldlink/config"
+	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/sensors/profile"
+)
+
+// Set by the build (scripts/cross-build) with -ldflags -X.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+type command struct {
+	name  string
+	args  string
+	short string
+	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "-c site.yaml", "poll every device on its schedule and print packets (the daemon)", cmdRun},
+		{"demo", "[-duration 20s]", "emulated farm and mine devices, polled live; no hardware, no setup", cmdDemo},
+		{"check", "-c site.yaml", "validate a site file; errors name file, line and field", cmdCheck},
+		{"poll", "-c site.yaml", "read every device once, print each packet as a JSON line", cmdPoll},
+		{"read", "-url URL -slave N -area holding -address A [-count N] [-type T] [-order O]", "ad-hoc register read, like mbpoll", cmdRead},
+		{"scan", "-url URL [-slaves 1-247] [-bauds 9600,19200]", "find slave ids and baud rate on a bus", cmdScan},
+		{"emulate", "--profile NAME (--listen tcp://127.0.0.1:PORT | --serial PATH --baud N)", "serve emulated sensors", cmdEmulate},
+		{"init", "--kind farm|mine [-o site.yaml]", "write a commented starter site file", cmdInit},
+		{"profiles", "[-c site.yaml]", "list the firmware profiles", cmdProfiles},
+		{"version", "", "print the version", cmdVersion},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "fieldlink gateway %s: Modbus and serial sensors to DataHead/DataBody packets\n\nUsage:\n", version)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  gateway %-8s %s\n      %s\n", c.name, c.args, c.short)
+	}
+	fmt.Fprintf(w, "\nRun \"gateway COMMAND -h\" for a command's flags.\n")
+}
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// errSilent is returned by a command that already printed why it failed.
+var errSilent = errors.New("")
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for _, c := range commands() {
+		if c.name == args[0] {
+			err := c.run(ctx, args[1:], stdout, stderr)
+			switch {
+			case err == nil:
+				return 0
+			case errors.Is(err, flag.ErrHelp):
+				return 0
+			case errors.Is(err, errUsage):
+				return 2
+			case errors.Is(err, errSilent):
+				return 1
+			}
+			fmt.Fprintf(stderr, "gateway %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "gateway: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+var errUsage = errors.New("usage")
+
+// flags returns a FlagSet that prints its usage to stderr.
+func flags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gateway "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parse parses args, turning a flag error into errUsage (already printed).
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+// loadProfiles is the production profile source: embedded, plus a dir.
+func loadProfiles(dir string) (profile.Set, error) {
+	return profile.Load(firmwareprofiles.FS, dir)
+}
+
+// loadConfig loads and validates a site file, printing its warnings.
+func loadConfig(file string, stderr io.Writer) (*config.Config, error) {
+	if file == "" {
+		return nil, fmt.Errorf("no site file: give -c site.yaml (gateway init --kind farm writes a starter)")
+	}
+	c, err := config.Load(file, loadProfiles)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range c.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	return c, nil
+}
+
+// newLogger logs text to stderr at the given level ("debug", "info", "warn",
+// "error").
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %v (valid: debug, info, warn, error)", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("version", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "fieldlink gateway %s (commit %s)\n", version, commit)
+	return nil
+}

@@ -1,0 +1,403 @@
+// Package config is the site file: one YAML file per farm or mine that says
+// who the site is, which buses and devices to poll, and how.
+//
+// [Load] reads and validates a file in one pass and returns every problem
+// found, each naming the file, line and field. Defaults are filled in by
+// Load, so the rest of the gateway never guesses.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/profile"
+	"fieldlink/yamlconf"
+)
+
+// Config is a site file.
+type Config struct {
+	Site    Site    `yaml:"site,required"`
+	Gateway Gateway `yaml:"gateway,required"`
+	// ProfilesDir holds extra firmware profiles (*.yaml) that extend or
+	// override the embedded ones; relative to the site file.
+	ProfilesDir   string         `yaml:"profiles_dir"`
+	Buses         []Bus          `yaml:"buses"`
+	SerialSensors []SerialSensor `yaml:"serial_sensors"`
+	Packet        Packet         `yaml:"packet"`
+
+	// File is the path the config was loaded from.
+	File string `yaml:"-"`
+	// Location is Site.Timezone, loaded.
+	Location *time.Location `yaml:"-"`
+	// Profiles are the embedded and site profiles, by name.
+	Profiles profile.Set `yaml:"-"`
+	// Warnings are things worth a look that do not stop the gateway.
+	Warnings []string `yaml:"-"`
+}
+
+// Site names the farm or mine.
+type Site struct {
+	ID string `yaml:"id,required"`
+	// IDField is the DataHead key that carries ID: FarmId (default) or MineId.
+	IDField string `yaml:"id_field"`
+	// Timezone for the packet's Date and Time (IANA name); default UTC.
+	Timezone string `yaml:"timezone"`
+}
+
+// Gateway identifies this gateway among the site's.
+type Gateway struct {
+	ID string `yaml:"id,required"`
+}
+
+// Bus is one RS-485 line or one Modbus TCP endpoint.
+type Bus struct {
+	Name string `yaml:"name,required"`
+	// URL: rtu:///dev/ttyUSB0?baud=9600&parity=N&data_bits=8&stop_bits=1,
+	// tcp://host:502 or rtuovertcp://host:port.
+	URL string `yaml:"url,required"`
+	// Timeout for one reply; default 500ms on serial lines, 1s over TCP.
+	Timeout time.Duration `yaml:"timeout"`
+	// Turnaround is the slaves' typical think time, used to decide which
+	// gaps between registers are worth reading through; default 10ms.
+	Turnaround *time.Duration `yaml:"turnaround"`
+	// MaxGap caps the unwanted registers a merged read may span; unset
+	// lets the bus timing decide.
+	MaxGap *int `yaml:"max_gap"`
+	// Backoff caps the wait between retries of a failing device; default
+	// 5m.
+	Backoff time.Duration `yaml:"backoff"`
+	Devices []Device      `yaml:"devices"`
+}
+
+// Device is one slave on a bus.
+type Device struct {
+	// Name is the packet's DeviceId; unique in the site.
+	Name    string `yaml:"name,required"`
+	Profile string `yaml:"profile,required"`
+	Slave   int    `yaml:"slave,required"`
+	// Interval between polls; default the profile's, else 10s.
+	Interval time.Duration `yaml:"interval"`
+	// DataType of the packets; default the profile's.
+	DataType string `yaml:"data_type"`
+}
+
+// SerialSensor is a non-Modbus sensor that prints lines on a serial port.
+type SerialSensor struct {
+	Name string `yaml:"name,required"`
+	// URL: serial:///dev/ttyS1?baud=4800 (parity, data_bits, stop_bits too).
+	URL     string `yaml:"url,required"`
+	Profile string `yaml:"profile,required"`
+	// Interval: at most one packet per interval (the latest line); 0 = one
+	// packet per line.
+	Interval time.Duration `yaml:"interval"`
+	DataType string        `yaml:"data_type"`
+}
+
+// Packet shapes the JSON packets.
+type Packet struct {
+	// Values: strings (default, as the platforms expect: "Rainfall":"0")
+	// or number.
+	Values string `yaml:"values"`
+}
+
+// Load reads, decodes and validates a site file, and loads its profiles
+// (the embedded set from embedded, plus profiles_dir).
+func Load(file string, embedded ProfileSource) (*Config, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(file, data, embedded)
+}
+
+// ProfileSource loads the profile set for a site; profile.Load with the
+// embedded firmware-profiles in production.
+type ProfileSource func(dir string) (profile.Set, error)
+
+// Parse is Load on data already read.
+func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
+	c := &Config{File: file}
+	doc, _ := yamlconf.Decode(file, data, c)
+	c.defaults()
+	dir := c.ProfilesDir
+	if dir != "" && !strings.HasPrefix(dir, "/") {
+		if i := strings.LastIndexByte(file, '/'); i >= 0 {
+			dir = file[:i+1] + dir
+		}
+	}
+	set, err := profiles(dir)
+	if err != nil {
+		if _, ok := yamlconf.IsErrors(err); ok || dir == "" {
+			return nil, err
+		}
+		doc.Errorf("profiles_dir", "%v", err)
+	}
+	c.Profiles = set
+	c.validate(doc)
+	if err := doc.Err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) defaults() {
+	if c.Site.IDField == "" {
+		c.Site.IDField = "FarmId"
+	}
+	if c.Site.Timezone == "" {
+		c.Site.Timezone = "UTC"
+	}
+	if c.Packet.Values == "" {
+		c.Packet.Values = "strings"
+	}
+}
+
+// Well-known limits.
+const (
+	minInterval = 100 * time.Millisecond
+	maxTimeout  = time.Minute
+)
+
+func (c *Config) validate(doc *yamlconf.Doc) {
+	if c.Site.IDField != "FarmId" && c.Site.IDField != "MineId" {
+		doc.Errorf("site.id_field", "must be FarmId or MineId, got %q", c.Site.IDField)
+	}
+	if c.Site.ID == "" && doc.Has("site.id") {
+		doc.Errorf("site.id", "must not be empty")
+	}
+	loc, err := time.LoadLocation(c.Site.Timezone)
+	if err != nil {
+		doc.Errorf("site.timezone", "unknown time zone %q (use an IANA name such as Asia/Shanghai or UTC)", c.Site.Timezone)
+	}
+	c.Location = loc
+	if c.Gateway.ID == "" && doc.Has("gateway.id") {
+		doc.Errorf("gateway.id", "must not be empty")
+	}
+	if c.Packet.Values != "strings" && c.Packet.Values != "number" {
+		doc.Errorf("packet.values", "must be strings or number, got %q", c.Packet.Values)
+	}
+	if len(c.Buses) == 0 && len(c.SerialSensors) == 0 {
+		doc.Errorf("buses", "the site has no buses and no serial_sensors: nothing to poll")
+	}
+	names := map[string]string{} // device name → field path, unique per site
+	unique := func(field, name string) {
+		if prev, dup := names[name]; dup {
+			doc.Errorf(field, "name %q is already used by %s (device names become DeviceId and must be unique)", name, prev)
+			return
+		}
+		names[name] = field
+	}
+	busNames := map[string]bool{}
+	ports := map[string]string{}
+	for i := range c.Buses {
+		b := &c.Buses[i]
+		f := fmt.Sprintf("buses[%d]", i)
+		if busNames[b.Name] {
+			doc.Errorf(f+".name", "duplicate bus name %q", b.Name)
+		}
+		busNames[b.Name] = true
+		ep, err := modbus.ParseURL(b.URL)
+		if err != nil && b.URL != "" {
+			doc.Errorf(f+".url", "%v", err)
+		}
+		if err == nil {
+			if prev, dup := ports[ep.Port()]; dup {
+				doc.Errorf(f+".url", "%s is already used by %s: one bus per port", ep.Port(), prev)
+			}
+			ports[ep.Port()] = f
+		}
+		b.defaults(ep.Serial())
+		if b.Timeout <= 0 || b.Timeout > maxTimeout {
+			doc.Errorf(f+".timeout", "must be between 1ms and %v, got %v", maxTimeout, b.Timeout)
+		}
+		if *b.Turnaround < 0 || *b.Turnaround > maxTimeout {
+			doc.Errorf(f+".turnaround", "must be between 0 and %v, got %v", maxTimeout, *b.Turnaround)
+		}
+		if b.MaxGap != nil && (*b.MaxGap < 0 || *b.MaxGap > 124) {
+			doc.Errorf(f+".max_gap", "must be 0..124 registers, got %d", *b.MaxGap)
+		}
+		if b.Backoff < b.Timeout {
+			doc.Errorf(f+".backoff", "must be at least the timeout (%v), got %v", b.Timeout, b.Backoff)
+		}
+		if len(b.Devices) == 0 {
+			doc.Errorf(f+".devices", "bus %q has no devices", b.Name)
+		}
+		slaves := map[int]int{}
+		for j := range b.Devices {
+			d := &b.Devices[j]
+			df := fmt.Sprintf("%s.devices[%d]", f, j)
+			unique(df+".name", d.Name)
+			if d.Slave < 1 || d.Slave > 247 {
+				doc.Errorf(df+".slave", "must be 1..247 (0 is broadcast, 248-255 reserved), got %d", d.Slave)
+			} else if k, dup := slaves[d.Slave]; dup {
+				doc.Errorf(df+".slave", "slave %d is already used on this bus by devices[%d]", d.Slave, k)
+			}
+			slaves[d.Slave] = j
+			p := c.profileFor(doc, df+".profile", d.Profile, false)
+			c.deviceDefaults(doc, df, &d.Interval, &d.DataType, p)
+			if p != nil && p.Serial != nil && err == nil && ep.Serial() {
+				if w := serialMismatch(ep, p.Serial); w != "" {
+					line, _ := doc.Line(df + ".profile")
+					c.Warnings = append(c.Warnings, fmt.Sprintf("%s:%d: %s: profile %s ships with %s but the bus runs %s; fine if the device was reconfigured",
+						c.File, line, df, p.Name, w, ep.LineSettings()))
+				}
+			}
+		}
+	}
+	for i := range c.SerialSensors {
+		s := &c.SerialSensors[i]
+		f := fmt.Sprintf("serial_sensors[%d]", i)
+		unique(f+".name", s.Name)
+		if _, err := ParseSerialURL(s.URL); err != nil && s.URL != "" {
+			doc.Errorf(f+".url", "%v", err)
+		} else if err == nil {
+			sp, _ := ParseSerialURL(s.URL)
+			if prev, dup := ports[sp.Path]; dup {
+				doc.Errorf(f+".url", "%s is already used by %s: one reader per port", sp.Path, prev)
+			}
+			ports[sp.Path] = f
+		}
+		p := c.profileFor(doc, f+".profile", s.Profile, true)
+		if s.Interval < 0 {
+			doc.Errorf(f+".interval", "must not be negative")
+		}
+		if s.DataType == "" && p != nil {
+			s.DataType = p.DataType
+		}
+	}
+}
+
+func (b *Bus) defaults(serial bool) {
+	if b.Timeout == 0 {
+		b.Timeout = time.Second
+		if serial {
+			b.Timeout = 500 * time.Millisecond
+		}
+	}
+	if b.Turnaround == nil {
+		d := 10 * time.Millisecond
+		b.Turnaround = &d
+	}
+	if b.Backoff == 0 {
+		b.Backoff = 5 * time.Minute
+	}
+}
+
+func (c *Config) profileFor(doc *yamlconf.Doc, f, name string, line bool) *profile.Profile {
+	if name == "" {
+		return nil
+	}
+	p, ok := c.Profiles[name]
+	if !ok {
+		doc.Errorf(f, "unknown profile %q (known: %s)", name, strings.Join(c.Profiles.Names(), ", "))
+		return nil
+	}
+	if line && !p.IsLine() {
+		doc.Errorf(f, "profile %q is a Modbus register map; serial_sensors need a line profile", name)
+		return nil
+	}
+	if !line && p.IsLine() {
+		doc.Errorf(f, "profile %q is a line (serial text) profile; put the device under serial_sensors", name)
+		return nil
+	}
+	return p
+}
+
+func (c *Config) deviceDefaults(doc *yamlconf.Doc, f string, interval *time.Duration, dataType *string, p *profile.Profile) {
+	if *interval == 0 {
+		*interval = 10 * time.Second
+		if p != nil && p.Interval > 0 {
+			*interval = p.Interval
+		}
+	}
+	if *interval < minInterval {
+		doc.Errorf(f+".interval", "must be at least %v, got %v", minInterval, *interval)
+	}
+	if *dataType == "" && p != nil {
+		*dataType = p.DataType
+	}
+}
+
+func serialMismatch(ep modbus.Endpoint, s *profile.Serial) string {
+	var diff []string
+	if s.Baud != 0 && s.Baud != ep.Baud {
+		diff = append(diff, fmt.Sprintf("baud %d", s.Baud))
+	}
+	if s.Parity != "" && s.Parity != string(ep.Parity) {
+		diff = append(diff, "parity "+s.Parity)
+	}
+	if s.StopBits != 0 && s.StopBits != ep.StopBits {
+		diff = append(diff, fmt.Sprintf("stop bits %d", s.StopBits))
+	}
+	return strings.Join(diff, ", ")
+}
+
+// SerialPort is a parsed serial:// URL of a line sensor.
+type SerialPort struct {
+	Path     string
+	Baud     int
+	Parity   byte // N, E or O
+	DataBits int
+	StopBits int
+}
+
+// ParseSerialURL parses serial:///dev/ttyS1?baud=4800&parity=N&data_bits=8&stop_bits=1
+// (defaults 9600, N, 8, 1).
+func ParseSerialURL(raw string) (SerialPort, error) {
+	sp := SerialPort{Baud: 9600, Parity: 'N', DataBits: 8, StopBits: 1}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return sp, fmt.Errorf("serial URL %q: %v", raw, err)
+	}
+	if u.Scheme != "serial" {
+		return sp, fmt.Errorf("serial URL %q: scheme must be serial (serial:///dev/ttyS1?baud=4800)", raw)
+	}
+	if u.Host != "" || u.Path == "" {
+		return sp, fmt.Errorf("serial URL %q: give the device path after serial:// as in serial:///dev/ttyS1", raw)
+	}
+	sp.Path = u.Path
+	for k, v := range u.Query() {
+		val := v[len(v)-1]
+		n, numErr := strconv.Atoi(val)
+		switch k {
+		case "baud":
+			if numErr != nil || n < 300 || n > 4000000 {
+				return sp, fmt.Errorf("serial URL %q: baud must be a number such as 4800 or 9600, got %q", raw, val)
+			}
+			sp.Baud = n
+		case "parity":
+			if val != "N" && val != "E" && val != "O" {
+				return sp, fmt.Errorf("serial URL %q: parity must be N, E or O, got %q", raw, val)
+			}
+			sp.Parity = val[0]
+		case "data_bits":
+			if numErr != nil || (n != 7 && n != 8) {
+				return sp, fmt.Errorf("serial URL %q: data_bits must be 7 or 8, got %q", raw, val)
+			}
+			sp.DataBits = n
+		case "stop_bits":
+			if numErr != nil || (n != 1 && n != 2) {
+				return sp, fmt.Errorf("serial URL %q: stop_bits must be 1 or 2, got %q", raw, val)
+			}
+			sp.StopBits = n
+		default:
+			keys := []string{"baud", "parity", "data_bits", "stop_bits"}
+			return sp, fmt.Errorf("serial URL %q: unknown setting %q (valid: %s)", raw, k, strings.Join(keys, ", "))
+		}
+	}
+	return sp, nil
+}
+
+// DeviceCount is the number of Modbus devices and serial sensors.
+func (c *Config) DeviceCount() int {
+	n := len(c.SerialSensors)
+	for _, b := range c.Buses {
+		n += len(b.Devices)
+	}
+	return n
+}

@@ -1,0 +1,152 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	_ "time/tzdata"
+
+	"fieldlink/sensors/profile"
+	"fieldlink/yamlconf"
+)
+
+const windProfile = `
+model: WS-1
+data_type: Wind
+serial: {baud: 4800, parity: N, data_bits: 8, stop_bits: 1}
+interval: 5s
+registers:
+  - {name: WindSpeed, area: holding, address: 0, scale: 0.1, unit: m/s}
+`
+
+const lineProfile = `
+model: NMEA wind
+data_type: Wind
+line:
+  regex: '^\$WIMWV,(?P<dir>[0-9.]+),R,(?P<speed>[0-9.]+)'
+  fields:
+    - {name: WindDirection, group: dir}
+    - {name: WindSpeed, group: speed}
+`
+
+func testProfiles(string) (profile.Set, error) {
+	w, err := profile.Parse("wind", "wind.yaml", []byte(windProfile))
+	if err != nil {
+		return nil, err
+	}
+	l, err := profile.Parse("nmea-wind", "nmea-wind.yaml", []byte(lineProfile))
+	if err != nil {
+		return nil, err
+	}
+	return profile.Set{"wind": w, "nmea-wind": l}, nil
+}
+
+const good = `site: {id: "001", id_field: MineId, timezone: Asia/Shanghai}
+gateway: {id: gw-01}
+buses:
+  - name: field-a
+    url: rtu:///dev/ttyUSB0?baud=9600&parity=N&data_bits=8&stop_bits=1
+    timeout: 300ms
+    devices:
+      - {name: anemometer-1, profile: wind, slave: 1, interval: 5s, data_type: Wind}
+      - {name: anemometer-2, profile: wind, slave: 2}
+  - name: plc
+    url: tcp://127.0.0.1:1502
+    devices:
+      - {name: wind-tcp, profile: wind, slave: 1}
+serial_sensors:
+  - {name: ws-1, url: "serial:///dev/ttyS1?baud=4800", profile: nmea-wind}
+`
+
+func TestLoadGoodFillsDefaults(t *testing.T) {
+	c, err := Parse("site.yaml", []byte(good), testProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Site.IDField != "MineId" || c.Location.String() != "Asia/Shanghai" || c.Packet.Values != "strings" {
+		t.Fatalf("site: %+v values %q", c.Site, c.Packet.Values)
+	}
+	d := c.Buses[0].Devices[1]
+	if d.Interval != 5*time.Second || d.DataType != "Wind" {
+		t.Fatalf("device defaults from profile: interval %v data_type %q", d.Interval, d.DataType)
+	}
+	if c.Buses[0].Timeout != 300*time.Millisecond || c.Buses[1].Timeout != time.Second {
+		t.Fatalf("timeouts: %v, %v", c.Buses[0].Timeout, c.Buses[1].Timeout)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "baud 4800") || !strings.Contains(c.Warnings[0], "site.yaml:7") {
+		t.Fatalf("want one warning about the profile's 4800 baud at line 7, got %q", c.Warnings)
+	}
+	if c.DeviceCount() != 4 {
+		t.Fatalf("DeviceCount = %d", c.DeviceCount())
+	}
+}
+
+// Every class of error names the file, the line and the field.
+func TestErrorsNameFileLineAndField(t *testing.T) {
+	for _, tc := range []struct {
+		name, old, new, want string
+	}{
+		{"unknown key", "slave: 2}", "slave: 2, intervall: 5s}", "site.yaml:9:52: buses[0].devices[1].intervall: unknown field \"intervall\" (did you mean \"interval\"?)"},
+		{"wrong type", "slave: 2}", "slave: two}", "site.yaml:9:52: buses[0].devices[1].slave: expected a whole number, got \"two\""},
+		{"bad duration", "timeout: 300ms", "timeout: 300", "site.yaml:5:14: buses[0].timeout: expected a duration such as 500ms or 5s, got \"300\""},
+		{"missing required", "{name: anemometer-2, profile: wind, slave: 2}", "{name: anemometer-2, slave: 2}", "site.yaml:9:9: buses[0].devices[1].profile: missing required field \"profile\""},
+		{"impossible value", "slave: 2}", "slave: 300}", "site.yaml:9:52: buses[0].devices[1].slave: must be 1..247"},
+		{"duplicate slave", "slave: 2}", "slave: 1}", "buses[0].devices[1].slave: slave 1 is already used on this bus by devices[0]"},
+		{"duplicate device name", "name: wind-tcp", "name: anemometer-1", "site.yaml:13:17: buses[1].devices[0].name: name \"anemometer-1\" is already used by buses[0].devices[0].name"},
+		{"unknown profile", "profile: wind, slave: 2", "profile: wnd, slave: 2", "site.yaml:9:38: buses[0].devices[1].profile: unknown profile \"wnd\" (known: nmea-wind, wind)"},
+		{"line profile on a bus", "profile: wind, slave: 2", "profile: nmea-wind, slave: 2", "buses[0].devices[1].profile: profile \"nmea-wind\" is a line (serial text) profile"},
+		{"bad url scheme", "tcp://127.0.0.1:1502", "udp://127.0.0.1:1502", "site.yaml:11:10: buses[1].url: "},
+		{"bad url key", "stop_bits=1", "stopbits=1", "buses[0].url: "},
+		{"id field", "id_field: MineId", "id_field: PlantId", "site.yaml:1:32: site.id_field: must be FarmId or MineId, got \"PlantId\""},
+		{"time zone", "Asia/Shanghai", "Asia/Shanghia", "site.yaml:1:50: site.timezone: unknown time zone \"Asia/Shanghia\""},
+		{"serial url", "serial:///dev/ttyS1?baud=4800", "serial:///dev/ttyS1?baud=fast", "serial_sensors[0].url: serial URL"},
+		{"interval too short", "interval: 5s, data_type", "interval: 1ms, data_type", "buses[0].devices[0].interval: must be at least 100ms"},
+		{"list expected", "devices:\n      - {name: wind-tcp", "devices: wind-tcp\n      - {name: wind-tcp", "site.yaml:"},
+		{"yaml syntax", "gateway: {id: gw-01}", "gateway: {id: gw-01", "site.yaml:"},
+		{"values", "gateway: {id: gw-01}", "gateway: {id: gw-01}\npacket: {values: numbers}", "packet.values: must be strings or number"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.Replace(good, tc.old, tc.new, 1)
+			if src == good {
+				t.Fatalf("test case does not change the file")
+			}
+			_, err := Parse("site.yaml", []byte(src), testProfiles)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error\n  %v\nwant it to contain\n  %s", err, tc.want)
+			}
+			var e *yamlconf.Error
+			if !errors.As(err, &e) || e.File != "site.yaml" || e.Line == 0 {
+				t.Fatalf("error is not positioned: %#v", err)
+			}
+		})
+	}
+}
+
+func TestAllErrorsAtOnce(t *testing.T) {
+	src := strings.NewReplacer("slave: 2}", "slave: 0}", "id_field: MineId", "id_field: X", "timeout: 300ms", "timeout: soon").Replace(good)
+	_, err := Parse("site.yaml", []byte(src), testProfiles)
+	es, ok := yamlconf.IsErrors(err)
+	if !ok || len(es) != 3 {
+		t.Fatalf("want 3 errors, got %v", err)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i].Line < es[i-1].Line {
+			t.Fatalf("errors not in file order: %v", err)
+		}
+	}
+}
+
+func TestNothingToPoll(t *testing.T) {
+	_, err := Parse("s.yaml", []byte("site: {id: x}\ngateway: {id: g}\n"), testProfiles)
+	if err == nil || !strings.Contains(err.Error(), "nothing to poll") {
+		t.Fatalf("got %v", err)
+	}
+	_, err = Parse("s.yaml", []byte("gateway: {id: g}\nbuses: []\n"), testProfiles)
+	if err == nil || !strings.Contains(err.Error(), `s.yaml:1:1: site: missing required field "site"`) {
+		t.Fatalf("got %v", err)
+	}
+}

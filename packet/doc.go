@@ -1,0 +1,64 @@
+// Package packet builds the DataHead/DataBody JSON packets that the farm and
+// mine platforms ingest, and reads them back.
+//
+// A packet from a rain gauge on a farm, as [Packet.AppendJSON] writes it (on
+// one line; wrapped here):
+//
+//	{"DataHead":{"Date":"2020-01-01","Time":"20:00:00","FarmId":"001","DataType":"Rain",
+//	  "GatewayId":"gw-01","DeviceId":"rain-1","Seq":42,"TS":"2020-01-01T12:00:00Z"},
+//	 "DataBody":{"Temperature":"25","Humidity":"50","WindSpeed":"15","Light":"10",
+//	  "isRain":"False","Rainfall":"0"}}
+//
+// # DataHead
+//
+// The keys come in a fixed order, so that the output is byte for byte what
+// the platform's own example packets look like:
+//
+//   - Date (YYYY-MM-DD) and Time (HH:MM:SS): the reading time, [Packet.At],
+//     in the site's time zone, [Packet.Loc]. These are the farm platform's
+//     original fields and are kept exactly.
+//   - the site id, under the key [Packet.IDField]: "FarmId" on a farm (the
+//     default), "MineId" on a mine.
+//   - DataType, GatewayId, DeviceId.
+//   - Seq, a JSON number: the gateway's persistent, strictly increasing
+//     sequence number. With GatewayId it lets the platform drop the duplicates
+//     that at-least-once delivery produces.
+//   - TS: the reading time in RFC 3339, UTC, to the second
+//     ("2026-11-29T08:00:00Z"). Sub-second parts are truncated, like Time's.
+//   - Epoch, only when set.
+//   - "Alarm":"True" and "AlarmFields":["CH4","CO"], only for an alarm packet
+//     (see [Packet.Alarm]).
+//
+// The head is the same in both encodings: the platform's own fields stay
+// strings, Seq is always a number.
+//
+// # DataBody
+//
+// The body holds the measurements, in the order of [Packet.Fields] (not
+// sorted). The [Encoding] decides how a [Value] is written:
+//
+//   - [Strings] (the default, the platform's habit): every value is a JSON
+//     string: "25.3", "-4", and booleans as "True"/"False" (the platform
+//     writes "isRain":"False"). NaN and infinities are "NaN", "+Inf", "-Inf".
+//   - [Numbers]: numbers and booleans are JSON numbers and true/false; NaN and
+//     infinities, which JSON cannot express as numbers, are null.
+//
+// Floats are written with a fixed number of decimals or in the shortest form
+// that reads back as the same float64 (see [Float]), never with an exponent
+// and never as "-0": a value that rounds to zero is written without a sign.
+//
+// # Strings
+//
+// Names and strings come from config files and sensors, so any Go string is
+// escaped correctly: quotes, backslashes and control characters are escaped,
+// invalid UTF-8 becomes U+FFFD, and U+2028/U+2029 are escaped, all as
+// encoding/json does. Unlike encoding/json, '<', '>' and '&' are NOT escaped:
+// the packets are never embedded in HTML, and the platform compares ids
+// byte for byte.
+//
+// # Reading packets back
+//
+// [Decode] parses a packet, for tests and tools that need to look inside one
+// (the buffer's export, the uplink's tests). It is not on the hot path and
+// uses encoding/json.
+package packet

@@ -1,0 +1,357 @@
+// Package sensors polls the devices of a site: one goroutine per bus, one
+// request at a time on each bus, each device on its own schedule, and turns
+// every successful poll into a packet.
+//
+// A bus is a serial line (RS-485, half duplex) or a Modbus TCP endpoint.
+// Requests are planned once per device (package plan) so that a poll reads
+// as few and as cheap frames as the device allows. A device that stops
+// answering is backed off exponentially so that it cannot starve the rest
+// of its bus, and comes back on schedule once it answers again.
+package sensors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"fieldlink/packet"
+	"fieldlink/sensors/plan"
+	"fieldlink/sensors/profile"
+)
+
+// Reader reads registers or bits from a slave: a Modbus client. fc is the
+// read function (1–4); the reply is the wire bytes (2 per register, or the
+// packed bits).
+type Reader interface {
+	Read(ctx context.Context, slave, fc byte, addr, qty uint16) ([]byte, error)
+}
+
+// DeviceSpec is one slave to poll.
+type DeviceSpec struct {
+	Name     string // DeviceId in packets
+	Slave    byte
+	Profile  *profile.Profile
+	Interval time.Duration
+	DataType string
+}
+
+// BusOptions tune a bus; the zero value is usable.
+type BusOptions struct {
+	// Cost is the bus's timing model for the request planner; zero means
+	// a 9600-baud 8N1 line with a 10 ms turnaround.
+	Cost plan.Cost
+	// MaxGap caps the unwanted registers a merged read may span; < 0 lets
+	// the cost model decide. Zero means no gaps are read.
+	MaxGap int
+	// Backoff caps the delay between polls of a failing device; 0 = 5m.
+	Backoff time.Duration
+	// OfflineAfter consecutive failures mark a device offline; 0 = 3.
+	OfflineAfter int
+	// Logger receives state changes and (rate-limited) errors; nil = discard.
+	Logger *slog.Logger
+}
+
+// Health of a device.
+type Health uint8
+
+// Device health states.
+const (
+	Unknown  Health = iota // not polled yet
+	OK                     // last poll succeeded
+	Degraded               // last poll failed, fewer than OfflineAfter in a row
+	Offline                // OfflineAfter or more failures in a row; backed off
+)
+
+func (h Health) String() string {
+	return [...]string{"unknown", "ok", "degraded", "offline"}[h]
+}
+
+// DeviceStatus is a snapshot of one device's counters.
+type DeviceStatus struct {
+	Name      string
+	Bus       string
+	Health    Health
+	LastError string
+	LastOK    time.Time
+	Polls     uint64 // poll attempts
+	Errors    uint64 // failed polls
+	Requests  uint64 // read requests sent
+	Overruns  uint64 // scheduled polls skipped because the bus was late
+	// LastDuration is how long the last poll took on the wire.
+	LastDuration time.Duration
+}
+
+type device struct {
+	spec     DeviceSpec
+	reqs     []plan.Request
+	next     time.Time // next scheduled poll
+	due      time.Time // slot of the schedule the next poll belongs to
+	fails    int
+	status   DeviceStatus
+	lastLog  time.Time
+	suppress int
+}
+
+// Bus polls the devices of one line or endpoint.
+type Bus struct {
+	name string
+	r    Reader
+	opt  BusOptions
+	log  *slog.Logger
+
+	mu   sync.Mutex // guards devs[i].status
+	devs []*device
+}
+
+// NewBus plans the requests of every device. It fails only when a profile
+// cannot be read within the limits, which profile validation prevents.
+func NewBus(name string, r Reader, specs []DeviceSpec, opt BusOptions) (*Bus, error) {
+	if opt.Cost == (plan.Cost{}) {
+		opt.Cost = plan.Serial(9600, 10, 10*time.Millisecond)
+	}
+	if opt.Backoff <= 0 {
+		opt.Backoff = 5 * time.Minute
+	}
+	if opt.OfflineAfter <= 0 {
+		opt.OfflineAfter = 3
+	}
+	b := &Bus{name: name, r: r, opt: opt, log: opt.Logger}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	b.log = b.log.With("bus", name)
+	for _, s := range specs {
+		if s.Interval <= 0 {
+			return nil, fmt.Errorf("sensors: device %s: interval must be positive", s.Name)
+		}
+		reqs, err := PlanDevice(s.Profile, opt.MaxGap, opt.Cost)
+		if err != nil {
+			return nil, fmt.Errorf("sensors: device %s: %w", s.Name, err)
+		}
+		b.devs = append(b.devs, &device{spec: s, reqs: reqs, status: DeviceStatus{Name: s.Name, Bus: name}})
+	}
+	return b, nil
+}
+
+// PlanDevice returns the read requests for one poll of a profile.
+func PlanDevice(p *profile.Profile, maxGap int, c plan.Cost) ([]plan.Request, error) {
+	items := make([]plan.Item, len(p.Registers))
+	for i := range p.Registers {
+		r := &p.Registers[i]
+		items[i] = plan.Item{Area: r.Area, Address: r.Address, Words: r.Words(), Ref: i}
+	}
+	return plan.Plan(items, plan.Limits{
+		MaxRegisters: p.MaxRegisters(), MaxBits: p.MaxBits(), Holes: p.Holes, MaxGap: maxGap,
+	}, c)
+}
+
+// Name is the bus name.
+func (b *Bus) Name() string { return b.name }
+
+// Requests returns the planned requests of each device, by device name.
+func (b *Bus) Requests() map[string][]plan.Request {
+	out := make(map[string][]plan.Request, len(b.devs))
+	for _, d := range b.devs {
+		out[d.spec.Name] = d.reqs
+	}
+	return out
+}
+
+// Status returns a snapshot of every device's health and counters.
+func (b *Bus) Status() []DeviceStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]DeviceStatus, len(b.devs))
+	for i, d := range b.devs {
+		out[i] = d.status
+	}
+	return out
+}
+
+// PollAll polls every device once, in configuration order, and calls emit
+// with each packet, or with the error of a device that failed.
+func (b *Bus) PollAll(ctx context.Context, emit func(*packet.Packet, error)) {
+	for _, d := range b.devs {
+		if ctx.Err() != nil {
+			return
+		}
+		emit(b.poll(ctx, d))
+	}
+}
+
+// Run polls every device on its schedule until ctx is done, calling emit
+// (from this goroutine) with each packet. Intervals are kept from the
+// schedule, not from completion: a poll that runs late does not push the
+// next one back, and slots missed entirely are counted as overruns, never
+// made up in a burst.
+func (b *Bus) Run(ctx context.Context, emit func(*packet.Packet)) {
+	now := time.Now()
+	for i, d := range b.devs {
+		// Spread first polls a little so devices with equal intervals do
+		// not all queue at the same instant.
+		d.due = now.Add(time.Duration(i) * time.Millisecond)
+		d.next = d.due
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d := b.earliest()
+		if d == nil {
+			<-ctx.Done()
+			return
+		}
+		if wait := time.Until(d.next); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		p, err := b.poll(ctx, d)
+		if ctx.Err() != nil {
+			return
+		}
+		b.reschedule(d, err == nil, time.Now())
+		if err == nil {
+			emit(p)
+		}
+	}
+}
+
+func (b *Bus) earliest() *device {
+	var best *device
+	for _, d := range b.devs {
+		if best == nil || d.next.Before(best.next) {
+			best = d
+		}
+	}
+	return best
+}
+
+// reschedule sets the next poll of d after a poll that ended at now.
+func (b *Bus) reschedule(d *device, ok bool, now time.Time) {
+	iv := d.spec.Interval
+	if !ok && d.fails > 1 {
+		// Back off: interval·2^(fails-1), capped; the schedule resumes on
+		// the first success.
+		delay := b.opt.Backoff
+		if shift := d.fails - 1; shift < 30 && iv<<shift < b.opt.Backoff {
+			delay = iv << shift
+		}
+		d.next = now.Add(delay)
+		d.due = d.next
+		return
+	}
+	next := d.due.Add(iv)
+	if !next.After(now) {
+		missed := uint64(now.Sub(d.due) / iv)
+		b.mu.Lock()
+		d.status.Overruns += missed
+		b.mu.Unlock()
+		next = d.due.Add(time.Duration(missed+1) * iv)
+	}
+	d.due, d.next = next, next
+}
+
+// poll reads one device once and builds its packet.
+func (b *Bus) poll(ctx context.Context, d *device) (*packet.Packet, error) {
+	start := time.Now()
+	p := &packet.Packet{At: start, DeviceID: d.spec.Name, DataType: d.spec.DataType}
+	p.Fields = make([]packet.Field, len(d.spec.Profile.Registers))
+	var err error
+	var sent uint64
+	for _, req := range d.reqs {
+		var data []byte
+		sent++
+		data, err = b.r.Read(ctx, d.spec.Slave, req.Area.FunctionCode(), req.Start, req.Count)
+		if err != nil {
+			err = fmt.Errorf("device %s (slave %d on bus %s): read %s: %w", d.spec.Name, d.spec.Slave, b.name, req, err)
+			break
+		}
+		if err = decodeInto(p, d.spec.Profile, req, data); err != nil {
+			err = fmt.Errorf("device %s (slave %d on bus %s): %s: %w", d.spec.Name, d.spec.Slave, b.name, req, err)
+			break
+		}
+	}
+	b.record(d, start, sent, err)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ErrReplySize means a reply carried fewer bytes than the request asked for.
+var ErrReplySize = errors.New("reply shorter than requested")
+
+func decodeInto(p *packet.Packet, prof *profile.Profile, req plan.Request, data []byte) error {
+	for _, ref := range req.Refs {
+		r := &prof.Registers[ref]
+		off := int(r.Address - req.Start)
+		var v packet.Value
+		if r.Area.IsBit() {
+			if off/8 >= len(data) {
+				return ErrReplySize
+			}
+			v = packet.Bool(data[off/8]&(1<<(off%8)) != 0)
+		} else {
+			end := 2 * (off + r.Words())
+			if end > len(data) {
+				return ErrReplySize
+			}
+			v = r.Decode(data[2*off : end])
+		}
+		p.Fields[ref] = packet.Field{Name: r.Name, Value: v}
+		if r.Alarmed(v) {
+			p.AlarmFields = append(p.AlarmFields, r.Name)
+		}
+	}
+	return nil
+}
+
+// record updates counters and health, and logs state changes; repeated
+// errors of a device are logged at most once a minute.
+func (b *Bus) record(d *device, start time.Time, sent uint64, err error) {
+	now := time.Now()
+	b.mu.Lock()
+	st := &d.status
+	prev := st.Health
+	st.Polls++
+	st.Requests += sent
+	st.LastDuration = now.Sub(start)
+	if err == nil {
+		d.fails = 0
+		st.Health = OK
+		st.LastOK = now
+		st.LastError = ""
+	} else {
+		d.fails++
+		st.Errors++
+		st.LastError = err.Error()
+		st.Health = Degraded
+		if d.fails >= b.opt.OfflineAfter {
+			st.Health = Offline
+		}
+	}
+	health, fails := st.Health, d.fails
+	b.mu.Unlock()
+
+	log := b.log.With("device", d.spec.Name, "slave", d.spec.Slave)
+	switch {
+	case err == nil && prev != OK && prev != Unknown:
+		log.Info("device answering again", "health", health, "was", prev)
+	case err != nil && health != prev:
+		log.Warn("device not answering", "health", health, "failures", fails, "err", err)
+		d.lastLog, d.suppress = now, 0
+	case err != nil && now.Sub(d.lastLog) >= time.Minute:
+		log.Warn("device still failing", "health", health, "failures", fails, "suppressed", d.suppress, "err", err)
+		d.lastLog, d.suppress = now, 0
+	case err != nil:
+		d.suppress++
+	}
+}

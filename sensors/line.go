@@ -1,0 +1,204 @@
+package sensors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.bug.st/serial"
+
+	"fieldlink/packet"
+	"fieldlink/sensors/lineproto"
+	"fieldlink/sensors/profile"
+)
+
+// LineSpec is a serial sensor that prints one reading per line of text.
+type LineSpec struct {
+	Name     string
+	Profile  *profile.Profile // a line profile
+	DataType string
+	// Interval: emit at most one packet per interval (the latest line);
+	// 0 emits one packet per line.
+	Interval time.Duration
+	// Open opens the port. Reads must return within a short time even with
+	// no data (as a serial port with a read timeout does), so that the
+	// sensor can notice cancellation.
+	Open func(ctx context.Context) (io.ReadCloser, error)
+}
+
+// LineSensor reads a line-protocol sensor.
+type LineSensor struct {
+	spec LineSpec
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	status DeviceStatus
+}
+
+// NewLineSensor returns a sensor ready to Run or ReadOne.
+func NewLineSensor(spec LineSpec, log *slog.Logger) *LineSensor {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &LineSensor{spec: spec, log: log.With("device", spec.Name), status: DeviceStatus{Name: spec.Name, Bus: "serial"}}
+}
+
+// SerialOpener opens a serial port with a short read timeout.
+func SerialOpener(path string, baud int, parity byte, dataBits, stopBits int) func(context.Context) (io.ReadCloser, error) {
+	return func(context.Context) (io.ReadCloser, error) {
+		mode := &serial.Mode{BaudRate: baud, DataBits: dataBits, StopBits: serial.OneStopBit, Parity: serial.NoParity}
+		if stopBits == 2 {
+			mode.StopBits = serial.TwoStopBits
+		}
+		switch parity {
+		case 'E':
+			mode.Parity = serial.EvenParity
+		case 'O':
+			mode.Parity = serial.OddParity
+		}
+		p, err := serial.Open(path, mode)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+		if err := p.SetReadTimeout(200 * time.Millisecond); err != nil {
+			_ = p.Close()
+			return nil, fmt.Errorf("set read timeout on %s: %w", path, err)
+		}
+		return p, nil
+	}
+}
+
+// ctxReader turns a reader whose Read returns (0, nil) on a timeout into
+// one that waits for data until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	for {
+		if err := c.ctx.Err(); err != nil {
+			return 0, err
+		}
+		n, err := c.r.Read(p)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// Status returns a snapshot of the sensor's health and counters.
+func (l *LineSensor) Status() DeviceStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status
+}
+
+// ReadOne opens the port and returns the first valid reading, waiting at
+// most twice the interval or 5 s, whichever is longer.
+func (l *LineSensor) ReadOne(ctx context.Context) (*packet.Packet, error) {
+	wait := max(5*time.Second, 2*l.spec.Interval)
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var got *packet.Packet
+	err := l.session(ctx, func(p *packet.Packet) bool { got = p; return false })
+	if got != nil {
+		return got, nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no valid line within %v", wait)
+	}
+	err = fmt.Errorf("sensor %s: %w", l.spec.Name, err)
+	l.record(err)
+	return nil, err
+}
+
+// Run reads lines until ctx ends, reopening the port with backoff after an
+// error, and emits packets (at most one per Interval when set).
+func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
+	backoff := time.Second
+	var last time.Time
+	for ctx.Err() == nil {
+		err := l.session(ctx, func(p *packet.Packet) bool {
+			if l.spec.Interval > 0 && p.At.Sub(last) < l.spec.Interval {
+				return true
+			}
+			last = p.At
+			emit(p)
+			return true
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		err = fmt.Errorf("sensor %s: %w", l.spec.Name, err)
+		l.record(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// session opens the port and hands each parsed packet to f until f returns
+// false, the port fails or ctx ends.
+func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) error {
+	port, err := l.spec.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer port.Close()
+	rd := lineproto.NewReader(ctxReader{ctx, port}, 0)
+	for {
+		line, err := rd.ReadLine()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, lineproto.ErrLineTooLong) {
+				l.record(fmt.Errorf("sensor %s: %w", l.spec.Name, err))
+				continue
+			}
+			return err
+		}
+		fields, alarmed, ok, err := lineproto.Parse(l.spec.Profile.Line, line)
+		if !ok && err == nil {
+			continue
+		}
+		if err != nil {
+			l.record(fmt.Errorf("sensor %s: %w", l.spec.Name, err))
+			continue
+		}
+		l.record(nil)
+		p := &packet.Packet{At: time.Now(), DeviceID: l.spec.Name, DataType: l.spec.DataType, Fields: fields, AlarmFields: alarmed}
+		if !f(p) {
+			return nil
+		}
+	}
+}
+
+func (l *LineSensor) record(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := &l.status
+	prev := st.Health
+	st.Polls++
+	if err == nil {
+		st.Health, st.LastOK, st.LastError = OK, time.Now(), ""
+		if prev != OK && prev != Unknown {
+			l.log.Info("sensor answering again")
+		}
+		return
+	}
+	st.Errors++
+	st.LastError = err.Error()
+	st.Health = Degraded
+	if prev != Degraded {
+		l.log.Warn("sensor failing", "err", err)
+	}
+}

@@ -1,0 +1,374 @@
+package modbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	gm "github.com/goburrow/modbus"
+)
+
+const (
+	// rtuBitsPerChar is the character length the RTU specification
+	// requires: start, 8 data, parity (or a second stop bit), stop.
+	rtuBitsPerChar = 11
+	// rtuMaxADU is the largest RTU frame: address, PDU of 253, CRC.
+	rtuMaxADU = 256
+	// rtuExceptionLen is address, function|0x80, exception code, CRC.
+	rtuExceptionLen = 5
+	// drainWait is how long the discard step waits for more stale bytes on
+	// a link that cannot flush its input buffer (a socket, a pipe). Bytes
+	// already buffered are returned at once; this only bounds the wait for
+	// bytes still in flight.
+	drainWait = time.Millisecond
+)
+
+// Link is the byte stream an RTU [Client] talks over: a serial port, a TCP
+// socket to a serial device server, or net.Pipe in tests. A *net.TCPConn
+// satisfies it.
+//
+// SetReadDeadline must make a blocked Read return an error satisfying
+// errors.Is(err, os.ErrDeadlineExceeded) when the deadline passes, and must
+// be safe to call while a Read is blocked (the Client calls it from another
+// goroutine to abandon a request whose ctx is canceled).
+//
+// Optional extras the Client uses when present: ResetInputBuffer() error
+// (serial ports: flush stale input instead of reading it out) and
+// SetWriteDeadline(time.Time) error (so a stuck write cannot outlive the
+// request).
+type Link interface {
+	Read(p []byte) (int, error)
+	Write(p []byte) (int, error)
+	Close() error
+	SetReadDeadline(t time.Time) error
+}
+
+// CharTime is the time one character of bitsPerChar bits takes on the wire
+// at baud: 1.146 ms for 11 bits at 9600 baud.
+func CharTime(baud, bitsPerChar int) time.Duration {
+	if baud <= 0 {
+		return 0
+	}
+	return time.Duration(bitsPerChar) * time.Second / time.Duration(baud)
+}
+
+// Silence is t3.5, the silent interval that must separate two RTU frames:
+// 3.5 characters of 11 bits up to 19200 baud (4.01 ms at 9600), and a fixed
+// 1.75 ms above, as the Modbus serial line specification (v1.02 §2.5.1.1)
+// says.
+func Silence(baud int) time.Duration {
+	if baud <= 0 || baud > 19200 {
+		return 1750 * time.Microsecond
+	}
+	return 7 * CharTime(baud, rtuBitsPerChar) / 2
+}
+
+// rtuTransport runs RTU exchanges over a Link, keeping the inter-frame
+// silence and reading each reply by its expected length.
+type rtuTransport struct {
+	link Link
+	// open (re)opens the link after an I/O error dropped it. nil means the
+	// link is fixed (NewRTU): it is kept after errors and never reopened.
+	open     func(ctx context.Context, deadline time.Time) (Link, error)
+	what     string // the device or address, for logs
+	charTime time.Duration
+	silence  time.Duration
+	// quietSince is when the line last carried a byte we sent (estimated
+	// end of transmission) or received. The next frame waits until
+	// quietSince + silence.
+	quietSince time.Time
+	stats      *counters
+	log        *slog.Logger
+	buf        [rtuMaxADU]byte
+}
+
+func newRTUTransport(link Link, open func(context.Context, time.Time) (Link, error), what string, baud, bitsPerChar int, stats *counters, log *slog.Logger) *rtuTransport {
+	return &rtuTransport{
+		link:     link,
+		open:     open,
+		what:     what,
+		charTime: CharTime(baud, bitsPerChar),
+		silence:  Silence(baud),
+		stats:    stats,
+		log:      log,
+	}
+}
+
+func (t *rtuTransport) close() error {
+	if t.link == nil {
+		return nil
+	}
+	err := t.link.Close()
+	t.link = nil
+	t.open = nil // a closed client never reopens
+	return err
+}
+
+func (t *rtuTransport) exchange(ctx context.Context, deadline time.Time, r *request) ([]byte, error) {
+	if t.link == nil {
+		if t.open == nil {
+			return nil, fmt.Errorf("%w: %s", ErrClosed, r)
+		}
+		link, err := t.open(ctx, deadline)
+		if err != nil {
+			return nil, fmt.Errorf("modbus: %s: %w", r, err)
+		}
+		t.log.Info("modbus: link opened", "link", t.what)
+		t.link = link
+		t.quietSince = time.Time{}
+	}
+	data, err := t.roundTrip(ctx, deadline, r)
+	if err != nil && t.open != nil && isLinkFailure(err) {
+		t.log.Warn("modbus: closing link after I/O error; the next request reopens it", "link", t.what, "err", err)
+		_ = t.link.Close()
+		t.link = nil
+	}
+	return data, err
+}
+
+func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *request) ([]byte, error) {
+	link := t.link
+	defer abandonOnCancel(ctx, link)()
+
+	// 1. Whatever is waiting is stale (a late reply to a request that timed
+	// out, a garbage tail, line noise) and would be read as this reply.
+	if err := t.discard(ctx, deadline); err != nil {
+		return nil, t.notSent(ctx, r, "discard stale input", err)
+	}
+	// 2. Keep t3.5 between the last byte on the line and our first.
+	if err := t.waitSilence(ctx); err != nil {
+		return nil, t.notSent(ctx, r, "wait for the silent interval", err)
+	}
+	// 3. Send.
+	h := gm.NewRTUClientHandler("")
+	h.SlaveId = r.slave
+	adu, err := h.Encode(&gm.ProtocolDataUnit{FunctionCode: r.fc, Data: r.pdu()})
+	if err != nil {
+		return nil, fmt.Errorf("modbus: %s: encode: %w", r, err)
+	}
+	if wd, ok := link.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		if err := wd.SetWriteDeadline(deadline); err != nil {
+			return nil, fmt.Errorf("modbus: %s: set write deadline: %w", r, err)
+		}
+	}
+	if err := setReadDeadline(ctx, link, deadline); err != nil {
+		return nil, t.notSent(ctx, r, "set read deadline", err)
+	}
+	sent := time.Now()
+	n, err := link.Write(adu)
+	t.stats.sent.Add(uint64(n))
+	// Write returns when the bytes are in the kernel, not on the wire.
+	t.quietSince = sent.Add(time.Duration(len(adu)) * t.charTime)
+	if now := time.Now(); now.After(t.quietSince) {
+		t.quietSince = now
+	}
+	if err != nil {
+		return nil, fmt.Errorf("modbus: %s: write request: %w", r, err)
+	}
+	t.stats.requests.Add(1)
+
+	// 4. Receive: address, function, and a third byte that is the byte
+	// count of a normal reply or the code of an exception.
+	f := frameReader{t: t, ctx: ctx, r: r, sent: sent}
+	if err := f.fill(3); err != nil {
+		return nil, err
+	}
+	slave, fc := t.buf[0], t.buf[1]
+	if fc == r.fc|0x80 {
+		if err := f.fill(rtuExceptionLen); err != nil {
+			return nil, err
+		}
+		if err := f.checkCRC(h); err != nil {
+			return nil, err
+		}
+		if slave != r.slave {
+			return nil, f.unexpected("exception from slave %d", slave)
+		}
+		return nil, r.exception(fc, t.buf[2])
+	}
+	if fc != r.fc {
+		return nil, f.unexpected("function code %d", fc)
+	}
+	if int(t.buf[2]) != r.want {
+		return nil, f.unexpected("byte count %d, want %d", t.buf[2], r.want)
+	}
+	if err := f.fill(3 + r.want + 2); err != nil {
+		return nil, err
+	}
+	if err := f.checkCRC(h); err != nil {
+		return nil, err
+	}
+	if slave != r.slave {
+		// A well-formed reply from another slave: two devices share an
+		// address, or one answers for another.
+		return nil, f.unexpected("reply from slave %d", slave)
+	}
+	return append([]byte(nil), t.buf[3:3+r.want]...), nil
+}
+
+// notSent explains a failure before the request reached the wire,
+// preferring ctx's error when ctx ended.
+func (t *rtuTransport) notSent(ctx context.Context, r *request, step string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("modbus: %s: not sent: %w", r, ctxErr)
+	}
+	return fmt.Errorf("modbus: %s: %s: %w", r, step, err)
+}
+
+// discard throws away input that is already waiting.
+func (t *rtuTransport) discard(ctx context.Context, deadline time.Time) error {
+	if f, ok := t.link.(interface{ ResetInputBuffer() error }); ok {
+		return f.ResetInputBuffer()
+	}
+	n := 0
+	for {
+		if err := setReadDeadline(ctx, t.link, time.Now().Add(drainWait)); err != nil {
+			return err
+		}
+		k, err := t.link.Read(t.buf[:])
+		n += k
+		if err != nil {
+			if !isTimeout(err) {
+				return err
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			break // a babbling line; the reply check will report it
+		}
+	}
+	if n > 0 {
+		t.quietSince = time.Now()
+		t.stats.received.Add(uint64(n))
+		t.stats.discarded.Add(uint64(n))
+		t.log.Debug("modbus: discarded stale input", "link", t.what, "bytes", n)
+	}
+	return ctx.Err()
+}
+
+func (t *rtuTransport) waitSilence(ctx context.Context) error {
+	d := time.Until(t.quietSince.Add(t.silence))
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// frameReader accumulates one reply in t.buf and turns read failures into
+// the package's errors.
+type frameReader struct {
+	t    *rtuTransport
+	ctx  context.Context
+	r    *request
+	sent time.Time
+	n    int // bytes of the reply in t.buf
+}
+
+// fill reads until the reply holds total bytes.
+func (f *frameReader) fill(total int) error {
+	k, err := io.ReadFull(f.t.link, f.t.buf[f.n:total])
+	if k > 0 {
+		f.n += k
+		f.t.quietSince = time.Now()
+		f.t.stats.received.Add(uint64(k))
+	}
+	if err == nil {
+		return nil
+	}
+	if isTimeout(err) {
+		ctxErr := ctxErrNow(f.ctx)
+		if errors.Is(ctxErr, context.Canceled) {
+			return fmt.Errorf("modbus: %s: abandoned after %d bytes of reply: %w", f.r, f.n, ctxErr)
+		}
+		var e error
+		if f.n == 0 {
+			e = fmt.Errorf("%w: %s: nothing within %v", ErrTimeout, f.r, time.Since(f.sent).Round(time.Millisecond))
+		} else {
+			e = fmt.Errorf("%w: %s: got %d of %d bytes within %v: % x", ErrShortFrame, f.r, f.n, total, time.Since(f.sent).Round(time.Millisecond), f.t.buf[:f.n])
+		}
+		if ctxErr != nil {
+			e = fmt.Errorf("%w (%w)", e, ctxErr)
+		}
+		return e
+	}
+	return fmt.Errorf("modbus: %s: read reply after %d bytes: %w", f.r, f.n, err)
+}
+
+func (f *frameReader) checkCRC(h *gm.RTUClientHandler) error {
+	if _, err := h.Decode(f.t.buf[:f.n]); err != nil {
+		return fmt.Errorf("%w: %s: frame % x: %v", ErrCRC, f.r, f.t.buf[:f.n], err)
+	}
+	return nil
+}
+
+func (f *frameReader) unexpected(format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s (frame starts % x)", ErrUnexpectedReply, f.r, fmt.Sprintf(format, args...), f.t.buf[:f.n])
+}
+
+// setReadDeadline sets the link's read deadline and then reports whether
+// ctx has ended: a cancellation that raced with this call may have had its
+// "deadline now" overwritten, and must not be lost.
+func setReadDeadline(ctx context.Context, link Link, d time.Time) error {
+	if err := link.SetReadDeadline(d); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// abandonOnCancel makes a Read blocked on link return as soon as ctx ends,
+// by moving its deadline to now. The returned func stops watching and waits
+// until a deadline change in progress is done, so that it cannot land on
+// the next request.
+func abandonOnCancel(ctx context.Context, link Link) (stop func()) {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(done)
+		if c, ok := link.(interface{ SetDeadline(time.Time) error }); ok {
+			_ = c.SetDeadline(time.Now())
+			return
+		}
+		_ = link.SetReadDeadline(time.Now())
+	})
+	return func() {
+		if !stopWatch() {
+			<-done
+		}
+	}
+}
+
+// ctxErrNow is ctx.Err(), except that it already reports
+// context.DeadlineExceeded when ctx's deadline has passed but its timer has
+// not fired yet: a link deadline set to the same instant often wins that race.
+func ctxErrNow(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// isTimeout reports whether err is a deadline expiring on a link.
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
