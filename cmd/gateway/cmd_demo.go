@@ -14,12 +14,18 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/packet"
+	"fieldlink/sensors"
 	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
 )
 
-//go:embed demo.yaml
-var demoSite string
+// The demo's two sites; {{ADDR}} stands for the emulator's address.
+var (
+	//go:embed demo-farm.yaml
+	demoFarmSite string
+	//go:embed demo-mine.yaml
+	demoMineSite string
+)
 
 // demoDevice is an emulated slave of the demo and how it misbehaves.
 type demoDevice struct {
@@ -39,7 +45,7 @@ var (
 		{6, "dfrobot-sen0644", emulator.Faults{Turnaround: 5 * time.Millisecond}, 0},
 	}
 	demoMine = []demoDevice{
-		{1, "generic-mine-methane", emulator.Faults{Turnaround: 10 * time.Millisecond}, 0.8},
+		{1, "generic-mine-methane", emulator.Faults{Turnaround: 10 * time.Millisecond}, 0.5},
 		// A flaky CO sensor: a quarter of its replies never come.
 		{2, "jxct-jxbs-3001-co", emulator.Faults{Drop: 0.25, Turnaround: 10 * time.Millisecond}, 0},
 		{3, "generic-mine-oxygen", emulator.Faults{Turnaround: 10 * time.Millisecond}, 0},
@@ -125,18 +131,27 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	src := strings.NewReplacer("{{FARM}}", farm, "{{MINE}}", mine).Replace(demoSite)
-	cfg, err := config.Parse("demo.yaml", []byte(src), func(string) (profile.Set, error) { return set, nil })
-	if err != nil {
-		return err
+	fixed := func(string) (profile.Set, error) { return set, nil }
+	var sites []*site
+	defer func() {
+		for _, st := range sites {
+			st.close()
+		}
+	}()
+	for _, d := range []struct{ name, tmpl, addr string }{{"demo-farm.yaml", demoFarmSite, farm}, {"demo-mine.yaml", demoMineSite, mine}} {
+		cfg, err := config.Parse(d.name, []byte(strings.ReplaceAll(d.tmpl, "{{ADDR}}", d.addr)), fixed)
+		if err != nil {
+			return err
+		}
+		st, err := openSite(cfg, log)
+		if err != nil {
+			return err
+		}
+		sites = append(sites, st)
 	}
-	s, err := openSite(cfg, log)
-	if err != nil {
-		return err
-	}
-	defer s.close()
 
-	fmt.Fprintf(stderr, "fieldlink demo: %d emulated devices, farm on Modbus TCP %s, mine on RTU over TCP %s\n", cfg.DeviceCount(), farm, mine)
+	fmt.Fprintf(stderr, "fieldlink demo: farm %s (%d devices) on Modbus TCP %s, mine %s (%d devices) on RTU over TCP %s\n",
+		sites[0].cfg.Site.ID, sites[0].cfg.DeviceCount(), farm, sites[1].cfg.Site.ID, sites[1].cfg.DeviceCount(), mine)
 	fmt.Fprintf(stderr, "live packets follow on stdout (one JSON line each); the mine's CO sensor drops a quarter of its replies, its H2S sensor garbles some\n")
 	if *duration > 0 {
 		fmt.Fprintf(stderr, "running for %v (-duration 0 runs until Ctrl-C)\n\n", *duration)
@@ -146,19 +161,32 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	total := 0
 	buf := make([]byte, 0, 1024)
 	start := time.Now()
-	s.run(ctx, func(p *packet.Packet) {
-		total++
-		counts[p.DeviceID]++
-		if p.Alarm() {
-			alarms[p.DeviceID]++
-		}
-		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
-		_, _ = stdout.Write(buf)
-	})
+	var mu sync.Mutex
+	var running sync.WaitGroup
+	for _, st := range sites {
+		running.Go(func() {
+			st.run(ctx, func(p *packet.Packet) {
+				mu.Lock()
+				defer mu.Unlock()
+				total++
+				counts[p.DeviceID]++
+				if p.Alarm() {
+					alarms[p.DeviceID]++
+				}
+				buf = append(p.AppendJSON(buf[:0], st.enc), '\n')
+				_, _ = stdout.Write(buf)
+			})
+		})
+	}
+	running.Wait()
 	fmt.Fprintf(stderr, "\n%d packets in %v\n", total, time.Since(start).Round(time.Millisecond))
 	tw := tabwriter.NewWriter(stderr, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUS\tDEVICE\tHEALTH\tPOLLS\tERRORS\tPACKETS\tALARMS\tLAST ERROR")
-	for _, st := range s.status() {
+	var statuses []sensors.DeviceStatus
+	for _, st := range sites {
+		statuses = append(statuses, st.status()...)
+	}
+	for _, st := range statuses {
 		lastErr := st.LastError
 		if len(lastErr) > 60 {
 			lastErr = "…" + lastErr[len(lastErr)-59:]

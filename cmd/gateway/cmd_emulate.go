@@ -127,4 +127,3 @@ func checkLoopback(host string, allow bool) error {
 	}
 	return nil
 }
-

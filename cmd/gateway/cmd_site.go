@@ -161,4 +161,3 @@ func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	return nil
 }
-
