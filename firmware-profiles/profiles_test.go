@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	firmwareprofiles "fieldlink/firmware-profiles"
@@ -15,9 +16,15 @@ import (
 	"fieldlink/sensors/profile"
 )
 
+// loadSet loads the embedded profiles once for all tests; none modifies
+// them.
+var loadSet = sync.OnceValues(func() (profile.Set, error) {
+	return profile.Load(firmwareprofiles.FS, "")
+})
+
 func load(t *testing.T) profile.Set {
 	t.Helper()
-	set, err := profile.Load(firmwareprofiles.FS, "")
+	set, err := loadSet()
 	if err != nil {
 		t.Fatalf("embedded profiles do not load:\n%v", err)
 	}

@@ -64,15 +64,14 @@ func BenchmarkAppendJSON20(b *testing.B) {
 
 // The way a Go developer writes the packet with encoding/json: a struct for
 // the head, a map for the body (which encoding/json sorts by key, so the
-// body order is lost: it is a baseline for speed, not for the format). The
-// field names are the platform's spelling.
+// body order is lost: it is a baseline for speed, not for the format).
 type jsonHead struct {
 	Date      string
 	Time      string
-	FarmId    string
+	FarmID    string `json:"FarmId"`
 	DataType  string
-	GatewayId string
-	DeviceId  string
+	GatewayID string `json:"GatewayId"`
+	DeviceID  string `json:"DeviceId"`
 	Seq       uint64
 	TS        string
 }
@@ -92,10 +91,10 @@ func head(p *packet.Packet) jsonHead {
 	return jsonHead{
 		Date:      local.Format("2006-01-02"),
 		Time:      local.Format("15:04:05"),
-		FarmId:    p.SiteID,
+		FarmID:    p.SiteID,
 		DataType:  p.DataType,
-		GatewayId: p.GatewayID,
-		DeviceId:  p.DeviceID,
+		GatewayID: p.GatewayID,
+		DeviceID:  p.DeviceID,
 		Seq:       p.Seq,
 		TS:        p.At.UTC().Format(time.RFC3339),
 	}

@@ -4,6 +4,15 @@ import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
+// plain[c] is true for the bytes written as they are: printable ASCII but
+// '"' and '\\'. One table load per byte is cheaper than the comparisons.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string, escaped as encoding/json escapes
 // it with HTML escaping off: '"' and '\\' with a backslash; \b, \f, \n, \r
 // and \t by name; other control characters as \u00XX; invalid UTF-8 as
@@ -14,11 +23,11 @@ func appendString(dst []byte, s string) []byte {
 	start := 0 // s[start:i] is pending, needs no escaping
 	for i := 0; i < len(s); {
 		c := s[i]
+		if plain[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch c {
 			case '"', '\\':

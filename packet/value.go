@@ -33,9 +33,8 @@ func (k Kind) String() string {
 // or a string. Build one with [Float], [Int], [Uint], [Bool] or [String]; the
 // zero Value is String("").
 //
-// A Value is small (32 bytes on 64-bit targets) and is passed by value; it
-// holds no pointers except the string's, so a []Field of readings costs the
-// garbage collector little.
+// A Value is small (32 bytes on 64-bit targets, 20 on 32-bit ARM) and is
+// passed by value.
 type Value struct {
 	kind Kind
 	prec int8   // KindFloat: digits after the point; -1 = shortest

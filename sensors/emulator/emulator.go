@@ -32,7 +32,9 @@ type Faults struct {
 
 // Device is one emulated slave.
 type Device struct {
-	Slave   byte // 1..247
+	Slave byte // 1..247
+	// Profile is the device's register map; the Emulator reads it for as
+	// long as it runs, so it must not change after New.
 	Profile *profile.Profile
 	Faults  Faults
 }

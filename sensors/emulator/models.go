@@ -329,8 +329,8 @@ func infer(r *profile.Register) model {
 		return m("constant", 0, 0)
 	case has("rain", "precip"):
 		c := m("rain", 0, 25)
-		c.counter = has("total", "accum", "sum", "count", "cumul", "daily") ||
-			(unit == "mm" && !strings.Contains(unit, "/"))
+		// A reading in mm (not mm/h) is an amount: a gauge's total.
+		c.counter = has("total", "accum", "sum", "count", "cumul", "daily") || unit == "mm"
 		return c
 	case has("winddir", "wind_dir", "direction", "heading") || unit == "°" || unit == "deg":
 		return m("angle", 0, 360)

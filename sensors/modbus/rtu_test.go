@@ -411,3 +411,35 @@ func TestCharTimeAndSilence(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitForBusHonoursContext: a caller queued behind a request in
+// progress gives up when its ctx ends, without disturbing that request.
+func TestWaitForBusHonoursContext(t *testing.T) {
+	received, release := make(chan struct{}), make(chan struct{})
+	c := pipeClient(t, 115200, 10*time.Second, func(n int, req []byte) []byte {
+		if n == 0 {
+			close(received)
+			<-release
+		}
+		return modelRTU(req)
+	})
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Read(context.Background(), 1, 3, 0, 1)
+		first <- err
+	}()
+	<-received
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Read(ctx, 2, 3, 0, 1)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for the bus") {
+		t.Fatalf("queued read: got %v, want it to give up waiting for the bus", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the request holding the bus: %v", err)
+	}
+	if st := c.Stats(); st.Requests != 1 || st.Responses != 1 || st.Canceled != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -1,11 +1,16 @@
 package modbus
 
 import (
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"go.bug.st/serial"
 )
 
 // fakeUSBSerial lays out a fake /dev and /sys for a USB serial adapter named
@@ -96,5 +101,65 @@ func TestTuneLatencyTimerBrokenSymlink(t *testing.T) {
 		t.TempDir(), filepath.Join(t.TempDir(), "missing"))
 	if !strings.Contains(logs.String(), "cannot resolve port") {
 		t.Errorf("log %q", logs.String())
+	}
+}
+
+// fakePort mimics go.bug.st/serial's Read: it waits up to the read timeout
+// for data and returns (0, nil) when none came.
+type fakePort struct {
+	serial.Port // not implemented; calling anything else panics
+	data        chan []byte
+	timeout     time.Duration
+}
+
+func (p *fakePort) SetReadTimeout(d time.Duration) error { p.timeout = d; return nil }
+
+func (p *fakePort) Read(b []byte) (int, error) {
+	select {
+	case d := <-p.data:
+		return copy(b, d), nil
+	case <-time.After(p.timeout):
+		return 0, nil
+	}
+}
+
+func TestSerialLinkDeadlines(t *testing.T) {
+	port := &fakePort{data: make(chan []byte, 1)}
+	link := &serialLink{port: port}
+	buf := make([]byte, 8)
+
+	port.data <- []byte{1, 2, 3}
+	if n, err := link.Read(buf); n != 3 || err != nil {
+		t.Fatalf("Read = %d, %v; want 3 bytes", n, err)
+	}
+
+	// The port's (0, nil) on timeout must become a deadline error, or
+	// io.ReadFull would spin forever.
+	link.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	start := time.Now()
+	if _, err := io.ReadFull(link, buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("ReadFull past the deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if d := time.Since(start); d < 25*time.Millisecond || d > hangMargin {
+		t.Fatalf("deadline of 30ms ended the read after %v", d)
+	}
+
+	// A deadline moved from another goroutine (a canceled ctx) ends a
+	// blocked Read that had none.
+	link.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := link.Read(buf)
+		done <- err
+	}()
+	time.Sleep(3 * serialPollSlice) // let the Read block; only makes the test meaningful, not correct
+	link.SetReadDeadline(time.Now())
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("got %v, want os.ErrDeadlineExceeded", err)
+		}
+	case <-time.After(hangMargin):
+		t.Fatal("a blocked Read ignored SetReadDeadline from another goroutine")
 	}
 }

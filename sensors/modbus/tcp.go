@@ -163,7 +163,7 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 		if err := readFull(pdu); err != nil {
 			return nil, err
 		}
-		if false {
+		if tid != t.tid {
 			// A late reply to an earlier request that timed out.
 			stale++
 			t.stats.discarded.Add(uint64(mbapLen + len(pdu)))

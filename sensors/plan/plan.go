@@ -241,3 +241,46 @@ func MaxInsert(items []Item, lim Limits, fill int) []Request {
 func Contiguous(items []Item, lim Limits) []Request {
 	return MaxInsert(items, lim, 0)
 }
+
+// Exhaustive returns the least total Cost over every way of cutting the
+// sorted items of each area into consecutive requests: the reference
+// optimum that tests and benchmarks hold Plan to. It is exponential in the
+// number of items per area (at most 24).
+func Exhaustive(items []Item, lim Limits, c Cost) (time.Duration, error) {
+	if err := Validate(items, lim); err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for _, g := range sorted(items) {
+		n := len(g)
+		if n > 24 {
+			return 0, fmt.Errorf("plan: %d items in one area is too many to enumerate", n)
+		}
+		best := time.Duration(-1)
+		for mask := 0; mask < 1<<(n-1); mask++ {
+			var sum time.Duration
+			ok := true
+			for start, i := 0, 1; i <= n && ok; i++ {
+				if i < n && mask&(1<<(i-1)) == 0 {
+					continue
+				}
+				r := request(g[start:i])
+				end := int(r.Start) + int(r.Count) - 1
+				gapOK := true
+				for k := start + 1; k < i && lim.MaxGap >= 0; k++ {
+					if int(g[k].Address)-g[k-1].end()-1 > lim.MaxGap {
+						gapOK = false
+					}
+				}
+				ok = gapOK && int(r.Count) <= lim.max(r.Area) && !lim.crossesHole(r.Area, int(r.Start), end)
+				sum += c.Request(r.Area, int(r.Count))
+				start = i
+			}
+			if ok && (best < 0 || sum < best) {
+				best = sum
+			}
+		}
+		total += best
+	}
+	return total, nil
+}

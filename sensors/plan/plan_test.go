@@ -123,38 +123,6 @@ func TestPlanBitsAndAreasSeparate(t *testing.T) {
 	}
 }
 
-// bruteForce tries every way to cut the sorted items of one area into
-// consecutive requests and returns the least feasible cost.
-func bruteForce(items []Item, lim Limits, c Cost) time.Duration {
-	g := sorted(items)[0]
-	n := len(g)
-	best := time.Duration(-1)
-	for mask := 0; mask < 1<<(n-1); mask++ {
-		var total time.Duration
-		ok := true
-		start := 0
-		for i := 1; i <= n && ok; i++ {
-			if i == n || mask&(1<<(i-1)) != 0 {
-				seg := g[start:i]
-				end := -1
-				for _, it := range seg {
-					end = max(end, it.end())
-				}
-				span := end - int(seg[0].Address) + 1
-				if span > lim.max(seg[0].Area) || lim.crossesHole(seg[0].Area, int(seg[0].Address), end) {
-					ok = false
-				}
-				total += c.Request(seg[0].Area, span)
-				start = i
-			}
-		}
-		if ok && (best < 0 || total < best) {
-			best = total
-		}
-	}
-	return best
-}
-
 func TestPlanIsOptimalAgainstBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 300 {
@@ -179,7 +147,11 @@ func TestPlanIsOptimalAgainstBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, want := c.Total(reqs), bruteForce(items, lim, c)
+		got := c.Total(reqs)
+		want, err := Exhaustive(items, lim, c)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if got != want {
 			t.Fatalf("trial %d: plan %v costs %v, optimum %v", trial, reqs, got, want)
 		}

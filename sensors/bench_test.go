@@ -1,0 +1,139 @@
+package sensors_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+
+	"fieldlink/internal/testtool"
+	"fieldlink/packet"
+	"fieldlink/sensors"
+	"fieldlink/sensors/emulator"
+	"fieldlink/sensors/plan"
+	"fieldlink/sensors/profile"
+)
+
+var benchTs = flag.Duration("bench.ts", 10*time.Millisecond, "slave turnaround Ts of the emulated devices in BenchmarkPollCycle")
+
+// scattered is the benchmark's device: 20 registers in 5 blocks of 4 with
+// gaps of 6 between blocks (addresses 0-3, 10-13, ... 40-43).
+func scattered(t testing.TB) *profile.Profile {
+	src := "model: bench\ndata_type: Bench\nregisters:\n"
+	for b := range 5 {
+		for k := range 4 {
+			addr := b*10 + k
+			src += fmt.Sprintf("  - {name: R%d, area: holding, address: %d, emulate: {model: walk, min: 0, max: 1000}}\n", addr, addr)
+		}
+	}
+	p, err := profile.Parse("bench-scattered", "bench", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func items(p *profile.Profile) []plan.Item {
+	out := make([]plan.Item, len(p.Registers))
+	for i, r := range p.Registers {
+		out[i] = plan.Item{Area: r.Area, Address: r.Address, Words: r.Words(), Ref: i}
+	}
+	return out
+}
+
+// BenchmarkPlan reports, for the scattered device on a 9600-baud 8E1 line
+// with turnaround -bench.ts, the planned wire time as a ratio to the
+// exhaustive optimum and to Telegraf's max_insert plan (fill 50), and the
+// request counts of each plan.
+func BenchmarkPlan(b *testing.B) {
+	p := scattered(b)
+	its := items(p)
+	cost := plan.Serial(9600, 11, *benchTs)
+	lim := plan.Limits{MaxGap: -1}
+	var reqs []plan.Request
+	for b.Loop() {
+		reqs, _ = plan.Plan(its, lim, cost)
+	}
+	opt, err := plan.Exhaustive(its, lim, cost)
+	if err != nil {
+		b.Fatal(err)
+	}
+	telegraf := plan.MaxInsert(its, lim, 50)
+	contiguous := plan.Contiguous(its, lim)
+	b.ReportMetric(float64(cost.Total(reqs))/float64(opt), "plan/optimal")
+	b.ReportMetric(float64(cost.Total(reqs))/float64(cost.Total(telegraf)), "plan/telegraf")
+	b.ReportMetric(float64(cost.Total(contiguous))/float64(cost.Total(reqs)), "contiguous/plan")
+	b.ReportMetric(float64(len(reqs)), "reqs/device")
+	b.ReportMetric(float64(len(contiguous)), "reqs-contiguous/device")
+	b.ReportMetric(float64(len(its)), "reqs-single/device")
+}
+
+// BenchmarkPollCycle polls 10 emulated devices × 20 scattered registers on
+// a 9600-baud 8E1 serial line (socat pty pair, the emulator replying with
+// wire-accurate timing and turnaround -bench.ts) and reports the poll-cycle
+// time divided by the wire-time lower bound of the requests sent,
+// Σ[(13+2N)·tc + 2·t3.5 + Ts], once with the planner and once with
+// contiguous-only merging, side by side.
+func BenchmarkPollCycle(b *testing.B) {
+	a, pb := testtool.PtyPair(b)
+	p := scattered(b)
+	var devs []emulator.Device
+	var specs []sensors.DeviceSpec
+	for i := range 10 {
+		devs = append(devs, emulator.Device{Slave: byte(i + 1), Profile: p, Faults: emulator.Faults{Turnaround: *benchTs}})
+		specs = append(specs, sensors.DeviceSpec{Name: fmt.Sprintf("d%d", i+1), Slave: byte(i + 1), Profile: p, Interval: time.Hour})
+	}
+	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	port, err := emulator.OpenSerial(a, 9600, 'E', 8, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = emu.ServeRTU(ctx, port, 9600, 11) }()
+	b.Cleanup(func() { cancel(); <-done; port.Close() })
+	client := open(b, "rtu://"+pb+"?baud=9600&parity=E", time.Second)
+	cost := plan.Serial(9600, 11, *benchTs)
+
+	for _, mode := range []struct {
+		name   string
+		maxGap int
+	}{{"planned", -1}, {"contiguous", 0}} {
+		b.Run(mode.name, func(b *testing.B) {
+			bus, err := sensors.NewBus("bench", client, specs, sensors.BusOptions{Cost: cost, MaxGap: mode.maxGap})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var bound time.Duration
+			nreq := 0
+			for _, reqs := range bus.Requests() {
+				bound += cost.Total(reqs)
+				nreq += len(reqs)
+			}
+			failed := 0
+			start := time.Now()
+			cycles := 0
+			for b.Loop() {
+				bus.PollAll(context.Background(), func(_ *packet.Packet, err error) {
+					if err != nil {
+						failed++
+					}
+				})
+				cycles++
+			}
+			elapsed := time.Since(start)
+			if failed > 0 {
+				b.Fatalf("%d polls failed", failed)
+			}
+			perCycle := elapsed / time.Duration(cycles)
+			b.ReportMetric(float64(perCycle)/float64(bound), "cycle/bound")
+			b.ReportMetric(perCycle.Seconds()*1000, "ms/cycle")
+			b.ReportMetric(bound.Seconds()*1000, "bound-ms/cycle")
+			b.ReportMetric(float64(nreq), "reqs/cycle")
+		})
+	}
+}
