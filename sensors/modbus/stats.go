@@ -9,9 +9,10 @@ import (
 )
 
 // Stats counts what a [Client] did since it was made. Every call to
-// [Client.Read] that passes validation ends up in exactly one of Responses,
-// Timeouts, CRCErrors, FrameErrors, IOErrors and Canceled; Exceptions is a
-// part of Responses. Requests counts only what reached the wire.
+// [Client.Read] that passes validation on an open Client ends up in exactly
+// one of Responses, Timeouts, CRCErrors, FrameErrors, IOErrors and Canceled;
+// Exceptions is a part of Responses. Requests counts only what reached the
+// wire.
 type Stats struct {
 	Requests      uint64 // requests written to the link
 	Responses     uint64 // well-formed replies: data or a Modbus exception

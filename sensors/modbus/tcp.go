@@ -106,6 +106,9 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 	n, err := conn.Write(req)
 	t.stats.sent.Add(uint64(n))
 	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("modbus: %s: not sent: %w", r, ctxErr)
+		}
 		return nil, fmt.Errorf("modbus: %s: write request: %w", r, err)
 	}
 	t.stats.requests.Add(1)
