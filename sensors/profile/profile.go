@@ -173,9 +173,11 @@ type Emulate struct {
 	// wind with gusts), rain (dry spells and showers; a counter if Counter),
 	// drift (slow drift with rare spikes, for gases), walk (bounded random
 	// walk), constant, angle (0–360 wrapping walk).
-	Model string  `yaml:"model"`
-	Min   float64 `yaml:"min"`
-	Max   float64 `yaml:"max"`
+	Model string `yaml:"model"`
+	// Min and Max bound the value; for the rain model they bound the shower
+	// intensity in mm/h, whether or not Counter accumulates it.
+	Min float64 `yaml:"min"`
+	Max float64 `yaml:"max"`
 	// Spike is the chance per minute of a short excursion towards Max (gas
 	// alarms); 0 means never.
 	Spike float64 `yaml:"spike"`

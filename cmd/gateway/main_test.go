@@ -1,0 +1,353 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"fieldlink/internal/testtool"
+	"fieldlink/packet"
+	"fieldlink/sensors/emulator"
+	"fieldlink/sensors/profile"
+)
+
+// gw runs the gateway's command line in-process.
+func gw(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = realMain(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageAndVersion(t *testing.T) {
+	if code, out, _ := gw(t, "help"); code != 0 || !strings.Contains(out, "gateway demo") || !strings.Contains(out, "gateway poll") {
+		t.Fatalf("help: %d %s", code, out)
+	}
+	if code, out, _ := gw(t, "version"); code != 0 || !strings.HasPrefix(out, "fieldlink gateway ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+	if code, _, errOut := gw(t, "frobnicate"); code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Fatalf("unknown command: %d %s", code, errOut)
+	}
+}
+
+func TestInitWritesStartersThatCheck(t *testing.T) {
+	for _, kind := range []string{"farm", "mine"} {
+		file := filepath.Join(t.TempDir(), kind+".yaml")
+		if code, _, errOut := gw(t, "init", "--kind", kind, "-o", file); code != 0 {
+			t.Fatalf("init %s: %s", kind, errOut)
+		}
+		code, out, errOut := gw(t, "check", "-c", file)
+		if code != 0 || !strings.Contains(out, "ok:") {
+			t.Fatalf("check %s: %d\n%s\n%s", kind, code, out, errOut)
+		}
+		if code, _, errOut := gw(t, "init", "--kind", kind, "-o", file); code == 0 || !strings.Contains(errOut, "not overwriting") {
+			t.Fatalf("init must not overwrite: %s", errOut)
+		}
+	}
+	if code, _, errOut := gw(t, "init", "--kind", "factory"); code == 0 || !strings.Contains(errOut, "valid: farm, mine") {
+		t.Fatalf("init bad kind: %s", errOut)
+	}
+}
+
+func TestCheckListsEveryErrorWithLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "site.yaml")
+	src := `site: {id: "001", id_field: FarmID}
+gateway: {id: gw-01}
+buses:
+  - name: a
+    url: rtu:///dev/ttyUSB0?baud=fast
+    devices:
+      - {name: w, profile: generic-wind-speed, slave: 0, intervl: 5s}
+`
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := gw(t, "check", "-c", file)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	for _, want := range []string{
+		file + ":1:29: site.id_field: must be FarmId or MineId",
+		file + ":5:10: buses[0].url:",
+		file + ":7:58: buses[0].devices[0].intervl: unknown field",
+		file + ":7:55: buses[0].devices[0].slave: must be 1..247",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("check output lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+// serve starts the emulator with the named profiles as slaves 1, 2, ...
+func serve(t *testing.T, rtu bool, names ...string) (*emulator.Emulator, string) {
+	t.Helper()
+	set, err := loadProfiles("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []emulator.Device
+	for i, n := range names {
+		devs = append(devs, emulator.Device{Slave: byte(i + 1), Profile: set[n]})
+	}
+	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if rtu {
+			_ = emu.ServeRTUOverTCP(ctx, ln)
+		} else {
+			_ = emu.ServeTCP(ctx, ln)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return emu, ln.Addr().String()
+}
+
+func writeSite(t *testing.T, src string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "site.yaml")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func TestPollPrintsOnePacketPerDevice(t *testing.T) {
+	_, addr := serve(t, true, "generic-mine-methane", "generic-mine-oxygen", "renke-rs-ws-n01")
+	file := writeSite(t, fmt.Sprintf(`site: {id: "M7", id_field: MineId, timezone: Asia/Shanghai}
+gateway: {id: gw-9}
+packet: {values: number}
+buses:
+  - name: face
+    url: rtuovertcp://%s?baud=9600
+    timeout: 200ms
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1}
+      - {name: o2-1,  profile: generic-mine-oxygen,  slave: 2}
+      - {name: th-1,  profile: renke-rs-ws-n01,      slave: 3}
+`, addr))
+	code, out, errOut := gw(t, "poll", "-c", file)
+	if code != 0 {
+		t.Fatalf("poll: %d %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines:\n%s", len(lines), out)
+	}
+	seen := map[string]bool{}
+	for _, l := range lines {
+		p, err := packet.Decode([]byte(l))
+		if err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		seen[p.DeviceID] = true
+		if p.SiteID != "M7" || p.IDField != "MineId" || p.GatewayID != "gw-9" || p.Seq == 0 {
+			t.Fatalf("head: %s", l)
+		}
+		if !strings.Contains(l, `"DataBody":{"`) || strings.Contains(l, `":"0.`) {
+			t.Fatalf("number mode should print bare numbers: %s", l)
+		}
+	}
+	if !seen["ch4-1"] || !seen["o2-1"] || !seen["th-1"] {
+		t.Fatalf("devices %v", seen)
+	}
+
+	// A device that does not answer: the others still print, the exit code
+	// says something failed, stderr names the device.
+	file = writeSite(t, strings.Replace(mustRead(t, file), "slave: 3}", "slave: 9}", 1))
+	code, out, errOut = gw(t, "poll", "-c", file)
+	if code != 1 || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "device th-1 (slave 9 on bus face)") {
+		t.Fatalf("dead device: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+}
+
+func mustRead(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// pymodbus, a Modbus implementation nobody here wrote, answers gateway read.
+func TestReadAgainstPymodbus(t *testing.T) {
+	py := testtool.RequirePython(t, "pymodbus", "python3-pymodbus")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "../../sensors/modbus/testdata/pymodbus_server.py", "--tcp", fmt.Sprint(port))
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = cmd.Wait() }()
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "READY") {
+				ready <- true
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("pymodbus server exited before READY")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("pymodbus server not ready in 20s")
+	}
+	url := fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	code, out, errOut := gw(t, "read", "-url", url, "-slave", "2", "-area", "input", "-address", "10", "-count", "3")
+	if code != 0 || out != "[10]: 2510\n[11]: 2511\n[12]: 2512\n" {
+		t.Fatalf("read: %d %q %s", code, out, errOut)
+	}
+	// Registers 3 and 4 of slave 1 hold 1003, 1004: as uint32 ABCD that is
+	// 1003<<16 | 1004, as CDAB 1004<<16 | 1003.
+	code, out, _ = gw(t, "read", "-url", url, "-slave", "1", "-address", "3", "-type", "uint32", "-order", "CDAB")
+	if code != 0 || out != fmt.Sprintf("[3]: %d\n", 1004<<16|1003) {
+		t.Fatalf("read uint32 CDAB: %q", out)
+	}
+	code, _, errOut = gw(t, "read", "-url", url, "-slave", "1", "-address", "500")
+	if code != 1 || !strings.Contains(errOut, "illegal data address") {
+		t.Fatalf("read past the map: %d %s", code, errOut)
+	}
+	code, out, _ = gw(t, "read", "-url", url, "-slave", "1", "-area", "coil", "-address", "0", "-count", "4")
+	if code != 0 || out != "[0]: true\n[1]: false\n[2]: false\n[3]: true\n" {
+		t.Fatalf("read coils: %q", out)
+	}
+}
+
+// mbpoll, a reference Modbus master, reads the project's emulator.
+func TestMbpollReadsTheEmulator(t *testing.T) {
+	mbpoll := testtool.Require(t, "mbpoll", "mbpoll")
+	p, err := profile.Parse("const", "const.yaml", []byte(`
+model: const
+data_type: Test
+registers:
+  - {name: A, area: holding, address: 0, emulate: {model: constant, min: 1234, max: 1234}}
+  - {name: B, area: holding, address: 1, type: int16, emulate: {model: constant, min: -5, max: -5}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu, err := emulator.New([]emulator.Device{{Slave: 7, Profile: p}}, emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = emu.ServeTCP(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	port := ln.Addr().(*net.TCPAddr).Port
+	// mbpoll numbers registers from 1: -r 1 is address 0.
+	out, err := exec.Command(mbpoll, "-m", "tcp", "-p", fmt.Sprint(port), "-a", "7", "-r", "1", "-c", "2", "-t", "4", "-1", "127.0.0.1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mbpoll: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "[1]: \t1234") || !strings.Contains(string(out), "[2]: \t65531 (-5)") {
+		t.Fatalf("mbpoll output:\n%s", out)
+	}
+}
+
+func TestScanFindsSlaves(t *testing.T) {
+	_, addr := serve(t, true, "generic-wind-speed", "generic-mine-methane", "generic-mine-oxygen")
+	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-5", "-timeout", "50ms")
+	if code != 0 {
+		t.Fatalf("scan: %d %s", code, errOut)
+	}
+	for _, id := range []string{"found slave 1 ", "found slave 2 ", "found slave 3 "} {
+		if !strings.Contains(out, id) {
+			t.Fatalf("scan output lacks %q:\n%s", id, out)
+		}
+	}
+	if strings.Contains(out, "found slave 4") || strings.Contains(out, "found slave 5") {
+		t.Fatalf("phantom slaves:\n%s", out)
+	}
+}
+
+// On a serial line, scan finds the baud rate a device listens at.
+func TestScanFindsBaudOnPty(t *testing.T) {
+	a, b := testtool.PtyPair(t)
+	set, _ := loadProfiles("")
+	emu, err := emulator.New([]emulator.Device{{Slave: 4, Profile: set["generic-wind-speed"]}}, emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := emulator.OpenSerial(a, 19200, 'N', 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = emu.ServeRTU(ctx, port, 19200, 10) }()
+	defer func() { cancel(); <-done; port.Close() }()
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+b, "-slaves", "3-5", "-bauds", "19200", "-timeout", "100ms")
+	if code != 0 || !strings.Contains(out, "found slave 4 ") || !strings.Contains(out, "19200 8N1") {
+		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+func TestEmulateRefusesNonLoopback(t *testing.T) {
+	code, _, errOut := gw(t, "emulate", "--profile", "generic-wind-speed", "--listen", "tcp://0.0.0.0:0")
+	if code != 1 || !strings.Contains(errOut, "not a loopback address") {
+		t.Fatalf("%d %s", code, errOut)
+	}
+}
+
+func TestDemoPrintsFarmAndMinePackets(t *testing.T) {
+	code, out, errOut := gw(t, "demo", "-duration", "2500ms")
+	if code != 0 {
+		t.Fatalf("demo: %d %s", code, errOut)
+	}
+	var farm, mine int
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		p, err := packet.Decode([]byte(l))
+		if err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		switch p.IDField {
+		case "FarmId":
+			farm++
+		case "MineId":
+			mine++
+		}
+	}
+	if farm < 6 || mine < 5 {
+		t.Fatalf("farm %d, mine %d packets\n%s", farm, mine, errOut)
+	}
+	if !strings.Contains(errOut, "HEALTH") || !strings.Contains(errOut, "ch4-1") {
+		t.Fatalf("no summary:\n%s", errOut)
+	}
+}
