@@ -127,10 +127,10 @@ func TestScaleOffsetPrecision(t *testing.T) {
 		wire []byte
 		want string
 	}{
-		{Register{Type: Int16, Scale: &scale}, []byte{0xFF, 0x9C}, "-10.0"},   // -100 × 0.1
-		{Register{Type: Uint16, Scale: &scale}, []byte{0x00, 0xFD}, "25.3"},   // 253 × 0.1
-		{Register{Type: Uint16, Scale: &scale2}, []byte{0x00, 0x05}, "1.25"},  // default precision from the scale
-		{Register{Type: Uint16, Offset: -40}, []byte{0x00, 0x41}, "25"},       // 65 − 40
+		{Register{Type: Int16, Scale: &scale}, []byte{0xFF, 0x9C}, "-10.0"},  // -100 × 0.1
+		{Register{Type: Uint16, Scale: &scale}, []byte{0x00, 0xFD}, "25.3"},  // 253 × 0.1
+		{Register{Type: Uint16, Scale: &scale2}, []byte{0x00, 0x05}, "1.25"}, // default precision from the scale
+		{Register{Type: Uint16, Offset: -40}, []byte{0x00, 0x41}, "25"},      // 65 − 40
 		{Register{Type: Uint16, Scale: &scale, Precision: &prec}, []byte{0x00, 0x01}, "0.100"},
 		{Register{Type: Uint64}, []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, "18446744073709551615"}, // exact, no float
 	} {
