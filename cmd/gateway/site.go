@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -155,5 +154,3 @@ func (s *site) status() []sensors.DeviceStatus {
 	}
 	return out
 }
-
-var errDevicesFailed = errors.New("devices failed")
