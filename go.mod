@@ -10,5 +10,7 @@ require (
 
 require (
 	github.com/goburrow/serial v0.1.0 // indirect
-	golang.org/x/sys v0.43.0 // indirect
+	go.etcd.io/bbolt v1.5.0 // indirect
+	golang.org/x/sys v0.45.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -64,6 +64,17 @@ func BenchmarkPlan(b *testing.B) {
 	b.ReportMetric(float64(cost.Total(reqs))/float64(opt), "plan/optimal")
 	b.ReportMetric(float64(cost.Total(reqs))/float64(cost.Total(telegraf)), "plan/telegraf")
 	b.ReportMetric(float64(cost.Total(contiguous))/float64(cost.Total(reqs)), "contiguous/plan")
+	// A second map where Telegraf's fixed fill of 50 hurts: blocks 30
+	// registers apart on a fast-turnaround line (break-even gap 10).
+	var wide []plan.Item
+	for k := range 5 {
+		for j := range 4 {
+			wide = append(wide, plan.Item{Area: profile.Holding, Address: uint16(k*34 + j), Words: 1, Ref: len(wide)})
+		}
+	}
+	fast := plan.Serial(9600, 11, 0)
+	wideReqs, _ := plan.Plan(wide, lim, fast)
+	b.ReportMetric(float64(fast.Total(wideReqs))/float64(fast.Total(plan.MaxInsert(wide, lim, 50))), "plan/telegraf-gap30")
 	b.ReportMetric(float64(len(reqs)), "reqs/device")
 	b.ReportMetric(float64(len(contiguous)), "reqs-contiguous/device")
 	b.ReportMetric(float64(len(its)), "reqs-single/device")
