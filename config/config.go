@@ -122,7 +122,10 @@ type ProfileSource func(dir string) (profile.Set, error)
 // Parse is Load on data already read.
 func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 	c := &Config{File: file}
-	doc, _ := yamlconf.Decode(file, data, c)
+	doc, err := yamlconf.Decode(file, data, c)
+	if doc.Broken() {
+		return nil, err
+	}
 	c.defaults()
 	dir := c.ProfilesDir
 	if dir != "" && !strings.HasPrefix(dir, "/") {

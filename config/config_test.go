@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,8 +76,8 @@ func TestLoadGoodFillsDefaults(t *testing.T) {
 	if c.Buses[0].Timeout != 300*time.Millisecond || c.Buses[1].Timeout != time.Second {
 		t.Fatalf("timeouts: %v, %v", c.Buses[0].Timeout, c.Buses[1].Timeout)
 	}
-	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "baud 4800") || !strings.Contains(c.Warnings[0], "site.yaml:7") {
-		t.Fatalf("want one warning about the profile's 4800 baud at line 7, got %q", c.Warnings)
+	if len(c.Warnings) != 2 || !strings.Contains(c.Warnings[0], "baud 4800") || !strings.HasPrefix(c.Warnings[0], "site.yaml:8:") {
+		t.Fatalf("want a warning about the profile's 4800 baud for each serial device, from line 8, got %q", c.Warnings)
 	}
 	if c.DeviceCount() != 4 {
 		t.Fatalf("DeviceCount = %d", c.DeviceCount())
@@ -87,23 +89,23 @@ func TestErrorsNameFileLineAndField(t *testing.T) {
 	for _, tc := range []struct {
 		name, old, new, want string
 	}{
-		{"unknown key", "slave: 2}", "slave: 2, intervall: 5s}", "site.yaml:9:52: buses[0].devices[1].intervall: unknown field \"intervall\" (did you mean \"interval\"?)"},
+		{"unknown key", "slave: 2}", "slave: 2, intervall: 5s}", "site.yaml:9:55: buses[0].devices[1].intervall: unknown field \"intervall\" (did you mean \"interval\"?)"},
 		{"wrong type", "slave: 2}", "slave: two}", "site.yaml:9:52: buses[0].devices[1].slave: expected a whole number, got \"two\""},
-		{"bad duration", "timeout: 300ms", "timeout: 300", "site.yaml:5:14: buses[0].timeout: expected a duration such as 500ms or 5s, got \"300\""},
+		{"bad duration", "timeout: 300ms", "timeout: 300", "site.yaml:6:14: buses[0].timeout: expected a duration such as 500ms or 5s, got \"300\""},
 		{"missing required", "{name: anemometer-2, profile: wind, slave: 2}", "{name: anemometer-2, slave: 2}", "site.yaml:9:9: buses[0].devices[1].profile: missing required field \"profile\""},
 		{"impossible value", "slave: 2}", "slave: 300}", "site.yaml:9:52: buses[0].devices[1].slave: must be 1..247"},
 		{"duplicate slave", "slave: 2}", "slave: 1}", "buses[0].devices[1].slave: slave 1 is already used on this bus by devices[0]"},
-		{"duplicate device name", "name: wind-tcp", "name: anemometer-1", "site.yaml:13:17: buses[1].devices[0].name: name \"anemometer-1\" is already used by buses[0].devices[0].name"},
-		{"unknown profile", "profile: wind, slave: 2", "profile: wnd, slave: 2", "site.yaml:9:38: buses[0].devices[1].profile: unknown profile \"wnd\" (known: nmea-wind, wind)"},
+		{"duplicate device name", "name: wind-tcp", "name: anemometer-1", "site.yaml:13:16: buses[1].devices[0].name: name \"anemometer-1\" is already used by buses[0].devices[0].name"},
+		{"unknown profile", "profile: wind, slave: 2", "profile: wnd, slave: 2", "site.yaml:9:39: buses[0].devices[1].profile: unknown profile \"wnd\" (known: nmea-wind, wind)"},
 		{"line profile on a bus", "profile: wind, slave: 2", "profile: nmea-wind, slave: 2", "buses[0].devices[1].profile: profile \"nmea-wind\" is a line (serial text) profile"},
 		{"bad url scheme", "tcp://127.0.0.1:1502", "udp://127.0.0.1:1502", "site.yaml:11:10: buses[1].url: "},
 		{"bad url key", "stop_bits=1", "stopbits=1", "buses[0].url: "},
-		{"id field", "id_field: MineId", "id_field: PlantId", "site.yaml:1:32: site.id_field: must be FarmId or MineId, got \"PlantId\""},
-		{"time zone", "Asia/Shanghai", "Asia/Shanghia", "site.yaml:1:50: site.timezone: unknown time zone \"Asia/Shanghia\""},
+		{"id field", "id_field: MineId", "id_field: PlantId", "site.yaml:1:29: site.id_field: must be FarmId or MineId, got \"PlantId\""},
+		{"time zone", "Asia/Shanghai", "Asia/Shanghia", "site.yaml:1:47: site.timezone: unknown time zone \"Asia/Shanghia\""},
 		{"serial url", "serial:///dev/ttyS1?baud=4800", "serial:///dev/ttyS1?baud=fast", "serial_sensors[0].url: serial URL"},
 		{"interval too short", "interval: 5s, data_type", "interval: 1ms, data_type", "buses[0].devices[0].interval: must be at least 100ms"},
-		{"list expected", "devices:\n      - {name: wind-tcp", "devices: wind-tcp\n      - {name: wind-tcp", "site.yaml:"},
-		{"yaml syntax", "gateway: {id: gw-01}", "gateway: {id: gw-01", "site.yaml:"},
+		{"list expected", "devices:\n      - {name: wind-tcp", "devices: wind-tcp\n      - {name: wind-tcp", "site.yaml:13:1: invalid YAML: mapping values are not allowed"},
+		{"yaml syntax", "gateway: {id: gw-01}", "gateway: {id: gw-01", "site.yaml:1:1: invalid YAML: did not find expected ',' or '}'"},
 		{"values", "gateway: {id: gw-01}", "gateway: {id: gw-01}\npacket: {values: numbers}", "packet.values: must be strings or number"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,5 +150,36 @@ func TestNothingToPoll(t *testing.T) {
 	_, err = Parse("s.yaml", []byte("gateway: {id: g}\nbuses: []\n"), testProfiles)
 	if err == nil || !strings.Contains(err.Error(), `s.yaml:1:1: site: missing required field "site"`) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestProfilesDirRelativeToSiteFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "profiles"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	over := strings.Replace(windProfile, "scale: 0.1", "scale: 0.01", 1)
+	if err := os.WriteFile(filepath.Join(dir, "profiles", "wind.yaml"), []byte(over), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := func(d string) (profile.Set, error) {
+		base, _ := testProfiles("")
+		site, err := profile.Load(nil, d)
+		for k, v := range site {
+			base[k] = v
+		}
+		return base, err
+	}
+	site := filepath.Join(dir, "site.yaml")
+	c, err := Parse(site, []byte("profiles_dir: profiles\n"+good), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *c.Profiles["wind"].Registers[0].Scale; got != 0.01 {
+		t.Fatalf("site profile did not override the embedded one: scale %v", got)
+	}
+	_, err = Parse(site, []byte("profiles_dir: nowhere\n"+good), src)
+	if err == nil || !strings.Contains(err.Error(), "site.yaml:1:15: profiles_dir:") {
+		t.Fatalf("missing profiles_dir: %v", err)
 	}
 }

@@ -80,10 +80,15 @@ type pos struct{ line, col int }
 // Doc remembers where each field of a decoded file was written, and collects
 // errors against those positions.
 type Doc struct {
-	File string
-	pos  map[string]pos
-	errs Errors
+	File   string
+	pos    map[string]pos
+	errs   Errors
+	broken bool // the file is not YAML, or empty: nothing was decoded
 }
+
+// Broken reports whether the file could not be parsed at all, so that
+// checks of its content would only add noise.
+func (d *Doc) Broken() bool { return d.broken }
 
 // Decode parses data (read from file) strictly into v, a pointer to a struct.
 // The returned Doc is never nil, so callers can go on validating and report
@@ -93,6 +98,7 @@ func Decode(file string, data []byte, v any) (*Doc, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		d.errs = append(d.errs, syntaxError(file, err))
+		d.broken = true
 		return d, d.Err()
 	}
 	rv := reflect.ValueOf(v)
@@ -101,6 +107,7 @@ func Decode(file string, data []byte, v any) (*Doc, error) {
 	}
 	if len(root.Content) == 0 {
 		d.errs = append(d.errs, &Error{File: file, Msg: "file is empty"})
+		d.broken = true
 		return d, d.Err()
 	}
 	d.decode(root.Content[0], rv.Elem(), "")

@@ -33,7 +33,10 @@ func (s Set) Names() []string {
 // without extension and source where it came from (for messages).
 func Parse(name, source string, data []byte) (*Profile, error) {
 	p := &Profile{Name: name, Source: source}
-	doc, _ := yamlconf.Decode(source, data, p)
+	doc, err := yamlconf.Decode(source, data, p)
+	if doc.Broken() {
+		return nil, err
+	}
 	p.validate(doc)
 	if err := doc.Err(); err != nil {
 		return nil, err
