@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -350,4 +351,51 @@ func TestDemoPrintsFarmAndMinePackets(t *testing.T) {
 	if !strings.Contains(errOut, "HEALTH") || !strings.Contains(errOut, "ch4-1") {
 		t.Fatalf("no summary:\n%s", errOut)
 	}
+}
+
+// gateway emulate on one end of a pty pair answers gateway read on the other.
+func TestEmulateServesASerialLine(t *testing.T) {
+	a, b := testtool.PtyPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var errb syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cmdEmulate(ctx, []string{"--profile", "generic-mine-methane@5", "--serial", a, "--baud", "19200", "--parity", "E", "--log-level", "warn"}, &bytes.Buffer{}, &errb)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("emulate: %v", err)
+		}
+	}()
+	testtool.WaitFor(t, 5*time.Second, "the emulator to open its port", func() bool {
+		return strings.Contains(errb.String(), "serving RTU")
+	})
+	code, out, errOut := gw(t, "read", "-url", "rtu://"+b+"?baud=19200&parity=E", "-slave", "5", "-address", "0")
+	if code != 0 || !strings.HasPrefix(out, "[0]: ") {
+		t.Fatalf("read: %d %q %s", code, out, errOut)
+	}
+	code, _, errOut = gw(t, "read", "-url", "rtu://"+b+"?baud=19200&parity=E", "-slave", "6", "-timeout", "100ms")
+	if code != 1 || !strings.Contains(errOut, "slave 6") {
+		t.Fatalf("absent slave: %d %s", code, errOut)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from one goroutine and read
+// from another.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
