@@ -29,6 +29,8 @@ type Config struct {
 	Buses         []Bus          `yaml:"buses"`
 	SerialSensors []SerialSensor `yaml:"serial_sensors"`
 	Packet        Packet         `yaml:"packet"`
+	Buffer        Buffer         `yaml:"buffer"`
+	Uplink        *Uplink        `yaml:"uplink"`
 
 	// File is the path the config was loaded from.
 	File string `yaml:"-"`
@@ -142,6 +144,7 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 	}
 	c.Profiles = set
 	c.validate(doc)
+	c.validateNorth(doc)
 	if err := doc.Err(); err != nil {
 		return nil, err
 	}

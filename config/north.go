@@ -1,0 +1,353 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"fieldlink/yamlconf"
+)
+
+// Buffer is where packets wait until an upstream acknowledged them.
+type Buffer struct {
+	// Path of the bbolt file; default /var/lib/fieldlink/buffer.db.
+	Path string `yaml:"path"`
+	// Durability: always (default: fsync before a packet counts as taken)
+	// or interval (commit at least every sync_every; bounded loss window,
+	// far fewer writes to the SD card).
+	Durability string        `yaml:"durability"`
+	SyncEvery  time.Duration `yaml:"sync_every"`
+	// MaxBytes bounds the live packets; default 256MiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MaxAge drops packets older than this; 0 keeps them until delivered.
+	MaxAge time.Duration `yaml:"max_age"`
+	// WhenFull: drop_oldest (default) or reject_new.
+	WhenFull string `yaml:"when_full"`
+	// Order of replay after an outage: oldest_first (default) or
+	// newest_first. Alarms always go first.
+	Order string `yaml:"order"`
+}
+
+// DefaultBufferPath is where the packaged gateway keeps its buffer.
+const DefaultBufferPath = "/var/lib/fieldlink/buffer.db"
+
+// ByteSize is a size in bytes, written as 1048576, 512KiB, 256MiB or 1GiB
+// (KB, MB, GB are taken as powers of 1000).
+type ByteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+
+// UnmarshalText parses a size with an optional unit.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("expected a size such as 256MiB or 1GiB, got %q", text)
+	}
+	*b = ByteSize(n * float64(mult))
+	return nil
+}
+
+// Uplink is where packets go.
+type Uplink struct {
+	// Selector is the strategy that picks an upstream for each delivery;
+	// default p2c_ewma.
+	Selector string `yaml:"selector"`
+	Probe    Probe  `yaml:"probe"`
+	// Window is how many publishes may await an ack per upstream; default 64.
+	Window int `yaml:"window"`
+	// Batch is how many packets one HTTP POST carries at most; default 50.
+	Batch     int        `yaml:"batch"`
+	Upstreams []Upstream `yaml:"upstreams"`
+	Registry  *Registry  `yaml:"registry"`
+}
+
+// Probe sets the latency probes.
+type Probe struct {
+	Interval time.Duration `yaml:"interval"` // default 10s
+	Timeout  time.Duration `yaml:"timeout"`  // default 2s
+}
+
+// Upstream is one MQTT broker or HTTP ingest endpoint.
+type Upstream struct {
+	// URL: mqtt://host:1883, mqtts://host:8883, http://… or https://…
+	URL string `yaml:"url,required"`
+	// Topic template for MQTT; {site}, {gateway}, {data_type}, {device}.
+	Topic string `yaml:"topic"`
+	// QoS for MQTT: 1 (default) or 0.
+	QoS    *int `yaml:"qos"`
+	Weight int  `yaml:"weight"` // for weighted strategies; default 1
+	TLS    *TLS `yaml:"tls"`
+	// Username and the password's source: a file (first line) or an
+	// environment variable. Passwords are never logged.
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	// Health is an HTTP URL probed for latency instead of a TCP connect.
+	Health string      `yaml:"health"`
+	Load   *LoadSource `yaml:"load"`
+}
+
+// TLS for an upstream. The server is verified against CA (or the system
+// roots) by default; Cert and Key give a client certificate.
+type TLS struct {
+	CA                 string `yaml:"ca"`
+	Cert               string `yaml:"cert"`
+	Key                string `yaml:"key"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// LoadSource is where an upstream publishes its load report.
+type LoadSource struct {
+	URL      string        `yaml:"url"`   // polled HTTP JSON endpoint
+	Topic    string        `yaml:"topic"` // or a retained MQTT topic on the same broker
+	Interval time.Duration `yaml:"interval"`
+}
+
+// Registry returns the upstream list.
+type Registry struct {
+	URL     string        `yaml:"url,required"`
+	Refresh time.Duration `yaml:"refresh"` // default 5m
+}
+
+// SelectorNames are the strategies the selector knows; set by the wiring so
+// that config need not import the selector.
+var SelectorNames = []string{"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt"}
+
+func (c *Config) validateNorth(doc *yamlconf.Doc) {
+	b := &c.Buffer
+	if b.Path == "" {
+		b.Path = DefaultBufferPath
+	} else if !strings.HasPrefix(b.Path, "/") {
+		if i := strings.LastIndexByte(c.File, '/'); i >= 0 {
+			b.Path = c.File[:i+1] + b.Path
+		}
+	}
+	switch b.Durability {
+	case "":
+		b.Durability = "always"
+	case "always", "interval":
+	default:
+		doc.Errorf("buffer.durability", "must be always or interval, got %q", b.Durability)
+	}
+	if b.SyncEvery == 0 {
+		b.SyncEvery = time.Second
+	} else if b.Durability != "interval" {
+		doc.Errorf("buffer.sync_every", "applies only with durability: interval")
+	}
+	if b.SyncEvery < time.Millisecond || b.SyncEvery > time.Minute {
+		doc.Errorf("buffer.sync_every", "must be between 1ms and 1m, got %v", b.SyncEvery)
+	}
+	if b.MaxBytes == 0 {
+		b.MaxBytes = 256 << 20
+	} else if b.MaxBytes < 64<<10 {
+		doc.Errorf("buffer.max_bytes", "must be at least 64KiB, got %d bytes", b.MaxBytes)
+	}
+	if b.MaxAge < 0 {
+		doc.Errorf("buffer.max_age", "must not be negative")
+	}
+	switch b.WhenFull {
+	case "":
+		b.WhenFull = "drop_oldest"
+	case "drop_oldest", "reject_new":
+	default:
+		doc.Errorf("buffer.when_full", "must be drop_oldest or reject_new, got %q", b.WhenFull)
+	}
+	switch b.Order {
+	case "":
+		b.Order = "oldest_first"
+	case "oldest_first", "newest_first":
+	default:
+		doc.Errorf("buffer.order", "must be oldest_first or newest_first, got %q", b.Order)
+	}
+
+	u := c.Uplink
+	if u == nil {
+		return
+	}
+	if u.Selector == "" {
+		u.Selector = "p2c_ewma"
+	}
+	if !contains(SelectorNames, u.Selector) {
+		doc.Errorf("uplink.selector", "unknown selector %q (valid: %s)", u.Selector, strings.Join(SelectorNames, ", "))
+	}
+	if u.Probe.Interval == 0 {
+		u.Probe.Interval = 10 * time.Second
+	}
+	if u.Probe.Timeout == 0 {
+		u.Probe.Timeout = 2 * time.Second
+	}
+	if u.Probe.Interval < 100*time.Millisecond {
+		doc.Errorf("uplink.probe.interval", "must be at least 100ms, got %v", u.Probe.Interval)
+	}
+	if u.Probe.Timeout <= 0 || u.Probe.Timeout > u.Probe.Interval {
+		doc.Errorf("uplink.probe.timeout", "must be positive and at most the interval (%v), got %v", u.Probe.Interval, u.Probe.Timeout)
+	}
+	if u.Window == 0 {
+		u.Window = 64
+	}
+	if u.Window < 1 || u.Window > 65535 {
+		doc.Errorf("uplink.window", "must be 1..65535, got %d", u.Window)
+	}
+	if u.Batch == 0 {
+		u.Batch = 50
+	}
+	if u.Batch < 1 || u.Batch > 10000 {
+		doc.Errorf("uplink.batch", "must be 1..10000, got %d", u.Batch)
+	}
+	if len(u.Upstreams) == 0 && u.Registry == nil {
+		doc.Errorf("uplink.upstreams", "give at least one upstream, or a registry")
+	}
+	if len(u.Upstreams) > 64 {
+		doc.Errorf("uplink.upstreams", "at most 64 upstreams, got %d", len(u.Upstreams))
+	}
+	seen := map[string]int{}
+	for i := range u.Upstreams {
+		up := &u.Upstreams[i]
+		f := fmt.Sprintf("uplink.upstreams[%d]", i)
+		scheme, err := UpstreamScheme(up.URL)
+		if err != nil && up.URL != "" {
+			doc.Errorf(f+".url", "%v", err)
+		}
+		if j, dup := seen[up.URL]; dup && up.URL != "" {
+			doc.Errorf(f+".url", "same URL as uplink.upstreams[%d]", j)
+		}
+		seen[up.URL] = i
+		mqtt := scheme == "mqtt" || scheme == "mqtts"
+		if up.Weight == 0 {
+			up.Weight = 1
+		}
+		if up.Weight < 0 || up.Weight > 1000 {
+			doc.Errorf(f+".weight", "must be 1..1000, got %d", up.Weight)
+		}
+		if up.Topic != "" && !mqtt && err == nil {
+			doc.Errorf(f+".topic", "topic applies only to mqtt:// and mqtts:// upstreams")
+		}
+		if mqtt && up.Topic == "" {
+			up.Topic = "fieldlink/{site}/{gateway}/{data_type}"
+		}
+		if up.QoS == nil {
+			q := 1
+			up.QoS = &q
+		} else if *up.QoS != 0 && *up.QoS != 1 {
+			doc.Errorf(f+".qos", "must be 0 or 1 (QoS 1 is what makes a delivery acknowledged), got %d", *up.QoS)
+		}
+		if up.PasswordFile != "" && up.PasswordEnv != "" {
+			doc.Errorf(f+".password_env", "give password_file or password_env, not both")
+		}
+		if up.PasswordFile != "" {
+			if _, err := os.Stat(c.rel(up.PasswordFile)); err != nil {
+				doc.Errorf(f+".password_file", "%v", err)
+			}
+		}
+		if up.PasswordEnv != "" {
+			if _, ok := os.LookupEnv(up.PasswordEnv); !ok {
+				doc.Errorf(f+".password_env", "environment variable %s is not set", up.PasswordEnv)
+			}
+		}
+		if t := up.TLS; t != nil {
+			if scheme == "mqtt" || scheme == "http" {
+				doc.Errorf(f+".tls", "tls needs an mqtts:// or https:// URL")
+			}
+			if (t.Cert == "") != (t.Key == "") {
+				doc.Errorf(f+".tls.key", "a client certificate needs both cert and key")
+			}
+			for _, p := range []struct{ name, path string }{{"ca", t.CA}, {"cert", t.Cert}, {"key", t.Key}} {
+				if p.path == "" {
+					continue
+				}
+				if _, err := os.Stat(c.rel(p.path)); err != nil {
+					doc.Errorf(f+".tls."+p.name, "%v", err)
+				}
+			}
+			if t.InsecureSkipVerify {
+				line, _ := doc.Line(f + ".tls.insecure_skip_verify")
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%s:%d: %s.tls.insecure_skip_verify: the server's certificate will NOT be verified; anyone on the path can read and forge packets", c.File, line, f))
+			}
+		}
+		if up.Health != "" {
+			if hs, err := UpstreamScheme(up.Health); err != nil || (hs != "http" && hs != "https") {
+				doc.Errorf(f+".health", "must be an http:// or https:// URL")
+			}
+		}
+		if l := up.Load; l != nil {
+			if (l.URL == "") == (l.Topic == "") {
+				doc.Errorf(f+".load", "give url (an HTTP JSON endpoint) or topic (a retained MQTT topic), one of them")
+			}
+			if l.Topic != "" && !mqtt {
+				doc.Errorf(f+".load.topic", "a load topic needs an MQTT upstream")
+			}
+			if l.Interval == 0 {
+				l.Interval = u.Probe.Interval
+			}
+		}
+	}
+	if r := u.Registry; r != nil {
+		if s, err := UpstreamScheme(r.URL); err != nil || (s != "http" && s != "https") {
+			doc.Errorf("uplink.registry.url", "must be an http:// or https:// URL")
+		}
+		if r.Refresh == 0 {
+			r.Refresh = 5 * time.Minute
+		}
+		if r.Refresh < time.Second {
+			doc.Errorf("uplink.registry.refresh", "must be at least 1s, got %v", r.Refresh)
+		}
+	}
+}
+
+// UpstreamScheme checks an upstream URL and returns its scheme.
+func UpstreamScheme(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("bad URL %q: %v", raw, err)
+	}
+	switch u.Scheme {
+	case "mqtt", "mqtts", "http", "https":
+	default:
+		return "", fmt.Errorf("unknown scheme %q in %q (valid: mqtt, mqtts, http, https)", u.Scheme, raw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("no host in %q", raw)
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("put credentials in username and password_file, not in the URL")
+	}
+	return u.Scheme, nil
+}
+
+// rel resolves a path relative to the site file's directory.
+func (c *Config) rel(p string) string {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return p
+	}
+	if i := strings.LastIndexByte(c.File, '/'); i >= 0 {
+		return c.File[:i+1] + p
+	}
+	return p
+}
+
+// Rel resolves a path of the site file (password_file, tls files) relative
+// to the site file's directory.
+func (c *Config) Rel(p string) string { return c.rel(p) }
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

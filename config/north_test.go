@@ -1,0 +1,72 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBufferAndUplinkDefaults(t *testing.T) {
+	c, err := Parse("/etc/fieldlink/site.yaml", []byte(good+`buffer: {path: buf.db, durability: interval, max_bytes: 64MiB}
+uplink:
+  upstreams:
+    - url: mqtt://127.0.0.1:1883
+    - {url: "https://ingest.example.com/api/packets", weight: 3}
+`), testProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Buffer
+	if b.Path != "/etc/fieldlink/buf.db" || b.SyncEvery != time.Second || b.MaxBytes != 64<<20 || b.WhenFull != "drop_oldest" || b.Order != "oldest_first" {
+		t.Fatalf("buffer %+v", b)
+	}
+	u := c.Uplink
+	if u.Selector != "p2c_ewma" || u.Window != 64 || u.Probe.Interval != 10*time.Second || u.Upstreams[0].Topic != "fieldlink/{site}/{gateway}/{data_type}" || *u.Upstreams[0].QoS != 1 || u.Upstreams[1].Weight != 3 {
+		t.Fatalf("uplink %+v %+v", u, u.Upstreams)
+	}
+	c, err = Parse("site.yaml", []byte(good), testProfiles)
+	if err != nil || c.Buffer.Path != DefaultBufferPath || c.Buffer.Durability != "always" || c.Uplink != nil {
+		t.Fatalf("defaults without the sections: %+v %v", c.Buffer, err)
+	}
+}
+
+func TestNorthErrors(t *testing.T) {
+	t.Setenv("FIELDLINK_TEST_PW", "x")
+	for _, tc := range []struct{ add, want string }{
+		{"buffer: {durability: sometimes}", `buffer.durability: must be always or interval, got "sometimes"`},
+		{"buffer: {sync_every: 2s}", `buffer.sync_every: applies only with durability: interval`},
+		{"buffer: {max_bytes: lots}", `buffer.max_bytes: expected a size such as 256MiB or 1GiB, got "lots"`},
+		{"buffer: {max_bytes: 1KiB}", `buffer.max_bytes: must be at least 64KiB`},
+		{"buffer: {when_full: explode}", `buffer.when_full: must be drop_oldest or reject_new`},
+		{"buffer: {order: random}", `buffer.order: must be oldest_first or newest_first`},
+		{"uplink: {selector: fastest, upstreams: [{url: 'mqtt://h'}]}", `uplink.selector: unknown selector "fastest" (valid: round_robin,`},
+		{"uplink: {upstreams: []}", `uplink.upstreams: give at least one upstream, or a registry`},
+		{"uplink: {upstreams: [{url: 'ftp://h'}]}", `uplink.upstreams[0].url: unknown scheme "ftp"`},
+		{"uplink: {upstreams: [{url: 'mqtt://u:p@h'}]}", `put credentials in username and password_file, not in the URL`},
+		{"uplink: {upstreams: [{url: 'mqtt://h', qos: 2}]}", `uplink.upstreams[0].qos: must be 0 or 1`},
+		{"uplink: {upstreams: [{url: 'https://h', topic: t}]}", `uplink.upstreams[0].topic: topic applies only to mqtt`},
+		{"uplink: {upstreams: [{url: 'mqtt://h', password_file: /nonexistent/pw}]}", `uplink.upstreams[0].password_file: stat /nonexistent/pw`},
+		{"uplink: {upstreams: [{url: 'mqtt://h', password_env: FIELDLINK_NOT_SET_X}]}", `uplink.upstreams[0].password_env: environment variable FIELDLINK_NOT_SET_X is not set`},
+		{"uplink: {upstreams: [{url: 'mqtt://h', password_env: FIELDLINK_TEST_PW, password_file: /x}]}", `give password_file or password_env, not both`},
+		{"uplink: {upstreams: [{url: 'mqtt://h', tls: {ca: /x.pem}}]}", `uplink.upstreams[0].tls: tls needs an mqtts:// or https:// URL`},
+		{"uplink: {upstreams: [{url: 'mqtts://h', tls: {cert: /c.pem}}]}", `uplink.upstreams[0].tls.key: a client certificate needs both cert and key`},
+		{"uplink: {upstreams: [{url: 'mqtt://h', load: {}}]}", `uplink.upstreams[0].load: give url`},
+		{"uplink: {upstreams: [{url: 'https://h', load: {topic: x}}]}", `uplink.upstreams[0].load.topic: a load topic needs an MQTT upstream`},
+		{"uplink: {registry: {url: 'mqtt://r'}}", `uplink.registry.url: must be an http:// or https:// URL`},
+	} {
+		_, err := Parse("site.yaml", []byte(good+tc.add+"\n"), testProfiles)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "site.yaml:16:") {
+			t.Errorf("%s:\n got  %v\n want site.yaml:16:…%s", tc.add, err, tc.want)
+		}
+	}
+}
+
+func TestInsecureSkipVerifyIsLoud(t *testing.T) {
+	c, err := Parse("site.yaml", []byte(good+"uplink: {upstreams: [{url: 'mqtts://h:8883', tls: {insecure_skip_verify: true}}]}\n"), testProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) == 0 || !strings.Contains(c.Warnings[len(c.Warnings)-1], "will NOT be verified") {
+		t.Fatalf("warnings %q", c.Warnings)
+	}
+}
