@@ -103,6 +103,7 @@ func withSpike(p *profile.Profile, spike float64) *profile.Profile {
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("demo", stderr)
 	duration := fs.Duration("duration", 20*time.Second, "how long to run; 0 runs until interrupted")
+	fs.DurationVar(duration, "for", 20*time.Second, "the same as -duration")
 	level := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	if err := parse(fs, args); err != nil {
 		return err
