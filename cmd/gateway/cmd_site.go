@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"fieldlink/buffer"
 	"fmt"
 	"io"
 	"strings"
@@ -105,8 +110,11 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	file, level, parseArgs := siteFlags("run", stderr, "info")
-	if err := parseArgs(args); err != nil {
+	f := flags("run", stderr)
+	file := f.String("c", "", "site file")
+	level := f.String("log-level", "info", "log level: debug, info, warn, error")
+	printAll := f.Bool("print", false, "also print every packet as a JSON line on stdout (always on without an uplink)")
+	if err := parse(f, args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *level)
@@ -123,13 +131,61 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer s.close()
-	log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
+	var mu sync.Mutex
 	buf := make([]byte, 0, 1024)
-	s.run(ctx, func(p *packet.Packet) {
+	show := func(p *packet.Packet) {
+		mu.Lock()
+		defer mu.Unlock()
 		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
 		_, _ = stdout.Write(buf)
+	}
+	if c.Uplink == nil {
+		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
+		s.run(ctx, show)
+		log.Info("gateway stopped")
+		return nil
+	}
+
+	q, err := openBuffer(c, s.enc, log)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	n, err := startNorth(ctx, c, q, log)
+	if err != nil {
+		return err
+	}
+	log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
+		"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	var fatal error
+	var lastErr time.Time
+	s.run(pollCtx, func(p *packet.Packet) {
+		_, err := q.Append(pollCtx, p)
+		switch {
+		case err == nil:
+			if *printAll {
+				show(p)
+			}
+		case errors.Is(err, buffer.ErrFatal):
+			// An fsync failed: the kernel may have dropped the data; only a
+			// restart (by systemd) can be trusted.
+			fatal = err
+			stopPolling()
+		case pollCtx.Err() != nil:
+		default:
+			if time.Since(lastErr) > time.Minute {
+				log.Error("packet not buffered", "device", p.DeviceID, "err", err)
+				lastErr = time.Now()
+			}
+		}
 	})
-	log.Info("gateway stopped")
+	stopPolling()
+	n.stop()
+	log.Info("gateway stopped", "queued", q.Len())
+	if fatal != nil {
+		return fmt.Errorf("buffer failed, exiting for a restart: %w", fatal)
+	}
 	return nil
 }
 

@@ -9,13 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"fieldlink/config"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
+	"fieldlink/selector"
 	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
 )
@@ -398,4 +401,13 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The site file accepts exactly the strategies the selector has.
+func TestSelectorNamesAgree(t *testing.T) {
+	got := slices.Clone(config.SelectorNames)
+	slices.Sort(got)
+	if !slices.Equal(got, selector.Names()) {
+		t.Fatalf("config accepts %v, selector has %v", got, selector.Names())
+	}
 }

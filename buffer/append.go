@@ -1,0 +1,190 @@
+package buffer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"fieldlink/packet"
+)
+
+// Append stores p and returns its sequence number, which it also sets in
+// p.Seq (and the buffer's epoch in p.Epoch). It returns when p is durable
+// under the policy: with Always, after the commit that holds it and its
+// fsyncs; with Interval, as soon as the writer has put it into its open
+// transaction. Appends that arrive together share one transaction.
+//
+// The JSON is rendered (with opt.Encoding) on the calling goroutine; the
+// buffer does not keep p, and writes p.Seq and p.Epoch only on success,
+// before Append returns.
+//
+// Errors: ErrFull (rejected by the policy), ErrDiskFull (not durable; try
+// again later), ErrFatal (exit), ErrClosed, or ctx's error. When ctx ends
+// after the writer took the packet, Append returns ctx's error but the
+// packet may still be stored.
+func (b *Buffer) Append(ctx context.Context, p *packet.Packet) (seq uint64, err error) {
+	if err := b.AppendAll(ctx, p); err != nil {
+		return 0, err
+	}
+	return p.Seq, nil
+}
+
+// AppendAll stores ps, in order, in one transaction (a poll cycle's packets,
+// say), as Append does for each. It returns nil when all were stored; the
+// packets that were stored have Seq set, the others keep Seq 0, and the
+// error joins their errors (errors.Is works on it).
+func (b *Buffer) AppendAll(ctx context.Context, ps ...*packet.Packet) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	if err := b.usable(); err != nil {
+		return err
+	}
+	now := b.opt.Now()
+	r := &request{op: opAppend, recs: make([]pending, len(ps)), done: make(chan struct{})}
+	for i, p := range ps {
+		if err := b.render(&r.recs[i], p, now); err != nil {
+			return err
+		}
+	}
+	if err := b.send(ctx, r); err != nil {
+		return err
+	}
+	if err := b.await(ctx, r); err != nil {
+		return err
+	}
+	if r.err != nil {
+		return r.err
+	}
+	var errs []error
+	for i, p := range ps {
+		if err := r.recs[i].err; err != nil {
+			p.Seq = 0
+			errs = append(errs, err)
+			continue
+		}
+		p.Seq, p.Epoch = r.recs[i].seq, b.epoch
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+// seqMarker is where the JSON of a packet with Seq 0 holds its Seq: the
+// writer splices the real number in. A JSON string cannot contain this
+// text (its quotes would be escaped), so the first match is DataHead's Seq.
+var seqMarker = []byte(`,"Seq":0,`)
+
+// render fills in rec for p: the JSON, with room for the header in front,
+// rendered on the caller's goroutine so that the writer never reads p.
+func (b *Buffer) render(rec *pending, p *packet.Packet, now time.Time) error {
+	if p == nil {
+		return errors.New("buffer: append: nil packet")
+	}
+	q := *p
+	q.Seq, q.Epoch = 0, b.epoch
+	buf := q.AppendJSON(make([]byte, headerSize, headerSize+768), b.opt.Encoding)
+	i := bytes.Index(buf[headerSize:], seqMarker)
+	if i < 0 {
+		return fmt.Errorf("buffer: append: no Seq in the packet's JSON")
+	}
+	at := p.At
+	if at.IsZero() || at.Year() < 1700 || at.Year() > 2200 {
+		at = now // UnixNano is only defined from 1678 to 2262
+	}
+	*rec = pending{alarm: p.Alarm(), at: at.UnixNano(), buf: buf, seqAt: headerSize + i + len(`,"Seq":`)}
+	return nil
+}
+
+// send queues r for the writer.
+func (b *Buffer) send(ctx context.Context, r *request) error {
+	b.sendMu.RLock()
+	defer b.sendMu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
+	select {
+	case b.reqs <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// await waits for the writer to answer r, or for ctx to end; then it
+// cancels r if the writer has not taken it yet.
+func (b *Buffer) await(ctx context.Context, r *request) error {
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqCancelled) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("buffer: gave up waiting (the packet may be stored): %w", ctx.Err())
+	}
+}
+
+// Ack deletes the records seqs, after their upstream acknowledged them.
+// Unknown seqs (already acked, evicted or purged) are ignored. The deletion
+// is grouped with appends and follows the durability policy. Acked records
+// are not delivered again, even before the deletion commits; if the commit
+// fails (ErrDiskFull), Ack returns the error and the buffer retries the
+// deletion by itself.
+func (b *Buffer) Ack(seqs ...uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	if err := b.usable(); err != nil {
+		return err
+	}
+	s := sortedUnique(seqs)
+	b.mu.Lock()
+	for _, seq := range s {
+		b.leases[seq] = acking
+	}
+	b.mu.Unlock()
+	r := &request{op: opAck, seqs: s, done: make(chan struct{})}
+	if err := b.send(context.Background(), r); err != nil {
+		return err
+	}
+	<-r.done
+	return r.err
+}
+
+// Purge deletes every record, keeping the sequence and the epoch, and
+// returns how many it deleted (for `gateway buffer purge`).
+func (b *Buffer) Purge() (n int, err error) {
+	if err := b.usable(); err != nil {
+		return 0, err
+	}
+	r := &request{op: opPurge, done: make(chan struct{})}
+	if err := b.send(context.Background(), r); err != nil {
+		return 0, err
+	}
+	<-r.done
+	return r.n, r.err
+}
+
+// reportCorrupt asks the writer to delete the records seqs, which failed
+// their CRC on read. It does not wait, and gives up if the queue is full:
+// the next read finds them again.
+func (b *Buffer) reportCorrupt(seqs []uint64) {
+	if len(seqs) == 0 {
+		return
+	}
+	b.log.Error("buffer: records fail their CRC; deleting them", "path", b.path, "seqs", seqs)
+	r := &request{op: opDropCorrupt, seqs: seqs}
+	b.sendMu.RLock()
+	defer b.sendMu.RUnlock()
+	if b.closed {
+		return
+	}
+	select {
+	case b.reqs <- r:
+	default:
+	}
+}

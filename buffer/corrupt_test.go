@@ -1,0 +1,493 @@
+package buffer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"fieldlink/packet"
+)
+
+// fixture is a buffer file with known contents, closed.
+type fixture struct {
+	path  string
+	epoch string
+	data  map[uint64][]byte // every record ever stored: seq → JSON
+	live  map[uint64]bool   // the records not acked
+	acked uint64            // every seq ≤ acked was acked (in order)
+}
+
+// makeFixture fills a buffer with n records (every seventh an alarm) in
+// batches, acks the oldest quarter, and closes it (cleanly unless open is
+// set, in which case the buffer is returned still open).
+func makeFixture(t testing.TB, n int, open bool) (*fixture, *Buffer) {
+	t.Helper()
+	fx := &fixture{path: filepath.Join(t.TempDir(), "buffer.db"), data: map[uint64][]byte{}, live: map[uint64]bool{}}
+	b, err := Open(fx.path, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.epoch = b.Epoch()
+	var ps []*packet.Packet
+	for i := range n {
+		p := testPacket(fmt.Sprintf("fx-%05d", i), i%7 == 3)
+		p.Fields = append(p.Fields, packet.Field{Name: "Note", Value: packet.String(strings.Repeat("n", i%50))})
+		ps = append(ps, p)
+	}
+	for i := 0; i < n; i += 100 {
+		batch := ps[i:min(i+100, n)]
+		if err := b.AppendAll(context.Background(), batch...); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range batch {
+			fx.data[p.Seq] = wantJSON(p, p.Seq, fx.epoch, 0)
+			fx.live[p.Seq] = true
+		}
+	}
+	var ack []uint64
+	for _, p := range ps[:n/4] {
+		ack = append(ack, p.Seq)
+		delete(fx.live, p.Seq)
+		fx.acked = p.Seq
+	}
+	if err := b.Ack(ack...); err != nil {
+		t.Fatal(err)
+	}
+	if open {
+		return fx, b
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return fx, nil
+}
+
+// copyTo copies the fixture's file to a new path.
+func (fx *fixture) copyTo(t testing.TB) string {
+	t.Helper()
+	return fx.write(t, mustRead(t, fx.path))
+}
+
+// write writes data as a buffer file in a new directory, with the
+// fixture's seq floor file next to it, and returns its path.
+func (fx *fixture) write(t testing.TB, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if floor, err := os.ReadFile(fx.path + floorSuffix); err == nil {
+		if err := os.WriteFile(path+floorSuffix, floor, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+// verify checks that every record of b is one the fixture stored, byte for
+// byte, once, and that new seqs go above every old one. It returns the
+// records.
+func (fx *fixture) verify(t testing.TB, b *Buffer) []Record {
+	t.Helper()
+	recs := all(t, b)
+	seen := map[uint64]bool{}
+	for _, r := range recs {
+		want, ok := fx.data[r.Seq]
+		if !ok || !bytes.Equal(r.Data, want) {
+			t.Fatalf("record %d is not one that was stored: %q", r.Seq, r.Data)
+		}
+		if seen[r.Seq] {
+			t.Fatalf("record %d twice", r.Seq)
+		}
+		seen[r.Seq] = true
+	}
+	var maxSeq uint64
+	for s := range fx.data {
+		maxSeq = max(maxSeq, s)
+	}
+	if seq := mustAppend(t, b, testPacket("after", false)); seq <= maxSeq {
+		t.Fatalf("new seq %d, old file went up to %d", seq, maxSeq)
+	}
+	return recs
+}
+
+// asides returns the corrupt files moved aside next to path.
+func asides(t testing.TB, path string) []string {
+	names, err := filepath.Glob(path + ".corrupt-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func TestOpenEmptyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logSink{}
+	b := openT(t, path, Options{Logger: logs.logger()})
+	if b.Len() != 0 || len(b.Epoch()) != 8 || !logged(logs, "WARN", "empty") {
+		t.Fatalf("Len %d, epoch %q; log:\n%s", b.Len(), b.Epoch(), logs)
+	}
+	if seq := mustAppend(t, b, testPacket("a", false)); seq != 1 {
+		t.Fatalf("seq %d", seq)
+	}
+}
+
+func TestOpenNotABuffer(t *testing.T) {
+	dir := t.TempDir()
+	foreign := filepath.Join(dir, "foreign.db")
+	db, err := bolt.Open(foreign, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucket([]byte("widgets"))
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte("k"), []byte("v"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	for name, content := range map[string][]byte{
+		"text":    bytes.Repeat([]byte("this is not a database\n"), 1000),
+		"zeros":   make([]byte, 64<<10),
+		"short":   []byte("x"),
+		"foreign": mustRead(t, foreign),
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "buffer.db")
+			if err := os.WriteFile(path, content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			logs := &logSink{}
+			b := openT(t, path, Options{Logger: logs.logger()})
+			st := b.Stats()
+			if b.Len() != 0 || st.Salvages != 1 || !logged(logs, "ERROR", "moved aside") {
+				t.Fatalf("Len %d, salvages %d; log:\n%s", b.Len(), st.Salvages, logs)
+			}
+			moved := asides(t, path)
+			if len(moved) != 1 || !bytes.Equal(mustRead(t, moved[0]), content) {
+				t.Fatalf("the corrupt file was not kept aside as it was: %v", moved)
+			}
+			mustAppend(t, b, testPacket("a", false))
+		})
+	}
+}
+
+func mustRead(t testing.TB, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestOpenTruncated(t *testing.T) {
+	fx, _ := makeFixture(t, 3000, false)
+	orig := mustRead(t, fx.path)
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	cuts := 12
+	if longMode() {
+		cuts = 200
+	}
+	offsets := []int{0, 100, 4096, 4096 + 100, 8192, len(orig) - 1}
+	for range cuts {
+		offsets = append(offsets, rng.IntN(len(orig)))
+	}
+	for _, off := range offsets {
+		t.Run(fmt.Sprint(off), func(t *testing.T) {
+			path := fx.write(t, orig[:off])
+			res, _ := scanRecords(bytes.NewReader(orig[:off]), int64(off), func(k, v []byte) error { return nil })
+			b := openT(t, path, Options{})
+			recs := fx.verify(t, b)
+			st := b.Stats()
+			if off == 0 {
+				// An empty file is a new buffer.
+				return
+			}
+			if b.Epoch() == fx.epoch {
+				// Cut in the slack at the end: nothing lost, no salvage.
+				if len(recs) != len(fx.live) || st.Salvages != 0 {
+					t.Fatalf("same epoch but %d of %d records, %d salvages", len(recs), len(fx.live), st.Salvages)
+				}
+				return
+			}
+			if st.Salvages != 1 || len(asides(t, path)) != 1 {
+				t.Fatalf("new epoch but salvages %d, asides %v", st.Salvages, asides(t, path))
+			}
+			if res.states > 0 {
+				// The low watermark survived: acked records stay acked.
+				for _, r := range recs {
+					if r.Seq <= fx.acked {
+						t.Fatalf("acked record %d came back", r.Seq)
+					}
+				}
+			}
+			t.Logf("cut at %d of %d: %d of %d live records salvaged, %d lost", off, len(orig), len(recs), len(fx.live), st.SalvageLost)
+		})
+	}
+}
+
+// metaOffsets returns the offsets of the two meta pages, newest first.
+func metaOffsets(t testing.TB, data []byte) (newest, older int) {
+	t.Helper()
+	m0, ok0 := parseMeta(data)
+	ps := int(m0.pageSize)
+	m1, ok1 := parseMeta(data[ps:])
+	if !ok0 || !ok1 {
+		t.Fatal("fixture has a bad meta page")
+	}
+	if m1.txid > m0.txid {
+		return ps, 0
+	}
+	return 0, ps
+}
+
+func TestOpenOneBadMetaPage(t *testing.T) {
+	for _, which := range []string{"newest", "older"} {
+		t.Run(which, func(t *testing.T) {
+			// Copy the file while the buffer is open and idle, as a power
+			// cut would leave it: the newest meta page is then the last
+			// append's commit.
+			fx, b := makeFixture(t, 500, true)
+			var last []uint64
+			for i := range 5 {
+				p := testPacket(fmt.Sprintf("last-%d", i), i == 2)
+				last = append(last, mustAppend(t, b, p))
+				fx.data[p.Seq] = wantJSON(p, p.Seq, fx.epoch, 0)
+				fx.live[p.Seq] = true
+			}
+			path := fx.copyTo(t)
+			b.Close()
+
+			data := mustRead(t, path)
+			newest, older := metaOffsets(t, data)
+			off := newest
+			if which == "older" {
+				off = older
+			}
+			data[off+pageHeaderSize+48] ^= 0xFF // txid: the checksum fails
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			logs := &logSink{}
+			b = openT(t, path, Options{Logger: logs.logger()})
+			recs := fx.verify(t, b)
+			if b.Epoch() != fx.epoch || b.Stats().Salvages != 0 {
+				t.Fatalf("one bad meta page: epoch %s → %s, salvages %d", fx.epoch, b.Epoch(), b.Stats().Salvages)
+			}
+			if len(recs) != len(fx.live) {
+				t.Fatalf("%d records, want %d", len(recs), len(fx.live))
+			}
+			// The last transaction's records are there, whichever meta
+			// page went bad.
+			if got := seqsOf(recs); !containsAll(got, last) {
+				t.Fatalf("the last transaction's records %v are missing", last)
+			}
+			if which == "older" {
+				return // bbolt opened the newest meta page: nothing to log
+			}
+			if !logged(logs, "WARN", "meta page") {
+				t.Fatalf("not logged:\n%s", logs)
+			}
+		})
+	}
+}
+
+func TestOpenBothMetaPagesBad(t *testing.T) {
+	fx, _ := makeFixture(t, 500, false)
+	path := fx.copyTo(t)
+	data := mustRead(t, path)
+	newest, older := metaOffsets(t, data)
+	data[newest+pageHeaderSize+1] ^= 0xFF // magic
+	data[older+pageHeaderSize+60] ^= 0xFF // checksum
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := openT(t, path, Options{})
+	recs := fx.verify(t, b)
+	// The data pages are intact: every live record is salvaged, and the
+	// acked ones stay acked.
+	if b.Epoch() == fx.epoch || len(recs) != len(fx.live) || b.Stats().SalvageLost != 0 {
+		t.Fatalf("epoch %s (was %s), %d of %d records, lost %d", b.Epoch(), fx.epoch, len(recs), len(fx.live), b.Stats().SalvageLost)
+	}
+}
+
+// leafPages returns the offsets of the leaf pages of the file that hold
+// records.
+func leafPages(t testing.TB, data []byte) []int {
+	t.Helper()
+	m, _ := parseMeta(data)
+	ps := int(m.pageSize)
+	var offs []int
+	for off := 2 * ps; off+ps <= len(data) && uint64(off/ps) < m.pgid; off += ps {
+		p := rawPage(data[off : off+ps])
+		if p.id() != uint64(off/ps) || p.flags() != leafPageFlag || p.count() < 10 {
+			continue
+		}
+		if _, k, _, err := p.leaf(0); err == nil && len(k) == keySize {
+			offs = append(offs, off)
+		}
+	}
+	return offs
+}
+
+func TestOpenBadPageHeader(t *testing.T) {
+	fx, _ := makeFixture(t, 2000, false)
+	orig := mustRead(t, fx.path)
+	leaves := leafPages(t, orig)
+	if len(leaves) < 3 {
+		t.Fatalf("only %d leaf pages", len(leaves))
+	}
+	for _, tc := range []struct {
+		name string
+		at   int // within the page header
+		val  byte
+	}{
+		{"flags", 8, branchPageFlag},
+		{"count", 10, 0xFF},
+		{"id", 0, 0x55},
+		{"elem-pos", pageHeaderSize + 4, 0xF0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := slices.Clone(orig)
+			page := leaves[len(leaves)/2]
+			data[page+tc.at] = tc.val
+			path := fx.write(t, data)
+			logs := &logSink{}
+			b := openT(t, path, Options{Logger: logs.logger()})
+			recs := fx.verify(t, b)
+			st := b.Stats()
+			if st.Salvages != 1 || b.Epoch() == fx.epoch || !logged(logs, "ERROR", "salvage done") {
+				t.Fatalf("salvages %d, epoch %s; log:\n%s", st.Salvages, b.Epoch(), logs)
+			}
+			if len(recs)+int(st.SalvageLost) < len(fx.live) || len(recs) < len(fx.live)/2 {
+				t.Fatalf("%d records salvaged, %d counted lost, of %d", len(recs), st.SalvageLost, len(fx.live))
+			}
+			t.Logf("%d of %d records salvaged, %d counted lost", len(recs), len(fx.live), st.SalvageLost)
+		})
+	}
+}
+
+func TestOpenRandomFlips(t *testing.T) {
+	fx, _ := makeFixture(t, 1500, false)
+	orig := mustRead(t, fx.path)
+	rng := rand.New(rand.NewPCG(2, uint64(time.Now().UnixNano())))
+	runs := 15
+	if longMode() {
+		runs = 300
+	}
+	for i := range runs {
+		data := slices.Clone(orig)
+		var flipped []int
+		for range 1 + rng.IntN(8) {
+			off := rng.IntN(len(data))
+			data[off] ^= byte(1 + rng.IntN(255))
+			flipped = append(flipped, off)
+		}
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			path := fx.write(t, data)
+			b := openT(t, path, Options{})
+			fx.verify(t, b) // never garbage, never a crash
+			if _, err := b.Next(1 << 20); err != nil {
+				t.Fatalf("flipped %v: Next: %v", flipped, err)
+			}
+		})
+	}
+}
+
+func TestOpenLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	b := openT(t, path, Options{})
+	mustAppend(t, b, testPacket("a", false))
+	// flock locks an open file description: a second Open in the same
+	// process conflicts like another process would.
+	start := time.Now()
+	_, err := Open(path, Options{Logger: quietLogger()})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), path) ||
+		!strings.Contains(err.Error(), "in use by another gateway process?") {
+		t.Fatalf("Open of a locked file: %v", err)
+	}
+	if d := time.Since(start); d < lockTimeout/2 || d > 5*lockTimeout {
+		t.Fatalf("gave up after %v", d)
+	}
+	if len(asides(t, path)) != 0 || b.Len() != 1 {
+		t.Fatal("a locked file was treated as corrupt")
+	}
+	b.Close()
+	// A plain bbolt handle holds the same lock.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, Options{Logger: quietLogger()}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open while bbolt holds the file: %v", err)
+	}
+	db.Close()
+	b = openT(t, path, Options{})
+	if b.Len() != 1 {
+		t.Fatalf("Len %d", b.Len())
+	}
+}
+
+// TestBoltOpenFaultContained hands bbolt, without the page check, a file
+// whose freelist page lies past the end of the file: bbolt reads it through
+// its mapping, which faults. The fault must come back as an error.
+func TestBoltOpenFaultContained(t *testing.T) {
+	fx, _ := makeFixture(t, 2000, false)
+	data := mustRead(t, fx.path)
+	m, _ := parseMeta(data)
+	if m.freelist == noFreelist || int(m.freelist)*int(m.pageSize) < 3*int(m.pageSize) {
+		t.Skipf("freelist at page %d", m.freelist)
+	}
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	cut := int(m.freelist) * int(m.pageSize)
+	if err := os.WriteFile(path, data[:cut], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := lockFile(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	db, err := boltOpen(path, f, &bolt.Options{OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
+	if err == nil {
+		db.Close()
+		t.Skip("bbolt opened the cut file without touching the missing pages")
+	}
+	if !errors.Is(err, errCorrupt) {
+		t.Logf("bbolt returned an error of its own: %v", err)
+	}
+}
+
+func TestKeepsOnlyRecentAsides(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	for i := range 5 {
+		if err := os.WriteFile(path, []byte("garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := Open(path, Options{Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		if got := len(asides(t, path)); got != min(i+1, keepAside) {
+			t.Fatalf("after %d salvages, %d files aside", i+1, got)
+		}
+	}
+}

@@ -1,0 +1,71 @@
+// Package buffer is the gateway's store-and-forward queue: every packet is
+// appended to a bbolt file before delivery and deleted only after an
+// upstream acknowledged it, so that nothing is lost through outages, kill -9
+// or power cuts.
+//
+// # Records
+//
+// A record is one packet's JSON, stored under its sequence number: an 8-byte
+// big-endian key from the NextSequence of one dedicated bucket, taken in the
+// transaction that stores the record. Seq is therefore strictly increasing
+// across the alarm and the normal queue, across restarts and crashes, and
+// never reused once a record carrying it was committed. A file rebuilt after
+// corruption gets a new random [Buffer.Epoch]; every packet carries the epoch
+// in DataHead, so (GatewayId, Epoch, Seq) never names two packets.
+//
+// bbolt checksums its meta pages, not its data pages, so every record
+// carries a CRC32C of its key and value, checked on every read. A record
+// that fails it is skipped, deleted and counted, never returned.
+//
+// # Writes
+//
+// One goroutine, the writer, owns every write transaction. Appends and acks
+// that arrive together share a transaction (group commit): with
+// [Always] durability, whatever queued up while the previous commit was
+// syncing; with [Interval], whatever arrives within Options.SyncEvery. A poll
+// cycle's packets can be appended in one call with [Buffer.AppendAll]. bbolt
+// fsyncs twice per commit; the buffer never turns that off.
+//
+// IMPORTANT: an EIO from a write or an fsync is fatal ([ErrFatal]): the
+// kernel may have dropped the dirty pages, and a retried fsync would report
+// success. The caller must exit and be restarted. A full disk is not fatal
+// ([ErrDiskFull]): the appends of the failed transaction are refused, the
+// records committed before stay, and the buffer recovers by itself when
+// space returns.
+//
+// # Delivery
+//
+// [Buffer.Next] leases records in delivery order: alarms first, oldest
+// first, then the rest in Options.Order. [Buffer.Ack] deletes delivered
+// records; [Buffer.Release] returns failed ones. Leases live in memory: after
+// a restart every record is delivered again (at least once; the platform
+// drops duplicates by id). Only records whose commit completed are ever
+// returned.
+//
+// # Bounds
+//
+// Options.MaxBytes bounds the live records and Options.WhenFull decides what
+// gives: the oldest normal records, or the new packet. Alarms are evicted
+// last. Options.MaxAge evicts old records. Every eviction and rejection is
+// counted by reason in [Stats]. bbolt files never shrink, so the writer
+// compacts the file online (into a new file, fsync, rename) when it is much
+// larger than its live data.
+//
+// # Corruption
+//
+// [Open] never hands bbolt a file that could crash the process: it reads
+// every page first, with bounds checks, then runs bbolt's own check (about
+// 0.3 s for a million records with a warm page cache). A file that fails is
+// moved aside and every record that still verifies is salvaged into a fresh
+// file with a new epoch; the loss is logged at Error and counted. The gateway
+// goes on: no crash loop. A panic or memory fault inside bbolt while the
+// buffer runs is contained and returned as [ErrFatal]; the restarted process
+// then finds and salvages the bad file.
+//
+// Seqs are reserved in blocks in a small file next to the buffer,
+// <path>.seq, so that even a file lost entirely does not make seqs start
+// again from 1.
+//
+// The package is written for Linux (flock, /proc); the on-disk format is
+// bbolt's, little endian.
+package buffer

@@ -1,0 +1,239 @@
+package buffer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"fieldlink/packet"
+)
+
+// longMode reports whether the long versions of the slow tests run.
+func longMode() bool { return os.Getenv("FIELDLINK_LONG") == "1" }
+
+// inCI reports whether the tests run in CI, where a missing tool or a
+// refused mount is a failure where it says so.
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+// logSink collects a buffer's log lines, for tests that check that a loss
+// was logged loudly.
+type logSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logSink) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *logSink) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// quietLogger drops everything.
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// testPacket returns a small packet whose DeviceID names it uniquely.
+func testPacket(id string, alarm bool) *packet.Packet {
+	p := &packet.Packet{
+		At:        time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC),
+		SiteID:    "001",
+		DataType:  "Gas",
+		GatewayID: "gw-01",
+		DeviceID:  id,
+		Fields: []packet.Field{
+			{Name: "CH4", Value: packet.Float(0.4, 2)},
+			{Name: "CO", Value: packet.Int(3)},
+		},
+	}
+	if alarm {
+		p.Fields[0].Value = packet.Float(1.2, 2)
+		p.AlarmFields = []string{"CH4"}
+	}
+	return p
+}
+
+// wantJSON is the JSON that the buffer should store for p under seq.
+func wantJSON(p *packet.Packet, seq uint64, epoch string, enc packet.Encoding) []byte {
+	q := *p
+	q.Seq, q.Epoch = seq, epoch
+	return q.AppendJSON(nil, enc)
+}
+
+// openT opens a buffer at path for the test, and closes it and checks the
+// file, page by page and with bbolt's check, when the test ends.
+func openT(t testing.TB, path string, opt Options) *Buffer {
+	t.Helper()
+	if opt.Logger == nil {
+		opt.Logger = quietLogger()
+	}
+	b, err := Open(path, opt)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		mustBeSound(t, path)
+	})
+	return b
+}
+
+// newT opens a buffer in a new temporary directory.
+func newT(t testing.TB, opt Options) (*Buffer, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	return openT(t, path, opt), path
+}
+
+// mustBeSound checks a closed buffer file with the raw checker and bbolt's.
+func mustBeSound(t testing.TB, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Errorf("check %s: %v", path, err)
+		return
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	rep, err := check(f, fi.Size())
+	if err != nil {
+		t.Errorf("check %s: %v", path, err)
+		return
+	}
+	if rep.badMetas != 0 || rep.schemaError() != nil {
+		t.Errorf("check %s: bad metas %d, schema %v", path, rep.badMetas, rep.schemaError())
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Errorf("bbolt open %s: %v", path, err)
+		return
+	}
+	defer db.Close()
+	if err := boltCheck(db); err != nil {
+		t.Errorf("bbolt check %s: %v", path, err)
+	}
+}
+
+// mustAppend appends p or fails the test.
+func mustAppend(t testing.TB, b *Buffer, p *packet.Packet) uint64 {
+	t.Helper()
+	seq, err := b.Append(context.Background(), p)
+	if err != nil {
+		t.Fatalf("Append(%s): %v", p.DeviceID, err)
+	}
+	return seq
+}
+
+// all returns every record in delivery order.
+func all(t testing.TB, b *Buffer) []Record {
+	t.Helper()
+	var recs []Record
+	if err := b.Each(func(r Record) error { recs = append(recs, r); return nil }); err != nil {
+		t.Fatalf("Each: %v", err)
+	}
+	return recs
+}
+
+// seqsOf returns the seqs of recs.
+func seqsOf(recs []Record) []uint64 {
+	s := make([]uint64, len(recs))
+	for i, r := range recs {
+		s[i] = r.Seq
+	}
+	return s
+}
+
+// deviceOf returns the DeviceId inside a record's JSON.
+func deviceOf(t testing.TB, r Record) string {
+	t.Helper()
+	p, err := packet.Decode(r.Data)
+	if err != nil {
+		t.Fatalf("record %d: %v", r.Seq, err)
+	}
+	return p.DeviceID
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// noLeak fails the test if goroutines started during it are still running
+// once it ends.
+func noLeak(t testing.TB) {
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				n := runtime.Stack(buf, true)
+				t.Errorf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:n])
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
+
+// ids returns "prefix-0" … "prefix-(n-1)".
+func ids(prefix string, n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return s
+}
+
+// contains reports whether the log has a line at level with msg in it.
+func logged(l *logSink, level, msg string) bool {
+	for _, line := range strings.Split(l.String(), "\n") {
+		if strings.Contains(line, "level="+level) && strings.Contains(line, msg) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsAll reports whether have holds every seq of want (want may hold
+// seqs acked meanwhile: the caller's business).
+func containsAll(have, want []uint64) bool {
+	set := make(map[uint64]bool, len(have))
+	for _, s := range have {
+		set[s] = true
+	}
+	for _, s := range want {
+		if !set[s] {
+			return false
+		}
+	}
+	return true
+}

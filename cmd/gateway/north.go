@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"fieldlink/buffer"
+	"fieldlink/config"
+	"fieldlink/packet"
+	"fieldlink/selector"
+	"fieldlink/uplink"
+)
+
+// openBuffer opens the site's buffer with its configured policies.
+func openBuffer(c *config.Config, enc packet.Encoding, log *slog.Logger) (*buffer.Buffer, error) {
+	opt := buffer.Options{
+		SyncEvery: c.Buffer.SyncEvery,
+		MaxBytes:  int64(c.Buffer.MaxBytes),
+		MaxAge:    c.Buffer.MaxAge,
+		Encoding:  enc,
+		Logger:    log.With("component", "buffer"),
+	}
+	if c.Buffer.Durability == "interval" {
+		opt.Durability = buffer.Interval
+	}
+	if c.Buffer.WhenFull == "reject_new" {
+		opt.WhenFull = buffer.RejectNew
+	}
+	if c.Buffer.Order == "newest_first" {
+		opt.Order = buffer.NewestFirst
+	}
+	b, err := buffer.Open(c.Buffer.Path, opt)
+	if err != nil {
+		return nil, fmt.Errorf("buffer %s: %w", c.Buffer.Path, err)
+	}
+	return b, nil
+}
+
+// north is the delivery side of a running gateway: upstream connections,
+// probes, load reports and the delivery loop.
+type north struct {
+	table    *selector.Table
+	delivery *uplink.Delivery
+	log      *slog.Logger
+
+	upCtx    context.Context // lives until stop: upstreams outlive the delivery loop
+	upCancel context.CancelFunc
+	mu       sync.Mutex
+	upstream []*upstream    // by table index
+	dwg      sync.WaitGroup // the delivery loop
+	wg       sync.WaitGroup // everything else
+}
+
+// upstream is one configured or registry-given upstream and what runs for it.
+type upstream struct {
+	name   string
+	mqtt   *uplink.MQTT
+	http   *uplink.HTTP
+	sender uplink.Sender
+	cancel context.CancelFunc
+}
+
+// password reads an upstream's password from its file or environment
+// variable.
+func password(c *config.Config, u config.Upstream) (string, error) {
+	switch {
+	case u.PasswordFile != "":
+		b, err := os.ReadFile(c.Rel(u.PasswordFile))
+		if err != nil {
+			return "", err
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		return strings.TrimRight(line, "\r"), nil
+	case u.PasswordEnv != "":
+		return os.Getenv(u.PasswordEnv), nil
+	}
+	return "", nil
+}
+
+// startNorth builds the uplink and starts its goroutines under ctx.
+func startNorth(ctx context.Context, c *config.Config, q *buffer.Buffer, log *slog.Logger) (*north, error) {
+	u := c.Uplink
+	strat, err := selector.New(u.Selector, selector.StrategyOptions{})
+	if err != nil {
+		return nil, err
+	}
+	n := &north{table: selector.NewTable(selector.Options{}), log: log}
+	n.upCtx, n.upCancel = context.WithCancel(context.WithoutCancel(ctx))
+	n.delivery = uplink.NewDelivery(q, n.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery")})
+	for i, cu := range u.Upstreams {
+		if err := n.add(c, cu, q.Epoch()); err != nil {
+			n.stop()
+			return nil, fmt.Errorf("uplink.upstreams[%d] %s: %w", i, cu.URL, err)
+		}
+	}
+	n.dwg.Go(func() { n.delivery.Run(ctx) })
+	return n, nil
+}
+
+// add connects one upstream: its publisher, probe and load source.
+func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
+	u := c.Uplink
+	pw, err := password(c, cu)
+	if err != nil {
+		return err
+	}
+	up := &upstream{}
+	ctx, cancel := context.WithCancel(n.upCtx)
+	up.cancel = cancel
+	scheme, _ := config.UpstreamScheme(cu.URL)
+	tlsConf, err := tlsFor(c, scheme, cu.TLS)
+	if err != nil {
+		up.cancel()
+		return err
+	}
+	idx := -1
+	switch scheme {
+	case "mqtt", "mqtts":
+		mc := uplink.MQTTConfig{
+			URL: cu.URL, Topic: cu.Topic, Window: u.Window, Username: cu.Username, Password: pw, TLS: tlsConf,
+			Logger: n.log.With("upstream", cu.URL),
+			Vars:   map[string]string{"site": c.Site.ID, "gateway": c.Gateway.ID},
+		}
+		if *cu.QoS == 0 {
+			mc.AtMostOnce = true
+		}
+		if cu.Load != nil && cu.Load.Topic != "" {
+			mc.LoadTopic = cu.Load.Topic
+			mc.OnLoad = func(payload []byte) { n.report(idx, payload) }
+		}
+		m, err := uplink.NewMQTT(mc)
+		if err != nil {
+			up.cancel()
+			return err
+		}
+		up.mqtt, up.name = m, m.Name()
+		up.sender = &uplink.MQTTSender{M: m, Win: u.Window}
+		n.wg.Go(func() { m.Run(ctx) })
+	case "http", "https":
+		h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: cu.URL, TLS: tlsConf, Username: cu.Username, Password: pw,
+			Logger: n.log.With("upstream", cu.URL), GatewayID: c.Gateway.ID, Epoch: epoch})
+		if err != nil {
+			up.cancel()
+			return err
+		}
+		up.http, up.name = h, h.Name()
+		up.sender = &uplink.HTTPSender{H: h, Batch: u.Batch, Win: max(1, u.Window/8)}
+	}
+	n.mu.Lock()
+	idx = n.table.Add(up.name, cu.Weight)
+	for len(n.upstream) <= idx {
+		n.upstream = append(n.upstream, nil)
+	}
+	n.upstream[idx] = up
+	n.mu.Unlock()
+	n.delivery.Add(idx, up.sender)
+
+	target := cu.Health
+	if target == "" {
+		if target, err = uplink.ProbeTarget(cu.URL); err != nil {
+			return err
+		}
+	}
+	hs, _ := up.sender.(*uplink.HTTPSender)
+	pr := uplink.NewProber(target, u.Probe.Interval, u.Probe.Timeout, tlsConf, func(rtt time.Duration, err error) {
+		n.table.Probe(idx, rtt, err)
+		if hs != nil {
+			hs.ProbeResult(err)
+		}
+	})
+	n.wg.Go(func() { pr.Run(ctx) })
+	if cu.Load != nil && cu.Load.URL != "" {
+		lp, err := uplink.NewLoadPoller(cu.Load.URL, cu.Load.Interval, u.Probe.Timeout, tlsConf, func(l selector.Load, err error) {
+			if err != nil {
+				n.log.Warn("load report failed", "upstream", up.name, "err", err)
+				return
+			}
+			n.table.Report(idx, l)
+		})
+		if err != nil {
+			return err
+		}
+		n.wg.Go(func() { lp.Run(ctx) })
+	}
+	return nil
+}
+
+func (n *north) report(idx int, payload []byte) {
+	if idx < 0 || len(payload) == 0 {
+		return
+	}
+	l, err := uplink.ParseLoad(payload, time.Now())
+	if err != nil {
+		n.log.Warn("bad load report", "upstream", idx, "err", err)
+		return
+	}
+	n.table.Report(idx, l)
+}
+
+func tlsFor(c *config.Config, scheme string, t *config.TLS) (*tls.Config, error) {
+	if scheme != "mqtts" && scheme != "https" {
+		return nil, nil
+	}
+	if t == nil {
+		return uplink.TLSConfig("", "", "", false)
+	}
+	return uplink.TLSConfig(c.Rel(t.CA), c.Rel(t.Cert), c.Rel(t.Key), t.InsecureSkipVerify)
+}
+
+// stop waits for the delivery loop (it ends with the context startNorth
+// was given, after the sends in flight are acked or back in the buffer),
+// then disconnects every upstream and waits for its goroutines.
+func (n *north) stop() {
+	n.dwg.Wait()
+	n.upCancel()
+	n.mu.Lock()
+	for _, u := range n.upstream {
+		if u != nil {
+			u.cancel()
+		}
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+	for _, u := range n.upstream {
+		if u != nil && u.http != nil {
+			_ = u.http.Close()
+		}
+	}
+}

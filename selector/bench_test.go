@@ -1,0 +1,76 @@
+package selector
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// benchTable is a table of n upstreams as the uplink leaves it: the default
+// clock (time.Now), weights 1 to 3, latencies between 5 and 20 ms recorded,
+// a few deliveries in flight. seed 0 is the production default.
+func benchTable(n int, seed uint64) *Table {
+	tb := NewTable(Options{Seed: seed})
+	now := time.Now()
+	for i := range n {
+		tb.Add(fmt.Sprintf("u%d", i), 1+i%3)
+		u := tb.ups[i].Load()
+		for k := range 20 {
+			lat := time.Duration(5+(i*7+k)%16) * time.Millisecond
+			tb.record(u, now.Add(-lat), now, nil)
+		}
+		for range i % 4 {
+			tb.Begin(i)
+		}
+	}
+	return tb
+}
+
+// BenchmarkPick is Pick's cost per strategy at 2, 4 and 16 upstreams.
+func BenchmarkPick(b *testing.B) {
+	for _, name := range Names() {
+		for _, n := range []int{2, 4, 16} {
+			b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
+				tb, s := benchTable(n, 0), mustNew(b, name)
+				s.Pick(tb, 0) // ribbon_wrt computes its weights at the first pick
+				b.ReportAllocs()
+				for b.Loop() {
+					s.Pick(tb, 0)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPickParallel is Pick from GOMAXPROCS goroutines at once, on one
+// table and strategy; n=16/seeded uses a fixed seed, whose random stream is
+// one atomic counter that every pick of random, least_conn (on a tie),
+// p2c_ewma and ribbon_wrt advances.
+func BenchmarkPickParallel(b *testing.B) {
+	for _, name := range Names() {
+		for _, v := range []struct {
+			sub  string
+			seed uint64
+		}{{"n=16", 0}, {"n=16/seeded", 1}} {
+			b.Run(name+"/"+v.sub, func(b *testing.B) {
+				tb, s := benchTable(16, v.seed), mustNew(b, name)
+				s.Pick(tb, 0)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						s.Pick(tb, 0)
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkBeginEnd is the cost the uplink pays around every delivery.
+func BenchmarkBeginEnd(b *testing.B) {
+	tb := benchTable(16, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		tb.End(tb.Begin(3), nil)
+	}
+}

@@ -1,0 +1,459 @@
+package uplink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"fieldlink/buffer"
+	"fieldlink/selector"
+)
+
+// Queue is the durable buffer as the delivery loop uses it.
+type Queue interface {
+	// Next leases up to max records, alarms first; they are not handed out
+	// again until released.
+	Next(max int) ([]buffer.Record, error)
+	// Ack deletes delivered records.
+	Ack(seqs ...uint64) error
+	// Release returns undelivered records to the queue.
+	Release(seqs ...uint64)
+	// Wait blocks until an unleased record exists.
+	Wait(ctx context.Context) error
+}
+
+// DeadLetters takes records that an upstream refused for good (an HTTP
+// 4xx other than 408/429), so that one poison packet cannot block the queue.
+type DeadLetters interface {
+	DeadLetter(reason string, seqs ...uint64) error
+}
+
+// Sender delivers batches to one upstream.
+type Sender interface {
+	// Name identifies the upstream in logs and metrics (no credentials).
+	Name() string
+	// Send returns nil only once the upstream acknowledged every record
+	// of the batch (an MQTT PUBACK for each, an HTTP 2xx for the batch).
+	Send(ctx context.Context, batch []buffer.Record) error
+	// MaxBatch is how many records one Send may carry.
+	MaxBatch() int
+	// Window is how many Sends may be in flight at once.
+	Window() int
+	// Up reports whether the upstream can be tried now (connected, or its
+	// latest probe answered).
+	Up() bool
+}
+
+// Permanent marks an error that retrying cannot fix.
+type Permanent interface{ Permanent() bool }
+
+// DeliveryOptions tune the loop; zero values are the defaults.
+type DeliveryOptions struct {
+	// Attempts is how many upstreams one batch is tried on before it goes
+	// back to the buffer; default: every upstream once.
+	Attempts int
+	// Backoff bounds the wait when no upstream can take a batch: from
+	// 100ms, doubling, with jitter, up to this; default 5s.
+	Backoff time.Duration
+	// SendTimeout bounds one Send; default 30s.
+	SendTimeout time.Duration
+	Logger      *slog.Logger
+	// DeadLetters receives permanently refused records; nil acks them
+	// after logging (they are counted either way).
+	DeadLetters DeadLetters
+}
+
+// UpstreamCounters are one upstream's delivery counters.
+type UpstreamCounters struct {
+	Name      string
+	Picked    uint64 // batches sent to it
+	Delivered uint64 // records it acknowledged
+	Failed    uint64 // batches that failed on it
+}
+
+// DeliveryStats are the loop's counters.
+type DeliveryStats struct {
+	Delivered, Retried, DeadLettered, Released uint64
+	InFlight                                   int64
+	Upstreams                                  []UpstreamCounters
+}
+
+type slot struct {
+	sender                    Sender
+	free                      chan struct{} // one token per free window place
+	picked, delivered, failed atomic.Uint64
+}
+
+// Delivery moves packets from the buffer to the upstreams: Next, Pick,
+// Send, then Ack on success; on failure the batch is tried on another
+// upstream, and when none can take it, it goes back to the buffer and the
+// loop backs off. Many batches are in flight at once (each upstream's
+// window), so a backlog drains over every healthy upstream in parallel.
+type Delivery struct {
+	q     Queue
+	table *selector.Table
+	strat selector.Strategy
+	opt   DeliveryOptions
+	log   *slog.Logger
+
+	mu    sync.Mutex // guards slots
+	slots []*slot    // by table index
+
+	freed chan struct{} // a window place came free (non-blocking signal)
+	wg    sync.WaitGroup
+
+	delivered, retried, dead, released atomic.Uint64
+	inflight                           atomic.Int64
+}
+
+// NewDelivery returns a loop over q; add upstreams with Add before Run.
+func NewDelivery(q Queue, table *selector.Table, strat selector.Strategy, opt DeliveryOptions) *Delivery {
+	if opt.Backoff <= 0 {
+		opt.Backoff = 5 * time.Second
+	}
+	if opt.SendTimeout <= 0 {
+		opt.SendTimeout = 30 * time.Second
+	}
+	d := &Delivery{q: q, table: table, strat: strat, opt: opt, log: opt.Logger, freed: make(chan struct{}, 1)}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	return d
+}
+
+// Add registers an upstream under the table index idx (from Table.Add).
+func (d *Delivery) Add(idx int, s Sender) {
+	w := max(s.Window(), 1)
+	sl := &slot{sender: s, free: make(chan struct{}, w)}
+	for range w {
+		sl.free <- struct{}{}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.slots) <= idx {
+		d.slots = append(d.slots, nil)
+	}
+	d.slots[idx] = sl
+}
+
+func (d *Delivery) slot(i int) *slot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if i < len(d.slots) {
+		return d.slots[i]
+	}
+	return nil
+}
+
+// Stats returns the loop's counters.
+func (d *Delivery) Stats() DeliveryStats {
+	st := DeliveryStats{Delivered: d.delivered.Load(), Retried: d.retried.Load(), DeadLettered: d.dead.Load(),
+		Released: d.released.Load(), InFlight: d.inflight.Load()}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.slots {
+		if s != nil {
+			st.Upstreams = append(st.Upstreams, UpstreamCounters{Name: s.sender.Name(), Picked: s.picked.Load(), Delivered: s.delivered.Load(), Failed: s.failed.Load()})
+		}
+	}
+	return st
+}
+
+// refreshUp copies every sender's Up into the table, so that strategies
+// never pick an upstream that cannot be tried.
+func (d *Delivery) refreshUp() {
+	d.mu.Lock()
+	slots := append([]*slot(nil), d.slots...)
+	d.mu.Unlock()
+	for i, s := range slots {
+		if s != nil {
+			d.table.SetUp(i, s.sender.Up())
+		}
+	}
+}
+
+// acquire picks an upstream with a free window place, skipping skip.
+func (d *Delivery) acquire(skip uint64) (int, *slot, bool) {
+	for {
+		i, ok := d.strat.Pick(d.table, skip)
+		if !ok {
+			return 0, nil, false
+		}
+		s := d.slot(i)
+		if s == nil {
+			skip |= 1 << i
+			continue
+		}
+		select {
+		case <-s.free:
+			return i, s, true
+		default:
+			skip |= 1 << i // window full: try another
+		}
+	}
+}
+
+func (d *Delivery) release(s *slot) {
+	s.free <- struct{}{}
+	select {
+	case d.freed <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends, then waits for the batches in flight: each
+// ends acked, or back in the buffer.
+func (d *Delivery) Run(ctx context.Context) {
+	defer d.wg.Wait()
+	backoff := 100 * time.Millisecond
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	wait := func(dur time.Duration) bool {
+		timer.Reset(dur)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-d.freed:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		if err := d.q.Wait(ctx); err != nil {
+			return
+		}
+		d.refreshUp()
+		i, s, ok := d.acquire(0)
+		if !ok {
+			// Every upstream is down or busy: packets stay in the buffer.
+			if !wait(jitter(backoff)) {
+				return
+			}
+			backoff = min(2*backoff, d.opt.Backoff)
+			continue
+		}
+		recs, err := d.q.Next(s.sender.MaxBatch())
+		if err != nil || len(recs) == 0 {
+			d.release(s)
+			if err != nil {
+				d.log.Error("buffer read failed", "err", err)
+				if !wait(jitter(backoff)) {
+					return
+				}
+			}
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		d.inflight.Add(1)
+		d.wg.Go(func() {
+			defer d.inflight.Add(-1)
+			d.deliver(ctx, i, s, recs)
+		})
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// deliver sends recs on upstream i (whose window place is held), then on
+// others if it fails, and settles them: acked, dead-lettered or released.
+func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Record) {
+	seqs := make([]uint64, len(recs))
+	for k, r := range recs {
+		seqs[k] = r.Seq
+	}
+	attempts := d.opt.Attempts
+	if attempts <= 0 {
+		attempts = d.table.Len()
+	}
+	var skip uint64
+	for attempt := 1; ; attempt++ {
+		// A send in progress when ctx ends may still be acknowledged;
+		// give it its timeout, not the loop's life.
+		sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opt.SendTimeout)
+		s.picked.Add(1)
+		tk := d.table.Begin(i)
+		err := s.sender.Send(sendCtx, recs)
+		d.table.End(tk, err)
+		cancel()
+		d.release(s)
+		if err == nil {
+			s.delivered.Add(uint64(len(recs)))
+			d.delivered.Add(uint64(len(recs)))
+			if aerr := d.q.Ack(seqs...); aerr != nil {
+				d.log.Error("buffer ack failed: the packets will be sent again", "upstream", s.sender.Name(), "err", aerr)
+			}
+			return
+		}
+		s.failed.Add(1)
+		var p Permanent
+		if errors.As(err, &p) && p.Permanent() {
+			if len(recs) > 1 {
+				// Find the packet the upstream refuses: send each alone,
+				// on the same upstream, and settle each by its own answer.
+				for _, r := range recs {
+					d.acquireSlot(ctx, s)
+					d.inflight.Add(1)
+					d.deliver(ctx, i, s, []buffer.Record{r})
+					d.inflight.Add(-1)
+				}
+				return
+			}
+			d.deadLetter(s, seqs, err)
+			return
+		}
+		d.log.Warn("delivery failed", "upstream", s.sender.Name(), "packets", len(recs), "attempt", attempt, "err", err)
+		skip |= 1 << i
+		if attempt >= attempts || ctx.Err() != nil {
+			break
+		}
+		d.refreshUp()
+		var ok bool
+		i, s, ok = d.acquire(skip)
+		if !ok {
+			break
+		}
+		d.retried.Add(1)
+	}
+	d.released.Add(uint64(len(recs)))
+	d.q.Release(seqs...)
+}
+
+// acquireSlot waits for a window place on s (or ctx's end, after which it
+// takes the place anyway: the send will fail fast and release it).
+func (d *Delivery) acquireSlot(ctx context.Context, s *slot) {
+	select {
+	case <-s.free:
+	case <-ctx.Done():
+		go func() { <-s.free; d.release(s) }()
+	}
+}
+
+func (d *Delivery) deadLetter(s *slot, seqs []uint64, err error) {
+	d.dead.Add(uint64(len(seqs)))
+	d.log.Error("upstream refused a packet for good: dead-lettered", "upstream", s.sender.Name(), "seq", seqs[0], "err", err)
+	if d.opt.DeadLetters != nil {
+		if derr := d.opt.DeadLetters.DeadLetter(err.Error(), seqs...); derr != nil {
+			d.log.Error("dead-letter failed; the packet stays queued", "err", derr)
+			d.q.Release(seqs...)
+		}
+		return
+	}
+	if aerr := d.q.Ack(seqs...); aerr != nil {
+		d.log.Error("buffer ack failed", "err", aerr)
+	}
+}
+
+// topicVars extracts DataType and DeviceId from a packet's JSON, as the
+// packet encoder writes them, for MQTT topic templates.
+func topicVars(data []byte) map[string]string {
+	return map[string]string{"data_type": headField(data, `"DataType":"`), "device": headField(data, `"DeviceId":"`)}
+}
+
+func headField(data []byte, key string) string {
+	i := bytes.Index(data, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := data[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return string(rest[:j])
+}
+
+// MQTTSender adapts an MQTT publisher to the delivery loop: one record
+// per Send, pipelined up to the window.
+type MQTTSender struct {
+	M   *MQTT
+	Win int
+}
+
+// Name implements Sender.
+func (s *MQTTSender) Name() string { return s.M.Name() }
+
+// Send publishes each record and waits for its PUBACK.
+func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
+	for _, r := range batch {
+		if err := s.M.Publish(ctx, topicVars(r.Data), r.Data); err != nil {
+			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
+		}
+	}
+	return nil
+}
+
+// MaxBatch implements Sender: one record, so each is acked on its own.
+func (s *MQTTSender) MaxBatch() int { return 1 }
+
+// Window implements Sender.
+func (s *MQTTSender) Window() int { return s.Win }
+
+// Up implements Sender: connected.
+func (s *MQTTSender) Up() bool { return s.M.Connected() }
+
+// HTTPSender adapts an HTTP publisher: batches of up to Batch records.
+type HTTPSender struct {
+	H     *HTTP
+	Batch int
+	Win   int
+	up    atomic.Bool
+	probe atomic.Bool // a probe result arrived
+}
+
+// Name implements Sender.
+func (s *HTTPSender) Name() string { return s.H.Name() }
+
+// Send posts the batch.
+func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
+	seqs := make([]uint64, len(batch))
+	data := make([][]byte, len(batch))
+	for i, r := range batch {
+		seqs[i], data[i] = r.Seq, r.Data
+	}
+	err := s.H.Post(ctx, seqs, data)
+	if err != nil && IsPermanent(err) && packetRefused(err) {
+		return permanentErr{err}
+	}
+	return err
+}
+
+// packetRefused tells a refusal of the packets themselves (400, 422, an
+// invalid packet) from an upstream that is misconfigured (401, 403, 404,
+// 405, 413, …): the first goes to dead letters, the second is an upstream
+// failure, and the packets wait for another upstream or a fix.
+func packetRefused(err error) bool {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he.StatusCode == 400 || he.StatusCode == 422
+	}
+	return errors.Is(err, ErrInvalidPacket)
+}
+
+type permanentErr struct{ error }
+
+func (permanentErr) Permanent() bool { return true }
+func (p permanentErr) Unwrap() error { return p.error }
+
+// MaxBatch implements Sender.
+func (s *HTTPSender) MaxBatch() int { return max(s.Batch, 1) }
+
+// Window implements Sender.
+func (s *HTTPSender) Window() int { return max(s.Win, 1) }
+
+// Up implements Sender: true until a probe says otherwise.
+func (s *HTTPSender) Up() bool { return !s.probe.Load() || s.up.Load() }
+
+// ProbeResult records a latency probe's outcome for Up.
+func (s *HTTPSender) ProbeResult(err error) {
+	s.up.Store(err == nil)
+	s.probe.Store(true)
+}

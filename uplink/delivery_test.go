@@ -1,0 +1,258 @@
+package uplink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
+	"fieldlink/selector"
+)
+
+// memQueue is an in-memory Queue for the loop's logic tests.
+type memQueue struct {
+	mu     sync.Mutex
+	recs   map[uint64]buffer.Record
+	leased map[uint64]bool
+	acked  map[uint64]int
+	dead   map[uint64]string
+	wake   chan struct{}
+}
+
+func newMemQueue(n int, bad ...uint64) *memQueue {
+	q := &memQueue{recs: map[uint64]buffer.Record{}, leased: map[uint64]bool{}, acked: map[uint64]int{}, dead: map[uint64]string{}, wake: make(chan struct{}, 1)}
+	for s := uint64(1); s <= uint64(n); s++ {
+		data := fmt.Appendf(nil, `{"DataHead":{"DataType":"Gas","DeviceId":"d%d","Seq":%d},"DataBody":{}}`, s%3, s)
+		for _, b := range bad {
+			if b == s {
+				data = []byte("bad")
+			}
+		}
+		q.recs[s] = buffer.Record{Seq: s, Data: data}
+	}
+	return q
+}
+
+func (q *memQueue) Next(max int) ([]buffer.Record, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var keys []uint64
+	for s := range q.recs {
+		if !q.leased[s] {
+			keys = append(keys, s)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	var out []buffer.Record
+	for _, s := range keys {
+		if len(out) == max {
+			break
+		}
+		q.leased[s] = true
+		out = append(out, q.recs[s])
+	}
+	return out, nil
+}
+
+func (q *memQueue) Ack(seqs ...uint64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, s := range seqs {
+		q.acked[s]++
+		delete(q.recs, s)
+		delete(q.leased, s)
+	}
+	return nil
+}
+
+func (q *memQueue) DeadLetter(reason string, seqs ...uint64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, s := range seqs {
+		q.dead[s] = reason
+		delete(q.recs, s)
+		delete(q.leased, s)
+	}
+	return nil
+}
+
+func (q *memQueue) Release(seqs ...uint64) {
+	q.mu.Lock()
+	for _, s := range seqs {
+		delete(q.leased, s)
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *memQueue) Wait(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		n := len(q.recs) - len(q.leased)
+		q.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-q.wake:
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (q *memQueue) left() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.recs)
+}
+
+// fakeSender acknowledges after a delay, or fails.
+type fakeSender struct {
+	name  string
+	delay time.Duration
+	batch int
+	down  atomic.Bool
+	fail  atomic.Bool
+	got   atomic.Int64
+}
+
+func (f *fakeSender) Name() string  { return f.name }
+func (f *fakeSender) MaxBatch() int { return f.batch }
+func (f *fakeSender) Window() int   { return 8 }
+func (f *fakeSender) Up() bool      { return !f.down.Load() }
+func (f *fakeSender) Send(ctx context.Context, b []buffer.Record) error {
+	select {
+	case <-time.After(f.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if f.fail.Load() {
+		return errors.New("broker said no")
+	}
+	for _, r := range b {
+		if bytes.Equal(r.Data, []byte("bad")) {
+			return permanentErr{errors.New("422 unprocessable")}
+		}
+	}
+	f.got.Add(int64(len(b)))
+	return nil
+}
+
+func newLoop(t *testing.T, q *memQueue, strategy string, senders ...*fakeSender) (*Delivery, func()) {
+	t.Helper()
+	table := selector.NewTable(selector.Options{Seed: 1})
+	strat, err := selector.New(strategy, selector.StrategyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
+	for _, s := range senders {
+		d.Add(table.Add(s.name, 1), s)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	return d, func() { cancel(); <-done }
+}
+
+func TestDeliveryAcksEachPacketOnceAndSpreads(t *testing.T) {
+	q := newMemQueue(600)
+	a := &fakeSender{name: "a", delay: time.Millisecond, batch: 1}
+	b := &fakeSender{name: "b", delay: time.Millisecond, batch: 5}
+	c := &fakeSender{name: "c", delay: time.Millisecond, batch: 1}
+	d, stop := newLoop(t, q, "round_robin", a, b, c)
+	testtool.WaitFor(t, 20*time.Second, "the queue to drain", func() bool { return q.left() == 0 })
+	stop()
+	for s, n := range q.acked {
+		if n != 1 {
+			t.Fatalf("seq %d acked %d times", s, n)
+		}
+	}
+	if len(q.acked) != 600 || a.got.Load() == 0 || b.got.Load() == 0 || c.got.Load() == 0 {
+		t.Fatalf("acked %d; per upstream %d %d %d", len(q.acked), a.got.Load(), b.got.Load(), c.got.Load())
+	}
+	if st := d.Stats(); st.Delivered != 600 || st.InFlight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestDeliveryRetriesElsewhereAndWaitsOutAnOutage(t *testing.T) {
+	q := newMemQueue(200)
+	a := &fakeSender{name: "a", delay: time.Millisecond, batch: 1}
+	b := &fakeSender{name: "b", delay: time.Millisecond, batch: 1}
+	a.fail.Store(true) // up but failing: its batches move to b
+	_, stop := newLoop(t, q, "round_robin", a, b)
+	testtool.WaitFor(t, 20*time.Second, "b to deliver everything", func() bool { return q.left() == 0 })
+	stop()
+	if a.got.Load() != 0 || b.got.Load() != 200 {
+		t.Fatalf("a %d b %d", a.got.Load(), b.got.Load())
+	}
+
+	// Every upstream down: nothing is acked, nothing is lost; when one
+	// comes back, the backlog drains.
+	q = newMemQueue(100)
+	a = &fakeSender{name: "a", delay: time.Millisecond, batch: 10}
+	b = &fakeSender{name: "b", delay: time.Millisecond, batch: 10}
+	a.down.Store(true)
+	b.down.Store(true)
+	_, stop = newLoop(t, q, "p2c_ewma", a, b)
+	time.Sleep(200 * time.Millisecond)
+	if q.left() != 100 || len(q.acked) != 0 {
+		t.Fatalf("delivered while every upstream was down: left %d", q.left())
+	}
+	b.down.Store(false)
+	testtool.WaitFor(t, 20*time.Second, "the backlog to drain after recovery", func() bool { return q.left() == 0 })
+	stop()
+	if b.got.Load() != 100 {
+		t.Fatalf("b delivered %d", b.got.Load())
+	}
+}
+
+func TestDeliveryDeadLettersOnlyThePoisonPacket(t *testing.T) {
+	q := newMemQueue(50, 17)
+	h := &fakeSender{name: "http", delay: time.Millisecond, batch: 10}
+	d, stop := newLoop(t, q, "round_robin", h)
+	testtool.WaitFor(t, 20*time.Second, "the queue to settle", func() bool { return q.left() == 0 })
+	stop()
+	if len(q.dead) != 1 || q.dead[17] == "" || len(q.acked) != 49 {
+		t.Fatalf("dead %v, acked %d", q.dead, len(q.acked))
+	}
+	if d.Stats().DeadLettered != 1 {
+		t.Fatalf("stats %+v", d.Stats())
+	}
+}
+
+func TestDeliveryStopsWithoutLosingInFlight(t *testing.T) {
+	q := newMemQueue(40)
+	slow := &fakeSender{name: "slow", delay: 100 * time.Millisecond, batch: 1}
+	_, stop := newLoop(t, q, "round_robin", slow)
+	time.Sleep(30 * time.Millisecond)
+	stop() // in-flight sends finish (they are given their timeout, not the loop's life)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.leased) != 0 {
+		t.Fatalf("%d records still leased after Run returned", len(q.leased))
+	}
+	if int(slow.got.Load()) != len(q.acked) || len(q.acked)+len(q.recs) != 40 {
+		t.Fatalf("sent %d, acked %d, left %d", slow.got.Load(), len(q.acked), len(q.recs))
+	}
+}
+
+func TestTopicVars(t *testing.T) {
+	v := topicVars([]byte(`{"DataHead":{"Date":"2026-01-01","DataType":"Gas","DeviceId":"ch4-1","Seq":1}}`))
+	if v["data_type"] != "Gas" || v["device"] != "ch4-1" {
+		t.Fatalf("%v", v)
+	}
+}

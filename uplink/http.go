@@ -1,0 +1,683 @@
+package uplink
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Defaults and bounds of the HTTP publisher.
+const (
+	// DefaultHTTPTimeout bounds one [HTTP.Post] whose ctx has no deadline.
+	DefaultHTTPTimeout = 10 * time.Second
+
+	// httpExcerptLen is how much of a response body an [HTTPError] quotes.
+	httpExcerptLen = 200
+	// httpDrainLimit is how much of a response body is read and discarded
+	// so that its connection can be reused; a longer body closes the
+	// connection instead.
+	httpDrainLimit = 64 << 10
+	// httpMaxRetryAfter caps the Retry-After hint.
+	httpMaxRetryAfter = 24 * time.Hour
+)
+
+// ErrInvalidPacket is returned by [HTTP.Post] when a packet of the batch is
+// not valid JSON. Nothing is sent. It is permanent ([IsPermanent]): resending
+// will not make the packet valid.
+var ErrInvalidPacket = errors.New("uplink: packet is not valid JSON")
+
+// HTTPConfig configures an [HTTP] publisher. Every field but URL, GatewayID
+// and Epoch may be left zero.
+type HTTPConfig struct {
+	// URL is the ingest endpoint, http:// or https://. Credentials written
+	// in it (https://user:pass@host/…) are used for basic auth when
+	// Username is empty; errors and logs never show them, nor the query.
+	URL string
+
+	// TLS configures https. nil verifies the server against the system's
+	// roots; a config is cloned, and verifies by default too (set RootCAs
+	// for a private CA). InsecureSkipVerify is honoured but logged as a
+	// warning.
+	TLS *tls.Config
+
+	// Timeout bounds one Post whose ctx has no deadline: zero means
+	// [DefaultHTTPTimeout]. A deadline on ctx always wins, even a longer one.
+	Timeout time.Duration
+
+	// Header is added to every request (e.g. Authorization: Bearer …).
+	// Content-Type and Idempotency-Key are Post's and override it. Header
+	// values are never logged.
+	Header http.Header
+
+	// Username and Password, if Username is set, are sent as basic auth.
+	// The password never appears in an error or a log line, and is blanked
+	// out of the response excerpts that errors quote.
+	Username, Password string
+
+	// Logger gets one Debug line per Post (no header values, no bodies) and a
+	// Warn at construction if TLS verification is off. nil discards.
+	Logger *slog.Logger
+
+	// GatewayID and Epoch name the gateway and its buffer's epoch in the
+	// Idempotency-Key (see [IdempotencyKey]). Both are required, printable
+	// ASCII: without the epoch, a rebuilt buffer would reuse keys and the
+	// platform would drop new packets as replays.
+	GatewayID, Epoch string
+}
+
+// HTTP publishes packets to one HTTP(S) ingest endpoint by POST. A 2xx answer
+// acknowledges the packets; every other outcome is an error that
+// [IsPermanent] and [IsRetryable] classify. Retrying, backing off and
+// choosing another upstream are the caller's.
+//
+// Each HTTP has its own connection pool (one [http.Transport]): connections
+// are kept alive and reused (up to 4 idle, 90 s), response bodies are drained
+// so that they can be; at most 8 connections are open at once, further Posts
+// wait for one (bounded by their ctx). HTTP/2 is used when the server offers
+// it. HTTPS_PROXY, HTTP_PROXY and NO_PROXY are honoured. Redirects are not
+// followed: a 3xx is an error.
+// Because every request carries an Idempotency-Key, net/http itself may
+// resend a request once when a kept-alive connection turns out to be dead
+// before any answer.
+//
+// An HTTP is safe for concurrent use. Close releases its idle connections.
+type HTTP struct {
+	url       string // request URL, without userinfo
+	name      string // for errors and logs: no userinfo, no query
+	header    http.Header
+	secrets   []string // blanked out of response excerpts
+	timeout   time.Duration
+	gateway   string
+	epoch     string
+	transport *http.Transport
+	client    *http.Client
+	log       *slog.Logger
+}
+
+// NewHTTP checks cfg and returns a publisher. It does no I/O.
+func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
+	u, err := httpParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("uplink: http: %w", err)
+	}
+	name := httpRedactURL(u)
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("uplink: http %s: negative timeout %v", name, cfg.Timeout)
+	}
+	if err := httpCheckKeyPart("GatewayID", cfg.GatewayID); err != nil {
+		return nil, fmt.Errorf("uplink: http %s: %w", name, err)
+	}
+	if err := httpCheckKeyPart("Epoch", cfg.Epoch); err != nil {
+		return nil, fmt.Errorf("uplink: http %s: %w", name, err)
+	}
+	user, pass := cfg.Username, cfg.Password
+	if user == "" && u.User != nil {
+		user = u.User.Username()
+		pass, _ = u.User.Password()
+	}
+	if strings.Contains(user, ":") {
+		return nil, fmt.Errorf("uplink: http %s: basic-auth user name contains ':'", name)
+	}
+	h := &HTTP{
+		name:    name,
+		header:  cfg.Header.Clone(),
+		timeout: cfg.Timeout,
+		gateway: cfg.GatewayID,
+		epoch:   cfg.Epoch,
+		log:     cfg.Logger,
+	}
+	if h.header == nil {
+		h.header = make(http.Header)
+	}
+	if h.timeout == 0 {
+		h.timeout = DefaultHTTPTimeout
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if user != "" {
+		token := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+		h.header.Set("Authorization", "Basic "+token)
+		h.secrets = append(h.secrets, token)
+		if pass != "" {
+			h.secrets = append(h.secrets, pass)
+		}
+	}
+	u.User = nil
+	h.url = u.String()
+	h.transport = httpNewTransport(cfg.TLS)
+	h.client = httpNewClient(h.transport)
+	if cfg.TLS != nil && cfg.TLS.InsecureSkipVerify {
+		h.log.Warn("uplink: http: TLS server verification is OFF", "upstream", name)
+	}
+	return h, nil
+}
+
+// Name returns the upstream's URL without credentials and without its query,
+// for logs and statistics.
+func (h *HTTP) Name() string { return h.name }
+
+// Close closes the idle connections of the publisher's pool. Posts still in
+// flight finish; a Post after Close opens a new connection.
+func (h *HTTP) Close() error {
+	h.transport.CloseIdleConnections()
+	return nil
+}
+
+// Post sends one packet or a batch and reports whether the upstream took it.
+//
+// Body: with one packet, the packet's JSON as it is; with several, a JSON
+// array of them in order, "[p1,p2,…]". Content-Type is application/json.
+// Every packet must be valid JSON, or nothing is sent and the error wraps
+// [ErrInvalidPacket].
+//
+// seqs are the packets' sequence numbers, one per packet, in the same order;
+// the Idempotency-Key header names the batch by its first and last:
+//
+//	Idempotency-Key: "<gateway>:<epoch>:<firstSeq>-<lastSeq>"
+//
+// as an RFC 8941 string (quoted), per draft-ietf-httpapi-idempotency-key-header.
+// The key must never name two different payloads: a batch that is resent
+// must be resent whole (a server may answer 422 to the same key with another
+// payload, and 422 is permanent).
+//
+// Post returns nil on a 2xx answer and only then. Otherwise the error is an
+// [*HTTPError] naming the URL (without credentials), the status and an
+// excerpt of the response body; see [IsPermanent], [IsRetryable] and
+// [RetryAfter]. When ctx has no deadline, the config's Timeout bounds the
+// whole exchange.
+func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
+	if len(batch) == 0 {
+		return fmt.Errorf("uplink: http %s: empty batch", h.name)
+	}
+	if len(seqs) != len(batch) {
+		return fmt.Errorf("uplink: http %s: %d seqs for %d packets", h.name, len(seqs), len(batch))
+	}
+	body, err := httpBatchBody(seqs, batch)
+	if err != nil {
+		return fmt.Errorf("%w (not sent to %s)", err, h.name)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.timeout)
+		defer cancel()
+	}
+	key := IdempotencyKey(h.gateway, h.epoch, seqs[0], seqs[len(seqs)-1])
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return &HTTPError{Method: http.MethodPost, URL: h.name, Err: httpUnwrapURLError(err)}
+	}
+	for k, v := range h.header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", httpSFString(key))
+	start := time.Now()
+	resp, err := h.client.Do(req)
+	if err != nil {
+		err = httpUnwrapURLError(err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %v: %w", time.Since(start).Round(time.Millisecond), err)
+		}
+		h.log.Debug("uplink: http post failed", "upstream", h.name, "packets", len(batch),
+			"key", key, "elapsed", time.Since(start), "err", err)
+		return &HTTPError{Method: http.MethodPost, URL: h.name, Err: err}
+	}
+	herr := httpCheckResponse(http.MethodPost, h.name, resp, h.secrets)
+	h.log.Debug("uplink: http post", "upstream", h.name, "packets", len(batch),
+		"key", key, "status", resp.StatusCode, "elapsed", time.Since(start))
+	if herr != nil {
+		return herr
+	}
+	return nil
+}
+
+// IdempotencyKey returns the key that names a batch: "gateway:epoch:first-last",
+// e.g. "gw-01:7f3a:1200-1299". The header carries it quoted (RFC 8941 string).
+// With the buffer's epoch, random per buffer file, a key is never reused for
+// another batch as long as the caller never sends two different sets of
+// packets under the same first and last seq.
+func IdempotencyKey(gateway, epoch string, first, last uint64) string {
+	b := make([]byte, 0, len(gateway)+len(epoch)+44)
+	b = append(b, gateway...)
+	b = append(b, ':')
+	b = append(b, epoch...)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, first, 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, last, 10)
+	return string(b)
+}
+
+// HTTPError is the error of an HTTP exchange with an upstream that did not end
+// in a 2xx: either an answer with another status (StatusCode != 0) or no
+// usable answer at all (Err != nil: refused, reset, timeout, TLS, …).
+type HTTPError struct {
+	Method     string        // POST for a publish, GET for probes, load and registry
+	URL        string        // the upstream, without credentials or query
+	StatusCode int           // 0 when no answer came
+	Status     string        // e.g. "503 Service Unavailable"
+	Body       string        // up to 200 bytes of the answer's body, secrets blanked
+	RetryAfter time.Duration // the answer's Retry-After, 0 if none (a hint, ≤ 24h)
+	Err        error         // why no answer came; nil when StatusCode != 0
+}
+
+func (e *HTTPError) Error() string {
+	var b strings.Builder
+	b.WriteString("uplink: http ")
+	b.WriteString(e.Method)
+	b.WriteByte(' ')
+	b.WriteString(e.URL)
+	b.WriteString(": ")
+	if e.StatusCode == 0 {
+		if e.Err != nil {
+			b.WriteString(e.Err.Error())
+		} else {
+			b.WriteString("no answer")
+		}
+		return b.String()
+	}
+	if e.Status != "" {
+		b.WriteString(e.Status)
+	} else {
+		b.WriteString(strconv.Itoa(e.StatusCode))
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
+	}
+	if e.Body != "" {
+		b.WriteString(": ")
+		b.WriteString(strconv.Quote(e.Body))
+	}
+	return b.String()
+}
+
+// Unwrap returns the transport error, if any.
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// IsPermanent reports whether err says that the packets themselves were
+// refused, so that resending them can never succeed: they belong in the
+// dead-letter bucket. That is a 4xx answer other than 408 Request Timeout,
+// 409 Conflict (the draft's "a request with this Idempotency-Key is still in
+// progress"), 425 Too Early and 429 Too Many Requests, or [ErrInvalidPacket].
+//
+// Some 4xx are more likely the upstream's fault than the packets' — 401/403
+// (credentials), 404/405 (path), 413 (batch too large), 415 — and would
+// dead-letter every packet. The delivery loop should therefore dead-letter a
+// batch of several packets only after resending them one by one, and treat a
+// run of permanent errors on distinct packets as an upstream failure.
+// [HTTPError.StatusCode] is there for such policies.
+func IsPermanent(err error) bool {
+	if errors.Is(err, ErrInvalidPacket) {
+		return true
+	}
+	var he *HTTPError
+	if !errors.As(err, &he) || he.StatusCode < 400 || he.StatusCode > 499 {
+		return false
+	}
+	return !httpRetryableStatus(he.StatusCode)
+}
+
+// IsRetryable reports whether err is a transient failure, worth retrying
+// soon, on this or another upstream: an answer 408, 409, 425, 429 or 5xx (see
+// [RetryAfter]), or no answer because of a timeout (including ctx's deadline),
+// a refused, reset, aborted or unreachable connection, a connection closed
+// before the answer (EOF), or a DNS failure.
+//
+// Errors that are neither retryable nor permanent: the caller cancelled ctx;
+// TLS failures (an unverifiable certificate, a TLS alert: configuration, not
+// weather); a 1xx/3xx answer (redirects are not followed); bad arguments.
+// The packets stay in the buffer; retrying the same upstream soon is futile.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var he *HTTPError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		return httpRetryableStatus(he.StatusCode)
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if httpIsTLSFailure(err) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, target := range []error{
+		syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
+		io.EOF, io.ErrUnexpectedEOF,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return true
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr)
+}
+
+// RetryAfter returns the Retry-After hint of an answer (delta-seconds or an
+// HTTP date, capped at 24h), or 0 when err carries none. It is the server's
+// wish, not a promise: bound it by the loop's own maximum backoff.
+func RetryAfter(err error) time.Duration {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he.RetryAfter
+	}
+	return 0
+}
+
+// Backoff returns a delay before retry number attempt (0 for the first retry)
+// with "full jitter": uniform in [0, min(maxDelay, base·2^attempt)). rnd
+// returns a float in [0, 1) (nil: math/rand/v2); values outside are clamped.
+// A non-positive base or maxDelay gives 0. It never overflows.
+func Backoff(attempt int, base, maxDelay time.Duration, rnd func() float64) time.Duration {
+	if base <= 0 || maxDelay <= 0 {
+		return 0
+	}
+	ceiling := min(base, maxDelay)
+	for i := 0; i < attempt && ceiling < maxDelay; i++ {
+		if ceiling > maxDelay/2 {
+			ceiling = maxDelay
+			break
+		}
+		ceiling *= 2
+	}
+	if rnd == nil {
+		rnd = rand.Float64
+	}
+	r := rnd()
+	if !(r >= 0) { // also NaN
+		r = 0
+	}
+	d := time.Duration(r * float64(ceiling))
+	if d >= ceiling || d < 0 {
+		d = ceiling - 1
+	}
+	return d
+}
+
+func httpRetryableStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return code >= 500 && code <= 599
+}
+
+func httpIsTLSFailure(err error) bool {
+	var (
+		cve   *tls.CertificateVerificationError
+		alert tls.AlertError
+		rhe   tls.RecordHeaderError
+		uae   x509.UnknownAuthorityError
+		hoste x509.HostnameError
+		cie   x509.CertificateInvalidError
+	)
+	if errors.As(err, &cve) || errors.As(err, &alert) || errors.As(err, &rhe) ||
+		errors.As(err, &uae) || errors.As(err, &hoste) || errors.As(err, &cie) {
+		return true
+	}
+	// crypto/tls reports alerts as *net.OpError with these ops.
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && (opErr.Op == "remote error" || opErr.Op == "local error")
+}
+
+// httpBatchBody returns the body of a POST: the packet itself, or a JSON
+// array of the packets.
+func httpBatchBody(seqs []uint64, batch [][]byte) ([]byte, error) {
+	n := 1 + len(batch)
+	for i, p := range batch {
+		if !json.Valid(p) {
+			return nil, fmt.Errorf("%w: seq %d", ErrInvalidPacket, seqs[i])
+		}
+		n += len(p)
+	}
+	if len(batch) == 1 {
+		return batch[0], nil
+	}
+	body := make([]byte, 0, n)
+	body = append(body, '[')
+	for i, p := range batch {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, p...)
+	}
+	return append(body, ']'), nil
+}
+
+// httpCheckResponse consumes resp's body so that its connection can be
+// reused, and returns nil for a 2xx or an *HTTPError with an excerpt.
+func httpCheckResponse(method, name string, resp *http.Response, secrets []string) *HTTPError {
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+		return nil
+	}
+	head := make([]byte, httpExcerptLen)
+	n, _ := io.ReadFull(resp.Body, head)
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+	return &HTTPError{
+		Method:     method,
+		URL:        name,
+		StatusCode: resp.StatusCode,
+		Status:     resp.Status,
+		Body:       httpExcerpt(head[:n], secrets),
+		RetryAfter: httpParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+}
+
+// httpExcerpt makes a bounded, valid UTF-8, secret-free string of a body.
+func httpExcerpt(b []byte, secrets []string) string {
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	for _, secret := range secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "xxxxx")
+		}
+	}
+	return s
+}
+
+// httpParseRetryAfter reads delta-seconds or an HTTP date; 0 when absent,
+// unreadable or past; capped at httpMaxRetryAfter.
+func httpParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if strings.Trim(v, "0123456789") == "" { // delta-seconds
+		secs, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || secs > uint64(httpMaxRetryAfter/time.Second) {
+			return httpMaxRetryAfter // only a range error is possible
+		}
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return max(0, min(d, httpMaxRetryAfter))
+}
+
+// httpSFString quotes s as an RFC 8941 sf-string (s is printable ASCII).
+func httpSFString(s string) string {
+	if !strings.ContainsAny(s, `"\`) {
+		return `"` + s + `"`
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// httpCheckKeyPart requires a non-empty printable-ASCII string, as RFC 8941
+// strings must be.
+func httpCheckKeyPart(field, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s is required (it is part of the Idempotency-Key)", field)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return fmt.Errorf("%s %q: only printable ASCII may go into an Idempotency-Key", field, v)
+		}
+	}
+	return nil
+}
+
+// httpParseURL parses an http(s) URL; its errors, without a prefix, never
+// show the URL's userinfo or query.
+func httpParseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bad URL: %w", httpUnwrapURLError(err))
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%s: scheme must be http or https", httpRedactURL(u))
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("%s: no host", httpRedactURL(u))
+	}
+	return u, nil
+}
+
+// httpRedactURL renders u as scheme://host/path: without userinfo, and with
+// "?..." in place of a query (tokens often travel there) and no fragment.
+func httpRedactURL(u *url.URL) string {
+	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath, Opaque: u.Opaque}
+	s := r.String()
+	if u.RawQuery != "" || u.ForceQuery {
+		s += "?..."
+	}
+	return s
+}
+
+// httpBasicAuthFromURL returns a copy of header (nil: a new one) with basic
+// auth from u's userinfo, unless header already has an Authorization, and
+// removes the userinfo from u.
+func httpBasicAuthFromURL(u *url.URL, header http.Header) http.Header {
+	header = header.Clone()
+	if header == nil {
+		header = make(http.Header)
+	}
+	if u.User != nil {
+		if header.Get("Authorization") == "" {
+			pass, _ := u.User.Password()
+			token := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
+			header.Set("Authorization", "Basic "+token)
+		}
+		u.User = nil
+	}
+	return header
+}
+
+// httpUnwrapURLError drops the *url.Error wrapper, whose message repeats the
+// URL with its query.
+func httpUnwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
+}
+
+// httpNewTransport returns a transport with a small keep-alive pool for one
+// upstream: a gateway talks to each upstream over a few connections at most.
+func httpNewTransport(tlsCfg *tls.Config) *http.Transport {
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSClientConfig:       tlsCfg.Clone(),
+		TLSHandshakeTimeout:   10 * time.Second,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4,
+		MaxIdleConnsPerHost:   4,
+		MaxConnsPerHost:       8,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// httpNewClient returns a client that does not follow redirects: a POST
+// redirected elsewhere is a configuration error to see, not to follow (and
+// credentials must not travel to another host).
+func httpNewClient(t *http.Transport) *http.Client {
+	return &http.Client{
+		Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// httpGet does a GET of rawURL (already checked) with header, and returns
+// the answer and its body, at most limit bytes (more is an error). Non-2xx
+// answers are *HTTPError, except the statuses listed in pass, which are
+// returned with their (empty) body.
+func httpGet(ctx context.Context, client *http.Client, rawURL, name string, header http.Header, limit int64, pass ...int) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, nil, &HTTPError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, &HTTPError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
+	}
+	for _, code := range pass {
+		if resp.StatusCode == code {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+			resp.Body.Close()
+			return resp, nil, nil
+		}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp, nil, httpCheckResponse(http.MethodGet, name, resp, nil)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return resp, nil, &HTTPError{Method: http.MethodGet, URL: name, Err: fmt.Errorf("reading the answer: %w", err)}
+	}
+	if int64(len(body)) > limit {
+		return resp, nil, fmt.Errorf("uplink: http GET %s: answer longer than %d bytes", name, limit)
+	}
+	return resp, body, nil
+}

@@ -1,0 +1,488 @@
+package uplink
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"fieldlink/internal/testtool"
+)
+
+// Test helpers for the MQTT upstream: a real mosquitto started per test, a
+// TCP relay that can swallow the broker's packets or cut the link, a paho
+// subscriber, and a captured log.
+
+// mqttFindTool returns the path of a mosquitto binary, looking in PATH and
+// then where Debian puts it (sbin is often not in PATH). It skips the test
+// (fails it under CI=true) when the binary is missing.
+func mqttFindTool(t testing.TB, binary string) string {
+	t.Helper()
+	if p, err := exec.LookPath(binary); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"} {
+		p := filepath.Join(dir, binary)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	testtool.Missing(t, binary, "mosquitto")
+	return ""
+}
+
+// mqttFreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func mqttFreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// mqttBrokerOpts adds to the broker's configuration.
+type mqttBrokerOpts struct {
+	passwordFile string // if set, anonymous clients are refused
+	// TLS listener: files of the CA, the server certificate and key; mtls
+	// asks for a client certificate.
+	tls  *mqttCertFiles
+	mtls bool
+}
+
+// mqttBroker is a mosquitto process listening on 127.0.0.1:port.
+type mqttBroker struct {
+	t    testing.TB
+	bin  string
+	conf string
+	port int
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	log    *mqttSyncBuffer
+}
+
+func mqttStartBroker(t testing.TB, o mqttBrokerOpts) *mqttBroker {
+	t.Helper()
+	b := &mqttBroker{t: t, bin: mqttFindTool(t, "mosquitto"), log: &mqttSyncBuffer{}}
+	b.conf = filepath.Join(t.TempDir(), "mosquitto.conf")
+	t.Cleanup(func() {
+		b.kill()
+		if t.Failed() {
+			t.Logf("mosquitto log:\n%s", b.log.String())
+		}
+	})
+	// The port was free a moment ago; should another process take it
+	// meanwhile, try another.
+	for attempt := 1; ; attempt++ {
+		b.port = mqttFreePort(t)
+		var c strings.Builder
+		fmt.Fprintf(&c, "listener %d 127.0.0.1\n", b.port)
+		if o.tls != nil {
+			fmt.Fprintf(&c, "cafile %s\ncertfile %s\nkeyfile %s\n", o.tls.ca, o.tls.serverCert, o.tls.serverKey)
+			if o.mtls {
+				c.WriteString("require_certificate true\n")
+			}
+		}
+		if o.passwordFile != "" {
+			fmt.Fprintf(&c, "allow_anonymous false\npassword_file %s\n", o.passwordFile)
+		} else {
+			c.WriteString("allow_anonymous true\n")
+		}
+		c.WriteString("persistence false\n")
+		// The test subscribers read thousands of QoS 1 messages: no dropping.
+		c.WriteString("max_queued_messages 0\nmax_inflight_messages 100\n")
+		c.WriteString("log_dest stderr\nlog_type error\nlog_type warning\nlog_type notice\n")
+		if os.Geteuid() == 0 {
+			c.WriteString("user root\n") // else it drops to "mosquitto", who cannot read t.TempDir()
+		}
+		if err := os.WriteFile(b.conf, []byte(c.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := b.tryStart()
+		if err == nil {
+			return b
+		}
+		if attempt == 5 {
+			t.Fatalf("mosquitto: %v\n%s", err, b.log.String())
+		}
+	}
+}
+
+func (b *mqttBroker) addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
+func (b *mqttBroker) url() string  { return "mqtt://" + b.addr() }
+
+// start runs mosquitto again on the same port.
+func (b *mqttBroker) start() {
+	b.t.Helper()
+	var err error
+	for range 50 { // the port may take a moment to be free again
+		if err = b.tryStart(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.t.Fatalf("mosquitto: %v\n%s", err, b.log.String())
+}
+
+// tryStart runs mosquitto and waits until its port accepts connections,
+// or fails if it exits first (the port taken meanwhile: "Address already
+// in use").
+func (b *mqttBroker) tryStart() error {
+	b.mu.Lock()
+	cmd := exec.Command(b.bin, "-c", b.conf)
+	cmd.Stdout, cmd.Stderr = b.log, b.log
+	if err := cmd.Start(); err != nil {
+		b.mu.Unlock()
+		return fmt.Errorf("start: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	b.cmd, b.exited = cmd, exited
+	b.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if nc, err := net.DialTimeout("tcp", b.addr(), time.Second); err == nil {
+			nc.Close()
+			// Someone else may own the port: mosquitto then exits at once.
+			select {
+			case <-exited:
+			case <-time.After(50 * time.Millisecond):
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			b.mu.Lock()
+			b.cmd, b.exited = nil, nil
+			b.mu.Unlock()
+			return errors.New("exited at start")
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.kill()
+			return fmt.Errorf("not listening on %s within 10s", b.addr())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// kill stops mosquitto with SIGKILL (no clean close) and waits for it.
+func (b *mqttBroker) kill() {
+	b.mu.Lock()
+	cmd, exited := b.cmd, b.exited
+	b.cmd, b.exited = nil, nil
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// mqttSyncBuffer is a bytes.Buffer safe for concurrent writers.
+type mqttSyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *mqttSyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *mqttSyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// mqttLogger returns a logger that writes everything, debug included, to
+// the returned buffer (and to the test log on failure).
+func mqttLogger(t testing.TB) (*slog.Logger, *mqttSyncBuffer) {
+	buf := &mqttSyncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("uplink log:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// mqttRun makes the upstream, with a reconnect backoff of a few tens of
+// milliseconds, runs it until the test ends and returns it with a function
+// that stops Run and waits for it to return.
+func mqttRun(t testing.TB, cfg MQTTConfig) (*MQTT, func()) {
+	t.Helper()
+	if cfg.Vars == nil {
+		cfg.Vars = map[string]string{"site": "s1", "gateway": "gw1"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger, _ = mqttLogger(t)
+	}
+	m, err := NewMQTT(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("Run did not return within 15s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return m, stop
+}
+
+func mqttWaitConnected(t testing.TB, m *MQTT, want bool) {
+	t.Helper()
+	testtool.WaitFor(t, 10*time.Second, fmt.Sprintf("Connected() == %v", want), func() bool { return m.Connected() == want })
+}
+
+// mqttClient connects a plain paho client (for subscribers and raw
+// publishing) and disconnects it when the test ends.
+func mqttClient(t testing.TB, addr, id string) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+		SetCleanSession(true).SetAutoReconnect(false).SetProtocolVersion(4)
+	c := paho.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("test client %s: connect %s: %v", id, addr, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c
+}
+
+// mqttSubscriber records what a paho client receives on a topic filter.
+type mqttSubscriber struct {
+	mu   sync.Mutex
+	msgs map[string]int // payload → times received
+	n    int
+}
+
+func mqttSubscribe(t testing.TB, addr, filter string) *mqttSubscriber {
+	t.Helper()
+	s := &mqttSubscriber{msgs: map[string]int{}}
+	c := mqttClient(t, addr, fmt.Sprintf("test-sub-%d", time.Now().UnixNano()))
+	tok := c.Subscribe(filter, 1, func(_ paho.Client, m paho.Message) {
+		s.mu.Lock()
+		s.msgs[string(m.Payload())]++
+		s.n++
+		s.mu.Unlock()
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe %s: %v", filter, tok.Error())
+	}
+	return s
+}
+
+func (s *mqttSubscriber) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func (s *mqttSubscriber) has(payload string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.msgs[payload] > 0
+}
+
+// mqttRetained returns the retained payload of topic ("" if none), as a new
+// subscriber sees it.
+func mqttRetained(t testing.TB, addr, topic string) string {
+	t.Helper()
+	got := make(chan string, 1)
+	c := mqttClient(t, addr, fmt.Sprintf("test-ret-%d", time.Now().UnixNano()))
+	defer c.Disconnect(0)
+	tok := c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
+		if m.Retained() {
+			select {
+			case got <- string(m.Payload()):
+			default:
+			}
+		}
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe %s: %v", topic, tok.Error())
+	}
+	// A retained message comes before the SUBACK's effects settle; give it
+	// a moment, since "none" has no event of its own.
+	select {
+	case p := <-got:
+		return p
+	case <-time.After(300 * time.Millisecond):
+		return ""
+	}
+}
+
+// mqttRelay is a TCP relay between the upstream and a broker that the test
+// controls: it counts the PUBACKs it passes to the client, can swallow
+// every packet from the broker (so no PUBACK arrives), refuse new
+// connections, and cut the current ones.
+type mqttRelay struct {
+	t      testing.TB
+	ln     net.Listener
+	target string
+
+	swallow  atomic.Bool  // drop broker→client packets
+	refuse   atomic.Bool  // close new connections at once
+	pubacks  atomic.Int64 // PUBACKs passed to the client
+	swallowd atomic.Int64 // packets dropped
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func mqttStartRelay(t testing.TB, target string) *mqttRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &mqttRelay{t: t, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *mqttRelay) url() string { return "mqtt://" + r.ln.Addr().String() }
+
+func (r *mqttRelay) accept() {
+	defer r.wg.Done()
+	for {
+		down, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		if r.refuse.Load() {
+			down.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", r.target, 5*time.Second)
+		if err != nil {
+			down.Close()
+			continue
+		}
+		r.mu.Lock()
+		r.conns[down], r.conns[up] = struct{}{}, struct{}{}
+		r.mu.Unlock()
+		r.wg.Add(2)
+		go func() { // client → broker, as it is
+			defer r.wg.Done()
+			_, _ = io.Copy(up, down)
+			r.closePair(up, down)
+		}()
+		go func() { // broker → client, packet by packet
+			defer r.wg.Done()
+			r.pumpDown(up, down)
+			r.closePair(up, down)
+		}()
+	}
+}
+
+func (r *mqttRelay) pumpDown(up, down net.Conn) {
+	br := bufio.NewReader(up)
+	for {
+		pkt, err := mqttReadPacket(br)
+		if err != nil {
+			return
+		}
+		if r.swallow.Load() {
+			r.swallowd.Add(1)
+			continue
+		}
+		if _, err := down.Write(pkt); err != nil {
+			return
+		}
+		if pkt[0]>>4 == 4 { // PUBACK
+			r.pubacks.Add(1)
+		}
+	}
+}
+
+// mqttReadPacket reads one MQTT control packet: fixed header, remaining
+// length, body.
+func mqttReadPacket(br *bufio.Reader) ([]byte, error) {
+	h, err := br.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	pkt := []byte{h}
+	n, mul := 0, 1
+	for i := 0; ; i++ {
+		b, err := br.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		pkt = append(pkt, b)
+		n += int(b&0x7f) * mul
+		mul *= 128
+		if b&0x80 == 0 {
+			break
+		}
+		if i == 3 {
+			return nil, errors.New("bad remaining length")
+		}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	return append(pkt, body...), nil
+}
+
+func (r *mqttRelay) closePair(a, b net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, a)
+	delete(r.conns, b)
+	r.mu.Unlock()
+	a.Close()
+	b.Close()
+}
+
+// cut closes every relayed connection, without a DISCONNECT: to both ends
+// it looks like a broken link.
+func (r *mqttRelay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.conns {
+		c.Close()
+	}
+}
+
+func (r *mqttRelay) close() {
+	r.ln.Close()
+	r.cut()
+	r.wg.Wait()
+}

@@ -1,0 +1,265 @@
+package uplink
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults of [NewProber].
+const (
+	DefaultProbeInterval = 10 * time.Second
+	DefaultProbeTimeout  = 5 * time.Second
+)
+
+// Prober measures the round-trip time to one upstream, on an interval, for
+// the selector's latency statistics. Two kinds of probe:
+//
+//   - TCP (target "host:port"): the time of the TCP handshake alone, from the
+//     moment the socket is created to the moment connect returns (name
+//     resolution is not counted); the connection is closed at once. This is
+//     the network's round trip; it says nothing about the server's health.
+//   - HTTP (target an http:// or https:// URL, the upstream's health URL): a
+//     GET, whose round trip is counted from the request written to the first
+//     byte of the answer, so that connection setup, reused or not, is left
+//     out. Only a 2xx is a success. Connections are kept alive between
+//     probes; redirects are not followed.
+//
+// Every probe has the timeout given to [NewProber] (unless the ctx of
+// [Prober.Probe] has a deadline). A Prober is safe for concurrent use.
+type Prober struct {
+	target   string
+	name     string // target for errors, without credentials or query
+	interval time.Duration
+	timeout  time.Duration
+	report   func(rtt time.Duration, err error)
+
+	// HTTP probes only.
+	url       string
+	badURL    error
+	transport *http.Transport
+	client    *http.Client
+}
+
+// NewProber returns a prober of target: "host:port" for a TCP connect, or an
+// http(s):// URL for a GET (see [Prober]); [ProbeTarget] derives host:port
+// from an upstream's URL. tlsCfg is used for https only (nil: system roots).
+// interval ≤ 0 means [DefaultProbeInterval], timeout ≤ 0
+// [DefaultProbeTimeout]. report receives each probe's outcome from
+// [Prober.Run]: the round trip on success, or 0 and an error; it is called
+// from Run's goroutine, one call at a time, and should return quickly.
+//
+// A target that cannot be probed (a bad URL) is reported as an error by
+// every probe, so that its upstream's statistics show it.
+func NewProber(target string, interval, timeout time.Duration, tlsCfg *tls.Config, report func(rtt time.Duration, err error)) *Prober {
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	if timeout <= 0 {
+		timeout = DefaultProbeTimeout
+	}
+	if report == nil {
+		report = func(time.Duration, error) {}
+	}
+	p := &Prober{target: target, name: target, interval: interval, timeout: timeout, report: report}
+	if probeIsURL(target) {
+		u, err := httpParseURL(target)
+		if err != nil {
+			p.name = "(bad URL)"
+			p.badURL = err
+			return p
+		}
+		p.name = httpRedactURL(u)
+		p.url = u.String()
+		p.transport = httpNewTransport(tlsCfg)
+		p.transport.MaxIdleConns = 1
+		p.transport.MaxIdleConnsPerHost = 1
+		p.client = httpNewClient(p.transport)
+	}
+	return p
+}
+
+// Run probes at once, then again every interval (±10% jitter, counted from
+// the end of the previous probe) until ctx ends, reporting every outcome but
+// those cut short by ctx's end. It returns promptly when ctx ends: a probe in
+// flight is abandoned.
+func (p *Prober) Run(ctx context.Context) {
+	if p.transport != nil {
+		defer p.transport.CloseIdleConnections()
+	}
+	probeEvery(ctx, p.interval, func(ctx context.Context) {
+		rtt, err := p.Probe(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		p.report(rtt, err)
+	})
+}
+
+// Probe runs one probe and returns its round trip, or 0 and an error. When
+// ctx has no deadline, the prober's timeout applies.
+func (p *Prober) Probe(ctx context.Context) (time.Duration, error) {
+	if p.badURL != nil {
+		return 0, fmt.Errorf("uplink: probe: %w", p.badURL)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+	}
+	if p.client != nil {
+		return p.probeHTTP(ctx)
+	}
+	return p.probeTCP(ctx)
+}
+
+func (p *Prober) probeTCP(ctx context.Context) (time.Duration, error) {
+	// The socket's creation, just before connect, starts the clock: name
+	// resolution is excluded. With several addresses, each has its own.
+	var (
+		mu     sync.Mutex
+		starts = map[string]time.Time{}
+	)
+	d := net.Dialer{
+		ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
+			mu.Lock()
+			starts[address] = time.Now()
+			mu.Unlock()
+			return nil
+		},
+	}
+	begin := time.Now()
+	conn, err := d.DialContext(ctx, "tcp", p.target)
+	end := time.Now()
+	if err != nil {
+		return 0, fmt.Errorf("uplink: probe tcp %s: %w", p.name, err)
+	}
+	mu.Lock()
+	start, ok := starts[conn.RemoteAddr().String()]
+	mu.Unlock()
+	conn.Close()
+	if !ok {
+		start = begin
+	}
+	return max(end.Sub(start), time.Nanosecond), nil
+}
+
+func (p *Prober) probeHTTP(ctx context.Context) (time.Duration, error) {
+	// The trace hooks run on the transport's goroutines, and the answer may
+	// come back before the writer's hook has run: guard the times.
+	var (
+		mu           sync.Mutex
+		wrote, first time.Time
+	)
+	trace := &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) {
+			mu.Lock()
+			wrote = time.Now()
+			mu.Unlock()
+		},
+		GotFirstResponseByte: func() {
+			mu.Lock()
+			first = time.Now()
+			mu.Unlock()
+		},
+	}
+	begin := time.Now()
+	_, _, err := httpGet(httptrace.WithClientTrace(ctx, trace), p.client, p.url, p.name, nil, httpDrainLimit)
+	end := time.Now()
+	if err != nil {
+		return 0, err // it names the health URL
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if wrote.IsZero() || first.IsZero() || first.Before(wrote) {
+		return max(end.Sub(begin), time.Nanosecond), nil
+	}
+	return max(first.Sub(wrote), time.Nanosecond), nil
+}
+
+// ProbeTarget returns the host:port that a TCP probe of an upstream dials,
+// from the upstream's URL: mqtt:// (default port 1883), mqtts:// (8883),
+// http:// (80) or https:// (443). IPv6 literals come out bracketed.
+func ProbeTarget(upstreamURL string) (string, error) {
+	target, err := probeTargetOf(upstreamURL)
+	if err != nil {
+		return "", fmt.Errorf("uplink: probe target: %w", err)
+	}
+	return target, nil
+}
+
+// probeTargetOf is ProbeTarget with errors free of any prefix.
+func probeTargetOf(upstreamURL string) (string, error) {
+	u, err := url.Parse(upstreamURL)
+	if err != nil {
+		return "", httpUnwrapURLError(err)
+	}
+	var port string
+	switch strings.ToLower(u.Scheme) {
+	case "mqtt":
+		port = "1883"
+	case "mqtts":
+		port = "8883"
+	case "http":
+		port = "80"
+	case "https":
+		port = "443"
+	default:
+		return "", fmt.Errorf("%s: scheme %q is not mqtt, mqtts, http or https", httpRedactURL(u), u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return "", fmt.Errorf("%s: no host", httpRedactURL(u))
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return "", fmt.Errorf("%s: bad port %q", httpRedactURL(u), p)
+		}
+		port = p
+	} else if strings.HasSuffix(u.Host, ":") {
+		return "", fmt.Errorf("%s: empty port", httpRedactURL(u))
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func probeIsURL(target string) bool {
+	t := strings.ToLower(target)
+	return strings.HasPrefix(t, "http://") || strings.HasPrefix(t, "https://")
+}
+
+// probeEvery calls fn at once, then every interval ±10% after fn returned,
+// until ctx ends. Probers, load pollers and the registry share it.
+func probeEvery(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	for ctx.Err() == nil {
+		fn(ctx)
+		t := time.NewTimer(probeJitter(interval, rand.Float64()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probeJitter spreads d by ±10%: r in [0, 1) maps onto [0.9d, 1.1d).
+func probeJitter(d time.Duration, r float64) time.Duration {
+	if !(r >= 0 && r < 1) {
+		r = 0.5
+	}
+	return time.Duration(float64(d) * (0.9 + 0.2*r))
+}
