@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"sync"
-	"time"
 
-	"fieldlink/buffer"
 	"fmt"
 	"io"
 	"strings"
@@ -158,33 +155,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
 		"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
 	pollCtx, stopPolling := context.WithCancel(ctx)
-	var fatal error
-	var lastErr time.Time
-	s.run(pollCtx, func(p *packet.Packet) {
-		_, err := q.Append(pollCtx, p)
-		switch {
-		case err == nil:
-			if *printAll {
-				show(p)
-			}
-		case errors.Is(err, buffer.ErrFatal):
-			// An fsync failed: the kernel may have dropped the data; only a
-			// restart (by systemd) can be trusted.
-			fatal = err
-			stopPolling()
-		case pollCtx.Err() != nil:
-		default:
-			if time.Since(lastErr) > time.Minute {
-				log.Error("packet not buffered", "device", p.DeviceID, "err", err)
-				lastErr = time.Now()
-			}
-		}
-	})
+	in := newSink(q, log, stopPolling)
+	if *printAll {
+		in.onStored = show
+	}
+	go in.Run()
+	s.run(pollCtx, in.Put)
 	stopPolling()
+	in.Close()
 	n.stop()
-	log.Info("gateway stopped", "queued", q.Len())
-	if fatal != nil {
-		return fmt.Errorf("buffer failed, exiting for a restart: %w", fatal)
+	log.Info("gateway stopped", "queued", q.Len(), "buffered", in.stored.Load(), "not_buffered", in.failed.Load())
+	if err := in.Fatal(); err != nil {
+		// An fsync failed: the kernel may have dropped the data; only a
+		// restart (by systemd) can be trusted.
+		return fmt.Errorf("buffer failed, exiting for a restart: %w", err)
 	}
 	return nil
 }

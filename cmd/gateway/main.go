@@ -46,6 +46,7 @@ func commands() []command {
 		{"scan", "-url URL [-slaves 1-247] [-bauds 9600,19200]", "find slave ids and baud rate on a bus", cmdScan},
 		{"emulate", "--profile NAME (--listen tcp://127.0.0.1:PORT | --serial PATH --baud N)", "serve emulated sensors", cmdEmulate},
 		{"init", "--kind farm|mine [-o site.yaml]", "write a commented starter site file", cmdInit},
+		{"buffer", "stats|export|purge -c site.yaml", "the packets waiting for an upstream: counts, JSON lines, or delete (-yes)", cmdBuffer},
 		{"profiles", "[-c site.yaml]", "list the firmware profiles", cmdProfiles},
 		{"version", "", "print the version", cmdVersion},
 	}

@@ -124,7 +124,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
 	case "mqtt", "mqtts":
 		mc := uplink.MQTTConfig{
 			URL: cu.URL, Topic: cu.Topic, Window: u.Window, Username: cu.Username, Password: pw, TLS: tlsConf,
-			Logger: n.log.With("upstream", cu.URL),
+			Logger: n.log,
 			Vars:   map[string]string{"site": c.Site.ID, "gateway": c.Gateway.ID},
 		}
 		if *cu.QoS == 0 {
@@ -144,7 +144,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
 		n.wg.Go(func() { m.Run(ctx) })
 	case "http", "https":
 		h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: cu.URL, TLS: tlsConf, Username: cu.Username, Password: pw,
-			Logger: n.log.With("upstream", cu.URL), GatewayID: c.Gateway.ID, Epoch: epoch})
+			Logger: n.log, GatewayID: c.Gateway.ID, Epoch: epoch})
 		if err != nil {
 			up.cancel()
 			return err

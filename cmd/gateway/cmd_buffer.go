@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"fieldlink/buffer"
+)
+
+// cmdBuffer is "gateway buffer stats|export|purge -c FILE". The buffer file
+// is locked by a running gateway: stop it first (these commands say so).
+func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "stats" && args[0] != "export" && args[0] != "purge") {
+		fmt.Fprintln(stderr, "usage: gateway buffer stats|export|purge -c site.yaml")
+		return errUsage
+	}
+	sub := args[0]
+	fs := flags("buffer "+sub, stderr)
+	file := fs.String("c", "", "site file (its buffer.path is the buffer)")
+	yes := fs.Bool("yes", false, "purge: really delete every queued packet")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	c, err := loadConfig(*file, stderr)
+	if err != nil {
+		printErr(stderr, err)
+		return errSilent
+	}
+	if sub == "purge" && !*yes {
+		return fmt.Errorf("purge deletes every packet waiting in %s; run again with -yes to do it", c.Buffer.Path)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	q, err := openBuffer(c, 0, log)
+	if errors.Is(err, buffer.ErrLocked) {
+		return fmt.Errorf("%w: is the gateway running? stop it first (systemctl stop fieldlink)", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	switch sub {
+	case "stats":
+		st := q.Stats()
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+		row("file", c.Buffer.Path)
+		row("epoch", st.Epoch)
+		row("depth", fmt.Sprintf("%d (%d alarms, %d normal)", st.Alarms+st.Normal, st.Alarms, st.Normal))
+		row("bytes", fmt.Sprintf("%d of %d", st.Bytes, st.MaxBytes))
+		row("file size", st.FileSize)
+		if st.OldestSeq != 0 {
+			row("oldest", fmt.Sprintf("seq %d at %s", st.OldestSeq, st.OldestAt.UTC().Format(time.RFC3339)))
+			row("newest", fmt.Sprintf("seq %d at %s", st.NewestSeq, st.NewestAt.UTC().Format(time.RFC3339)))
+		}
+		row("last seq", st.LastSeq)
+		row("evicted (max_bytes)", st.EvictedMaxBytes)
+		row("evicted (max_age)", st.EvictedMaxAge)
+		row("rejected (full)", st.RejectedFull)
+		row("corrupt records", st.Corrupt)
+		row("salvages", fmt.Sprintf("%d (%d records lost)", st.Salvages, st.SalvageLost))
+		row("compactions", st.Compactions)
+		if st.LastError != "" {
+			row("last error", st.LastError)
+		}
+		return tw.Flush()
+	case "export":
+		return q.Each(func(r buffer.Record) error {
+			_, err := stdout.Write(append(r.Data, '\n'))
+			return err
+		})
+	default:
+		n, err := q.Purge()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "purged %d packets from %s (sequence numbers continue)\n", n, c.Buffer.Path)
+		return nil
+	}
+}
