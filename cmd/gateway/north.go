@@ -55,6 +55,7 @@ type north struct {
 	upstream []*upstream    // by table index
 	dwg      sync.WaitGroup // the delivery loop
 	wg       sync.WaitGroup // everything else
+	registry *uplink.Registry
 }
 
 // upstream is one configured or registry-given upstream and what runs for it.
@@ -94,21 +95,55 @@ func startNorth(ctx context.Context, c *config.Config, q *buffer.Buffer, log *sl
 	n.upCtx, n.upCancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.delivery = uplink.NewDelivery(q, n.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery")})
 	for i, cu := range u.Upstreams {
-		if err := n.add(c, cu, q.Epoch()); err != nil {
+		if _, err := n.addUpstream(c, cu, q.Epoch()); err != nil {
 			n.stop()
 			return nil, fmt.Errorf("uplink.upstreams[%d] %s: %w", i, cu.URL, err)
+		}
+	}
+	if u.Registry != nil {
+		if err := n.startRegistry(c, q.Epoch()); err != nil {
+			n.stop()
+			return nil, err
 		}
 	}
 	n.dwg.Go(func() { n.delivery.Run(ctx) })
 	return n, nil
 }
 
-// add connects one upstream: its publisher, probe and load source.
-func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
+// addUpstream connects one upstream (its publisher, probe and load source)
+// and returns its index in the selector's table.
+func (n *north) addUpstream(c *config.Config, cu config.Upstream, epoch string) (int, error) {
+	idx, err := n.add(c, cu, epoch)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", cu.URL, err)
+	}
+	return idx, nil
+}
+
+func (n *north) upstreamName(i int) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if i < len(n.upstream) && n.upstream[i] != nil {
+		return n.upstream[i].name
+	}
+	return fmt.Sprint(i)
+}
+
+// retire stops picking upstream i and closes it after grace.
+func (n *north) retire(i int, grace time.Duration) {
+	n.table.Retire(i)
+	n.mu.Lock()
+	u := n.upstream[i]
+	n.mu.Unlock()
+	n.log.Info("upstream retired", "upstream", u.name)
+	time.AfterFunc(grace, u.cancel)
+}
+
+func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, error) {
 	u := c.Uplink
 	pw, err := password(c, cu)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	up := &upstream{}
 	ctx, cancel := context.WithCancel(n.upCtx)
@@ -117,7 +152,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
 	tlsConf, err := tlsFor(c, scheme, cu.TLS)
 	if err != nil {
 		up.cancel()
-		return err
+		return 0, err
 	}
 	idx := -1
 	switch scheme {
@@ -137,7 +172,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
 		m, err := uplink.NewMQTT(mc)
 		if err != nil {
 			up.cancel()
-			return err
+			return 0, err
 		}
 		up.mqtt, up.name = m, m.Name()
 		up.sender = &uplink.MQTTSender{M: m, Win: u.Window}
@@ -147,7 +182,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
 			Logger: n.log, GatewayID: c.Gateway.ID, Epoch: epoch})
 		if err != nil {
 			up.cancel()
-			return err
+			return 0, err
 		}
 		up.http, up.name = h, h.Name()
 		up.sender = &uplink.HTTPSender{H: h, Batch: u.Batch, Win: max(1, u.Window/8)}
@@ -164,7 +199,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
 	target := cu.Health
 	if target == "" {
 		if target, err = uplink.ProbeTarget(cu.URL); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	hs, _ := up.sender.(*uplink.HTTPSender)
@@ -184,11 +219,11 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) error {
 			n.table.Report(idx, l)
 		})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		n.wg.Go(func() { lp.Run(ctx) })
 	}
-	return nil
+	return idx, nil
 }
 
 func (n *north) report(idx int, payload []byte) {
