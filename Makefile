@@ -25,7 +25,7 @@ lint:
 
 ## bench: the polling, planning and encoding figures, as side-by-side ratios
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./sensors/ ./packet/ | tee bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./sensors/ ./packet/ ./buffer/ ./selector/ ./uplink/ | tee bench.txt
 	@scripts/bench-report bench.txt
 
 ## demo: emulated farm and mine devices, polled live
