@@ -312,15 +312,16 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 func UpstreamScheme(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("bad URL %q: %v", raw, err)
+		// The URL may hold a password: do not repeat it.
+		return "", fmt.Errorf("not a valid URL")
 	}
 	switch u.Scheme {
 	case "mqtt", "mqtts", "http", "https":
 	default:
-		return "", fmt.Errorf("unknown scheme %q in %q (valid: mqtt, mqtts, http, https)", u.Scheme, raw)
+		return "", fmt.Errorf("unknown scheme %q in %q (valid: mqtt, mqtts, http, https)", u.Scheme, u.Redacted())
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("no host in %q", raw)
+		return "", fmt.Errorf("no host in %q", u.Redacted())
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("put credentials in username and password_file, not in the URL")

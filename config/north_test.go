@@ -70,3 +70,12 @@ func TestInsecureSkipVerifyIsLoud(t *testing.T) {
 		t.Fatalf("warnings %q", c.Warnings)
 	}
 }
+
+func TestUpstreamURLErrorsHideThePassword(t *testing.T) {
+	for _, raw := range []string{"tcp://u:s3cret@h", "mqtt://u:s3cret@h", "mqtt://u:s3cret@h:99999x", "://u:s3cret@"} {
+		_, err := UpstreamScheme(raw)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+}

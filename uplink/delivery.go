@@ -107,6 +107,7 @@ type Delivery struct {
 
 	freed chan struct{} // a window place came free (non-blocking signal)
 	wg    sync.WaitGroup
+	acks  chan []uint64 // delivered seqs, acked in groups by ackLoop
 
 	delivered, retried, dead, released atomic.Uint64
 	inflight                           atomic.Int64
@@ -120,7 +121,7 @@ func NewDelivery(q Queue, table *selector.Table, strat selector.Strategy, opt De
 	if opt.SendTimeout <= 0 {
 		opt.SendTimeout = 30 * time.Second
 	}
-	d := &Delivery{q: q, table: table, strat: strat, opt: opt, log: opt.Logger, freed: make(chan struct{}, 1)}
+	d := &Delivery{q: q, table: table, strat: strat, opt: opt, log: opt.Logger, freed: make(chan struct{}, 1), acks: make(chan []uint64, 1024)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -210,8 +211,15 @@ func (d *Delivery) release(s *slot) {
 // Run delivers until ctx ends, then waits for the batches in flight: each
 // ends acked, or back in the buffer.
 func (d *Delivery) Run(ctx context.Context) {
-	defer d.wg.Wait()
+	ackDone := make(chan struct{})
+	go func() { defer close(ackDone); d.ackLoop() }()
+	defer func() {
+		d.wg.Wait()
+		close(d.acks)
+		<-ackDone
+	}()
 	backoff := 100 * time.Millisecond
+	var lastRefresh time.Time
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	wait := func(dur time.Duration) bool {
@@ -229,19 +237,38 @@ func (d *Delivery) Run(ctx context.Context) {
 		if err := d.q.Wait(ctx); err != nil {
 			return
 		}
-		d.refreshUp()
+		if time.Since(lastRefresh) > 10*time.Millisecond {
+			d.refreshUp()
+			lastRefresh = time.Now()
+		}
 		i, s, ok := d.acquire(0)
 		if !ok {
 			// Every upstream is down or busy: packets stay in the buffer.
+			d.refreshUp()
 			if !wait(jitter(backoff)) {
 				return
 			}
 			backoff = min(2*backoff, d.opt.Backoff)
 			continue
 		}
-		recs, err := d.q.Next(s.sender.MaxBatch())
+		// Take more of this upstream's free window places at once, so that
+		// one buffer read feeds many sends.
+		places := 1
+		for places < maxPlaces {
+			select {
+			case <-s.free:
+				places++
+				continue
+			default:
+			}
+			break
+		}
+		per := s.sender.MaxBatch()
+		recs, err := d.q.Next(places * per)
 		if err != nil || len(recs) == 0 {
-			d.release(s)
+			for range places {
+				d.release(s)
+			}
 			if err != nil {
 				d.log.Error("buffer read failed", "err", err)
 				if !wait(jitter(backoff)) {
@@ -251,13 +278,51 @@ func (d *Delivery) Run(ctx context.Context) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		d.inflight.Add(1)
-		d.wg.Go(func() {
-			defer d.inflight.Add(-1)
-			d.deliver(ctx, i, s, recs)
-		})
+		for len(recs) > 0 {
+			batch := recs[:min(per, len(recs))]
+			recs = recs[len(batch):]
+			places--
+			d.inflight.Add(1)
+			d.wg.Go(func() {
+				defer d.inflight.Add(-1)
+				d.deliver(ctx, i, s, batch)
+			})
+		}
+		for ; places > 0; places-- {
+			d.release(s)
+		}
 	}
 }
+
+// ackLoop acks delivered seqs in groups: whatever was delivered while the
+// previous ack committed goes into the next, so a fast upstream costs the
+// buffer one write per group, not one per packet. An ack lost in a crash
+// means the packet is sent again: delivery is at least once.
+func (d *Delivery) ackLoop() {
+	var group []uint64
+	for seqs := range d.acks {
+		group = append(group[:0], seqs...)
+	more:
+		for len(group) < 4096 {
+			select {
+			case s, ok := <-d.acks:
+				if !ok {
+					break more
+				}
+				group = append(group, s...)
+			default:
+				break more
+			}
+		}
+		if err := d.q.Ack(group...); err != nil {
+			// The buffer keeps failed acks leased and retries them itself.
+			d.log.Error("buffer ack failed", "packets", len(group), "err", err)
+		}
+	}
+}
+
+// maxPlaces bounds the sends one buffer read starts.
+const maxPlaces = 64
 
 func jitter(d time.Duration) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
@@ -288,9 +353,7 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 		if err == nil {
 			s.delivered.Add(uint64(len(recs)))
 			d.delivered.Add(uint64(len(recs)))
-			if aerr := d.q.Ack(seqs...); aerr != nil {
-				d.log.Error("buffer ack failed: the packets will be sent again", "upstream", s.sender.Name(), "err", aerr)
-			}
+			d.acks <- seqs
 			return
 		}
 		s.failed.Add(1)

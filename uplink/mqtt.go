@@ -82,10 +82,10 @@ type MQTTConfig struct {
 	// as the packet is written to the socket: that is no acknowledgement,
 	// and a packet can be lost with the connection (or with the broker).
 	AtMostOnce bool
-	// Window is the most QoS 1 publishes waiting for their PUBACK at once
-	// (default 64, at most 65535). Keep it within what the broker accepts
-	// in flight from one client. It also bounds the duplicates sent again
-	// after a lost connection.
+	// Window is the most publishes in flight on a connection, waiting for
+	// their PUBACK (default 64, at most 65535). Keep it within what the
+	// broker accepts in flight from one client. It also bounds the
+	// duplicates sent again after a lost connection.
 	Window int
 	// Username and Password of the broker, if it wants them. The caller
 	// resolves Password (from a file or an environment variable); it is

@@ -149,6 +149,7 @@ func (b *mqttBroker) tryStart() error {
 	b.mu.Lock()
 	cmd := exec.Command(b.bin, "-c", b.conf)
 	cmd.Stdout, cmd.Stderr = b.log, b.log
+	mqttDieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		b.mu.Unlock()
 		return fmt.Errorf("start: %w", err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"fieldlink/buffer"
@@ -154,7 +155,9 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, er
 		up.cancel()
 		return 0, err
 	}
-	idx := -1
+	// Load reports may arrive before the upstream has its table index.
+	var index atomic.Int64
+	index.Store(-1)
 	switch scheme {
 	case "mqtt", "mqtts":
 		mc := uplink.MQTTConfig{
@@ -167,7 +170,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, er
 		}
 		if cu.Load != nil && cu.Load.Topic != "" {
 			mc.LoadTopic = cu.Load.Topic
-			mc.OnLoad = func(payload []byte) { n.report(idx, payload) }
+			mc.OnLoad = func(payload []byte) { n.report(int(index.Load()), payload) }
 		}
 		m, err := uplink.NewMQTT(mc)
 		if err != nil {
@@ -188,7 +191,8 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, er
 		up.sender = &uplink.HTTPSender{H: h, Batch: u.Batch, Win: max(1, u.Window/8)}
 	}
 	n.mu.Lock()
-	idx = n.table.Add(up.name, cu.Weight)
+	idx := n.table.Add(up.name, cu.Weight)
+	index.Store(int64(idx))
 	for len(n.upstream) <= idx {
 		n.upstream = append(n.upstream, nil)
 	}
