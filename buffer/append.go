@@ -155,8 +155,61 @@ func (b *Buffer) Ack(seqs ...uint64) error {
 	return r.err
 }
 
+// DeadLetter moves the records seqs, leased or not, out of the queue into
+// the dead-letter bucket, with reason (an upstream refused them for good: an
+// HTTP 4xx, say), in one transaction. They leave Len and Bytes like acked
+// records, are never delivered again, do not count against MaxBytes and are
+// not evicted for it; EachDead exports them with their reason, PurgeDead
+// deletes them. The reason is cut to 512 bytes. Unknown seqs (acked,
+// evicted, purged, dead already) are ignored. Each moved record is counted
+// in Stats.DeadLetters; beyond 10,000 dead letters or 16 MiB of them, the
+// oldest are dropped and counted in Stats.DeadDropped.
+//
+// Durability and errors are Ack's: the move is grouped with appends and
+// follows the durability policy, the records are not delivered again even
+// before it commits, and if the commit fails (ErrDiskFull) DeadLetter
+// returns the error and the buffer retries the move by itself.
+func (b *Buffer) DeadLetter(reason string, seqs ...uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	if err := b.usable(); err != nil {
+		return err
+	}
+	s := sortedUnique(seqs)
+	b.mu.Lock()
+	for _, seq := range s {
+		b.leases[seq] = acking
+	}
+	b.mu.Unlock()
+	r := &request{op: opDeadLetter, seqs: s, reason: clipReason(reason), done: make(chan struct{})}
+	if err := b.send(context.Background(), r); err != nil {
+		return err
+	}
+	<-r.done
+	return r.err
+}
+
+// PurgeDead deletes every dead letter and returns how many it deleted. The
+// counters (Stats.DeadLetters, DeadDropped) are kept.
+func (b *Buffer) PurgeDead() (int, error) {
+	if err := b.usable(); err != nil {
+		return 0, err
+	}
+	r := &request{op: opPurgeDead, done: make(chan struct{})}
+	if err := b.send(context.Background(), r); err != nil {
+		return 0, err
+	}
+	<-r.done
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.n, nil
+}
+
 // Purge deletes every record, keeping the sequence and the epoch, and
-// returns how many it deleted (for `gateway buffer purge`).
+// returns how many it deleted (for `gateway buffer purge`). Dead letters
+// stay: PurgeDead deletes them.
 func (b *Buffer) Purge() (n int, err error) {
 	if err := b.usable(); err != nil {
 		return 0, err
@@ -177,7 +230,21 @@ func (b *Buffer) reportCorrupt(seqs []uint64) {
 		return
 	}
 	b.log.Error("buffer: records fail their CRC; deleting them", "path", b.path, "seqs", seqs)
-	r := &request{op: opDropCorrupt, seqs: seqs}
+	b.sendNoWait(&request{op: opDropCorrupt, seqs: seqs})
+}
+
+// reportCorruptDead is reportCorrupt for the dead letters stored under
+// keys.
+func (b *Buffer) reportCorruptDead(keys [][]byte) {
+	if len(keys) == 0 {
+		return
+	}
+	b.log.Error("buffer: dead letters fail their CRC; deleting them", "path", b.path, "dead_letters", len(keys))
+	b.sendNoWait(&request{op: opDropCorrupt, dead: keys})
+}
+
+// sendNoWait queues r for the writer unless the queue is full or closed.
+func (b *Buffer) sendNoWait(r *request) {
 	b.sendMu.RLock()
 	defer b.sendMu.RUnlock()
 	if b.closed {

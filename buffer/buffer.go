@@ -76,7 +76,7 @@ type lease uint8
 
 const (
 	leased lease = 1 + iota // returned by Next, not yet acked or released
-	acking                  // Ack called, deletion not yet committed
+	acking                  // Ack or DeadLetter called, not yet committed
 )
 
 // compactSuffix names the file that compaction builds next to the buffer.
@@ -240,7 +240,7 @@ func (rep *fileReport) schemaError() error {
 	switch {
 	case rep.strangers > 0:
 		return corruptf("not a fieldlink buffer: %d unknown top-level keys", rep.strangers)
-	case rep.ours == 0:
+	case rep.ours == 0 && !rep.dead:
 		return nil // created by bbolt, cut off before the buckets
 	case rep.ours != 4 || !rep.hasState || rep.epoch == "":
 		return corruptf("buffer buckets or state missing")

@@ -12,7 +12,8 @@ type fileReport struct {
 	state     state  // from the meta bucket
 	hasState  bool   // state was found and verified
 	epoch     string // from the meta bucket
-	ours      int    // top-level buckets of ours found
+	ours      int    // top-level buckets of ours found, the dead bucket aside
+	dead      bool   // the dead bucket was found (created by the first dead letter)
 	strangers int    // top-level keys that are not ours
 }
 
@@ -191,6 +192,8 @@ func (c *checker) leaf(p rawPage, depth int, kind bucketKind) error {
 				child = kindQueue
 			case bytes.Equal(k, bucketSeq):
 				c.rep.ours++
+			case bytes.Equal(k, bucketDead):
+				c.rep.dead = true
 			default:
 				c.rep.strangers++
 			}

@@ -17,8 +17,8 @@ const compactTxSize = 16 << 20
 const compactBackoff = 10 * time.Minute
 
 // maybeCompact compacts the file when it is larger than CompactMinSize and
-// than CompactRatio times the live bytes. It runs in the writer between
-// transactions: appends made meanwhile wait in the queue.
+// than CompactRatio times the live bytes (dead letters included). It runs in
+// the writer between transactions: appends made meanwhile wait in the queue.
 func (w *writer) maybeCompact() {
 	b := w.b
 	w.dirty = false
@@ -29,7 +29,7 @@ func (w *writer) maybeCompact() {
 	if err != nil {
 		return
 	}
-	size, live := fi.Size(), w.st.bytes[0]+w.st.bytes[1]
+	size, live := fi.Size(), w.st.bytes[0]+w.st.bytes[1]+w.st.deadBytes
 	if size <= b.opt.CompactMinSize || size <= int64(b.opt.CompactRatio)*live {
 		return
 	}

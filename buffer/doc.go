@@ -37,10 +37,27 @@
 //
 // [Buffer.Next] leases records in delivery order: alarms first, oldest
 // first, then the rest in Options.Order. [Buffer.Ack] deletes delivered
-// records; [Buffer.Release] returns failed ones. Leases live in memory: after
-// a restart every record is delivered again (at least once; the platform
-// drops duplicates by id). Only records whose commit completed are ever
-// returned.
+// records; [Buffer.Release] returns failed ones; [Buffer.DeadLetter] moves
+// those an upstream refused for good out of the queue. Leases live in
+// memory: after a restart every record is delivered again (at least once;
+// the platform drops duplicates by id). Only records whose commit completed
+// are ever returned.
+//
+// # Dead letters
+//
+// A dead letter is a record that an upstream refused for good (an HTTP 4xx),
+// moved by [Buffer.DeadLetter], in one writer transaction, from its queue
+// to the bucket "dead", which the first one creates: its value is kept as
+// it was, CRC and all, behind a small header with the reason and a CRC of
+// its own. Dead letters are never delivered again, are not in Len, Bytes or
+// MaxBytes, and are exported with [Buffer.EachDead], oldest first, and
+// deleted with [Buffer.PurgeDead]. They are bounded on their own: beyond
+// 10,000 of them or 16 MiB, the oldest are dropped and counted. Salvage
+// drops them (they are not queued data) and counts them as dropped.
+//
+// A file that has had a dead letter is one that versions before them no
+// longer accept (the dead bucket, the state's format): a downgrade salvages
+// it. Other files stay as they were.
 //
 // # Bounds
 //

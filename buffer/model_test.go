@@ -18,10 +18,11 @@ import (
 )
 
 // TestModel drives random sequences of Append, AppendAll, Next, Peek, Ack,
-// Release, Purge and reopen against an in-memory model of the buffer, and
-// checks after every step that the two agree: the seqs handed out, the
-// records stored (byte for byte), the delivery order, the leases, the
-// evictions and rejections, Len and Bytes.
+// Release, DeadLetter, Purge, PurgeDead and reopen against an in-memory
+// model of the buffer, and checks after every step that the two agree: the
+// seqs handed out, the records stored (byte for byte), the delivery order,
+// the leases, the evictions and rejections, Len and Bytes, the dead letters
+// and their counters.
 func TestModel(t *testing.T) {
 	setRapidChecks(t, 300, 3000)
 	rapid.Check(t, func(rt *rapid.T) {
@@ -31,20 +32,25 @@ func TestModel(t *testing.T) {
 			MaxBytes: rapid.SampledFrom([]int64{0, 1200, 3000}).Draw(rt, "max_bytes"),
 			Encoding: rapid.SampledFrom([]packet.Encoding{packet.Strings, packet.Numbers}).Draw(rt, "encoding"),
 			Logger:   quietLogger(),
+
+			deadMax:      rapid.SampledFrom([]int64{0, 3}).Draw(rt, "dead_max"),
+			deadMaxBytes: rapid.SampledFrom([]int64{0, 1500}).Draw(rt, "dead_max_bytes"),
 		}
 		m := &model{opt: opt.withDefaults(), path: filepath.Join(fastTempDir(rt), "buffer.db"), leased: map[uint64]bool{}}
 		m.open(rt)
 		rt.Cleanup(func() { m.b.Close() })
 		rt.Repeat(map[string]func(*rapid.T){
-			"append":    m.append,
-			"appendAll": m.appendAll,
-			"next":      m.next,
-			"peek":      m.peek,
-			"ack":       m.ack,
-			"release":   m.release,
-			"reopen":    m.reopen,
-			"purge":     m.purge,
-			"":          m.check,
+			"append":     m.append,
+			"appendAll":  m.appendAll,
+			"next":       m.next,
+			"peek":       m.peek,
+			"ack":        m.ack,
+			"release":    m.release,
+			"deadLetter": m.deadLetter,
+			"reopen":     m.reopen,
+			"purge":      m.purge,
+			"purgeDead":  m.purgeDead,
+			"":           m.check,
 		})
 	})
 }
@@ -98,6 +104,19 @@ type model struct {
 	evicted  uint64
 	rejected uint64
 	devices  int
+
+	dead        []mdead // oldest first
+	deadLetters uint64
+	deadDropped uint64
+}
+
+type mdead struct {
+	mrec
+	reason string
+}
+
+func (d mdead) size() int64 {
+	return d.mrec.size() - keySize + deadKeySize + deadHeaderSize + int64(len(d.reason))
 }
 
 type mrec struct {
@@ -320,6 +339,31 @@ func (m *model) release(t *rapid.T) {
 	}
 }
 
+func (m *model) deadLetter(t *rapid.T) {
+	seqs := m.someSeqs(t, mseqs(m.recs))
+	reason := rapid.SampledFrom([]string{"", "HTTP 400", "HTTP 404 Not Found: no such device"}).Draw(t, "reason")
+	if err := m.b.DeadLetter(reason, seqs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sortedUnique(seqs) {
+		if i := slices.IndexFunc(m.recs, func(r mrec) bool { return r.seq == s }); i >= 0 {
+			m.dead = append(m.dead, mdead{m.recs[i], reason})
+			m.recs = slices.Delete(m.recs, i, i+1)
+			m.deadLetters++
+		}
+		delete(m.leased, s)
+	}
+	var n, size int64
+	for _, d := range m.dead {
+		n, size = n+1, size+d.size()
+	}
+	for n > m.opt.deadMax || size > m.opt.deadMaxBytes {
+		n, size = n-1, size-m.dead[0].size()
+		m.dead = m.dead[1:]
+		m.deadDropped++
+	}
+}
+
 func (m *model) reopen(t *rapid.T) {
 	if err := m.b.Close(); err != nil {
 		t.Fatal(err)
@@ -340,6 +384,17 @@ func (m *model) purge(t *rapid.T) {
 	clear(m.leased)
 }
 
+func (m *model) purgeDead(t *rapid.T) {
+	if rapid.IntRange(0, 4).Draw(t, "purge dead?") != 0 { // rarely
+		t.Skip("not this time")
+	}
+	n, err := m.b.PurgeDead()
+	if err != nil || n != len(m.dead) {
+		t.Fatalf("PurgeDead: %d, %v; want %d", n, err, len(m.dead))
+	}
+	m.dead = nil
+}
+
 func (m *model) check(t *rapid.T) {
 	total, _, _ := m.bytes()
 	if m.b.Len() != len(m.recs) || m.b.Bytes() != total {
@@ -358,4 +413,27 @@ func (m *model) check(t *rapid.T) {
 		t.Fatal(err)
 	}
 	same(t, "Each", got, m.order())
+
+	var dead []Record
+	var reasons []string
+	if err := m.b.EachDead(func(r Record, reason string) error {
+		dead, reasons = append(dead, r), append(reasons, reason)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var want []mrec
+	var size int64
+	for i, d := range m.dead {
+		want = append(want, d.mrec)
+		size += d.size()
+		if i < len(reasons) && reasons[i] != d.reason {
+			t.Fatalf("dead letter %d: reason %q, want %q", d.seq, reasons[i], d.reason)
+		}
+	}
+	same(t, "EachDead", dead, want)
+	if st.DeadLetters != m.deadLetters || st.DeadDropped != m.deadDropped || st.DeadDepth != len(m.dead) || st.DeadBytes != size {
+		t.Fatalf("dead letters %d dropped %d depth %d bytes %d; want %d %d %d %d",
+			st.DeadLetters, st.DeadDropped, st.DeadDepth, st.DeadBytes, m.deadLetters, m.deadDropped, len(m.dead), size)
+	}
 }

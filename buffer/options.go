@@ -113,6 +113,13 @@ const (
 	// transaction deletes, so that a huge backlog does not build one huge
 	// transaction in memory.
 	deleteChunk = 20000
+
+	// maxDead and maxDeadBytes bound the dead letters (counted as 16 bytes
+	// of key, the reason and the record), which MaxBytes does not count:
+	// beyond either, the oldest are dropped, so that an upstream that
+	// refuses everything cannot fill the card.
+	maxDead      = 10000
+	maxDeadBytes = 16 << 20
 )
 
 // Options configure a [Buffer]. The zero value gives the defaults, which
@@ -168,6 +175,8 @@ type Options struct {
 	maxFileSize    int          // bbolt's MaxSize: disk-full tests where mounts are refused
 	failCommit     func() error // a non-nil result abandons the commit with that error
 	noFreelistSync bool         // measure bbolt's NoFreelistSync
+	deadMax        int64        // maxDead, when not zero
+	deadMaxBytes   int64        // maxDeadBytes, when not zero
 }
 
 // withDefaults returns o with its zero fields set to the defaults.
@@ -192,6 +201,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.deadMax <= 0 {
+		o.deadMax = maxDead
+	}
+	if o.deadMaxBytes <= 0 {
+		o.deadMaxBytes = maxDeadBytes
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime/debug"
@@ -208,4 +209,62 @@ func (b *Buffer) Each(fn func(Record) error) error {
 		}
 	}
 	return nil
+}
+
+// EachDead calls fn for every dead letter, with its reason, oldest (first
+// dead-lettered) first, until fn returns an error, which EachDead returns
+// (for `gateway buffer export`). Like Each, it reads in short transactions:
+// dead letters added or dropped meanwhile may or may not be visited. A dead
+// letter that fails its CRC is skipped, deleted and counted in
+// Stats.Corrupt.
+func (b *Buffer) EachDead(fn func(Record, string) error) error {
+	type dead struct {
+		r      Record
+		reason string
+	}
+	var after []byte // the last key visited
+	for {
+		var recs []dead
+		var bad [][]byte
+		done := true
+		err := b.view(func(tx *bolt.Tx) error {
+			d := tx.Bucket(bucketDead)
+			if d == nil {
+				return nil
+			}
+			c := d.Cursor()
+			k, v := c.First()
+			if after != nil {
+				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			for ; k != nil; k, v = c.Next() {
+				if len(recs) >= eachChunk {
+					done = false
+					break
+				}
+				after = append(after[:0], k...)
+				r, reason, ok := decodeDead(k, v)
+				if !ok {
+					bad = append(bad, append([]byte(nil), k...))
+					continue
+				}
+				recs = append(recs, dead{r, reason})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		b.reportCorruptDead(bad)
+		for _, d := range recs {
+			if err := fn(d.r, d.reason); err != nil {
+				return err
+			}
+		}
+		if done {
+			return nil
+		}
+	}
 }

@@ -4,9 +4,10 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"time"
+	"unicode/utf8"
 )
 
-// Record is one stored packet, as Next, Peek and Each return it.
+// Record is one stored packet, as Next, Peek, Each and EachDead return it.
 type Record struct {
 	Seq   uint64    // the packet's sequence number, also its key
 	Alarm bool      // delivered before all normal records
@@ -16,11 +17,14 @@ type Record struct {
 
 // Bucket names. The queue buckets and the sequence bucket are created once,
 // with the file, and never deleted: deleting a bucket resets its sequence.
+// The dead bucket is created by the first DeadLetter that moves a record
+// (files of older versions lack it), and never deleted either.
 var (
 	bucketMeta   = []byte("meta")   // epoch, state
 	bucketSeq    = []byte("seq")    // no keys; its NextSequence numbers every record
 	bucketAlarm  = []byte("alarm")  // seq → record, alarms
 	bucketNormal = []byte("normal") // seq → record, everything else
+	bucketDead   = []byte("dead")   // (order, seq) → reason and record, dead letters
 
 	keyEpoch = []byte("epoch")
 	keyState = []byte("state")
@@ -113,6 +117,107 @@ func recordAt(v []byte) int64 { return int64(binary.BigEndian.Uint64(v[8:16])) }
 // recordSize is what a record counts against MaxBytes.
 func recordSize(v []byte) int64 { return int64(len(v)) + keySize }
 
+// A dead letter's key is 16 bytes: its number in the dead bucket (the
+// bucket's NextSequence, so that keys sort in the order records died) then
+// the record's seq, both big endian. Salvage's raw scan takes only 8-byte
+// keys for records, so it never mistakes a dead letter for a queued record.
+//
+// Its value is an 8-byte header, the reason and the record's value as it was
+// queued:
+//
+//	0:4    CRC32C of the 16-byte key followed by bytes 4:8+n of the value
+//	4      format, deadFormat
+//	5      zero
+//	6:8    n, the reason's length, big endian (at most maxReason)
+//	8:8+n  the reason
+//	8+n:   the record's value, unchanged: it still verifies under its seq
+//	       (the key's last 8 bytes)
+const (
+	deadKeySize    = 16
+	deadHeaderSize = 8
+	deadFormat     = 1
+
+	// maxReason is the most bytes of a reason that are kept: an upstream's
+	// error text can carry a whole response body.
+	maxReason = 512
+)
+
+// deadKey returns the key of the dead letter number n, record seq.
+func deadKey(n, seq uint64) []byte {
+	k := make([]byte, deadKeySize)
+	binary.BigEndian.PutUint64(k, n)
+	binary.BigEndian.PutUint64(k[8:], seq)
+	return k
+}
+
+// clipReason returns reason cut to at most maxReason bytes, on a rune
+// boundary.
+func clipReason(reason string) string {
+	if len(reason) <= maxReason {
+		return reason
+	}
+	n := maxReason
+	for n > 0 && !utf8.RuneStart(reason[n]) {
+		n--
+	}
+	return reason[:n]
+}
+
+// sealDead returns the value of the dead letter k: reason (clipped) and a
+// copy of the record's value v.
+func sealDead(k []byte, reason string, v []byte) []byte {
+	reason = clipReason(reason)
+	n := len(reason)
+	d := make([]byte, deadHeaderSize+n+len(v))
+	d[4] = deadFormat
+	binary.BigEndian.PutUint16(d[6:8], uint16(n))
+	copy(d[deadHeaderSize:], reason)
+	copy(d[deadHeaderSize+n:], v)
+	binary.BigEndian.PutUint32(d[0:4], deadCRC(k, d[:deadHeaderSize+n]))
+	return d
+}
+
+// deadCRC returns the checksum of a dead letter with key k whose header and
+// reason are h.
+func deadCRC(k, h []byte) uint32 {
+	return crc32.Update(crc32.Update(0, castagnoli, k), castagnoli, h[4:])
+}
+
+// splitDead returns the reason and the record's value of the dead letter
+// stored under k as v, or false when its header and reason do not verify.
+// The record's value is not checked.
+func splitDead(k, v []byte) (reason, rec []byte, ok bool) {
+	if len(k) != deadKeySize || len(v) < deadHeaderSize || v[4] != deadFormat {
+		return nil, nil, false
+	}
+	end := deadHeaderSize + int(binary.BigEndian.Uint16(v[6:8]))
+	if end > len(v) || binary.BigEndian.Uint32(v[0:4]) != deadCRC(k, v[:end]) {
+		return nil, nil, false
+	}
+	return v[deadHeaderSize:end], v[end:], true
+}
+
+// validDead reports whether k and v form a dead letter that verifies, its
+// record included.
+func validDead(k, v []byte) bool {
+	_, rec, ok := splitDead(k, v)
+	return ok && validRecord(k[8:], rec)
+}
+
+// decodeDead returns the record and the reason of the dead letter stored
+// under k as v, copied out of v, or false when it does not verify.
+func decodeDead(k, v []byte) (Record, string, bool) {
+	reason, rec, ok := splitDead(k, v)
+	if !ok {
+		return Record{}, "", false
+	}
+	r, ok := decodeRecord(k[8:], rec)
+	return r, string(reason), ok
+}
+
+// deadSize is what a dead letter counts against the dead bucket's bound.
+func deadSize(k, v []byte) int64 { return int64(len(k) + len(v)) }
+
 // state is the buffer's bookkeeping, kept in the meta bucket under
 // keyState and rewritten in every write transaction, so that it always
 // matches the records: Open reads the counts instead of scanning millions of
@@ -135,44 +240,63 @@ type state struct {
 	salvages        uint64
 	compactions     uint64
 	lostUncommitted uint64 // Interval appends that returned, then could not be committed
+	deadLetters     uint64 // records moved to the dead bucket
+	deadDropped     uint64 // dead letters dropped to stay within the bound, or by a salvage
+
+	deadN     int64 // dead letters stored
+	deadBytes int64 // their bytes (deadSize)
 }
 
+// Format 2 added the dead-letter fields. Format 1, without them, is still
+// written while they are all zero, so that a file that never had a dead
+// letter stays one that versions before them open (a downgrade does not
+// salvage it); it is read with them zero.
 const (
-	stateFormat = 1
-	stateFields = 16 // uint64 fields after the 8-byte prefix
-	stateSize   = 8 + 8*stateFields
+	stateFormat   = 2
+	stateFields   = 20 // uint64 fields after the 8-byte prefix
+	stateFieldsV1 = 16
 )
 
 // encode returns s as a value: CRC32C of bytes 4:, format, flags, two zero
 // bytes, then the fields as big-endian uint64s.
 func (s *state) encode() []byte {
-	v := make([]byte, stateSize)
-	v[4] = stateFormat
-	if s.clean {
-		v[5] = 1
-	}
 	f := [stateFields]uint64{
 		s.seq, s.gen,
 		uint64(s.n[0]), uint64(s.n[1]), uint64(s.bytes[0]), uint64(s.bytes[1]),
 		s.low[0], s.low[1],
 		s.evictedMaxBytes, s.evictedMaxAge, s.rejectedFull, s.corrupt,
 		s.salvageLost, s.salvages, s.compactions, s.lostUncommitted,
+		s.deadLetters, s.deadDropped, uint64(s.deadN), uint64(s.deadBytes),
 	}
-	for i, x := range f {
+	format, fields := byte(stateFormat), stateFields
+	if s.deadLetters == 0 && s.deadDropped == 0 && s.deadN == 0 && s.deadBytes == 0 {
+		format, fields = 1, stateFieldsV1
+	}
+	v := make([]byte, 8+8*fields)
+	v[4] = format
+	if s.clean {
+		v[5] = 1
+	}
+	for i, x := range f[:fields] {
 		binary.BigEndian.PutUint64(v[8+8*i:], x)
 	}
 	binary.BigEndian.PutUint32(v[0:4], crc32.Checksum(v[4:], castagnoli))
 	return v
 }
 
-// decodeState parses a value written by encode, or reports false.
+// decodeState parses a value written by encode (or by format 1's), or
+// reports false.
 func decodeState(v []byte) (state, bool) {
-	if len(v) != stateSize || v[4] != stateFormat ||
+	fields := stateFields
+	if len(v) > 4 && v[4] == 1 {
+		fields = stateFieldsV1
+	}
+	if len(v) != 8+8*fields || (v[4] != 1 && v[4] != stateFormat) ||
 		binary.BigEndian.Uint32(v[0:4]) != crc32.Checksum(v[4:], castagnoli) {
 		return state{}, false
 	}
 	var f [stateFields]uint64
-	for i := range f {
+	for i := range fields {
 		f[i] = binary.BigEndian.Uint64(v[8+8*i:])
 	}
 	s := state{
@@ -184,8 +308,9 @@ func decodeState(v []byte) (state, bool) {
 
 		evictedMaxBytes: f[8], evictedMaxAge: f[9], rejectedFull: f[10], corrupt: f[11],
 		salvageLost: f[12], salvages: f[13], compactions: f[14], lostUncommitted: f[15],
+		deadLetters: f[16], deadDropped: f[17], deadN: int64(f[18]), deadBytes: int64(f[19]),
 	}
-	if s.n[0] < 0 || s.n[1] < 0 || s.bytes[0] < 0 || s.bytes[1] < 0 {
+	if s.n[0] < 0 || s.n[1] < 0 || s.bytes[0] < 0 || s.bytes[1] < 0 || s.deadN < 0 || s.deadBytes < 0 {
 		return state{}, false
 	}
 	return s, true

@@ -29,6 +29,12 @@ const salvageBatch = 4096
 // The loss is logged at Error and counted: it is the records that the
 // newest state found says were there and that did not verify, an estimate
 // when the newest state is not the last one.
+//
+// Dead letters are not salvaged: they are not queued data, and their 16-byte
+// keys are not records to the scan. Those the newest state counted are added
+// to DeadDropped. A record dead-lettered above the low watermark of its
+// queue can come back into the queue from a stale copy, like an acked one:
+// it is delivered again and, refused again, dead-lettered again.
 func (b *Buffer) salvage(ce *corruptError) error {
 	start := time.Now()
 	f := ce.f
@@ -142,6 +148,7 @@ func (b *Buffer) salvage(ce *corruptError) error {
 		old := res.best
 		st.evictedMaxBytes, st.evictedMaxAge, st.rejectedFull = old.evictedMaxBytes, old.evictedMaxAge, old.rejectedFull
 		st.corrupt, st.compactions, st.lostUncommitted = old.corrupt, old.compactions, old.lostUncommitted
+		st.deadLetters, st.deadDropped = old.deadLetters, old.deadDropped+uint64(old.deadN)
 		st.salvages = old.salvages + 1
 		st.salvageLost = old.salvageLost
 		if res.hasBest {
@@ -173,7 +180,7 @@ func (b *Buffer) salvage(ce *corruptError) error {
 	attrs := []any{
 		"path", b.path, "aside", aside, "epoch", epoch,
 		"salvaged", st.n[0] + st.n[1], "alarms", st.n[qAlarm],
-		"bad_records", res.bad, "stale_dropped", stale, "copies", dups,
+		"bad_records", res.bad, "stale_dropped", stale, "copies", dups, "dead_letters_dropped", res.best.deadN,
 		"took", time.Since(start).Round(time.Millisecond),
 	}
 	if res.hasBest {

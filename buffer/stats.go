@@ -14,7 +14,7 @@ type Stats struct {
 	Epoch    string
 	Alarms   int   // alarm records stored
 	Normal   int   // normal records stored
-	Leased   int   // records leased by Next (or acked, deletion pending)
+	Leased   int   // records leased by Next (or acked or dead-lettered, commit pending)
 	Bytes    int64 // live record bytes, as MaxBytes counts them
 	MaxBytes int64
 	FileSize int64 // the bbolt file's size on disk
@@ -36,6 +36,11 @@ type Stats struct {
 	Salvages        uint64 // corrupt files moved aside and salvaged, since creation
 	Compactions     uint64 // since creation
 	LostUncommitted uint64 // Interval appends acknowledged, then lost: their commit failed and no retry could store them, since creation
+
+	DeadLetters uint64 // records moved to the dead-letter bucket by DeadLetter, since creation
+	DeadDropped uint64 // dead letters dropped: the oldest, beyond the bound (10,000 or 16 MiB), or by a salvage, since creation
+	DeadDepth   int    // dead letters stored (not in Len or Bytes)
+	DeadBytes   int64  // their bytes: 16 of key, 8 of header, the reason and the record
 
 	LastError   string // the last write error, "" if none
 	LastErrorAt time.Time
@@ -60,6 +65,7 @@ func (b *Buffer) Stats() Stats {
 	s.EvictedMaxBytes, s.EvictedMaxAge, s.RejectedFull = st.evictedMaxBytes, st.evictedMaxAge, st.rejectedFull
 	s.Corrupt, s.SalvageLost, s.Salvages = st.corrupt, st.salvageLost, st.salvages
 	s.Compactions, s.LostUncommitted = st.compactions, st.lostUncommitted
+	s.DeadLetters, s.DeadDropped, s.DeadDepth, s.DeadBytes = st.deadLetters, st.deadDropped, int(st.deadN), st.deadBytes
 
 	b.mu.Lock()
 	s.Leased = len(b.leases)

@@ -23,7 +23,9 @@ const (
 	opAppend      opKind = iota
 	opAck                // delete seqs
 	opPurge              // delete every record
-	opDropCorrupt        // delete seqs whose records fail their CRC; nobody waits
+	opDropCorrupt        // delete seqs (and dead letters) that fail their CRC; nobody waits
+	opDeadLetter         // move seqs to the dead bucket
+	opPurgeDead          // delete every dead letter
 )
 
 // request is one call's work for the writer. The caller fills it in and
@@ -31,8 +33,10 @@ const (
 type request struct {
 	op       opKind
 	recs     []pending // opAppend
-	seqs     []uint64  // opAck, opDropCorrupt
-	n        int       // opPurge: records deleted
+	seqs     []uint64  // opAck, opDropCorrupt, opDeadLetter
+	reason   string    // opDeadLetter
+	dead     [][]byte  // opDropCorrupt: keys of dead letters
+	n        int       // opPurge, opPurgeDead: records deleted
 	err      error     // the whole request failed
 	state    atomic.Int32
 	done     chan struct{} // nil for opDropCorrupt
@@ -67,6 +71,12 @@ type held struct {
 	val   []byte
 }
 
+// deadBatch is the work of one DeadLetter call.
+type deadBatch struct {
+	reason string
+	seqs   []uint64
+}
+
 // take claims r for the writer, or reports false when its caller gave up.
 func (r *request) take() bool { return r.state.CompareAndSwap(reqQueued, reqTaken) }
 
@@ -87,8 +97,9 @@ type writer struct {
 	st         state  // as committed (plus counters that ride on the next commit)
 	lastIssued uint64 // the highest seq handed out, committed or not
 	retryAcks  []uint64
-	held       []held // Interval appends answered, not yet committed (after a failed commit)
-	degraded   bool   // the last commit failed: commit every batch at once until one succeeds
+	retryDead  []deadBatch // dead letters whose commit failed
+	held       []held      // Interval appends answered, not yet committed (after a failed commit)
+	degraded   bool        // the last commit failed: commit every batch at once until one succeeds
 	fatal      error
 	failedAt   time.Time // last failure logged, to log a failing disk once a minute
 	dirty      bool      // records deleted since compaction was last considered
@@ -119,7 +130,7 @@ func (w *writer) run() {
 		if w.dirty {
 			w.maybeCompact()
 		}
-		if (len(w.retryAcks) > 0 || len(w.held) > 0) && w.fatal == nil {
+		if w.retrying() && w.fatal == nil {
 			retry.Reset(retryDelay)
 		}
 		select {
@@ -135,12 +146,17 @@ func (w *writer) run() {
 		case <-ageC:
 			w.evictAged()
 		case <-retry.C:
-			if len(w.retryAcks) > 0 || len(w.held) > 0 {
+			if w.retrying() {
 				w.batch(nil)
 			}
 		}
 		retry.Stop()
 	}
+}
+
+// retrying reports whether work of a failed commit waits to be retried.
+func (w *writer) retrying() bool {
+	return len(w.retryAcks) > 0 || len(w.retryDead) > 0 || len(w.held) > 0
 }
 
 // shutdown drains nothing (the queue is closed and empty) and marks the
@@ -170,14 +186,17 @@ type wtx struct {
 	q       [2]*bolt.Bucket
 	seqB    *bolt.Bucket
 	meta    *bolt.Bucket
-	st      state // working copy of the state
-	records int   // records appended
-	deletes int   // records deleted
+	deadB   *bolt.Bucket // nil until needed when the file has none (see deadBucket)
+	st      state        // working copy of the state
+	records int          // records appended
+	deletes int          // records deleted
 	gone    []uint64
 	taken   []*request // every request of this transaction
 	waiting []*request // answered after the commit
 	held    []held     // Interval appends answered before the commit
 	acked   []uint64   // Interval acks answered before the commit
+	dead    []deadBatch
+	dropped int // dead letters dropped to stay within the bound
 	rejects uint64
 	purge   *request
 }
@@ -204,6 +223,9 @@ func (w *writer) begin() (*wtx, error) {
 	if t.meta == nil || t.seqB == nil || t.q[0] == nil || t.q[1] == nil {
 		_ = tx.Rollback()
 		return nil, corruptf("buffer buckets missing")
+	}
+	if t.deadB = tx.Bucket(bucketDead); t.deadB != nil {
+		t.deadB.FillPercent = 1.0
 	}
 	// Seqs handed out by a transaction that then failed are never reused.
 	if t.seqB.Sequence() < w.lastIssued {
@@ -321,7 +343,18 @@ func (w *writer) apply(t *wtx, r *request, interval bool) {
 		for _, seq := range r.seqs {
 			t.dropCorrupt(seq)
 		}
+		for _, k := range r.dead {
+			t.dropCorruptDead(k)
+		}
 		return
+	case opDeadLetter:
+		w.deadLetter(t, deadBatch{r.reason, r.seqs})
+		if interval {
+			r.reply()
+			return
+		}
+	case opPurgeDead:
+		r.n = t.purgeDead()
 	case opPurge:
 		t.purge = r
 		return
@@ -341,6 +374,10 @@ func (w *writer) applyRetries(t *wtx) {
 	}
 	t.acked = append(t.acked, w.retryAcks...)
 	w.retryAcks = nil
+	for _, d := range w.retryDead {
+		w.deadLetter(t, d)
+	}
+	w.retryDead = nil
 }
 
 // putHeld stores again a record whose commit failed, under its own seq.
@@ -491,6 +528,137 @@ func (t *wtx) dropCorrupt(seq uint64) {
 	}
 }
 
+// deadLetter moves the records of d to the dead bucket, then drops the
+// oldest dead letters beyond the bound.
+func (w *writer) deadLetter(t *wtx, d deadBatch) {
+	t.dead = append(t.dead, d)
+	for _, seq := range d.seqs {
+		t.deadLetter(seq, d.reason)
+	}
+	t.trimDead(w.b.opt.deadMax, w.b.opt.deadMaxBytes)
+}
+
+// deadBucket returns the dead bucket, creating it in t if the file has none
+// yet (files of older versions).
+func (t *wtx) deadBucket() *bolt.Bucket {
+	if t.deadB == nil {
+		d, err := t.tx.CreateBucketIfNotExists(bucketDead)
+		if err != nil {
+			panic("buffer: create the dead bucket: " + err.Error()) // only if the tx or the name were bad
+		}
+		d.FillPercent = 1.0 // keys only ever grow
+		t.deadB = d
+	}
+	return t.deadB
+}
+
+// deadLetter moves the record seq, wherever it is, to the dead bucket with
+// reason; an unknown seq is ignored, a record that fails its CRC is dropped
+// as corrupt.
+func (t *wtx) deadLetter(seq uint64, reason string) {
+	k := itob(seq)
+	for q := range t.q {
+		v := t.q[q].Get(k)
+		if v == nil {
+			continue
+		}
+		if !validRecord(k, v) {
+			t.dropCorrupt(seq)
+			return
+		}
+		size := recordSize(v)
+		d := t.deadBucket()
+		n, err := d.NextSequence()
+		if err != nil {
+			panic("buffer: dead NextSequence: " + err.Error())
+		}
+		dk := deadKey(n, seq)
+		dv := sealDead(dk, reason, v) // a copy: v dies with the delete
+		if err := d.Put(dk, dv); err != nil {
+			panic("buffer: put: " + err.Error())
+		}
+		if err := t.q[q].Delete(k); err != nil {
+			panic("buffer: delete: " + err.Error())
+		}
+		t.st.n[q]--
+		t.st.bytes[q] -= size
+		t.st.deadLetters++
+		t.st.deadN++
+		t.st.deadBytes += deadSize(dk, dv)
+		t.deletes++
+		return
+	}
+}
+
+// trimDead drops the oldest dead letters until at most maxN of them, and
+// maxBytes of their bytes, are left.
+func (t *wtx) trimDead(maxN, maxBytes int64) {
+	if t.deadB == nil || (t.st.deadN <= maxN && t.st.deadBytes <= maxBytes) {
+		return
+	}
+	var keys [][]byte
+	var freed int64
+	c := t.deadB.Cursor()
+	k, v := c.First()
+	for ; k != nil && (t.st.deadN-int64(len(keys)) > maxN || t.st.deadBytes-freed > maxBytes); k, v = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+		freed += deadSize(k, v)
+	}
+	empty := k == nil
+	for _, k := range keys {
+		if err := t.deadB.Delete(k); err != nil {
+			panic("buffer: delete: " + err.Error())
+		}
+	}
+	t.st.deadN -= int64(len(keys))
+	t.st.deadBytes -= freed
+	if empty {
+		// The counts cannot drift, but if they did, set them right.
+		t.st.deadN, t.st.deadBytes = 0, 0
+	}
+	t.st.deadDropped += uint64(len(keys))
+	t.dropped += len(keys)
+	t.deletes += len(keys)
+}
+
+// purgeDead deletes every dead letter and returns how many it deleted. The
+// dead bucket holds at most maxDead of them: one transaction does.
+func (t *wtx) purgeDead() int {
+	if t.deadB == nil {
+		return 0
+	}
+	var keys [][]byte
+	c := t.deadB.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := t.deadB.Delete(k); err != nil {
+			panic("buffer: delete: " + err.Error())
+		}
+	}
+	t.st.deadN, t.st.deadBytes = 0, 0
+	t.deletes += len(keys)
+	return len(keys)
+}
+
+// dropCorruptDead deletes the dead letter k if it (still) fails its CRC.
+func (t *wtx) dropCorruptDead(k []byte) {
+	if t.deadB == nil {
+		return
+	}
+	if v := t.deadB.Get(k); v != nil && !validDead(k, v) {
+		size := deadSize(k, v)
+		if err := t.deadB.Delete(k); err != nil {
+			panic("buffer: delete: " + err.Error())
+		}
+		t.st.deadN--
+		t.st.deadBytes -= size
+		t.st.corrupt++
+		t.deletes++
+	}
+}
+
 // commit writes the state into t and commits it.
 func (w *writer) commit(t *wtx) error {
 	return w.contain(func() error {
@@ -549,6 +717,10 @@ func (w *writer) finish(t *wtx, err error) error {
 		if w.degraded || !w.failedAt.IsZero() {
 			b.log.Info("buffer: commits succeed again", "path", b.path)
 		}
+		if t.dropped > 0 {
+			b.log.Warn("buffer: dropped the oldest dead letters to stay within the bound",
+				"path", b.path, "dropped", t.dropped, "kept", t.st.deadN)
+		}
 		w.degraded, w.failedAt = false, time.Time{}
 		w.dirty = w.dirty || t.deletes > 0
 		b.forget(t)
@@ -574,12 +746,13 @@ func (w *writer) finish(t *wtx, err error) error {
 		r.reply()
 	}
 	w.retryAcks = append(w.retryAcks, t.acked...)
+	w.retryDead = append(w.retryDead, t.dead...)
 	if w.fatal != nil {
 		if len(t.held) > 0 {
 			b.log.Error("buffer: appends already acknowledged (durability: interval) are lost with the failed commit",
 				"path", b.path, "lost", len(t.held), "err", err)
 		}
-		w.retryAcks = nil
+		w.retryAcks, w.retryDead = nil, nil
 		return err
 	}
 	// Interval appends that were answered keep their seqs and go into the
@@ -637,7 +810,7 @@ func (w *writer) refuse(r *request) {
 
 // forget drops the leases of the records that t deleted.
 func (b *Buffer) forget(t *wtx) {
-	if len(t.acked) == 0 && len(t.gone) == 0 && len(t.waiting) == 0 {
+	if len(t.acked) == 0 && len(t.gone) == 0 && len(t.waiting) == 0 && len(t.dead) == 0 {
 		return
 	}
 	b.mu.Lock()
@@ -647,6 +820,11 @@ func (b *Buffer) forget(t *wtx) {
 	}
 	for _, s := range t.gone {
 		delete(b.leases, s)
+	}
+	for _, d := range t.dead {
+		for _, s := range d.seqs {
+			delete(b.leases, s)
+		}
 	}
 	for _, r := range t.waiting {
 		if r.op == opAck {

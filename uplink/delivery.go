@@ -405,8 +405,8 @@ func (d *Delivery) deadLetter(s *slot, seqs []uint64, err error) {
 	d.log.Error("upstream refused a packet for good: dead-lettered", "upstream", s.sender.Name(), "seq", seqs[0], "err", err)
 	if d.opt.DeadLetters != nil {
 		if derr := d.opt.DeadLetters.DeadLetter(err.Error(), seqs...); derr != nil {
-			d.log.Error("dead-letter failed; the packet stays queued", "err", derr)
-			d.q.Release(seqs...)
+			// The buffer keeps the move pending and retries it itself.
+			d.log.Error("dead-letter not yet stored", "err", derr)
 		}
 		return
 	}

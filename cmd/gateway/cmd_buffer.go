@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flags("buffer "+sub, stderr)
 	file := fs.String("c", "", "site file (its buffer.path is the buffer)")
 	yes := fs.Bool("yes", false, "purge: really delete every queued packet")
+	dead := fs.Bool("dead", false, "export or purge the dead letters (packets an upstream refused for good) instead of the queue")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -64,21 +66,35 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) error
 		row("corrupt records", st.Corrupt)
 		row("salvages", fmt.Sprintf("%d (%d records lost)", st.Salvages, st.SalvageLost))
 		row("compactions", st.Compactions)
+		row("dead letters", fmt.Sprintf("%d kept (%d bytes), %d ever, %d dropped (gateway buffer export -dead)", st.DeadDepth, st.DeadBytes, st.DeadLetters, st.DeadDropped))
 		if st.LastError != "" {
 			row("last error", st.LastError)
 		}
 		return tw.Flush()
 	case "export":
+		if *dead {
+			// One JSON object a line: the reason, then the packet as sent.
+			return q.EachDead(func(r buffer.Record, reason string) error {
+				why, _ := json.Marshal(reason)
+				line := fmt.Appendf(nil, `{"reason":%s,"packet":%s}`+"\n", why, r.Data)
+				_, err := stdout.Write(line)
+				return err
+			})
+		}
 		return q.Each(func(r buffer.Record) error {
 			_, err := stdout.Write(append(r.Data, '\n'))
 			return err
 		})
 	default:
-		n, err := q.Purge()
+		what, purge := "packets", q.Purge
+		if *dead {
+			what, purge = "dead letters", q.PurgeDead
+		}
+		n, err := purge()
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "purged %d packets from %s (sequence numbers continue)\n", n, c.Buffer.Path)
+		fmt.Fprintf(stderr, "purged %d %s from %s (sequence numbers continue)\n", n, what, c.Buffer.Path)
 		return nil
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -409,5 +410,62 @@ func TestSelectorNamesAgree(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, selector.Names()) {
 		t.Fatalf("config accepts %v, selector has %v", got, selector.Names())
+	}
+}
+
+// gateway buffer stats|export|purge on a buffer left by a run whose only
+// upstream was down.
+func TestBufferCommands(t *testing.T) {
+	_, addr := serve(t, false, "generic-mine-methane")
+	dir := t.TempDir()
+	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
+gateway: {id: gw-b}
+buffer: {path: %s/buf.db}
+buses:
+  - name: b
+    url: tcp://%s
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}
+uplink:
+  probe: {interval: 100ms, timeout: 50ms}
+  upstreams: [{url: "http://127.0.0.1:1/ingest"}]
+`, dir, addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var errb syncBuffer
+	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, &errb) }()
+	time.Sleep(time.Second)
+	if code, _, errOut := gw(t, "buffer", "stats", "-c", site); code == 0 || !strings.Contains(errOut, "is the gateway running?") {
+		t.Fatalf("stats while running: %d %s", code, errOut)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, errb.String())
+	}
+	code, out, errOut := gw(t, "buffer", "stats", "-c", site)
+	if code != 0 || !strings.Contains(out, "depth") || strings.Contains(out, "depth                0 ") {
+		t.Fatalf("stats: %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = gw(t, "buffer", "export", "-c", site)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) < 3 {
+		t.Fatalf("export: %d %q", code, out)
+	}
+	var last uint64
+	for _, l := range lines {
+		p, err := packet.Decode([]byte(l))
+		if err != nil || p.Seq <= last || p.Epoch == "" {
+			t.Fatalf("export line %q: %v (seq after %d)", l, err, last)
+		}
+		last = p.Seq
+	}
+	if code, _, errOut := gw(t, "buffer", "purge", "-c", site); code == 0 || !strings.Contains(errOut, "-yes") {
+		t.Fatalf("purge without -yes: %d %s", code, errOut)
+	}
+	if code, _, errOut := gw(t, "buffer", "purge", "-c", site, "-yes"); code != 0 || !strings.Contains(errOut, fmt.Sprintf("purged %d packets", len(lines))) {
+		t.Fatalf("purge: %d %s", code, errOut)
+	}
+	if _, out, _ := gw(t, "buffer", "export", "-c", site); out != "" {
+		t.Fatalf("export after purge: %q", out)
 	}
 }

@@ -94,7 +94,7 @@ func startNorth(ctx context.Context, c *config.Config, q *buffer.Buffer, log *sl
 	}
 	n := &north{table: selector.NewTable(selector.Options{}), log: log}
 	n.upCtx, n.upCancel = context.WithCancel(context.WithoutCancel(ctx))
-	n.delivery = uplink.NewDelivery(q, n.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery")})
+	n.delivery = uplink.NewDelivery(q, n.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery"), DeadLetters: q})
 	for i, cu := range u.Upstreams {
 		if _, err := n.addUpstream(c, cu, q.Epoch()); err != nil {
 			n.stop()
