@@ -47,7 +47,11 @@ type Buffer struct {
 	// mu guards the leases and the notify channel.
 	mu     sync.Mutex
 	leases map[uint64]lease
-	notify chan struct{} // closed and replaced when records may have become available
+	// leasedTo, per queue, is a seq at or below which every record is
+	// leased or gone (the last one a leasing forward scan visited); zeroed
+	// when a release may have freed one below it.
+	leasedTo [2]uint64
+	notify   chan struct{} // closed and replaced when records may have become available
 
 	// durable is the highest seq whose commit has completed (fsyncs and all).
 	// Next, Peek and Each never look past it, so that nothing is delivered

@@ -31,9 +31,18 @@ func (b *Buffer) next(max int, lease bool) ([]Record, error) {
 	durable := b.durable.Load()
 	var recs []Record
 	var bad []uint64
+	// A scan going up may start after leasedTo: everything at or below it
+	// is leased (or gone), so a deep window of deliveries in flight does
+	// not make every Next, Peek and Wait walk past all of them.
+	after := b.leasedTo
+	reverse := b.opt.Order == NewestFirst
+	if reverse {
+		after[qNormal] = 0
+	}
+	var last [2]uint64
 	err := b.view(func(tx *bolt.Tx) error {
-		recs, bad, _, _ = scanQueue(tx, qAlarm, false, 0, durable, max, skip, recs, bad)
-		recs, bad, _, _ = scanQueue(tx, qNormal, b.opt.Order == NewestFirst, 0, durable, max, skip, recs, bad)
+		recs, bad, last[qAlarm], _ = scanQueue(tx, qAlarm, false, after[qAlarm], durable, max, skip, recs, bad)
+		recs, bad, last[qNormal], _ = scanQueue(tx, qNormal, reverse, after[qNormal], durable, max, skip, recs, bad)
 		return nil
 	})
 	if err != nil {
@@ -42,6 +51,10 @@ func (b *Buffer) next(max int, lease bool) ([]Record, error) {
 	if lease {
 		for _, r := range recs {
 			b.leases[r.Seq] = leased
+		}
+		b.leasedTo[qAlarm] = last[qAlarm]
+		if !reverse {
+			b.leasedTo[qNormal] = last[qNormal]
 		}
 	}
 	b.reportCorrupt(bad)
@@ -140,6 +153,9 @@ func (b *Buffer) Release(seqs ...uint64) {
 			delete(b.leases, s)
 			n++
 		}
+	}
+	if n > 0 {
+		b.leasedTo = [2]uint64{} // released records may lie below it: scan from the start
 	}
 	b.mu.Unlock()
 	if n > 0 {
