@@ -1,0 +1,903 @@
+package main
+
+// End-to-end tests of `gateway run`: the real command, in-process, polling
+// the project's emulator, buffering in a bbolt file and delivering to three
+// real mosquitto brokers through fault-injecting proxies, or to httptest
+// servers. What they prove is written on each test.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
+	"fieldlink/packet"
+)
+
+// e2eWindow is the site's uplink.window: the most publishes awaiting a
+// PUBACK per broker, hence the most duplicates one cut link can cause.
+const e2eWindow = 16
+
+// TestE2EThreeBrokersLatencyOutagesRecovery runs `gateway run` against three
+// mosquitto brokers, each behind its own proxy, and a subscriber connected
+// straight to each broker:
+//
+//  1. healthy: every broker receives packets;
+//  2. 200 ms of latency on broker A's link: A's share of new packets falls
+//     well below a third (p2c_ewma moves traffic away from it);
+//  3. B's link cut: B receives none of the packets of the phase, A and C
+//     get all of them;
+//  4. every link cut: the emulator goes on producing, no broker receives
+//     anything, the packets wait in the buffer;
+//  5. links back: the backlog drains;
+//  6. after stop: every Seq from 1 to the last stored reached a broker or is
+//     still in the buffer (none missing), and duplicates stay within
+//     window × cut links.
+func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
+	mosq := e2eFindMosquitto(t)
+	start := time.Now()
+
+	_, emuAddr := serve(t, false, "generic-wind-speed", "renke-rs-ws-n01", "generic-tipping-bucket-rain", "dfrobot-sen0644")
+	names := []string{"A", "B", "C"}
+	led := newE2ELedger(len(names))
+	links := make([]e2eFaultLink, len(names))
+	var ups strings.Builder
+	for i, name := range names {
+		broker := e2eStartMosquitto(t, mosq)
+		e2eSubscribe(t, broker, name, func(topic string, payload []byte) { led.received(i, topic, payload) }, led.problem)
+		links[i] = e2eNewFaultLink(t, name, broker)
+		fmt.Fprintf(&ups, "    - {url: \"mqtt://%s\"}\n", links[i].Addr())
+	}
+	dir := t.TempDir()
+	bufPath := filepath.Join(dir, "buf.db")
+	site := writeSite(t, fmt.Sprintf(`site: {id: "E2E", id_field: FarmId}
+gateway: {id: gw-e2e}
+buses:
+  - name: field
+    url: tcp://%s
+    timeout: 500ms
+    devices:
+      - {name: wind-1,    profile: generic-wind-speed,          slave: 1, interval: 100ms}
+      - {name: weather-1, profile: renke-rs-ws-n01,             slave: 2, interval: 100ms}
+      - {name: rain-1,    profile: generic-tipping-bucket-rain, slave: 3, interval: 100ms}
+      - {name: light-1,   profile: dfrobot-sen0644,             slave: 4, interval: 100ms}
+buffer: {path: %s}
+uplink:
+  selector: p2c_ewma
+  window: %d
+  probe: {interval: 200ms, timeout: 100ms}
+  upstreams:
+%s`, emuAddr, bufPath, e2eWindow, ups.String()))
+
+	g := e2eStartGateway(t, site, &e2eLineWriter{fn: led.stored}, "info")
+
+	// A phase's packets are those printed as stored more than settle after
+	// its fault began. The gateway prints a packet after the commit that
+	// stores it, so one printed earlier may have been committed, and sent
+	// through the link, before the fault.
+	const settle = 500 * time.Millisecond
+	// Each phase lets the emulator produce this many packets (30 to 40 a
+	// second) past its settling time.
+	const phasePackets = 60
+	produce := func(what string, from uint64, n uint64) uint64 {
+		t.Helper()
+		testtool.WaitFor(t, 30*time.Second, what, func() bool { return led.maxStored() >= from+n })
+		return led.maxStored()
+	}
+	cutAt := func(at time.Time) uint64 {
+		t.Helper()
+		testtool.WaitFor(t, 10*time.Second, "the settling time to pass", func() bool { return time.Since(at) > settle })
+		return led.maxStoredBy(at.Add(settle))
+	}
+	delivered := func(what string, lo, hi uint64, brokers ...int) {
+		t.Helper()
+		var miss []uint64
+		ok := false
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok && time.Now().Before(deadline) {
+			miss = led.missing(lo, hi, brokers...)
+			ok = len(miss) == 0
+			if !ok {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if !ok {
+			t.Fatalf("%s: %d of seqs %d..%d never arrived: %v", what, len(miss), lo+1, hi, e2eHead(miss, 20))
+		}
+	}
+
+	// 1. Healthy: every broker gets traffic.
+	testtool.WaitFor(t, 30*time.Second, "every broker to receive packets", func() bool {
+		for i := range names {
+			if led.countOn(i, 0, led.maxStored()) < 5 {
+				return false
+			}
+		}
+		return true
+	})
+	end1 := led.maxStored()
+	delivered("healthy", 0, end1, 0, 1, 2)
+	t.Logf("phase 1 healthy: seqs 1..%d, A/B/C %s, %.0f packets/s", end1, led.shares(0, end1), float64(end1)/time.Since(start).Seconds())
+
+	// 2. Latency on A: its share of new packets drops.
+	at := time.Now()
+	links[0].AddLatency(200 * time.Millisecond)
+	lo2 := cutAt(at)
+	hi2 := produce("packets during the latency phase", lo2, 2*phasePackets)
+	delivered("latency on A", lo2, hi2, 0, 1, 2)
+	a, b, c := led.countOn(0, lo2, hi2), led.countOn(1, lo2, hi2), led.countOn(2, lo2, hi2)
+	t.Logf("phase 2 latency 200ms on A: seqs %d..%d, A/B/C %s", lo2+1, hi2, led.shares(lo2, hi2))
+	if share := float64(a) / float64(hi2-lo2); share >= 0.15 {
+		t.Errorf("with 200ms of latency A still took %.0f%% of the packets (%d of %d); want < 15%%", 100*share, a, hi2-lo2)
+	}
+	if b == 0 || c == 0 {
+		t.Errorf("B and C should share the traffic A lost: B %d, C %d", b, c)
+	}
+	links[0].RemoveToxics()
+
+	// 3. B's link cut: A and C take everything, B gets nothing new.
+	at = time.Now()
+	links[1].Disable()
+	lo3 := cutAt(at)
+	hi3 := produce("packets during B's outage", lo3, phasePackets)
+	delivered("B down", lo3, hi3, 0, 2)
+	if n := led.countOn(1, lo3, hi3); n != 0 {
+		t.Errorf("B's link is down, yet B received %d of seqs %d..%d", n, lo3+1, hi3)
+	}
+	t.Logf("phase 3 B down: seqs %d..%d, A/B/C %s", lo3+1, hi3, led.shares(lo3, hi3))
+
+	// 4. Every link cut: the packets stay in the buffer. A running gateway
+	// shows no queue depth (its bbolt file is locked), so the depth is
+	// what was stored and not delivered.
+	at = time.Now()
+	links[0].Disable()
+	links[2].Disable()
+	lo4 := cutAt(at)
+	hi4 := produce("packets during the total outage", lo4, phasePackets)
+	if n := led.receiptsAfter(lo4); n != 0 {
+		t.Errorf("every link is down, yet seqs after %d arrived %d times", lo4, n)
+	}
+	t.Logf("phase 4 all down: seqs %d..%d produced, none delivered: %d packets wait in the buffer", lo4+1, hi4, hi4-lo4)
+
+	// 5. Recovery: the backlog drains.
+	at = time.Now()
+	for _, l := range links {
+		l.Enable()
+	}
+	hi5 := led.maxStored()
+	delivered("recovery", 0, hi5, 0, 1, 2)
+	drain := time.Since(at)
+	// Then the live packets catch up: at some moment every seq stored so
+	// far has arrived.
+	testtool.WaitFor(t, 30*time.Second, "the live packets to catch up", func() bool {
+		return len(led.missing(hi5, led.maxStored(), 0, 1, 2)) == 0
+	})
+	t.Logf("phase 5 recovery: backlog up to seq %d delivered %v after the links came back, caught up after %v; A/B/C of the outage %s",
+		hi5, drain.Round(time.Millisecond), time.Since(at).Round(time.Millisecond), led.shares(lo4, hi4))
+
+	// 6. Stop, then account for every seq.
+	if err := g.stop(t); err != nil {
+		t.Fatalf("gateway run: %v\n%s", err, g.stderr.String())
+	}
+	left, dead, st := e2eLeftInBuffer(t, bufPath)
+	if len(dead) > 0 {
+		t.Errorf("%d packets dead-lettered; a broker refuses none", len(dead))
+	}
+	rep := led.account(left)
+	if st.LastSeq != rep.maxSeq {
+		t.Errorf("the buffer's last seq is %d, the gateway printed up to %d", st.LastSeq, rep.maxSeq)
+	}
+	bound := e2eWindow * 3 // three links were cut once each
+	t.Logf("produced %d, delivered %d (%d receipts), left in buffer %d, missing %d, duplicates %d (bound %d), longest delay %v, run %v",
+		rep.maxSeq, rep.distinct, rep.receipts, len(left), len(rep.missing), rep.receipts-rep.distinct, bound,
+		rep.longest.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if len(rep.dups) > 0 {
+		t.Logf("duplicates (seq×receipts@brokers): %s", strings.Join(e2eHead(rep.dups, 50), " "))
+	}
+	for _, p := range rep.problems {
+		t.Error(p)
+	}
+	if len(rep.missing) > 0 {
+		t.Errorf("%d seqs lost (neither delivered nor in the buffer): %v", len(rep.missing), e2eHead(rep.missing, 50))
+	}
+	if d := rep.receipts - rep.distinct; d > bound {
+		t.Errorf("%d duplicates, more than window × cut links = %d", d, bound)
+	}
+	if rep.minSeq != 1 {
+		t.Errorf("the first seq stored is %d, want 1", rep.minSeq)
+	}
+}
+
+// TestHTTPDeadLettersAndRetries runs `gateway run` with two HTTP upstreams
+// picked in turn. A 500 is a failure of the upstream: the batch is retried
+// on the other one and every packet arrives there. A 422 is a refusal of
+// the packet: it is dead-lettered (logged, moved out of the queue into the
+// buffer's dead letters, with the reason) and not sent anywhere else.
+func TestHTTPDeadLettersAndRetries(t *testing.T) {
+	_, emuAddr := serve(t, false, "generic-wind-speed", "renke-rs-ws-n01", "generic-tipping-bucket-rain")
+	siteFor := func(bufPath string, urls ...string) string {
+		var ups strings.Builder
+		for _, u := range urls {
+			fmt.Fprintf(&ups, "    - {url: %q}\n", u)
+		}
+		return writeSite(t, fmt.Sprintf(`site: {id: "H1", id_field: FarmId}
+gateway: {id: gw-http}
+buses:
+  - name: field
+    url: tcp://%s
+    timeout: 500ms
+    devices:
+      - {name: wind-1,    profile: generic-wind-speed,          slave: 1, interval: 100ms}
+      - {name: weather-1, profile: renke-rs-ws-n01,             slave: 2, interval: 100ms}
+      - {name: rain-1,    profile: generic-tipping-bucket-rain, slave: 3, interval: 100ms}
+buffer: {path: %s}
+uplink:
+  selector: round_robin
+  batch: 10
+  probe: {interval: 200ms, timeout: 100ms}
+  upstreams:
+%s`, emuAddr, bufPath, ups.String()))
+	}
+
+	t.Run("500 is retried elsewhere", func(t *testing.T) {
+		bad, good := e2eNewIngest(t, http.StatusInternalServerError), e2eNewIngest(t, http.StatusOK)
+		bufPath := filepath.Join(t.TempDir(), "buf.db")
+		led := newE2ELedger(0)
+		g := e2eStartGateway(t, siteFor(bufPath, bad.URL, good.URL), &e2eLineWriter{fn: led.stored}, "warn")
+		testtool.WaitFor(t, 30*time.Second, "the 500 upstream to be tried and 40 packets to arrive", func() bool {
+			return bad.requests() >= 3 && len(good.seqs()) >= 40
+		})
+		if err := g.stop(t); err != nil {
+			t.Fatalf("gateway run: %v", err)
+		}
+		left, deadLetters, _ := e2eLeftInBuffer(t, bufPath)
+		if len(deadLetters) > 0 {
+			t.Errorf("a 500 must not dead-letter, yet %d dead letters", len(deadLetters))
+		}
+		got := good.seqs()
+		stored := led.storedSeqs()
+		var lost []uint64
+		for _, s := range stored {
+			if got[s] == 0 && !left[s] {
+				lost = append(lost, s)
+			}
+		}
+		for s := range bad.seqs() {
+			if got[s] == 0 && !left[s] {
+				lost = append(lost, s)
+			}
+		}
+		if len(lost) > 0 {
+			t.Errorf("%d packets neither at the 200 upstream nor in the buffer: %v", len(lost), e2eHead(lost, 30))
+		}
+		if !strings.Contains(g.stderr.String(), "delivery failed") {
+			t.Errorf("no \"delivery failed\" logged for the 500s:\n%s", g.stderr.String())
+		}
+		if strings.Contains(g.stderr.String(), "dead-lettered") {
+			t.Errorf("a 500 must not dead-letter:\n%s", g.stderr.String())
+		}
+		t.Logf("stored %d, 500 upstream: %d requests (%d packets), 200 upstream: %d packets, left in buffer %d",
+			len(stored), bad.requests(), len(bad.seqs()), len(got), len(left))
+	})
+
+	t.Run("422 is dead-lettered", func(t *testing.T) {
+		refuse, good := e2eNewIngest(t, http.StatusUnprocessableEntity), e2eNewIngest(t, http.StatusOK)
+		bufPath := filepath.Join(t.TempDir(), "buf.db")
+		led := newE2ELedger(0)
+		g := e2eStartGateway(t, siteFor(bufPath, refuse.URL, good.URL), &e2eLineWriter{fn: led.stored}, "warn")
+		testtool.WaitFor(t, 30*time.Second, "5 dead letters and 20 delivered packets", func() bool {
+			return len(e2eDeadLettered(g.stderr.String())) >= 5 && len(good.seqs()) >= 20
+		})
+		if err := g.stop(t); err != nil {
+			t.Fatalf("gateway run: %v", err)
+		}
+		left, deadLetters, st := e2eLeftInBuffer(t, bufPath)
+		dead := e2eDeadLettered(g.stderr.String())
+		for s, reason := range deadLetters {
+			if !dead[s] {
+				t.Errorf("seq %d is a dead letter in the buffer, but no dead-letter line was logged for it", s)
+			}
+			if !strings.Contains(reason, "422") {
+				t.Errorf("seq %d: dead-letter reason %q does not name the 422", s, reason)
+			}
+		}
+		got := good.seqs()
+		refused := refuse.seqs()
+		for s := range dead {
+			if got[s] > 0 {
+				t.Errorf("seq %d was dead-lettered, yet sent to the other upstream too", s)
+			}
+			if left[s] {
+				t.Errorf("seq %d was dead-lettered, yet is still queued", s)
+			}
+			if _, ok := deadLetters[s]; !ok {
+				t.Errorf("seq %d was dead-lettered, yet is not among the buffer's dead letters", s)
+			}
+			if refused[s] == 0 {
+				t.Errorf("seq %d was dead-lettered but never sent to the refusing upstream", s)
+			}
+		}
+		var lost []uint64
+		stored := led.storedSeqs()
+		for _, s := range stored {
+			if got[s] == 0 && !dead[s] && !left[s] {
+				lost = append(lost, s)
+			}
+		}
+		if len(lost) > 0 {
+			t.Errorf("%d packets neither delivered, dead-lettered nor queued: %v", len(lost), e2eHead(lost, 30))
+		}
+		if n := strings.Count(g.stderr.String(), "delivery failed"); n > 0 {
+			t.Errorf("a 422 is not an upstream failure, yet %d \"delivery failed\" lines:\n%s", n, g.stderr.String())
+		}
+		t.Logf("stored %d (last seq %d), dead-lettered %d (buffer: %d dead letters, %d since creation), delivered %d, left in buffer %d",
+			len(stored), st.LastSeq, len(dead), st.DeadDepth, st.DeadLetters, len(got), len(left))
+	})
+}
+
+// e2eDeadLetteredRE matches the delivery loop's dead-letter log line.
+var e2eDeadLetteredRE = regexp.MustCompile(`dead-lettered.* seq=(\d+)`)
+
+// e2eDeadLettered returns the seqs the gateway's log says it dead-lettered.
+func e2eDeadLettered(log string) map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, m := range e2eDeadLetteredRE.FindAllStringSubmatch(log, -1) {
+		if s, err := strconv.ParseUint(m[1], 10, 64); err == nil {
+			out[s] = true
+		}
+	}
+	return out
+}
+
+// e2eIngest is an httptest upstream that answers every POST with one status
+// and records the seqs of the packets it was sent.
+type e2eIngest struct {
+	*httptest.Server
+	mu   sync.Mutex
+	got  map[uint64]int
+	reqs int
+	bad  []string
+}
+
+func e2eNewIngest(t *testing.T, status int) *e2eIngest {
+	in := &e2eIngest{got: map[uint64]int{}}
+	in.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		in.reqs++
+		if err != nil {
+			in.bad = append(in.bad, err.Error())
+		}
+		var parts []json.RawMessage
+		if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '[' {
+			if err := json.Unmarshal(b, &parts); err != nil {
+				in.bad = append(in.bad, err.Error())
+			}
+		} else {
+			parts = []json.RawMessage{body}
+		}
+		for _, p := range parts {
+			pk, err := packet.Decode(p)
+			if err != nil {
+				in.bad = append(in.bad, err.Error())
+				continue
+			}
+			in.got[pk.Seq]++
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(func() {
+		in.Close()
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		for _, b := range in.bad {
+			t.Errorf("upstream %d got a bad body: %s", status, b)
+		}
+	})
+	return in
+}
+
+func (in *e2eIngest) requests() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.reqs
+}
+
+func (in *e2eIngest) seqs() map[uint64]int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make(map[uint64]int, len(in.got))
+	for s, n := range in.got {
+		out[s] = n
+	}
+	return out
+}
+
+// e2eGateway is `gateway run -print` running in-process under its own
+// context, as the daemon runs under a signal's.
+type e2eGateway struct {
+	cancel context.CancelFunc
+	done   chan error
+	stderr *syncBuffer
+	once   sync.Once
+	err    error
+}
+
+// e2eStartGateway runs `gateway run -c site -print`; stdout gets each packet
+// once stored, with its Seq. The gateway is stopped when the test ends.
+func e2eStartGateway(t *testing.T, site string, stdout io.Writer, level string) *e2eGateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &e2eGateway{cancel: cancel, done: make(chan error, 1), stderr: &syncBuffer{}}
+	go func() {
+		g.done <- cmdRun(ctx, []string{"-c", site, "-log-level", level, "-print"}, stdout, g.stderr)
+	}()
+	t.Cleanup(func() {
+		_ = g.stop(t)
+		if t.Failed() {
+			log := g.stderr.String()
+			if len(log) > 20000 {
+				log = "…" + log[len(log)-20000:]
+			}
+			t.Logf("gateway log:\n%s", log)
+		}
+	})
+	return g
+}
+
+// stop cancels the gateway's context and waits for cmdRun to return.
+func (g *e2eGateway) stop(t *testing.T) error {
+	t.Helper()
+	g.once.Do(func() {
+		g.cancel()
+		select {
+		case g.err = <-g.done:
+		case <-time.After(60 * time.Second):
+			g.err = errors.New("did not stop within 60s of its context's end")
+		}
+	})
+	return g.err
+}
+
+// e2eLeftInBuffer opens the buffer of a stopped gateway and returns the
+// seqs still queued, its dead letters (seq → reason) and its statistics.
+func e2eLeftInBuffer(t *testing.T, path string) (map[uint64]bool, map[uint64]string, buffer.Stats) {
+	t.Helper()
+	q, err := buffer.Open(path, buffer.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("open the stopped gateway's buffer: %v", err)
+	}
+	defer q.Close()
+	left := map[uint64]bool{}
+	if err := q.Each(func(r buffer.Record) error { left[r.Seq] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if q.Len() != len(left) {
+		t.Errorf("buffer Len %d, but Each visits %d records", q.Len(), len(left))
+	}
+	dead := map[uint64]string{}
+	if err := q.EachDead(func(r buffer.Record, reason string) error { dead[r.Seq] = reason; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	st := q.Stats()
+	if st.DeadDepth != len(dead) {
+		t.Errorf("buffer DeadDepth %d, but EachDead visits %d dead letters", st.DeadDepth, len(dead))
+	}
+	return left, dead, st
+}
+
+// e2eLedger records what the gateway stored (its -print lines) and what
+// each broker's subscriber received.
+type e2eLedger struct {
+	mu       sync.Mutex
+	epoch    string
+	storedAt map[uint64]time.Time
+	max      uint64
+	recv     []map[uint64]int // per broker: seq → receipts
+	firstAt  map[uint64]time.Time
+	receipts int
+	problems []string
+}
+
+func newE2ELedger(brokers int) *e2eLedger {
+	l := &e2eLedger{storedAt: map[uint64]time.Time{}, firstAt: map[uint64]time.Time{}}
+	for range brokers {
+		l.recv = append(l.recv, map[uint64]int{})
+	}
+	return l
+}
+
+func (l *e2eLedger) problem(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.problems = append(l.problems, s)
+}
+
+// checkEpoch notes a packet of another buffer epoch; l.mu is held.
+func (l *e2eLedger) checkEpoch(p *packet.Packet, where string) {
+	switch {
+	case p.Epoch == "":
+		l.problems = append(l.problems, fmt.Sprintf("%s: seq %d has no epoch", where, p.Seq))
+	case l.epoch == "":
+		l.epoch = p.Epoch
+	case p.Epoch != l.epoch:
+		l.problems = append(l.problems, fmt.Sprintf("%s: seq %d of epoch %s, want %s", where, p.Seq, p.Epoch, l.epoch))
+	}
+}
+
+// stored takes one -print line of the gateway.
+func (l *e2eLedger) stored(line []byte) {
+	now := time.Now()
+	p, err := packet.Decode(line)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.problems = append(l.problems, fmt.Sprintf("gateway stdout: %v: %s", err, line))
+		return
+	}
+	l.checkEpoch(p, "stored")
+	if _, dup := l.storedAt[p.Seq]; dup {
+		l.problems = append(l.problems, fmt.Sprintf("seq %d stored twice", p.Seq))
+	}
+	l.storedAt[p.Seq] = now
+	l.max = max(l.max, p.Seq)
+}
+
+// received takes one message of broker i's subscriber.
+func (l *e2eLedger) received(i int, topic string, payload []byte) {
+	if strings.HasSuffix(topic, "/status") {
+		return // the gateway's retained online/offline
+	}
+	now := time.Now()
+	p, err := packet.Decode(payload)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.problems = append(l.problems, fmt.Sprintf("broker %d, topic %s: %v: %s", i, topic, err, payload))
+		return
+	}
+	l.checkEpoch(p, topic)
+	if p.GatewayID != "gw-e2e" {
+		l.problems = append(l.problems, fmt.Sprintf("topic %s: seq %d from gateway %q", topic, p.Seq, p.GatewayID))
+	}
+	l.recv[i][p.Seq]++
+	l.receipts++
+	if _, ok := l.firstAt[p.Seq]; !ok {
+		l.firstAt[p.Seq] = now
+	}
+}
+
+func (l *e2eLedger) maxStored() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.max
+}
+
+// maxStoredBy returns the highest seq printed as stored by time at.
+func (l *e2eLedger) maxStoredBy(at time.Time) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var m uint64
+	for s, ts := range l.storedAt {
+		if !ts.After(at) && s > m {
+			m = s
+		}
+	}
+	return m
+}
+
+func (l *e2eLedger) storedSeqs() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]uint64, 0, len(l.storedAt))
+	for s := range l.storedAt {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// missing lists the seqs in (lo, hi] that none of brokers received.
+func (l *e2eLedger) missing(lo, hi uint64, brokers ...int) []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []uint64
+next:
+	for s := lo + 1; s <= hi; s++ {
+		for _, i := range brokers {
+			if l.recv[i][s] > 0 {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// countOn is how many distinct seqs in (lo, hi] broker i received.
+func (l *e2eLedger) countOn(i int, lo, hi uint64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for s := range l.recv[i] {
+		if s > lo && s <= hi {
+			n++
+		}
+	}
+	return n
+}
+
+// receiptsAfter counts the receipts, on any broker, of seqs above lo.
+func (l *e2eLedger) receiptsAfter(lo uint64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.recv {
+		for s, k := range m {
+			if s > lo {
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// shares formats each broker's count and share of the seqs in (lo, hi].
+func (l *e2eLedger) shares(lo, hi uint64) string {
+	parts := make([]string, len(l.recv))
+	for i := range l.recv {
+		n := l.countOn(i, lo, hi)
+		parts[i] = fmt.Sprintf("%d (%.0f%%)", n, 100*float64(n)/float64(max(hi-lo, 1)))
+	}
+	return strings.Join(parts, " / ")
+}
+
+// e2eReport accounts for every seq once the gateway has stopped.
+type e2eReport struct {
+	minSeq, maxSeq     uint64
+	distinct, receipts int
+	missing            []uint64
+	dups               []string
+	longest            time.Duration
+	problems           []string
+}
+
+// account checks that the stored seqs are 1..max without a gap, that each
+// reached a broker or is still in the buffer (left), and that nothing
+// arrived that was never stored.
+func (l *e2eLedger) account(left map[uint64]bool) e2eReport {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := e2eReport{maxSeq: l.max, receipts: l.receipts, problems: slices.Clone(l.problems)}
+	r.minSeq = l.max
+	for s := range l.storedAt {
+		r.minSeq = min(r.minSeq, s)
+	}
+	for s := uint64(1); s <= l.max; s++ {
+		storedAt, stored := l.storedAt[s]
+		if !stored {
+			r.problems = append(r.problems, fmt.Sprintf("seq %d was never printed as stored: a gap in the seqs", s))
+		}
+		total := 0
+		var where []string
+		for i, m := range l.recv {
+			if m[s] > 0 {
+				total += m[s]
+				where = append(where, fmt.Sprintf("%c", 'A'+i))
+			}
+		}
+		if total == 0 {
+			if !left[s] {
+				r.missing = append(r.missing, s)
+			}
+			continue
+		}
+		r.distinct++
+		if total > 1 {
+			r.dups = append(r.dups, fmt.Sprintf("%d×%d@%s", s, total, strings.Join(where, "")))
+		}
+		if stored {
+			r.longest = max(r.longest, l.firstAt[s].Sub(storedAt))
+		}
+	}
+	for _, m := range l.recv {
+		for s := range m {
+			if s == 0 || s > l.max {
+				r.problems = append(r.problems, fmt.Sprintf("seq %d arrived but was never stored", s))
+			}
+		}
+	}
+	for s := range left {
+		if s > l.max {
+			r.problems = append(r.problems, fmt.Sprintf("seq %d is in the buffer but was never printed as stored", s))
+		}
+	}
+	return r
+}
+
+// e2eHead returns the first n elements of s, for messages.
+func e2eHead[T any](s []T, n int) []T {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// e2eLineWriter calls fn with each complete line written to it.
+type e2eLineWriter struct {
+	mu   sync.Mutex
+	rest []byte
+	fn   func([]byte)
+}
+
+func (w *e2eLineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.rest = append(w.rest, p...)
+	for {
+		i := bytes.IndexByte(w.rest, '\n')
+		if i < 0 {
+			break
+		}
+		w.fn(w.rest[:i])
+		w.rest = w.rest[i+1:]
+	}
+	return len(p), nil
+}
+
+// e2eFindMosquitto returns the mosquitto binary: in PATH, or where Debian
+// installs it (/usr/sbin, often not in PATH). Missing, it skips the test,
+// or fails it under CI=true.
+func e2eFindMosquitto(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("mosquitto"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	testtool.Missing(t, "mosquitto", "mosquitto")
+	return ""
+}
+
+// e2eStartMosquitto runs a mosquitto on a free loopback port until the
+// test ends and returns its address.
+func e2eStartMosquitto(t *testing.T, bin string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var log syncBuffer
+	for attempt := 1; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		var c strings.Builder
+		fmt.Fprintf(&c, "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
+		// The subscribers take every QoS 1 message: no queue limit.
+		c.WriteString("max_queued_messages 0\nmax_inflight_messages 100\n")
+		c.WriteString("log_dest stderr\nlog_type error\nlog_type warning\n")
+		if os.Geteuid() == 0 {
+			c.WriteString("user root\n") // else it drops to "mosquitto", who cannot read t.TempDir()
+		}
+		conf := filepath.Join(dir, "mosquitto.conf")
+		if err := os.WriteFile(conf, []byte(c.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-c", conf)
+		cmd.Stdout, cmd.Stderr = &log, &log
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start mosquitto: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		stop := func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if e2eListening(addr, exited) {
+			t.Cleanup(func() {
+				stop()
+				if t.Failed() {
+					t.Logf("mosquitto %s log:\n%s", addr, log.String())
+				}
+			})
+			return addr
+		}
+		stop()
+		// Another process may have taken the port meanwhile.
+		if attempt == 5 {
+			t.Fatalf("mosquitto did not start on a free port:\n%s", log.String())
+		}
+	}
+}
+
+// e2eListening waits until addr accepts connections, or the process
+// behind it exits.
+func e2eListening(addr string, exited <-chan struct{}) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			nc.Close()
+			select {
+			case <-exited: // someone else owns the port
+				return false
+			case <-time.After(50 * time.Millisecond):
+				return true
+			}
+		}
+		select {
+		case <-exited:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// e2eSubscribe connects a paho client straight to the broker at addr and
+// subscribes to fieldlink/# at QoS 1; every message goes to got.
+func e2eSubscribe(t *testing.T, addr, name string, got func(topic string, payload []byte), problem func(string)) {
+	t.Helper()
+	o := paho.NewClientOptions()
+	o.AddBroker("tcp://" + addr)
+	o.SetClientID("e2e-subscriber-" + name)
+	o.SetCleanSession(true)
+	o.SetAutoReconnect(false)
+	o.SetConnectRetry(false)
+	o.SetConnectTimeout(10 * time.Second)
+	var stopping atomic.Bool
+	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
+		if !stopping.Load() {
+			problem(fmt.Sprintf("subscriber of broker %s lost its connection: %v", name, err))
+		}
+	})
+	cl := paho.NewClient(o)
+	if tok := cl.Connect(); !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber %s: connect: %v", name, tok.Error())
+	}
+	t.Cleanup(func() { stopping.Store(true); cl.Disconnect(100) })
+	tok := cl.Subscribe("fieldlink/#", 1, func(_ paho.Client, m paho.Message) { got(m.Topic(), m.Payload()) })
+	if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber %s: subscribe: %v", name, tok.Error())
+	}
+}
+
+// e2eFaultLink is what the end-to-end test does to the link between the
+// gateway and one broker, in toxiproxy's terms: a latency toxic on the
+// downstream (broker to gateway), removing the toxics, and disabling and
+// enabling the proxy (disabled, it refuses connections and has cut every
+// link it carried).
+type e2eFaultLink interface {
+	Addr() string // host:port for the gateway
+	AddLatency(d time.Duration)
+	RemoveToxics()
+	Disable()
+	Enable()
+}
