@@ -5,21 +5,25 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
+	"sync/atomic"
 	"time"
 
+	"fieldlink/buffer"
 	"fieldlink/config"
 	"fieldlink/packet"
-	"fieldlink/sensors"
 	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
 )
 
-// The demo's two sites; {{ADDR}} stands for the emulator's address.
+// The demo's two sites; {{ADDR}} stands for the emulator's address,
+// {{BROKER1}}…{{BROKER3}} for the brokers' and {{DIR}} for the run's
+// temporary directory.
 var (
 	//go:embed demo-farm.yaml
 	demoFarmSite string
@@ -100,6 +104,131 @@ func withSpike(p *profile.Profile, spike float64) *profile.Profile {
 	return &c
 }
 
+// demoSite is one of the demo's gateways, wired as gateway run wires one:
+// pollers → sink → buffer → delivery → upstreams.
+type demoSite struct {
+	kind     string // farm or mine
+	st       *site
+	q        *buffer.Buffer
+	n        *north
+	in       *sink
+	stop     func()        // stops n, once
+	produced atomic.Uint64 // packets polled
+	// Packets and alarms by device, counted once stored, on the sink's
+	// goroutine; read after the sink is closed.
+	packets, alarms map[string]int
+}
+
+// demoRun is a running demo: its parts, its story so far, and what the live
+// view remembers between ticks.
+type demoRun struct {
+	scr      *demoScreen
+	start    time.Time
+	duration time.Duration // 0: until interrupted
+	brokers  []*demoBroker
+	byURL    map[string]int // broker index by the upstream name the gateway gives it
+	sites    []*demoSite
+	ledger   *demoLedger
+
+	mu       sync.Mutex
+	events   []string // for the summary
+	stopping bool
+
+	// The view's goroutine's own.
+	lastTick      time.Time
+	lastDelivered []uint64
+	lastLinks     []int // -1: not seen yet
+}
+
+// event tells what the demo does or sees, above the live view, and keeps it
+// for the summary.
+func (r *demoRun) event(format string, a ...any) {
+	line := fmt.Sprintf("[%6s] ", demoSecs(time.Since(r.start))) + fmt.Sprintf(format, a...)
+	r.mu.Lock()
+	r.events = append(r.events, line)
+	r.mu.Unlock()
+	fmt.Fprintf(r.scr, "demo %s\n", line)
+}
+
+// demoStep is a moment of the demo's story.
+type demoStep struct {
+	at time.Duration // since the start
+	do func()
+}
+
+// scenario is the story over period: broker-2 goes down for its middle
+// third; in a longer run, the other two follow for a moment, so that no
+// upstream is left and the buffer fills and then drains.
+func (r *demoRun) scenario(period time.Duration) []demoStep {
+	b1, b2, b3 := r.brokers[0], r.brokers[1], r.brokers[2]
+	out, back := period/3, 2*period/3
+	steps := []demoStep{{out, func() {
+		b2.relay.down()
+		r.event("outage: %s goes down for %v (listener closed, connections cut, new ones refused); its traffic fails over to %s and %s",
+			b2.name, demoSecs(back-out), b1.name, b3.name)
+	}}}
+	if period >= 8*time.Second {
+		at := period * 42 / 100
+		d := min(max(period*8/100, time.Second), 3*time.Second)
+		steps = append(steps, demoStep{at, func() {
+			b1.relay.down()
+			b3.relay.down()
+			r.event("outage: %s and %s go down too, for %v: no upstream left, packets wait in the buffer", b1.name, b3.name, demoSecs(d))
+		}}, demoStep{at + d, func() {
+			if r.up(b1, b3) {
+				r.event("%s and %s are back up: the gateway reconnects (after its backoff) and the buffer drains", b1.name, b3.name)
+			}
+		}})
+	}
+	steps = append(steps, demoStep{back, func() {
+		if r.up(b2) {
+			r.event("%s is back up: the gateway reconnects after its backoff, which grew during the outage", b2.name)
+		}
+	}})
+	return steps
+}
+
+// up brings brokers back; it reports whether all came.
+func (r *demoRun) up(bs ...*demoBroker) bool {
+	ok := true
+	for _, b := range bs {
+		if err := b.relay.up(); err != nil {
+			r.event("%s cannot come back: %v", b.name, err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// play runs the steps at their times until ctx ends.
+func (r *demoRun) play(ctx context.Context, steps []demoStep) {
+	for _, st := range steps {
+		t := time.NewTimer(time.Until(r.start.Add(st.at)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		st.do()
+	}
+}
+
+// drained reports whether every buffered packet was delivered.
+func (r *demoRun) drained() bool {
+	for _, s := range r.sites {
+		st := s.n.delivery.Stats()
+		if s.q.Len() > 0 || st.Delivered+st.DeadLettered < s.in.stored.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// demoDrain is how long the demo waits, once polling stopped, for the
+// buffer to empty before it disconnects.
+const demoDrain = 3 * time.Second
+
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("demo", stderr)
 	duration := fs.Duration("duration", 20*time.Second, "how long to run; 0 runs until interrupted")
@@ -108,39 +237,69 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *level)
+	scr := newDemoScreen(stdout, stderr)
+	log, err := newLogger(scr, *level)
 	if err != nil {
 		return err
-	}
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
 	}
 	set, err := loadProfiles("")
 	if err != nil {
 		return err
 	}
-	emuCtx, stopEmu := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { stopEmu(); wg.Wait() }()
-	farm, err := startEmulator(emuCtx, &wg, set, demoFarm, false, 1)
+	dir, err := os.MkdirTemp("", "fieldlink-demo-")
 	if err != nil {
 		return err
 	}
-	mine, err := startEmulator(emuCtx, &wg, set, demoMine, true, 2)
-	if err != nil {
-		return err
-	}
-	fixed := func(string) (profile.Set, error) { return set, nil }
-	var sites []*site
+	// Undone in reverse order on return.
+	var undo []func()
 	defer func() {
-		for _, st := range sites {
-			st.close()
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
 		}
 	}()
-	for _, d := range []struct{ name, tmpl, addr string }{{"demo-farm.yaml", demoFarmSite, farm}, {"demo-mine.yaml", demoMineSite, mine}} {
-		cfg, err := config.Parse(d.name, []byte(strings.ReplaceAll(d.tmpl, "{{ADDR}}", d.addr)), fixed)
+	undo = append(undo, func() { _ = os.RemoveAll(dir) })
+
+	// bg outlives the run: emulators, brokers and uplinks stop only after
+	// the final drain.
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	undo = append(undo, func() { stopBg(); wg.Wait() })
+	farm, err := startEmulator(bg, &wg, set, demoFarm, false, 1)
+	if err != nil {
+		return err
+	}
+	mine, err := startEmulator(bg, &wg, set, demoMine, true, 2)
+	if err != nil {
+		return err
+	}
+
+	r := &demoRun{scr: scr, duration: *duration, ledger: &demoLedger{}, byURL: map[string]int{}}
+	brokerLog := slog.New(slog.DiscardHandler) // mochi is chatty about every client
+	if *level == "debug" {
+		brokerLog = log.With("component", "broker")
+	}
+	vars := []string{"{{DIR}}", dir}
+	for i, spec := range demoBrokers {
+		b, err := startDemoBroker(bg, &wg, spec, r.ledger, brokerLog)
+		if err != nil {
+			return err
+		}
+		undo = append(undo, b.close)
+		r.brokers = append(r.brokers, b)
+		r.byURL[b.url()] = i
+		vars = append(vars, fmt.Sprintf("{{BROKER%d}}", i+1), b.relay.addr)
+	}
+
+	// Delivery runs until the final drain is over, not until the run is.
+	deliverCtx, stopDelivery := context.WithCancel(bg)
+	undo = append(undo, stopDelivery)
+	fixed := func(string) (profile.Set, error) { return set, nil }
+	for _, d := range []struct{ kind, file, tmpl, addr string }{
+		{"farm", "demo-farm.yaml", demoFarmSite, farm},
+		{"mine", "demo-mine.yaml", demoMineSite, mine},
+	} {
+		text := strings.NewReplacer(append(vars, "{{ADDR}}", d.addr)...).Replace(d.tmpl)
+		cfg, err := config.Parse(d.file, []byte(text), fixed)
 		if err != nil {
 			return err
 		}
@@ -148,51 +307,134 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		sites = append(sites, st)
+		undo = append(undo, st.close)
+		q, err := openBuffer(cfg, st.enc, log)
+		if err != nil {
+			return err
+		}
+		undo = append(undo, func() { _ = q.Close() })
+		n, err := startNorth(deliverCtx, cfg, q, log)
+		if err != nil {
+			return err
+		}
+		s := &demoSite{kind: d.kind, st: st, q: q, n: n, packets: map[string]int{}, alarms: map[string]int{}}
+		s.stop = sync.OnceFunc(func() { stopDelivery(); n.stop() })
+		undo = append(undo, s.stop)
+		r.sites = append(r.sites, s)
 	}
 
-	fmt.Fprintf(stderr, "fieldlink demo: farm %s (%d devices) on Modbus TCP %s, mine %s (%d devices) on RTU over TCP %s\n",
-		sites[0].cfg.Site.ID, sites[0].cfg.DeviceCount(), farm, sites[1].cfg.Site.ID, sites[1].cfg.DeviceCount(), mine)
-	fmt.Fprintf(stderr, "live packets follow on stdout (one JSON line each); the mine's CO sensor drops a quarter of its replies, its H2S sensor garbles some\n")
-	if *duration > 0 {
-		fmt.Fprintf(stderr, "running for %v (-duration 0 runs until Ctrl-C)\n\n", *duration)
+	fmt.Fprintf(scr, "fieldlink demo: the gateway's real pipeline (pollers → buffer → selector → MQTT) on emulated devices and embedded brokers\n")
+	for _, s := range r.sites {
+		c := s.st.cfg
+		fmt.Fprintf(scr, "  %s %s, gateway %s: %d devices on %s; buffer %s\n", s.kind, c.Site.ID, c.Gateway.ID, c.DeviceCount(), c.Buses[0].URL, c.Buffer.Path)
 	}
-	counts := map[string]int{}
-	alarms := map[string]int{}
-	total := 0
-	buf := make([]byte, 0, 1024)
-	start := time.Now()
-	var mu sync.Mutex
-	var running sync.WaitGroup
-	for _, st := range sites {
-		running.Go(func() {
-			st.run(ctx, func(p *packet.Packet) {
-				mu.Lock()
-				defer mu.Unlock()
-				total++
-				counts[p.DeviceID]++
-				if p.Alarm() {
-					alarms[p.DeviceID]++
-				}
-				buf = append(p.AppendJSON(buf[:0], st.enc), '\n')
-				_, _ = stdout.Write(buf)
+	fmt.Fprintf(scr, "  the mine's CO sensor drops a quarter of its replies, its H2S sensor garbles some\n")
+	for _, b := range r.brokers {
+		fmt.Fprintf(scr, "  %s: %s, replies +%v late (a relay in front of %s), load report on %s\n", b.name, b.url(), b.delay, demoServerKind, b.loadTopic())
+	}
+	period := *duration
+	if period <= 0 {
+		period = 30 * time.Second
+		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running until Ctrl-C\n\n")
+	} else {
+		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running for %v (-duration 0 runs until Ctrl-C)\n\n", *duration)
+	}
+
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	defer stopPolling()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		pollCtx, cancel = context.WithTimeout(pollCtx, *duration)
+		defer cancel()
+	}
+	for _, s := range r.sites {
+		s.in = newSink(s.q, log, stopPolling)
+		buf := make([]byte, 0, 1024)
+		s.in.onStored = func(p *packet.Packet) {
+			s.packets[p.DeviceID]++
+			if p.Alarm() {
+				s.alarms[p.DeviceID]++
+			}
+			buf = append(p.AppendJSON(buf[:0], s.st.enc), '\n')
+			scr.packet(buf)
+		}
+		go s.in.Run() // ended by Close
+	}
+	r.start = time.Now()
+	r.lastTick = r.start
+	r.lastDelivered = make([]uint64, len(r.brokers))
+	r.lastLinks = slices.Repeat([]int{-1}, len(r.brokers))
+
+	var scenario, view sync.WaitGroup
+	scenario.Go(func() { r.play(pollCtx, r.scenario(period)) })
+	viewCtx, stopView := context.WithCancel(bg)
+	view.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-viewCtx.Done():
+				return
+			case now := <-t.C:
+				r.tick(now)
+			}
+		}
+	})
+	var polling sync.WaitGroup
+	for _, s := range r.sites {
+		polling.Go(func() {
+			s.st.run(pollCtx, func(p *packet.Packet) {
+				s.produced.Add(1)
+				s.in.Put(p)
 			})
 		})
 	}
-	running.Wait()
-	fmt.Fprintf(stderr, "\n%d packets in %v\n", total, time.Since(start).Round(time.Millisecond))
-	tw := tabwriter.NewWriter(stderr, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BUS\tDEVICE\tHEALTH\tPOLLS\tERRORS\tPACKETS\tALARMS\tLAST ERROR")
-	var statuses []sensors.DeviceStatus
-	for _, st := range sites {
-		statuses = append(statuses, st.status()...)
+	polling.Wait()
+	scenario.Wait()
+	why := fmt.Sprintf("the -duration of %v is over", *duration)
+	if ctx.Err() != nil {
+		why = "interrupted"
 	}
-	for _, st := range statuses {
-		lastErr := st.LastError
-		if len(lastErr) > 60 {
-			lastErr = "…" + lastErr[len(lastErr)-59:]
+	for _, s := range r.sites {
+		s.in.Close()
+	}
+
+	// The final drain: every broker up, until the buffers are empty.
+	var back []string
+	for _, b := range r.brokers {
+		if !b.relay.isUp() && b.relay.up() == nil {
+			back = append(back, b.name)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Bus, st.Name, st.Health, st.Polls, st.Errors, counts[st.Name], alarms[st.Name], lastErr)
 	}
-	return tw.Flush()
+	if len(back) > 0 {
+		r.event("stopping: %s back up for the final delivery", strings.Join(back, ", "))
+	}
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	deadline := time.Now().Add(demoDrain)
+	t := time.NewTicker(20 * time.Millisecond)
+	for !r.drained() && time.Now().Before(deadline) {
+		<-t.C
+	}
+	t.Stop()
+	stopView()
+	view.Wait()
+	r.tick(time.Now())
+	scr.leave()
+	var stopping sync.WaitGroup
+	for _, s := range r.sites {
+		stopping.Go(s.stop)
+	}
+	stopping.Wait()
+
+	if err := r.summary(scr, why); err != nil {
+		return err
+	}
+	for _, s := range r.sites {
+		if err := s.in.Fatal(); err != nil {
+			return fmt.Errorf("%s buffer failed: %w", s.kind, err)
+		}
+	}
+	return nil
 }

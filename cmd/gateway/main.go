@@ -39,7 +39,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "-c site.yaml", "poll every device on its schedule and print packets (the daemon)", cmdRun},
-		{"demo", "[-duration 20s]", "emulated farm and mine devices, polled live; no hardware, no setup", cmdDemo},
+		{"demo", "[--for 20s]", "emulated farm and mine, three embedded MQTT brokers, an outage, a live view; no hardware, no setup", cmdDemo},
 		{"check", "-c site.yaml", "validate a site file; errors name file, line and field", cmdCheck},
 		{"poll", "-c site.yaml", "read every device once, print each packet as a JSON line", cmdPoll},
 		{"read", "-url URL -slave N -area holding -address A [-count N] [-type T] [-order O]", "ad-hoc register read, like mbpoll", cmdRead},

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"fieldlink/packet"
+)
+
+// The demo runs the real pipeline through its outages and loses nothing:
+// every packet it prints is delivered, and the brokers took each one.
+func TestDemoDeliversEveryPacketThroughOutages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an 8 s run")
+	}
+	var out, errb bytes.Buffer
+	if err := cmdDemo(context.Background(), []string{"--for", "8s"}, &out, &errb); err != nil {
+		t.Fatalf("demo: %v\n%s", err, errb.String())
+	}
+	log := errb.String()
+
+	type key struct {
+		gw  string
+		seq uint64
+	}
+	seen := map[key]bool{}
+	ids := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		p, err := packet.Decode([]byte(l))
+		if err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		if p.Seq == 0 || seen[key{p.GatewayID, p.Seq}] {
+			t.Fatalf("packet without a Seq, or printed twice: %s", l)
+		}
+		seen[key{p.GatewayID, p.Seq}] = true
+		ids[p.IDField]++
+	}
+	if ids["FarmId"] == 0 || ids["MineId"] == 0 {
+		t.Fatalf("packets by id field: %v\n%s", ids, log)
+	}
+
+	for _, want := range []string{"outage: broker-2 goes down", "outage: broker-1 and broker-3 go down too", "broker-2 is back up", "HEALTH", "ch4-1"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("no %q in the log:\n%s", want, log)
+		}
+	}
+	_, summary, ok := strings.Cut(log, "fieldlink demo summary")
+	if !ok {
+		t.Fatalf("no summary:\n%s", log)
+	}
+	for _, b := range demoBrokers {
+		m := regexp.MustCompile(`(?m)^` + b.name + `\s+\S+\s+\S+\s+(\d+)\s`).FindStringSubmatch(summary)
+		if m == nil || m[1] == "0" {
+			t.Errorf("%s delivered nothing:\n%s", b.name, summary)
+		}
+	}
+	m := regexp.MustCompile(`packets: produced (\d+), buffered (\d+), delivered (\d+), left in the buffer (\d+); the brokers took (\d+) distinct`).FindStringSubmatch(summary)
+	if m == nil {
+		t.Fatalf("no packet count in the summary:\n%s", summary)
+	}
+	n := make([]int, len(m))
+	for i := 1; i < len(m); i++ {
+		n[i], _ = strconv.Atoi(m[i])
+	}
+	produced, buffered, delivered, left, distinct := n[1], n[2], n[3], n[4], n[5]
+	if produced == 0 || buffered != produced || delivered != buffered || left != 0 || distinct != buffered || len(seen) != buffered {
+		t.Errorf("produced %d, buffered %d, delivered %d, left %d, taken by the brokers %d, printed %d\n%s",
+			produced, buffered, delivered, left, distinct, len(seen), log)
+	}
+}
+
+// The relay holds back what the broker sends, refuses connections while
+// down and comes back on the same address.
+func TestDemoRelayDelaysAndGoesDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	defer func() { <-done }()
+	go func() { // an echo server, for one connection after another
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(c, c)
+			_ = c.Close()
+		}
+	}()
+	const delay = 60 * time.Millisecond
+	r := &demoRelay{target: ln.Addr().String(), delay: delay}
+	if err := r.up(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	defer ln.Close() // before waiting for the echo server
+
+	roundTrip := func() (time.Duration, error) {
+		c, err := net.DialTimeout("tcp", r.addr, time.Second)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			return 0, err
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || line != "ping\n" {
+			t.Fatalf("echo: %q %v", line, err)
+		}
+		return time.Since(start), nil
+	}
+	if d, err := roundTrip(); err != nil || d < delay {
+		t.Fatalf("round trip %v (want ≥ %v), %v", d, delay, err)
+	}
+	addr := r.addr
+	r.down()
+	if _, err := roundTrip(); err == nil {
+		t.Fatal("a connection while the relay is down")
+	}
+	if err := r.up(); err != nil || r.addr != addr {
+		t.Fatalf("up again: %v, on %s (was %s)", err, r.addr, addr)
+	}
+	if _, err := roundTrip(); err != nil {
+		t.Fatalf("after the outage: %v", err)
+	}
+}
