@@ -279,6 +279,10 @@ func (b *Bus) poll(ctx context.Context, d *device) (*packet.Packet, error) {
 			break
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		// Cut off by shutdown: not the device's fault.
+		return nil, err
+	}
 	b.record(d, start, sent, err)
 	if err != nil {
 		return nil, err
