@@ -61,9 +61,7 @@ type DeliveryOptions struct {
 	// Backoff bounds the wait when no upstream can take a batch: from
 	// 100ms, doubling, with jitter, up to this; default 5s.
 	Backoff time.Duration
-	// SendTimeout bounds one Send; default 30s.
-	SendTimeout time.Duration
-	Logger      *slog.Logger
+	Logger  *slog.Logger
 	// DeadLetters receives permanently refused records; nil acks them
 	// after logging (they are counted either way).
 	DeadLetters DeadLetters
@@ -117,9 +115,6 @@ type Delivery struct {
 func NewDelivery(q Queue, table *selector.Table, strat selector.Strategy, opt DeliveryOptions) *Delivery {
 	if opt.Backoff <= 0 {
 		opt.Backoff = 5 * time.Second
-	}
-	if opt.SendTimeout <= 0 {
-		opt.SendTimeout = 30 * time.Second
 	}
 	d := &Delivery{q: q, table: table, strat: strat, opt: opt, log: opt.Logger, freed: make(chan struct{}, 1), acks: make(chan []uint64, 1024)}
 	if d.log == nil {
@@ -331,6 +326,7 @@ func jitter(d time.Duration) time.Duration {
 // deliver sends recs on upstream i (whose window place is held), then on
 // others if it fails, and settles them: acked, dead-lettered or released.
 func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Record) {
+	sendCtx := context.WithoutCancel(ctx)
 	seqs := make([]uint64, len(recs))
 	for k, r := range recs {
 		seqs[k] = r.Seq
@@ -341,14 +337,13 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 	}
 	var skip uint64
 	for attempt := 1; ; attempt++ {
-		// A send in progress when ctx ends may still be acknowledged;
-		// give it its timeout, not the loop's life.
-		sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opt.SendTimeout)
+		// A send in progress when ctx ends may still be acknowledged: it
+		// runs to its own end. Publishers bound every send themselves (MQTT
+		// PublishTimeout, HTTP Timeout when the context has no deadline).
 		s.picked.Add(1)
 		tk := d.table.Begin(i)
 		err := s.sender.Send(sendCtx, recs)
 		d.table.End(tk, err)
-		cancel()
 		d.release(s)
 		if err == nil {
 			s.delivered.Add(uint64(len(recs)))
@@ -439,6 +434,26 @@ func headField(data []byte, key string) string {
 type MQTTSender struct {
 	M   *MQTT
 	Win int
+
+	mu   sync.Mutex
+	vars map[string]map[string]string // by DataType and DeviceId, to spare a map per publish
+}
+
+// topicVars returns the (shared, read-only) template values of a packet.
+func (s *MQTTSender) topicVars(data []byte) map[string]string {
+	dt, dev := headField(data, `"DataType":"`), headField(data, `"DeviceId":"`)
+	key := dt + "\x00" + dev
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.vars[key]
+	if !ok {
+		if s.vars == nil || len(s.vars) > 4096 {
+			s.vars = map[string]map[string]string{}
+		}
+		v = map[string]string{"data_type": dt, "device": dev}
+		s.vars[key] = v
+	}
+	return v
 }
 
 // Name implements Sender.
@@ -447,7 +462,7 @@ func (s *MQTTSender) Name() string { return s.M.Name() }
 // Send publishes each record and waits for its PUBACK.
 func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
 	for _, r := range batch {
-		if err := s.M.Publish(ctx, topicVars(r.Data), r.Data); err != nil {
+		if err := s.M.Publish(ctx, s.topicVars(r.Data), r.Data); err != nil {
 			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
 		}
 	}
