@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
@@ -494,12 +495,15 @@ func (t *wtx) evictOldest(q int, want int64) (freed int64) {
 }
 
 // ack deletes the record seq, wherever it is; an unknown seq is ignored.
+// The normal queue is looked in first (most acks are there), and the
+// record is found and deleted with one cursor, one tree search.
 func (t *wtx) ack(seq uint64) {
 	k := itob(seq)
-	for q := range t.q {
-		if v := t.q[q].Get(k); v != nil {
+	for _, q := range [2]int{qNormal, qAlarm} {
+		c := t.q[q].Cursor()
+		if ck, v := c.Seek(k); ck != nil && bytes.Equal(ck, k) {
 			size := recordSize(v)
-			if err := t.q[q].Delete(k); err != nil {
+			if err := c.Delete(); err != nil {
 				panic("buffer: delete: " + err.Error())
 			}
 			t.st.n[q]--
