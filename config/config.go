@@ -30,6 +30,7 @@ type Config struct {
 	SerialSensors []SerialSensor `yaml:"serial_sensors"`
 	Packet        Packet         `yaml:"packet"`
 	Buffer        Buffer         `yaml:"buffer"`
+	Metrics       Metrics        `yaml:"metrics"`
 	Uplink        *Uplink        `yaml:"uplink"`
 
 	// File is the path the config was loaded from.
@@ -100,6 +101,14 @@ type SerialSensor struct {
 	DataType string        `yaml:"data_type"`
 }
 
+// Metrics is the Prometheus and health listener of gateway run.
+type Metrics struct {
+	// Listen is host:port; default 127.0.0.1:9273. "off" disables it.
+	Listen string `yaml:"listen"`
+	// AllowRemote lets Listen be a non-loopback address.
+	AllowRemote bool `yaml:"allow_remote"`
+}
+
 // Packet shapes the JSON packets.
 type Packet struct {
 	// Values: strings (default, as the platforms expect: "Rainfall":"0")
@@ -160,6 +169,9 @@ func (c *Config) defaults() {
 	}
 	if c.Packet.Values == "" {
 		c.Packet.Values = "strings"
+	}
+	if c.Metrics.Listen == "" {
+		c.Metrics.Listen = "127.0.0.1:9273"
 	}
 }
 

@@ -73,6 +73,27 @@ type Uplink struct {
 	Batch     int        `yaml:"batch"`
 	Upstreams []Upstream `yaml:"upstreams"`
 	Registry  *Registry  `yaml:"registry"`
+	// DRF parameterises the drf selector (gateway delphi writes it).
+	DRF *DRF `yaml:"drf"`
+}
+
+// DRF holds seed 000's Delphi results: the servers' resources (TR) and a
+// task's demands (N) per factor, and how often to re-score.
+type DRF struct {
+	TR     DRFFactors    `yaml:"tr"`
+	N      DRFFactors    `yaml:"n"`
+	Period time.Duration `yaml:"period"` // default 5m, the paper's
+	// ResponseTime: lifetime (default, as Ribbon keeps it) or window.
+	ResponseTime string `yaml:"response_time"`
+}
+
+// DRFFactors are the five Ribbon factors.
+type DRFFactors struct {
+	Failures            float64 `yaml:"failures"`
+	InFlight            float64 `yaml:"in_flight"`
+	ConsecutiveFailures float64 `yaml:"consecutive_failures"`
+	ResponseTimeStdDev  float64 `yaml:"rt_stddev"`
+	Latency             float64 `yaml:"latency"`
 }
 
 // Probe sets the latency probes.
@@ -125,7 +146,8 @@ type Registry struct {
 
 // SelectorNames are the strategies the selector knows; set by the wiring so
 // that config need not import the selector.
-var SelectorNames = []string{"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt"}
+var SelectorNames = []string{"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt",
+	"drf", "soa", "cswlc", "irlb", "load_aware"}
 
 func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	b := &c.Buffer
@@ -183,6 +205,28 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	}
 	if !contains(SelectorNames, u.Selector) {
 		doc.Errorf("uplink.selector", "unknown selector %q (valid: %s)", u.Selector, strings.Join(SelectorNames, ", "))
+	}
+	if d := u.DRF; d != nil {
+		if u.Selector != "drf" {
+			doc.Errorf("uplink.drf", "drf settings apply only with selector: drf")
+		}
+		if d.ResponseTime != "" && d.ResponseTime != "lifetime" && d.ResponseTime != "window" {
+			doc.Errorf("uplink.drf.response_time", "must be lifetime or window, got %q", d.ResponseTime)
+		}
+		if d.Period < 0 {
+			doc.Errorf("uplink.drf.period", "must not be negative")
+		}
+		for _, f := range []struct {
+			name string
+			v    DRFFactors
+		}{{"tr", d.TR}, {"n", d.N}} {
+			for _, x := range []float64{f.v.Failures, f.v.InFlight, f.v.ConsecutiveFailures, f.v.ResponseTimeStdDev, f.v.Latency} {
+				if x < 0 {
+					doc.Errorf("uplink.drf."+f.name, "amounts must not be negative")
+					break
+				}
+			}
+		}
 	}
 	if u.Probe.Interval == 0 {
 		u.Probe.Interval = 10 * time.Second

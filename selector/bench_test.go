@@ -74,3 +74,61 @@ func BenchmarkBeginEnd(b *testing.B) {
 		tb.End(tb.Begin(3), nil)
 	}
 }
+
+// benchSeeds are the seed strategies and the outlier layer, which New does
+// not make (yet), for BenchmarkPickSeeds. benchTable's upstreams report no
+// load, so load_aware is measured on its fallback and load_aware/reported
+// with a report from each.
+var benchSeeds = []struct {
+	name   string
+	mk     func() Strategy
+	report bool
+}{
+	{"drf", func() Strategy { return NewDRF(DRFOptions{}) }, false},
+	{"soa", func() Strategy { return NewSOA(SOAOptions{}) }, false},
+	{"load_aware", func() Strategy { return NewLoadAware(LoadAwareOptions{}) }, false},
+	{"load_aware/reported", func() Strategy { return NewLoadAware(LoadAwareOptions{}) }, true},
+	{"cswlc", func() Strategy { return NewCSWLC(CSWLCOptions{}) }, false},
+	{"cswlc/reported", func() Strategy { return NewCSWLC(CSWLCOptions{}) }, true},
+	{"irlb", func() Strategy { return NewIRLB(IRLBOptions{}) }, false},
+	{"irlb/reported", func() Strategy { return NewIRLB(IRLBOptions{}) }, true},
+	{"p2c_ewma+outlier", func() Strategy { return WithOutlier(newP2CEWMA(StrategyOptions{}), OutlierOptions{}) }, false},
+	{"round_robin+outlier", func() Strategy { return WithOutlier(new(roundRobin), OutlierOptions{}) }, false},
+}
+
+// BenchmarkPickSeeds is BenchmarkPick and BenchmarkPickParallel for
+// benchSeeds.
+func BenchmarkPickSeeds(b *testing.B) {
+	for _, v := range benchSeeds {
+		for _, n := range []int{2, 4, 16} {
+			b.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(b *testing.B) {
+				tb, s := benchTable(n, 0), v.mk()
+				if v.report {
+					for i := range n {
+						tb.Report(i, Load{CPU: float64(i%5) / 5, DiskIO: 0.3, Network: 0.2})
+					}
+				}
+				s.Pick(tb, 0) // the periodic strategies compute at the first pick
+				b.ReportAllocs()
+				for b.Loop() {
+					s.Pick(tb, 0)
+				}
+			})
+		}
+		b.Run(v.name+"/parallel/n=16", func(b *testing.B) {
+			tb, s := benchTable(16, 0), v.mk()
+			if v.report {
+				for i := range 16 {
+					tb.Report(i, Load{CPU: float64(i%5) / 5, DiskIO: 0.3, Network: 0.2})
+				}
+			}
+			s.Pick(tb, 0)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					s.Pick(tb, 0)
+				}
+			})
+		})
+	}
+}

@@ -21,3 +21,65 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// seedStrategies are the strategies from the seed papers 000, 001 and 004,
+// and the outlier layer over some of them, by name; each call returns a
+// fresh one.
+var seedStrategies = []struct {
+	name string
+	mk   func() selector.Strategy
+}{
+	{"drf", func() selector.Strategy { return selector.NewDRF(selector.DRFOptions{}) }},
+	{"drf/delphi", func() selector.Strategy {
+		return selector.NewDRF(selector.DRFOptions{
+			TR: selector.DRFFactors{Failures: 10, InFlight: 100, ConsecutiveFailures: 10, ResponseTimeStdDev: 200, Latency: 400},
+			N:  selector.DRFFactors{Failures: 1, InFlight: 5, ConsecutiveFailures: 1, ResponseTimeStdDev: 40, Latency: 20},
+		})
+	}},
+	{"drf/windowed", func() selector.Strategy {
+		return selector.NewDRF(selector.DRFOptions{ResponseTime: selector.DRFWindowed})
+	}},
+	{"soa", func() selector.Strategy { return selector.NewSOA(selector.SOAOptions{}) }},
+	{"load_aware", func() selector.Strategy { return selector.NewLoadAware(selector.LoadAwareOptions{}) }},
+	{"p2c_ewma+outlier", func() selector.Strategy { return withOutlier("p2c_ewma") }},
+	{"round_robin+outlier", func() selector.Strategy { return withOutlier("round_robin") }},
+	{"least_conn+outlier", func() selector.Strategy { return withOutlier("least_conn") }},
+	{"drf+outlier", func() selector.Strategy {
+		return selector.WithOutlier(selector.NewDRF(selector.DRFOptions{}), selector.OutlierOptions{})
+	}},
+	{"soa+outlier", func() selector.Strategy {
+		return selector.WithOutlier(selector.NewSOA(selector.SOAOptions{}), selector.OutlierOptions{})
+	}},
+	{"load_aware+outlier", func() selector.Strategy {
+		return selector.WithOutlier(selector.NewLoadAware(selector.LoadAwareOptions{}), selector.OutlierOptions{})
+	}},
+	// Seeds 002 and 003 (cswlc, irlb): with no fresh load report they pick
+	// as least_conn, so the suite's reports (script, Concurrent) exercise
+	// both paths.
+	{"cswlc", func() selector.Strategy { return selector.NewCSWLC(selector.CSWLCOptions{}) }},
+	{"cswlc/one-per-bucket", func() selector.Strategy {
+		return selector.NewCSWLC(selector.CSWLCOptions{Tolerance: -1, Seed: 9, Thresholds: []float64{0.3, 0.6}})
+	}},
+	{"irlb", func() selector.Strategy { return selector.NewIRLB(selector.IRLBOptions{}) }},
+	// Ejecting at the first failure, so that the suite runs with ejections.
+	{"p2c_ewma+outlier/eager", func() selector.Strategy {
+		s, _ := selector.New("p2c_ewma", selector.StrategyOptions{})
+		return selector.WithOutlier(s, selector.OutlierOptions{Consecutive: 1, MaxEjectionPercent: 50})
+	}},
+}
+
+func withOutlier(name string) selector.Strategy {
+	s, err := selector.New(name, selector.StrategyOptions{})
+	if err != nil {
+		panic(err)
+	}
+	return selector.WithOutlier(s, selector.OutlierOptions{})
+}
+
+// TestConformanceSeeds runs the conformance suite against the seed
+// strategies and the outlier layer.
+func TestConformanceSeeds(t *testing.T) {
+	for _, s := range seedStrategies {
+		t.Run(s.name, func(t *testing.T) { selectortest.Run(t, s.mk) })
+	}
+}

@@ -52,7 +52,7 @@ func feed(tb *Table, c *testClock, i, n int, lat, step time.Duration, err error)
 }
 
 func TestNewAndNames(t *testing.T) {
-	want := []string{"least_conn", "p2c_ewma", "random", "ribbon_wrt", "round_robin", "weighted_round_robin"}
+	want := []string{"cswlc", "drf", "irlb", "least_conn", "load_aware", "p2c_ewma", "random", "ribbon_wrt", "round_robin", "soa", "weighted_round_robin"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -62,7 +62,7 @@ func TestNewAndNames(t *testing.T) {
 		}
 	}
 	_, err := New("least_connections", StrategyOptions{})
-	if !errors.Is(err, ErrUnknownStrategy) || !strings.Contains(err.Error(), "least_conn, p2c_ewma") {
+	if !errors.Is(err, ErrUnknownStrategy) || !strings.Contains(err.Error(), "least_conn, load_aware, p2c_ewma") {
 		t.Fatalf("New of an unknown name: %v", err)
 	}
 }

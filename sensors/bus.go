@@ -82,6 +82,9 @@ type DeviceStatus struct {
 	Overruns  uint64 // scheduled polls skipped because the bus was late
 	// LastDuration is how long the last poll took on the wire.
 	LastDuration time.Duration
+	// Busy is the time spent polling the device so far; summed over a
+	// bus's devices it is the bus's busy time (polls run one at a time).
+	Busy time.Duration
 }
 
 type device struct {
@@ -328,6 +331,7 @@ func (b *Bus) record(d *device, start time.Time, sent uint64, err error) {
 	st.Polls++
 	st.Requests += sent
 	st.LastDuration = now.Sub(start)
+	st.Busy += st.LastDuration
 	if err == nil {
 		d.fails = 0
 		st.Health = OK

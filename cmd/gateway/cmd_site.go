@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"fmt"
 	"io"
 	"strings"
 
+	"fieldlink/buffer"
 	"fieldlink/config"
+	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
+	"fieldlink/uplink"
 )
 
 // printErr prints a config error list one per line, so each names its
@@ -136,7 +140,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
 		_, _ = stdout.Write(buf)
 	}
+	src := metrics.Sources{Devices: s.status, Buses: s.busSamples, Modbus: s.modbusStats,
+		Ready: func() (bool, string) { return metrics.DevicesAnswering(s.status()) }}
 	if c.Uplink == nil {
+		stopMetrics := serveMetrics(ctx, c, src, log)
+		defer stopMetrics()
 		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
 		s.run(ctx, show)
 		log.Info("gateway stopped")
@@ -156,6 +164,18 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	in := newSink(q, log, stopPolling)
+	src.Buffer = func() (buffer.Stats, bool) { return q.Stats(), true }
+	src.Delivery = func() (uplink.DeliveryStats, bool) { return n.delivery.Stats(), true }
+	src.Upstreams = n.table.Snapshot
+	src.Selector = c.Uplink.Selector
+	src.Ready = func() (bool, string) {
+		if err := in.Fatal(); err != nil {
+			return false, "buffer failed: " + err.Error()
+		}
+		return metrics.DevicesAnswering(s.status())
+	}
+	stopMetrics := serveMetrics(ctx, c, src, log)
+	defer stopMetrics()
 	if *printAll {
 		in.onStored = show
 	}
@@ -171,6 +191,26 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("buffer failed, exiting for a restart: %w", err)
 	}
 	return nil
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz until ctx ends or the
+// returned function is called; that function stops the server and waits
+// for it. A listener that cannot start is logged, not fatal: the gateway's
+// job is the data.
+func serveMetrics(ctx context.Context, c *config.Config, src metrics.Sources, log *slog.Logger) func() {
+	if c.Metrics.Listen == "off" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l := log.With("component", "metrics")
+		if err := metrics.Serve(ctx, c.Metrics.Listen, metrics.Handler(src), c.Metrics.AllowRemote, l); err != nil {
+			l.Error("metrics and health endpoints not available", "listen", c.Metrics.Listen, "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) error {

@@ -47,6 +47,7 @@ func commands() []command {
 		{"emulate", "--profile NAME (--listen tcp://127.0.0.1:PORT | --serial PATH --baud N)", "serve emulated sensors", cmdEmulate},
 		{"init", "--kind farm|mine [-o site.yaml]", "write a commented starter site file", cmdInit},
 		{"buffer", "stats|export|purge -c site.yaml", "the packets waiting for an upstream: counts, JSON lines, or delete (-yes)", cmdBuffer},
+		{"delphi", "-i experts.csv [-asked N]", "seed 000's Delphi step: expert estimates to the drf selector's TR and N (YAML)", cmdDelphi},
 		{"profiles", "[-c site.yaml]", "list the firmware profiles", cmdProfiles},
 		{"version", "", "print the version", cmdVersion},
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -467,5 +468,82 @@ uplink:
 	}
 	if _, out, _ := gw(t, "buffer", "export", "-c", site); out != "" {
 		t.Fatalf("export after purge: %q", out)
+	}
+}
+
+// gateway run serves Prometheus metrics, /healthz and /readyz.
+func TestRunServesMetricsAndHealth(t *testing.T) {
+	_, addr := serve(t, false, "generic-mine-methane")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
+gateway: {id: gw-m}
+metrics: {listen: %q}
+buffer: {path: %s/buf.db}
+buses:
+  - name: face
+    url: tcp://%s
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}
+uplink:
+  upstreams: [{url: "http://127.0.0.1:1/ingest"}]
+`, listen, t.TempDir(), addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, io.Discard) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + listen + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testtool.WaitFor(t, 10*time.Second, "/readyz to say ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" && body != "ok" {
+		t.Fatalf("/healthz %d %q", code, body)
+	}
+	testtool.WaitFor(t, 10*time.Second, "metrics of the device, buffer and upstream", func() bool {
+		_, body := get("/metrics")
+		return strings.Contains(body, `fieldlink_device_health{bus="face",device="ch4-1",state="ok"} 1`) &&
+			strings.Contains(body, `fieldlink_buffer_records{kind="normal"}`) &&
+			strings.Contains(body, `fieldlink_upstream_up{upstream=`) &&
+			strings.Contains(body, `fieldlink_selector_info{selector="p2c_ewma"} 1`)
+	})
+}
+
+// gateway delphi turns expert estimates into a drf section the site file
+// accepts, and says which check failed.
+func TestDelphiWritesASiteSection(t *testing.T) {
+	code, out, errOut := gw(t, "delphi", "-i", "testdata/experts.csv")
+	if code != 0 || !strings.Contains(out, "selector: drf") || !strings.Contains(out, "in_flight: 61.3333") {
+		t.Fatalf("delphi: %d\n%s\n%s", code, out, errOut)
+	}
+	_, addr := serve(t, false, "generic-mine-methane")
+	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
+gateway: {id: gw-d}
+buses:
+  - name: b
+    url: tcp://%s
+    devices: [{name: ch4-1, profile: generic-mine-methane, slave: 1}]
+%s  upstreams: [{url: "http://127.0.0.1:1/ingest"}]
+`, addr, out[strings.Index(out, "uplink:"):]))
+	if code, _, errOut := gw(t, "check", "-c", site); code != 0 {
+		t.Fatalf("the site file does not take delphi's output: %s", errOut)
+	}
+	code, _, errOut = gw(t, "delphi", "-i", "testdata/experts.csv", "-asked", "3")
+	if code != 1 || !strings.Contains(errOut, "response rate 2/3") {
+		t.Fatalf("delphi with 3 asked: %d %s", code, errOut)
 	}
 }

@@ -92,6 +92,17 @@ func startNorth(ctx context.Context, c *config.Config, q *buffer.Buffer, log *sl
 	if err != nil {
 		return nil, err
 	}
+	if d := u.DRF; d != nil && u.Selector == "drf" {
+		opt := selector.DRFOptions{Period: d.Period,
+			TR: selector.DRFFactors(d.TR), N: selector.DRFFactors(d.N)}
+		if d.ResponseTime == "window" {
+			opt.ResponseTime = selector.DRFWindowed
+		}
+		if err := opt.Validate(); err != nil {
+			return nil, fmt.Errorf("uplink.drf: %w", err)
+		}
+		strat = selector.NewDRF(opt)
+	}
 	n := &north{table: selector.NewTable(selector.Options{}), log: log}
 	n.upCtx, n.upCancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.delivery = uplink.NewDelivery(q, n.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery"), DeadLetters: q})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"fieldlink/config"
+	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
@@ -151,6 +152,29 @@ func (s *site) status() []sensors.DeviceStatus {
 	}
 	for _, l := range s.lines {
 		out = append(out, l.Status())
+	}
+	return out
+}
+
+// modbusStats returns each bus's transport counters, by bus name.
+func (s *site) modbusStats() map[string]modbus.Stats {
+	out := make(map[string]modbus.Stats, len(s.buses))
+	for i, b := range s.buses {
+		out[b.Name()] = s.clients[i].Stats()
+	}
+	return out
+}
+
+// busSamples sums each bus's busy time and overruns over its devices.
+func (s *site) busSamples() []metrics.BusSample {
+	out := make([]metrics.BusSample, 0, len(s.buses))
+	for _, b := range s.buses {
+		smp := metrics.BusSample{Name: b.Name()}
+		for _, d := range b.Status() {
+			smp.Busy += d.Busy
+			smp.Overruns += d.Overruns
+		}
+		out = append(out, smp)
 	}
 	return out
 }

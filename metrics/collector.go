@@ -1,0 +1,313 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"fieldlink/sensors"
+)
+
+// collector turns the snapshots of [Sources] into constant metrics at
+// scrape time.
+type collector struct {
+	src Sources
+	now func() time.Time // for the buffer's oldest record age
+	d   descs
+}
+
+// descs holds every metric the collector can emit.
+type descs struct {
+	all []*prometheus.Desc
+
+	devPolls, devErrors, devRequests, devLastDuration, devLastOK, devHealth *prometheus.Desc
+
+	busBusy, busOverruns *prometheus.Desc
+
+	mbRequests, mbResponses, mbErrors, mbSent, mbReceived, mbDiscarded *prometheus.Desc
+
+	bufRecords, bufLeased, bufBytes, bufMaxBytes, bufFileSize, bufOldestAge *prometheus.Desc
+	bufAppends, bufAcks, bufCommits, bufFsyncs                              *prometheus.Desc
+	bufEvictions, bufRejected, bufCorrupt, bufSalvages, bufSalvageLost      *prometheus.Desc
+	bufLostUncommitted, bufCompactions                                      *prometheus.Desc
+	bufDeadLetters, bufDeadDropped, bufDeadRecords, bufDeadBytes            *prometheus.Desc
+
+	delRetries, delReleased, delDeadLettered, delInFlight *prometheus.Desc
+
+	upPicks, upDelivered                              *prometheus.Desc
+	upFailures, upTimeouts, upConsecutive, upInFlight *prometheus.Desc
+	upUp, upRetired                                   *prometheus.Desc
+	upLatency, upEWMA, upPeakEWMA, upStdDev           *prometheus.Desc
+	upProbeRTT, upProbeAge, upProbeFailures           *prometheus.Desc
+	selectorInfo                                      *prometheus.Desc
+}
+
+func newDescs() descs {
+	var d descs
+	n := func(name, help string, labels ...string) *prometheus.Desc {
+		desc := prometheus.NewDesc("fieldlink_"+name, help, labels, nil)
+		d.all = append(d.all, desc)
+		return desc
+	}
+	dev := []string{"bus", "device"}
+	d.devPolls = n("device_polls_total", "Polls of the device, successful or not.", dev...)
+	d.devErrors = n("device_poll_errors_total", "Polls of the device that failed.", dev...)
+	d.devRequests = n("device_requests_total", "Read requests sent to the device.", dev...)
+	d.devLastDuration = n("device_last_poll_duration_seconds", "How long the device's latest poll took.", dev...)
+	d.devLastOK = n("device_last_success_timestamp_seconds", "Unix time of the device's latest successful poll, 0 if none.", dev...)
+	d.devHealth = n("device_health", "Health of the device: 1 for its current state (unknown, ok, degraded, offline), 0 for the others.", "bus", "device", "state")
+
+	d.busBusy = n("bus_busy_seconds_total", "Time the bus spent polling; its rate is the bus's utilisation, 0 to 1.", "bus")
+	d.busOverruns = n("bus_overruns_total", "Scheduled polls skipped because the bus ran late.", "bus")
+
+	d.mbRequests = n("modbus_requests_total", "Modbus requests written to the bus.", "bus")
+	d.mbResponses = n("modbus_responses_total", "Well-formed Modbus replies, data or exception.", "bus")
+	d.mbErrors = n("modbus_errors_total", "Failed Modbus exchanges by kind: timeout, crc, exception, frame (short or unexpected reply), io (the link failed).", "bus", "kind")
+	d.mbSent = n("modbus_sent_bytes_total", "Bytes written to the bus, framing included.", "bus")
+	d.mbReceived = n("modbus_received_bytes_total", "Bytes read from the bus, discarded ones included.", "bus")
+	d.mbDiscarded = n("modbus_discarded_bytes_total", "Bytes read from the bus and thrown away: stale input or stale replies.", "bus")
+
+	d.bufRecords = n("buffer_records", "Records stored in the buffer, by queue (kind alarm or normal).", "kind")
+	d.bufLeased = n("buffer_leased_records", "Records handed to the delivery loop and not yet acknowledged or released.")
+	d.bufBytes = n("buffer_bytes", "Bytes of the records stored, as the max_bytes bound counts them.")
+	d.bufMaxBytes = n("buffer_max_bytes", "The max_bytes bound of the buffer.")
+	d.bufFileSize = n("buffer_file_size_bytes", "Size of the buffer file on disk.")
+	d.bufOldestAge = n("buffer_oldest_record_age_seconds", "Age of the reading of the oldest stored record, 0 when the buffer is empty.")
+	d.bufAppends = n("buffer_appends_total", "Records appended to the buffer since it was opened.")
+	d.bufAcks = n("buffer_acks_total", "Records acknowledged (deleted after delivery) since the buffer was opened.")
+	d.bufCommits = n("buffer_commits_total", "Write transactions committed since the buffer was opened.")
+	d.bufFsyncs = n("buffer_fsyncs_total", "Fsyncs of the buffer file since it was opened.")
+	d.bufEvictions = n("buffer_evictions_total", "Records evicted by the buffer's policy, by reason (max_bytes, max_age), since the file was created.", "reason")
+	d.bufRejected = n("buffer_rejected_total", "Appends refused because the buffer was full, since the file was created.")
+	d.bufCorrupt = n("buffer_corrupt_records_total", "Records that failed their checksum on read and were deleted, since the file was created.")
+	d.bufSalvages = n("buffer_salvages_total", "Corrupt buffer files moved aside and salvaged, since the file was created.")
+	d.bufSalvageLost = n("buffer_salvage_lost_records_total", "Records a salvage could not recover (an estimate), since the file was created.")
+	d.bufLostUncommitted = n("buffer_lost_uncommitted_records_total", "Appends acknowledged under interval durability and then lost to a failed commit, since the file was created.")
+	d.bufCompactions = n("buffer_compactions_total", "Compactions of the buffer file, since it was created.")
+	d.bufDeadLetters = n("buffer_dead_letters_total", "Records moved to the dead-letter store, since the file was created.")
+	d.bufDeadDropped = n("buffer_dead_letters_dropped_total", "Dead letters dropped beyond the dead-letter bound or by a salvage, since the file was created.")
+	d.bufDeadRecords = n("buffer_dead_letter_records", "Dead letters stored.")
+	d.bufDeadBytes = n("buffer_dead_letter_bytes", "Bytes of the dead letters stored.")
+
+	d.delRetries = n("delivery_retries_total", "Batches tried again on another upstream after a failure.")
+	d.delReleased = n("delivery_released_records_total", "Records returned to the buffer undelivered after every attempt failed.")
+	d.delDeadLettered = n("delivery_dead_lettered_records_total", "Records an upstream refused for good, dead-lettered.")
+	d.delInFlight = n("delivery_in_flight_batches", "Batches being delivered.")
+
+	up := "upstream"
+	d.upPicks = n("upstream_picks_total", "Times the selector picked the upstream for a batch, retries included.", up)
+	d.upDelivered = n("upstream_delivered_records_total", "Records the upstream acknowledged.", up)
+	d.upFailures = n("upstream_failures_total", "Deliveries to the upstream that failed, timeouts included.", up)
+	d.upTimeouts = n("upstream_timeouts_total", "Deliveries to the upstream that timed out.", up)
+	d.upConsecutive = n("upstream_consecutive_failures", "Failed deliveries to the upstream since its last success.", up)
+	d.upInFlight = n("upstream_in_flight_batches", "Deliveries to the upstream begun and not ended.", up)
+	d.upUp = n("upstream_up", "1 when the upstream can be tried (connected, or its latest probe answered), else 0.", up)
+	d.upRetired = n("upstream_retired", "1 when the upstream was removed from the selection for good, else 0.", up)
+	d.upLatency = n("upstream_latency_seconds", "Delivery latency, send to acknowledgement, failures included; count and sum only, from the selector's lifetime mean.", up)
+	d.upEWMA = n("upstream_latency_ewma_seconds", "Exponentially weighted moving average of the upstream's delivery latency.", up)
+	d.upPeakEWMA = n("upstream_latency_peak_ewma_seconds", "Peak EWMA cost of the upstream (p2c_ewma), decayed to now.", up)
+	d.upStdDev = n("upstream_latency_stddev_seconds", "Standard deviation of the upstream's latest delivery latencies.", up)
+	d.upProbeRTT = n("upstream_probe_rtt_seconds", "Round-trip time of the upstream's latest successful probe.", up)
+	d.upProbeAge = n("upstream_probe_age_seconds", "Time since the upstream's latest successful probe.", up)
+	d.upProbeFailures = n("upstream_probe_failures_total", "Probes of the upstream that failed.", up)
+	d.selectorInfo = n("selector_info", "The selection strategy in use, in the selector label; always 1.", "selector")
+	return d
+}
+
+// NewCollector returns a collector that reads src at every scrape. It
+// describes every metric it may emit, so a registry checks it fully.
+func NewCollector(src Sources) prometheus.Collector {
+	return &collector{src: src, now: time.Now, d: newDescs()}
+}
+
+// Describe implements [prometheus.Collector].
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.d.all {
+		ch <- d
+	}
+}
+
+// Collect implements [prometheus.Collector].
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.collectDevices(ch)
+	c.collectBuses(ch)
+	c.collectModbus(ch)
+	c.collectBuffer(ch)
+	c.collectDelivery(ch)
+	c.collectUpstreams(ch)
+	if c.src.Selector != "" {
+		gauge(ch, c.d.selectorInfo, 1, c.src.Selector)
+	}
+}
+
+func (c *collector) collectDevices(ch chan<- prometheus.Metric) {
+	if c.src.Devices == nil {
+		return
+	}
+	d := &c.d
+	for _, s := range c.src.Devices() {
+		counter(ch, d.devPolls, float64(s.Polls), s.Bus, s.Name)
+		counter(ch, d.devErrors, float64(s.Errors), s.Bus, s.Name)
+		counter(ch, d.devRequests, float64(s.Requests), s.Bus, s.Name)
+		gauge(ch, d.devLastDuration, s.LastDuration.Seconds(), s.Bus, s.Name)
+		gauge(ch, d.devLastOK, unixSeconds(s.LastOK), s.Bus, s.Name)
+		for h := sensors.Unknown; h <= sensors.Offline; h++ {
+			gauge(ch, d.devHealth, boolFloat(s.Health == h), s.Bus, s.Name, h.String())
+		}
+	}
+}
+
+func (c *collector) collectBuses(ch chan<- prometheus.Metric) {
+	if c.src.Buses == nil {
+		return
+	}
+	for _, b := range c.src.Buses() {
+		counter(ch, c.d.busBusy, b.Busy.Seconds(), b.Name)
+		counter(ch, c.d.busOverruns, float64(b.Overruns), b.Name)
+	}
+}
+
+func (c *collector) collectModbus(ch chan<- prometheus.Metric) {
+	if c.src.Modbus == nil {
+		return
+	}
+	d := &c.d
+	for bus, s := range c.src.Modbus() {
+		counter(ch, d.mbRequests, float64(s.Requests), bus)
+		counter(ch, d.mbResponses, float64(s.Responses), bus)
+		counter(ch, d.mbErrors, float64(s.Timeouts), bus, "timeout")
+		counter(ch, d.mbErrors, float64(s.CRCErrors), bus, "crc")
+		counter(ch, d.mbErrors, float64(s.Exceptions), bus, "exception")
+		counter(ch, d.mbErrors, float64(s.FrameErrors), bus, "frame")
+		counter(ch, d.mbErrors, float64(s.IOErrors), bus, "io")
+		counter(ch, d.mbSent, float64(s.BytesSent), bus)
+		counter(ch, d.mbReceived, float64(s.BytesReceived), bus)
+		counter(ch, d.mbDiscarded, float64(s.Discarded), bus)
+	}
+}
+
+func (c *collector) collectBuffer(ch chan<- prometheus.Metric) {
+	if c.src.Buffer == nil {
+		return
+	}
+	s, ok := c.src.Buffer()
+	if !ok {
+		return
+	}
+	d := &c.d
+	gauge(ch, d.bufRecords, float64(s.Alarms), "alarm")
+	gauge(ch, d.bufRecords, float64(s.Normal), "normal")
+	gauge(ch, d.bufLeased, float64(s.Leased))
+	gauge(ch, d.bufBytes, float64(s.Bytes))
+	gauge(ch, d.bufMaxBytes, float64(s.MaxBytes))
+	gauge(ch, d.bufFileSize, float64(s.FileSize))
+	age := 0.0
+	if s.OldestSeq != 0 && !s.OldestAt.IsZero() {
+		age = max(c.now().Sub(s.OldestAt).Seconds(), 0)
+	}
+	gauge(ch, d.bufOldestAge, age)
+	counter(ch, d.bufAppends, float64(s.Appends))
+	counter(ch, d.bufAcks, float64(s.Acks))
+	counter(ch, d.bufCommits, float64(s.Commits))
+	counter(ch, d.bufFsyncs, float64(s.Fsyncs))
+	counter(ch, d.bufEvictions, float64(s.EvictedMaxBytes), "max_bytes")
+	counter(ch, d.bufEvictions, float64(s.EvictedMaxAge), "max_age")
+	counter(ch, d.bufRejected, float64(s.RejectedFull))
+	counter(ch, d.bufCorrupt, float64(s.Corrupt))
+	counter(ch, d.bufSalvages, float64(s.Salvages))
+	counter(ch, d.bufSalvageLost, float64(s.SalvageLost))
+	counter(ch, d.bufLostUncommitted, float64(s.LostUncommitted))
+	counter(ch, d.bufCompactions, float64(s.Compactions))
+	counter(ch, d.bufDeadLetters, float64(s.DeadLetters))
+	counter(ch, d.bufDeadDropped, float64(s.DeadDropped))
+	gauge(ch, d.bufDeadRecords, float64(s.DeadDepth))
+	gauge(ch, d.bufDeadBytes, float64(s.DeadBytes))
+}
+
+func (c *collector) collectDelivery(ch chan<- prometheus.Metric) {
+	if c.src.Delivery == nil {
+		return
+	}
+	s, ok := c.src.Delivery()
+	if !ok {
+		return
+	}
+	d := &c.d
+	counter(ch, d.delRetries, float64(s.Retried))
+	counter(ch, d.delReleased, float64(s.Released))
+	counter(ch, d.delDeadLettered, float64(s.DeadLettered))
+	gauge(ch, d.delInFlight, float64(s.InFlight))
+	for _, u := range s.Upstreams {
+		counter(ch, d.upPicks, float64(u.Picked), u.Name)
+		counter(ch, d.upDelivered, float64(u.Delivered), u.Name)
+	}
+}
+
+func (c *collector) collectUpstreams(ch chan<- prometheus.Metric) {
+	if c.src.Upstreams == nil {
+		return
+	}
+	d := &c.d
+	for _, s := range c.src.Upstreams() {
+		counter(ch, d.upFailures, float64(s.Failures), s.Name)
+		counter(ch, d.upTimeouts, float64(s.Timeouts), s.Name)
+		gauge(ch, d.upConsecutive, float64(s.ConsecutiveFailures), s.Name)
+		gauge(ch, d.upInFlight, float64(s.InFlight), s.Name)
+		gauge(ch, d.upUp, boolFloat(s.Up), s.Name)
+		gauge(ch, d.upRetired, boolFloat(s.Retired), s.Name)
+		counter(ch, d.upProbeFailures, float64(s.ProbeFailures), s.Name)
+
+		sum := s.LifetimeMean.Seconds() * float64(s.LifetimeSamples)
+		m, err := prometheus.NewConstSummary(d.upLatency, s.LifetimeSamples, sum, nil, s.Name)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d.upLatency, err)
+		}
+		ch <- m
+		if s.LifetimeSamples > 0 {
+			gauge(ch, d.upEWMA, s.LatencyEWMA.Seconds(), s.Name)
+		}
+		if s.PeakEWMA > 0 {
+			gauge(ch, d.upPeakEWMA, s.PeakEWMA.Seconds(), s.Name)
+		}
+		if s.Samples > 0 {
+			gauge(ch, d.upStdDev, s.LatencyStdDev.Seconds(), s.Name)
+		}
+		if s.ProbeRTT > 0 {
+			gauge(ch, d.upProbeRTT, s.ProbeRTT.Seconds(), s.Name)
+			gauge(ch, d.upProbeAge, s.ProbeAge.Seconds(), s.Name)
+		}
+	}
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	constMetric(ch, d, prometheus.CounterValue, v, labels)
+}
+
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	constMetric(ch, d, prometheus.GaugeValue, v, labels)
+}
+
+// constMetric sends one metric, or an invalid one that fails only its own
+// series when a label value is not valid UTF-8.
+func constMetric(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueType, v float64, labels []string) {
+	m, err := prometheus.NewConstMetric(d, t, v, labels...)
+	if err != nil {
+		m = prometheus.NewInvalidMetric(d, err)
+	}
+	ch <- m
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// unixSeconds is t in Unix seconds, 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}

@@ -1,0 +1,351 @@
+package metrics
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+
+	"fieldlink/buffer"
+	"fieldlink/selector"
+	"fieldlink/sensors"
+	"fieldlink/sensors/modbus"
+	"fieldlink/uplink"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// now is the fake scrape time.
+var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fakeSources returns sources with a distinct value in every field, so that
+// a field read into the wrong metric shows in the golden file.
+func fakeSources() Sources {
+	return Sources{
+		Devices: func() []sensors.DeviceStatus {
+			return []sensors.DeviceStatus{
+				{Name: "ch4-1", Bus: "rs485-1", Health: sensors.OK, LastOK: now.Add(-1500 * time.Millisecond),
+					Polls: 101, Errors: 3, Requests: 202, Overruns: 1, LastDuration: 42 * time.Millisecond},
+				{Name: "wind", Bus: "rs485-1", Health: sensors.Offline, LastError: "timeout",
+					Polls: 17, Errors: 17, Requests: 17, LastDuration: 250 * time.Millisecond},
+				{Name: "rain", Bus: "serial", Health: sensors.Degraded, LastOK: now.Add(-time.Minute), Polls: 9, Errors: 2},
+				{Name: "co", Bus: "plc", Health: sensors.Unknown},
+			}
+		},
+		Buses: func() []BusSample {
+			return []BusSample{{Name: "rs485-1", Busy: 1500 * time.Millisecond, Overruns: 4}, {Name: "plc"}}
+		},
+		Modbus: func() map[string]modbus.Stats {
+			return map[string]modbus.Stats{"rs485-1": {
+				Requests: 219, Responses: 205, BytesSent: 1752, BytesReceived: 4100, Discarded: 7,
+				Timeouts: 11, CRCErrors: 2, Exceptions: 1, FrameErrors: 3, IOErrors: 4, Canceled: 5,
+			}}
+		},
+		Buffer: func() (buffer.Stats, bool) {
+			return buffer.Stats{
+				Alarms: 2, Normal: 310, Leased: 64, Bytes: 98304, MaxBytes: 256 << 20, FileSize: 1 << 20,
+				OldestSeq: 1000, OldestAt: now.Add(-90 * time.Second), NewestSeq: 1311, LastSeq: 1311,
+				Appends: 500, Acks: 188, Commits: 40, Fsyncs: 80,
+				EvictedMaxBytes: 12, EvictedMaxAge: 13, RejectedFull: 14, Corrupt: 15, SalvageLost: 16,
+				Salvages: 1, Compactions: 2, LostUncommitted: 17, DeadLetters: 18, DeadDropped: 19,
+				DeadDepth: 3, DeadBytes: 900,
+			}, true
+		},
+		Delivery: func() (uplink.DeliveryStats, bool) {
+			return uplink.DeliveryStats{Delivered: 188, Retried: 6, DeadLettered: 1, Released: 21, InFlight: 2,
+				Upstreams: []uplink.UpstreamCounters{
+					{Name: "mqtt://a.example:1883", Picked: 30, Delivered: 150, Failed: 2},
+					{Name: "https://b.example/ingest", Picked: 8, Delivered: 38, Failed: 5},
+				}}, true
+		},
+		Upstreams: func() []selector.Stats {
+			return []selector.Stats{
+				{Name: "mqtt://a.example:1883", Index: 0, Up: true, Weight: 1, InFlight: 2, Requests: 32,
+					Failures: 2, ConsecutiveFailures: 0, Timeouts: 1,
+					LastLatency: 20 * time.Millisecond, LatencyEWMA: 25 * time.Millisecond, PeakEWMA: 40 * time.Millisecond,
+					LatencyMean: 24 * time.Millisecond, LatencyStdDev: 5 * time.Millisecond, Samples: 32,
+					LifetimeMean: 30 * time.Millisecond, LifetimeStdDev: 6 * time.Millisecond, LifetimeSamples: 32,
+					ProbeRTT: 3 * time.Millisecond, ProbeAge: 4 * time.Second, ProbeFailures: 1},
+				{Name: "https://b.example/ingest", Index: 1, Up: false, Retired: true, Failures: 5,
+					ConsecutiveFailures: 5, ProbeFailures: 9, ConsecutiveProbeFailures: 9},
+			}
+		},
+		Selector: "p2c_peak_ewma",
+	}
+}
+
+func newTestCollector(src Sources) prometheus.Collector {
+	c := NewCollector(src).(*collector)
+	c.now = func() time.Time { return now }
+	return c
+}
+
+// TestCollectorGolden checks every metric and value against
+// testdata/collector.golden; go test -update rewrites it.
+func TestCollectorGolden(t *testing.T) {
+	c := newTestCollector(fakeSources())
+	golden := filepath.Join("testdata", "collector.golden")
+	if *update {
+		// testutil.CollectAndFormat formats only the families it is
+		// given by name.
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(c)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.CollectAndCompare(c, bytes.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCollectorValues spells out the values that need arithmetic, so that
+// the golden file cannot bless a wrong one.
+func TestCollectorValues(t *testing.T) {
+	c := newTestCollector(fakeSources())
+	for _, tc := range []struct {
+		name, want string
+	}{
+		{"fieldlink_bus_busy_seconds_total", `
+# HELP fieldlink_bus_busy_seconds_total Time the bus spent polling; its rate is the bus's utilisation, 0 to 1.
+# TYPE fieldlink_bus_busy_seconds_total counter
+fieldlink_bus_busy_seconds_total{bus="plc"} 0
+fieldlink_bus_busy_seconds_total{bus="rs485-1"} 1.5
+`},
+		{"fieldlink_device_health", `
+# HELP fieldlink_device_health Health of the device: 1 for its current state (unknown, ok, degraded, offline), 0 for the others.
+# TYPE fieldlink_device_health gauge
+fieldlink_device_health{bus="plc",device="co",state="degraded"} 0
+fieldlink_device_health{bus="plc",device="co",state="offline"} 0
+fieldlink_device_health{bus="plc",device="co",state="ok"} 0
+fieldlink_device_health{bus="plc",device="co",state="unknown"} 1
+fieldlink_device_health{bus="rs485-1",device="ch4-1",state="degraded"} 0
+fieldlink_device_health{bus="rs485-1",device="ch4-1",state="offline"} 0
+fieldlink_device_health{bus="rs485-1",device="ch4-1",state="ok"} 1
+fieldlink_device_health{bus="rs485-1",device="ch4-1",state="unknown"} 0
+fieldlink_device_health{bus="rs485-1",device="wind",state="degraded"} 0
+fieldlink_device_health{bus="rs485-1",device="wind",state="offline"} 1
+fieldlink_device_health{bus="rs485-1",device="wind",state="ok"} 0
+fieldlink_device_health{bus="rs485-1",device="wind",state="unknown"} 0
+fieldlink_device_health{bus="serial",device="rain",state="degraded"} 1
+fieldlink_device_health{bus="serial",device="rain",state="offline"} 0
+fieldlink_device_health{bus="serial",device="rain",state="ok"} 0
+fieldlink_device_health{bus="serial",device="rain",state="unknown"} 0
+`},
+		{"fieldlink_device_last_success_timestamp_seconds", `
+# HELP fieldlink_device_last_success_timestamp_seconds Unix time of the device's latest successful poll, 0 if none.
+# TYPE fieldlink_device_last_success_timestamp_seconds gauge
+fieldlink_device_last_success_timestamp_seconds{bus="plc",device="co"} 0
+fieldlink_device_last_success_timestamp_seconds{bus="rs485-1",device="ch4-1"} 1.7408303985e+09
+fieldlink_device_last_success_timestamp_seconds{bus="rs485-1",device="wind"} 0
+fieldlink_device_last_success_timestamp_seconds{bus="serial",device="rain"} 1.74083034e+09
+`},
+		{"fieldlink_buffer_oldest_record_age_seconds", `
+# HELP fieldlink_buffer_oldest_record_age_seconds Age of the reading of the oldest stored record, 0 when the buffer is empty.
+# TYPE fieldlink_buffer_oldest_record_age_seconds gauge
+fieldlink_buffer_oldest_record_age_seconds 90
+`},
+		{"fieldlink_upstream_latency_seconds", `
+# HELP fieldlink_upstream_latency_seconds Delivery latency, send to acknowledgement, failures included; count and sum only, from the selector's lifetime mean.
+# TYPE fieldlink_upstream_latency_seconds summary
+fieldlink_upstream_latency_seconds_sum{upstream="mqtt://a.example:1883"} 0.96
+fieldlink_upstream_latency_seconds_count{upstream="mqtt://a.example:1883"} 32
+fieldlink_upstream_latency_seconds_sum{upstream="https://b.example/ingest"} 0
+fieldlink_upstream_latency_seconds_count{upstream="https://b.example/ingest"} 0
+`},
+		{"fieldlink_upstream_probe_rtt_seconds", `
+# HELP fieldlink_upstream_probe_rtt_seconds Round-trip time of the upstream's latest successful probe.
+# TYPE fieldlink_upstream_probe_rtt_seconds gauge
+fieldlink_upstream_probe_rtt_seconds{upstream="mqtt://a.example:1883"} 0.003
+`},
+		{"fieldlink_modbus_errors_total", `
+# HELP fieldlink_modbus_errors_total Failed Modbus exchanges by kind: timeout, crc, exception, frame (short or unexpected reply), io (the link failed).
+# TYPE fieldlink_modbus_errors_total counter
+fieldlink_modbus_errors_total{bus="rs485-1",kind="crc"} 2
+fieldlink_modbus_errors_total{bus="rs485-1",kind="exception"} 1
+fieldlink_modbus_errors_total{bus="rs485-1",kind="frame"} 3
+fieldlink_modbus_errors_total{bus="rs485-1",kind="io"} 4
+fieldlink_modbus_errors_total{bus="rs485-1",kind="timeout"} 11
+`},
+		{"fieldlink_buffer_evictions_total", `
+# HELP fieldlink_buffer_evictions_total Records evicted by the buffer's policy, by reason (max_bytes, max_age), since the file was created.
+# TYPE fieldlink_buffer_evictions_total counter
+fieldlink_buffer_evictions_total{reason="max_age"} 13
+fieldlink_buffer_evictions_total{reason="max_bytes"} 12
+`},
+		{"fieldlink_selector_info", `
+# HELP fieldlink_selector_info The selection strategy in use, in the selector label; always 1.
+# TYPE fieldlink_selector_info gauge
+fieldlink_selector_info{selector="p2c_peak_ewma"} 1
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := testutil.CollectAndCompare(c, strings.NewReader(tc.want), tc.name); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestCollectorEveryDesc checks that with every source set, every described
+// metric is emitted, and that a pedantic registry accepts the collector.
+func TestCollectorEveryDesc(t *testing.T) {
+	c := newTestCollector(fakeSources())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+	}
+	descs := newDescs()
+	for _, d := range descs.all {
+		s := d.String() // Desc{fqName: "…", …}
+		name := s[strings.Index(s, `"`)+1:]
+		name = name[:strings.Index(name, `"`)]
+		if !got[name] {
+			t.Errorf("%s: not emitted", name)
+		}
+	}
+	if len(mfs) != len(descs.all) {
+		t.Errorf("gathered %d families, described %d", len(mfs), len(descs.all))
+	}
+}
+
+func TestCollectorLint(t *testing.T) {
+	problems, err := testutil.CollectAndLint(newTestCollector(fakeSources()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestCollectorPartialSources checks that missing sources leave out their
+// metrics and nothing else.
+func TestCollectorPartialSources(t *testing.T) {
+	full := fakeSources()
+	for _, tc := range []struct {
+		name string
+		src  Sources
+		gone []string // families that must be absent
+		kept []string // families that must be present
+	}{
+		{"nothing", Sources{}, []string{"fieldlink_device_polls_total", "fieldlink_buffer_bytes", "fieldlink_selector_info"}, nil},
+		{"poll-only site", Sources{
+			Devices: full.Devices, Buses: full.Buses, Modbus: full.Modbus,
+			Buffer:   func() (buffer.Stats, bool) { return buffer.Stats{}, false },
+			Delivery: func() (uplink.DeliveryStats, bool) { return uplink.DeliveryStats{}, false },
+		}, []string{"fieldlink_buffer_bytes", "fieldlink_buffer_records", "fieldlink_delivery_retries_total", "fieldlink_upstream_picks_total", "fieldlink_selector_info"},
+			[]string{"fieldlink_device_polls_total", "fieldlink_bus_busy_seconds_total", "fieldlink_modbus_requests_total"}},
+		{"no samples yet", Sources{Upstreams: func() []selector.Stats { return []selector.Stats{{Name: "a", Up: true}} }},
+			[]string{"fieldlink_upstream_latency_ewma_seconds", "fieldlink_upstream_latency_peak_ewma_seconds",
+				"fieldlink_upstream_latency_stddev_seconds", "fieldlink_upstream_probe_rtt_seconds", "fieldlink_upstream_probe_age_seconds"},
+			[]string{"fieldlink_upstream_up", "fieldlink_upstream_latency_seconds", "fieldlink_upstream_failures_total"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestCollector(tc.src)
+			for _, n := range tc.gone {
+				if got := testutil.CollectAndCount(c, n); got != 0 {
+					t.Errorf("%s: %d series, want none", n, got)
+				}
+			}
+			for _, n := range tc.kept {
+				if got := testutil.CollectAndCount(c, n); got == 0 {
+					t.Errorf("%s: no series", n)
+				}
+			}
+		})
+	}
+}
+
+func TestBufferEmptyAge(t *testing.T) {
+	c := newTestCollector(Sources{Buffer: func() (buffer.Stats, bool) { return buffer.Stats{MaxBytes: 10}, true }})
+	want := `
+# HELP fieldlink_buffer_oldest_record_age_seconds Age of the reading of the oldest stored record, 0 when the buffer is empty.
+# TYPE fieldlink_buffer_oldest_record_age_seconds gauge
+fieldlink_buffer_oldest_record_age_seconds 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "fieldlink_buffer_oldest_record_age_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCollectorBadLabel checks that a label value that is not UTF-8 fails
+// its own series only.
+func TestCollectorBadLabel(t *testing.T) {
+	c := newTestCollector(Sources{
+		Buses:    func() []BusSample { return []BusSample{{Name: "bad\xff"}, {Name: "good", Busy: time.Second}} },
+		Selector: "rr",
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err == nil {
+		t.Error("Gather: no error for an invalid label value")
+	}
+	var names []string
+	for _, mf := range mfs {
+		for range mf.GetMetric() {
+			names = append(names, mf.GetName())
+		}
+	}
+	if want := []string{"fieldlink_bus_busy_seconds_total", "fieldlink_bus_overruns_total", "fieldlink_selector_info"}; strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Errorf("gathered %v, want %v", names, want)
+	}
+}
+
+func TestDevicesAnswering(t *testing.T) {
+	st := func(hs ...sensors.Health) []sensors.DeviceStatus {
+		out := make([]sensors.DeviceStatus, len(hs))
+		for i, h := range hs {
+			out[i] = sensors.DeviceStatus{Name: string(rune('a' + i)), Health: h}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		devs []sensors.DeviceStatus
+		ok   bool
+		why  string
+	}{
+		{"none", nil, false, "no devices configured"},
+		{"not polled", st(sensors.Unknown, sensors.Unknown), false, "no device answering (2 devices: 2 not polled yet)"},
+		{"all failing", st(sensors.Offline, sensors.Degraded, sensors.Offline, sensors.Unknown), false,
+			"no device answering (4 devices: 1 not polled yet, 1 degraded, 2 offline)"},
+		{"one ok", st(sensors.Offline, sensors.OK), true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := DevicesAnswering(tc.devs)
+			if ok != tc.ok || why != tc.why {
+				t.Errorf("DevicesAnswering = %v, %q; want %v, %q", ok, why, tc.ok, tc.why)
+			}
+		})
+	}
+}

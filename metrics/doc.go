@@ -1,0 +1,52 @@
+// Package metrics serves the gateway's Prometheus metrics and its health
+// and readiness endpoints.
+//
+// Nothing is instrumented on the hot paths. The [Sources] handed to
+// [NewCollector] are snapshot functions that the packages already offer
+// ([sensors.Bus.Status], [buffer.Buffer.Stats], [uplink.Delivery.Stats],
+// [selector.Table.Snapshot], [modbus.Client.Stats]); the collector calls
+// them once per scrape and turns the copies into constant metrics. A scrape
+// therefore costs a few mutex-protected copies and one read-only bbolt
+// transaction, and nothing at all happens between scrapes.
+//
+// [Handler] builds its own [prometheus.Registry] (no global registration):
+// the collector, the Go runtime collector and the process collector, served
+// on /metrics, with /healthz (the process is alive) and /readyz (the site
+// is ready, see [Sources.Ready]). [Serve] serves it, on a loopback address
+// unless remote access is explicitly allowed, until its context ends.
+//
+// # Choices
+//
+// Poll latency. A device exposes the duration of its latest poll as a gauge
+// (fieldlink_device_last_poll_duration_seconds). A summary or histogram
+// needs a running sum or per-poll buckets, which a snapshot of
+// [sensors.DeviceStatus] does not carry; the mean poll time of a bus over
+// any range is rate(fieldlink_bus_busy_seconds_total) divided by the summed
+// rate(fieldlink_device_polls_total) of its devices.
+//
+// Bus utilisation is a counter of busy seconds (fieldlink_bus_busy_seconds_total),
+// as node_cpu_seconds_total is for a CPU: rate() of it over any window is the
+// fraction of wall time the bus was busy, 0 to 1. A ratio gauge would have to
+// pick a window, or keep state between scrapes.
+//
+// Upstream latency. The selector keeps an EWMA, a peak EWMA, a windowed
+// standard deviation and lifetime moments, not samples, so no histogram can
+// be derived from its snapshots without instrumenting deliveries. The
+// collector exposes the EWMA, peak EWMA, standard deviation and probe
+// round-trip as gauges, and fieldlink_upstream_latency_seconds as a summary
+// without quantiles whose _count is the number of latencies recorded and
+// whose _sum is their lifetime mean times that count (exact to the
+// nanosecond rounding of the mean), so that rate(_sum)/rate(_count) is the
+// mean delivery latency over any window.
+//
+// Device health is an enum in the style of node_exporter's systemd unit
+// state: fieldlink_device_health{state="unknown|ok|degraded|offline"} has
+// one series per state, 1 for the current one and 0 for the others, so
+// that `fieldlink_device_health{state="offline"} == 1` alerts and
+// `sum by (state) (fieldlink_device_health)` counts devices per state.
+//
+// Values with no sample yet (latency gauges before the first delivery,
+// the probe round-trip before the first successful probe) are left out
+// rather than reported as 0. The buffer's metrics are left out on a site
+// without a buffer.
+package metrics

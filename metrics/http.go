@@ -1,0 +1,144 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ErrNotLoopback means a listen address is not a loopback address and
+// remote access was not allowed.
+var ErrNotLoopback = errors.New("metrics: listen address is not loopback")
+
+// shutdownGrace bounds how long Serve waits for scrapes in progress when
+// its context ends.
+const shutdownGrace = 5 * time.Second
+
+// Handler returns the metrics and health endpoints:
+//
+//   - /metrics: the collector over src, the Go runtime and process
+//     collectors, from a registry of its own. A collector that fails
+//     leaves out its own series, not the whole scrape.
+//   - /healthz: 200 "ok" while the process serves HTTP at all.
+//   - /readyz: 200 "ready" when src.Ready says so (or is nil), else 503
+//     with the reason.
+func Handler(src Sources) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		NewCollector(src),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling:       promhttp.ContinueOnError,
+		Registry:            reg, // counts errors in promhttp_metric_handler_errors_total
+		MaxRequestsInFlight: 4,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		plain(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if src.Ready != nil {
+			if ok, why := src.Ready(); !ok {
+				if why == "" {
+					why = "not ready"
+				}
+				plain(w, http.StatusServiceUnavailable, "not ready: "+why)
+				return
+			}
+		}
+		plain(w, http.StatusOK, "ready")
+	})
+	return mux
+}
+
+func plain(w http.ResponseWriter, code int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintln(w, body)
+}
+
+// Serve serves h on listen until ctx ends, then shuts down, giving scrapes
+// in progress a few seconds, and returns nil. It returns an error at once
+// when it cannot listen, and refuses (with [ErrNotLoopback]) any address
+// that is not loopback, an empty host (":9273") included, unless
+// allowRemote. A host name is resolved by the listen call and the address
+// actually bound is checked. A nil log discards.
+func Serve(ctx context.Context, listen string, h http.Handler, allowRemote bool, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ln, err := listenTCP(listen, allowRemote)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	addr := ln.Addr().String()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("metrics listening", "addr", addr)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("metrics: serve %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	<-errc // http.ErrServerClosed
+	if err != nil {
+		return fmt.Errorf("metrics: shut down %s: %w", addr, err)
+	}
+	log.Info("metrics stopped", "addr", addr)
+	return nil
+}
+
+// listenTCP listens on addr, refusing a non-loopback address unless
+// allowRemote: IP literals and an empty host before binding, host names
+// by the address they bound.
+func listenTCP(addr string, allowRemote bool) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen address %q: %w", addr, err)
+	}
+	if !allowRemote {
+		if host == "" {
+			return nil, fmt.Errorf("%w: %q listens on every interface; name a loopback address such as %s, or allow remote access", ErrNotLoopback, addr, DefaultListen)
+		}
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.Unmap().IsLoopback() {
+			return nil, fmt.Errorf("%w: %q; name a loopback address such as %s, or allow remote access", ErrNotLoopback, addr, DefaultListen)
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if !allowRemote {
+		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+			_ = ln.Close()
+			return nil, fmt.Errorf("%w: %q bound %s; name a loopback address such as %s, or allow remote access", ErrNotLoopback, addr, ln.Addr(), DefaultListen)
+		}
+	}
+	return ln, nil
+}

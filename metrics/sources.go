@@ -1,0 +1,87 @@
+package metrics
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"fieldlink/buffer"
+	"fieldlink/selector"
+	"fieldlink/sensors"
+	"fieldlink/sensors/modbus"
+	"fieldlink/uplink"
+)
+
+// DefaultListen is the metrics listener's default address: loopback only.
+const DefaultListen = "127.0.0.1:9273"
+
+// Sources are the snapshot functions the collector reads at scrape time.
+// Any of them may be nil: its metrics are then left out. Each may be called
+// from several scrapes at once, so it must be safe for concurrent use (the
+// snapshot methods it is meant for are).
+type Sources struct {
+	// Devices returns the status of every device: all buses' Status and
+	// every line sensor's Status.
+	Devices func() []sensors.DeviceStatus
+	// Buses returns the busy time and overruns of every bus.
+	Buses func() []BusSample
+	// Modbus returns each bus's Modbus client counters, by bus name.
+	Modbus func() map[string]modbus.Stats
+	// Buffer returns the buffer's statistics; ok is false when the site
+	// has no buffer (no uplink).
+	Buffer func() (st buffer.Stats, ok bool)
+	// Delivery returns the delivery loop's counters; ok is false when the
+	// site has no uplink.
+	Delivery func() (st uplink.DeliveryStats, ok bool)
+	// Upstreams returns the selector's per-upstream statistics
+	// ([selector.Table.Snapshot]). Their names are the credential-free
+	// names the uplink gives them.
+	Upstreams func() []selector.Stats
+	// Selector is the name of the selection strategy; "" leaves out
+	// fieldlink_selector_info.
+	Selector string
+	// Ready reports whether the gateway is ready, and why not when it is
+	// not. Nil means always ready. See [DevicesAnswering].
+	Ready func() (ready bool, why string)
+}
+
+// BusSample is one bus's scheduler figures.
+type BusSample struct {
+	Name string
+	// Busy is the total time the bus spent polling since it started: the
+	// sum of the wire time of every poll. rate() of it is the bus's
+	// utilisation.
+	Busy time.Duration
+	// Overruns counts scheduled polls skipped because the bus ran late,
+	// over all its devices.
+	Overruns uint64
+}
+
+// DevicesAnswering reports whether at least one device answered its latest
+// poll (health OK), and if none did, a reason that counts the devices in
+// each state. It is the device part of a readiness check.
+func DevicesAnswering(devs []sensors.DeviceStatus) (bool, string) {
+	if len(devs) == 0 {
+		return false, "no devices configured"
+	}
+	var n [sensors.Offline + 1]int
+	for _, d := range devs {
+		if d.Health <= sensors.Offline {
+			n[d.Health]++
+		}
+	}
+	if n[sensors.OK] > 0 {
+		return true, ""
+	}
+	var parts []string
+	for h := sensors.Unknown; h <= sensors.Offline; h++ {
+		if n[h] > 0 {
+			label := h.String()
+			if h == sensors.Unknown {
+				label = "not polled yet"
+			}
+			parts = append(parts, fmt.Sprintf("%d %s", n[h], label))
+		}
+	}
+	return false, fmt.Sprintf("no device answering (%d devices: %s)", len(devs), strings.Join(parts, ", "))
+}

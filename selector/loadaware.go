@@ -1,0 +1,199 @@
+package selector
+
+import (
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LoadAware is "load_aware": the load-aware replica choice of seed 004
+// (HDFS reads of PDM files; ALGORITHMS.md § 004). Each upstream reports its
+// own load ([Table.Report]); its load is
+//
+//	U = λ1·U(Disk) + λ2·U(CPU) + λ3·U(Net),  λ1 + λ2 + λ3 = 1
+//
+// with U(Disk) = Load.DiskIO, U(CPU) = Load.CPU and U(Net) = Load.Network
+// (utilisations, 0..1). The paper gives no λ; the reading here is 1/3 each
+// (LoadAwareOptions.Lambda; weights that do not sum to 1 are scaled so that
+// they do). For a pick, every candidate whose U is above the average U of
+// the candidates is dropped, and one of the rest (never empty: the least
+// loaded is at most the average) is picked uniformly at random (the paper's
+// step 7 says only "pick one"; random keeps identical gateways apart).
+//
+// A gateway cannot observe server load, only be told it, so when any
+// candidate has no fresh report (none came, or the latest is older than
+// the table's Options.LoadTTL), the strategy does not guess: the whole pick
+// goes to the fallback strategy (LoadAwareOptions.Fallback, least_conn by
+// default) and is counted in [LoadAware.Fallbacks]. So does a pick whose
+// loads do not average to a finite number (a NaN in a report).
+//
+// Reports are read from the table every LoadAwareOptions.Interval (1 s)
+// and when the set of upstreams changes, by the first pick that finds the
+// table's latest time reading past the due time: a new report is seen at
+// most Interval late. Freshness is judged at every pick against that
+// latest time reading (Begin, End, Probe, Report or Snapshot, to the
+// millisecond). Pick does not read the clock, does not allocate and takes
+// no lock.
+type LoadAware struct {
+	lambda   [3]float64 // disk, CPU, network
+	interval int64
+	fallback Strategy
+
+	fallbacks atomic.Uint64
+
+	mu  sync.Mutex
+	due atomic.Int64
+	cur atomic.Uint32
+	buf [2]loadAwareSnap
+}
+
+// LoadAwareOptions configures [NewLoadAware]. The zero value is the default.
+type LoadAwareOptions struct {
+	// Lambda weighs disk IO, CPU and network utilisation, in that order
+	// (λ1, λ2, λ3). Default 1/3 each. Negative and non-finite weights count
+	// as 0; the weights are scaled to sum to 1.
+	Lambda [3]float64
+	// Interval is how often the reports are read from the table. Default 1 s.
+	Interval time.Duration
+	// Fallback picks when a candidate has no fresh load report. Default
+	// least_conn. Give it a fresh strategy of its own.
+	Fallback Strategy
+}
+
+// loadAwareSnap is one reading of the reports.
+type loadAwareSnap struct {
+	gen    atomic.Uint64
+	has    atomic.Uint64               // bit i: upstream i had a report
+	u      [MaxUpstreams]atomic.Uint64 // float64 bits of U
+	expiry [MaxUpstreams]atomic.Int64  // table time after which the report is stale
+}
+
+// NewLoadAware returns a load_aware strategy.
+func NewLoadAware(opt LoadAwareOptions) *LoadAware {
+	s := &LoadAware{interval: int64(opt.Interval), fallback: opt.Fallback}
+	if s.interval <= 0 {
+		s.interval = int64(time.Second)
+	}
+	if s.fallback == nil {
+		s.fallback = leastConn{}
+	}
+	var sum float64
+	for k, l := range opt.Lambda {
+		if l > 0 && !math.IsInf(l, 0) {
+			s.lambda[k] = l
+			sum += l
+		}
+	}
+	if sum == 0 {
+		s.lambda, sum = [3]float64{1, 1, 1}, 3
+	}
+	for k := range s.lambda {
+		s.lambda[k] /= sum
+	}
+	s.due.Store(math.MinInt64)
+	return s
+}
+
+func (*LoadAware) Name() string { return "load_aware" }
+
+// Fallbacks is how many picks went to the fallback strategy because a
+// candidate had no fresh load report.
+func (s *LoadAware) Fallbacks() uint64 { return s.fallbacks.Load() }
+
+// Fallback is the strategy picks fall back to.
+func (s *LoadAware) Fallback() Strategy { return s.fallback }
+
+// Lambda returns λ1, λ2, λ3 (disk, CPU, network) as used, summing to 1.
+func (s *LoadAware) Lambda() [3]float64 { return s.lambda }
+
+// load is U for one report.
+func (s *LoadAware) load(l *Load) float64 {
+	return s.lambda[0]*l.DiskIO + s.lambda[1]*l.CPU + s.lambda[2]*l.Network
+}
+
+func (s *LoadAware) Pick(t *Table, skip uint64) (int, bool) {
+	now := t.lastSeen()
+	sn := &s.buf[s.cur.Load()]
+	if now >= s.due.Load() || sn.gen.Load() != t.gen.Load() {
+		s.reread(t, now)
+		sn = &s.buf[s.cur.Load()]
+	}
+	cand := t.Candidates(skip)
+	if cand == 0 {
+		return -1, false
+	}
+	if cand&^sn.has.Load() != 0 {
+		return s.fallBack(t, skip)
+	}
+	var sum float64
+	var m int
+	for b := cand; b != 0; b &= b - 1 {
+		i := trailingZeros(b) & (MaxUpstreams - 1)
+		if now > sn.expiry[i].Load() {
+			return s.fallBack(t, skip)
+		}
+		sum += math.Float64frombits(sn.u[i].Load())
+		m++
+	}
+	avg := sum / float64(m)
+	if math.IsNaN(avg) || math.IsInf(avg, 0) {
+		return s.fallBack(t, skip) // a report that is no number is none
+	}
+	var rest uint64
+	low, lowI := math.Inf(1), trailingZeros(cand)
+	for b := cand; b != 0; b &= b - 1 {
+		i := trailingZeros(b) & (MaxUpstreams - 1)
+		u := math.Float64frombits(sn.u[i].Load())
+		if u <= avg {
+			rest |= 1 << i
+		}
+		if u < low {
+			low, lowI = u, i
+		}
+	}
+	if rest == 0 { // the average rounded below the least load
+		return lowI, true
+	}
+	return nthBit(rest, t.intN(bits.OnesCount64(rest))), true
+}
+
+func (s *LoadAware) fallBack(t *Table, skip uint64) (int, bool) {
+	s.fallbacks.Add(1)
+	return s.fallback.Pick(t, skip)
+}
+
+// reread reads every upstream's latest report, unless another goroutine is
+// at it.
+func (s *LoadAware) reread(t *Table, now int64) {
+	if !s.mu.TryLock() {
+		return
+	}
+	defer s.mu.Unlock()
+	gen := t.gen.Load()
+	if now < s.due.Load() && s.buf[s.cur.Load()].gen.Load() == gen {
+		return
+	}
+	next := 1 - s.cur.Load()
+	sn := &s.buf[next]
+	var has uint64
+	n := t.Len()
+	for i := range n {
+		u := t.ups[i].Load()
+		if u.retired.Load() {
+			continue
+		}
+		u.mu.Lock()
+		if u.hasLoad {
+			has |= 1 << i
+			sn.u[i].Store(math.Float64bits(s.load(&u.load)))
+			sn.expiry[i].Store(int64(u.load.At.Sub(t.epoch)) + int64(t.loadTTL))
+		}
+		u.mu.Unlock()
+	}
+	sn.has.Store(has)
+	sn.gen.Store(gen)
+	s.cur.Store(next)
+	s.due.Store(now + s.interval)
+}
