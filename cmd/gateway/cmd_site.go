@@ -73,21 +73,31 @@ func siteFlags(name string, stderr io.Writer, level string) (file, logLevel *str
 	return file, logLevel, func(args []string) error { return parse(f, args) }
 }
 
+// startSite makes the logger, loads and checks the site file (printing its
+// errors) and opens its buses.
+func startSite(file, level string, stderr io.Writer) (*config.Config, *site, *slog.Logger, error) {
+	log, err := newLogger(stderr, level)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := loadConfig(file, stderr)
+	if err != nil {
+		printErr(stderr, err)
+		return nil, nil, nil, errSilent
+	}
+	s, err := openSite(c, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, s, log, nil
+}
+
 func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	file, level, parseArgs := siteFlags("poll", stderr, "warn")
 	if err := parseArgs(args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *level)
-	if err != nil {
-		return err
-	}
-	c, err := loadConfig(*file, stderr)
-	if err != nil {
-		printErr(stderr, err)
-		return errSilent
-	}
-	s, err := openSite(c, log)
+	c, s, _, err := startSite(*file, *level, stderr)
 	if err != nil {
 		return err
 	}
@@ -118,16 +128,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(f, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *level)
-	if err != nil {
-		return err
-	}
-	c, err := loadConfig(*file, stderr)
-	if err != nil {
-		printErr(stderr, err)
-		return errSilent
-	}
-	s, err := openSite(c, log)
+	c, s, log, err := startSite(*file, *level, stderr)
 	if err != nil {
 		return err
 	}
