@@ -3,7 +3,9 @@ GO       ?= go
 PKGS     := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test vet fmt lint bench demo build
+VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
+
+.PHONY: all test vet fmt lint bench demo build dist cross-check
 
 all: vet test
 
@@ -34,3 +36,11 @@ demo:
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o gateway ./cmd/gateway
+
+## dist: static, reproducible gateway binaries for armv6, armv7, arm64, amd64 in dist/, with a size table
+dist:
+	VERSION=$(VERSION) scripts/cross-build/build
+
+## cross-check: the ARM binaries and the sensors, buffer and selector tests under qemu-user-static
+cross-check: dist
+	VERSION=$(VERSION) scripts/cross-build/qemu-check

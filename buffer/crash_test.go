@@ -221,7 +221,13 @@ func TestCrash(t *testing.T) {
 // first append, kills it with SIGKILL and returns its complete output lines.
 func runAndKill(t *testing.T, path, mode string, cycle int, d time.Duration) []string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	args := []string{os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1"}
+	// Under go test -exec (qemu-user without binfmt_misc) the child must be
+	// started through the same wrapper: scripts/cross-build/qemu-check sets it.
+	if w := strings.Fields(os.Getenv("FIELDLINK_TEST_EXEC")); len(w) > 0 {
+		args = append(w, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), crashEnvPath+"="+path, crashEnvMode+"="+mode, crashEnvCycle+"="+strconv.Itoa(cycle))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
