@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test vet fmt lint bench demo build dist cross-check
+.PHONY: all test vet fmt lint bench demo build dist cross-check lab
 
 all: vet test
 
@@ -44,3 +44,7 @@ dist:
 ## cross-check: the ARM binaries and the sensors, buffer and selector tests under qemu-user-static
 cross-check: dist
 	VERSION=$(VERSION) scripts/cross-build/qemu-check
+
+## lab: rerun the selector lab and regenerate docs/selector-lab.md and docs/lab/*.svg (about 4 minutes)
+lab:
+	$(GO) run ./cmd/gateway lab -o docs/selector-lab.md

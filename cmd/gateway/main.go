@@ -48,6 +48,7 @@ func commands() []command {
 		{"init", "--kind farm|mine [-o site.yaml]", "write a commented starter site file", cmdInit},
 		{"buffer", "stats|export|purge -c site.yaml", "the packets waiting for an upstream: counts, JSON lines, or delete (-yes)", cmdBuffer},
 		{"delphi", "-i experts.csv [-asked N]", "seed 000's Delphi step: expert estimates to the drf selector's TR and N (YAML)", cmdDelphi},
+		{"lab", "[-scenarios S1,S2] [-seeds 5] [-o docs/selector-lab.md]", "the selector lab: every strategy in simulated scenarios, report and charts", cmdLab},
 		{"profiles", "[-c site.yaml]", "list the firmware profiles", cmdProfiles},
 		{"version", "", "print the version", cmdVersion},
 	}

@@ -1,0 +1,20 @@
+// Package lab is the selector lab: a discrete-event simulator, in virtual
+// time, that runs the selector package's strategies unmodified against
+// simulated upstreams and compares them.
+//
+// Upstreams are FIFO queues in front of c workers with lognormal service
+// times; each (gateway, upstream) pair has its own round trip; gateways send
+// open-loop Poisson arrivals and time requests out. Each gateway keeps its
+// own [selector.Table] on the simulated clock and feeds it as the uplink
+// does (Begin/End, Probe, Report, SetUp). Latency is measured from when a
+// request should have been sent, so stalls are not hidden (no coordinated
+// omission). Arrivals and service draws come from streams that do not
+// depend on the strategy (common random numbers).
+//
+// [Simulate] runs one strategy in one [Scenario] with one seed; [Run] runs
+// a set of scenarios × strategies × seeds and returns a [Report], with
+// bootstrap 95% confidence intervals over seeds, which renders as Markdown
+// ([Report.Markdown]) and SVG charts ([Report.SVGs]). The same
+// configuration gives byte-identical output. The command "gateway lab"
+// regenerates docs/selector-lab.md.
+package lab

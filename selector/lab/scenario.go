@@ -1,0 +1,282 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// FaultKind is how a server misbehaves.
+type FaultKind uint8
+
+const (
+	// FaultNone is a healthy server.
+	FaultNone FaultKind = iota
+	// FastFail: the server is down and refuses connections: what it held
+	// fails at once, the gateways' connections drop (Table.SetUp false),
+	// and they reconnect a second after it is back.
+	FastFail
+	// BlackHole: the server accepts requests and never answers; only
+	// timeouts reveal it (no SetUp false, probes fail).
+	BlackHole
+	// Slow: service times are Factor times longer.
+	Slow
+	// SlowDeath: service times grow from 1 to Factor times longer over
+	// Ramp, and stay there.
+	SlowDeath
+)
+
+// Fault is one fault of one server, in [From, To); To = 0 is permanent.
+type Fault struct {
+	Server   int
+	Kind     FaultKind
+	From, To time.Duration
+	Factor   float64       // Slow, SlowDeath
+	Ramp     time.Duration // SlowDeath
+}
+
+// answers reports whether a server in this mode answers probes and sends
+// load reports.
+func (f Fault) answers() bool { return f.Kind != FastFail && f.Kind != BlackHole }
+
+// Server is an upstream: a FIFO queue in front of Workers workers, each
+// request taking a lognormal service time of median Service and shape Sigma.
+// Its capacity (Workers, and speed from Service) is what it reports, and
+// Workers is its static weight in the table.
+type Server struct {
+	Workers int
+	Service time.Duration
+	Sigma   float64
+}
+
+// Phase multiplies the offered load by Factor in [From, To).
+type Phase struct {
+	From, To time.Duration
+	Factor   float64
+}
+
+// Scenario is one simulated situation.
+type Scenario struct {
+	Name  string // S1, S4c…
+	Title string
+
+	Servers  []Server
+	Gateways int
+	// RTT returns the round trip from each gateway to each server, in ns,
+	// drawing from r when it needs randomness.
+	RTT func(r *rand.Rand, gateways, servers int) [][]int64
+
+	// Load is the offered load, as a fraction of the cluster's capacity
+	// (Σ workers / mean service time), split evenly over the gateways as
+	// open-loop Poisson arrivals. Phases change it for a while.
+	Load   float64
+	Phases []Phase
+
+	Duration time.Duration // arrivals stop then
+	Warmup   time.Duration // requests arriving before are not measured
+	Timeout  time.Duration // the gateway gives up on a request
+
+	ProbeInterval   time.Duration // each gateway probes every server
+	Reports         bool          // servers report their load
+	RefreshInterval time.Duration // each gateway reads reports this often
+	ReportAge       time.Duration // how old a report is when read
+	// Jitter spreads the gateways' probe and refresh phases and their
+	// start times over StartSpread; without it they all start at 0 and
+	// probe and refresh in step.
+	Jitter      bool
+	StartSpread time.Duration
+
+	Faults []Fault
+	Faulty int // the server whose share is reported; -1 for none
+}
+
+// baseService is the median service time of a standard server.
+const baseService = 20 * time.Millisecond
+
+// capacity is the cluster's capacity, requests per second.
+func (sc *Scenario) capacity() float64 {
+	var c float64
+	for _, s := range sc.Servers {
+		mean := float64(s.Service) * math.Exp(s.Sigma*s.Sigma/2) / 1e9
+		c += float64(s.Workers) / mean
+	}
+	return c
+}
+
+func (sc *Scenario) validate() error {
+	switch {
+	case len(sc.Servers) == 0 || len(sc.Servers) > 64:
+		return fmt.Errorf("lab: scenario %s: %d servers, want 1 to 64", sc.Name, len(sc.Servers))
+	case sc.Gateways <= 0:
+		return fmt.Errorf("lab: scenario %s: no gateways", sc.Name)
+	case sc.Load <= 0 || sc.Duration <= sc.Warmup || sc.Timeout <= 0 || sc.ProbeInterval <= 0:
+		return fmt.Errorf("lab: scenario %s: load, duration, timeout and probe interval must be positive, warmup below duration", sc.Name)
+	case sc.Reports && sc.RefreshInterval <= 0:
+		return fmt.Errorf("lab: scenario %s: reports need a refresh interval", sc.Name)
+	case sc.RTT == nil:
+		return errors.New("lab: scenario " + sc.Name + ": no RTT")
+	}
+	for _, s := range sc.Servers {
+		if s.Workers <= 0 || s.Service <= 0 {
+			return fmt.Errorf("lab: scenario %s: a server needs workers and a service time", sc.Name)
+		}
+	}
+	return nil
+}
+
+// uniformRTT draws each pair's round trip uniformly in [lo, hi).
+func uniformRTT(lo, hi time.Duration) func(*rand.Rand, int, int) [][]int64 {
+	return func(r *rand.Rand, ng, ns int) [][]int64 {
+		m := make([][]int64, ng)
+		for g := range m {
+			m[g] = make([]int64, ns)
+			for i := range m[g] {
+				m[g][i] = int64(lo) + int64(r.Float64()*float64(hi-lo))
+			}
+		}
+		return m
+	}
+}
+
+// twoSites puts half the gateways near the first half of the servers
+// (near) and far from the rest (far), and the other half the other way,
+// each pair ±20%.
+func twoSites(near, far time.Duration) func(*rand.Rand, int, int) [][]int64 {
+	return func(r *rand.Rand, ng, ns int) [][]int64 {
+		m := make([][]int64, ng)
+		for g := range m {
+			m[g] = make([]int64, ns)
+			for i := range m[g] {
+				d := near
+				if (g < ng/2) != (i < ns/2) {
+					d = far
+				}
+				m[g][i] = int64(float64(d) * (0.8 + 0.4*r.Float64()))
+			}
+		}
+		return m
+	}
+}
+
+// equal returns n standard servers.
+func equal(n int) []Server {
+	s := make([]Server, n)
+	for i := range s {
+		s[i] = Server{Workers: 4, Service: baseService, Sigma: 0.5}
+	}
+	return s
+}
+
+// mixed returns 8 servers of capacities 8, 8, 4, 4, 2, 2, 1 and 1 workers,
+// interleaved so that each half of the cluster holds one of each.
+func mixed() []Server {
+	ws := []int{8, 4, 2, 1, 8, 4, 2, 1}
+	s := make([]Server, len(ws))
+	for i, w := range ws {
+		s[i] = Server{Workers: w, Service: baseService, Sigma: 0.5}
+	}
+	return s
+}
+
+// base is the common part of every scenario: 10 gateways, a 10 s timeout
+// (the uplink's DefaultHTTPTimeout), probes every 5 s, load reports read
+// every second, 1 s old, jittered phases, 60 s with 10 s of warm-up.
+func base(name, title string) Scenario {
+	return Scenario{
+		Name: name, Title: title,
+		Servers: equal(8), Gateways: 10, RTT: uniformRTT(2*time.Millisecond, 10*time.Millisecond),
+		Load: 0.6, Duration: 60 * time.Second, Warmup: 10 * time.Second, Timeout: 10 * time.Second,
+		ProbeInterval: 5 * time.Second, Reports: true, RefreshInterval: time.Second, ReportAge: time.Second,
+		Jitter: true, StartSpread: 0, Faulty: -1,
+	}
+}
+
+// Scenarios returns every scenario, in report order.
+func Scenarios() []Scenario {
+	var out []Scenario
+
+	s := base("S1", "heterogeneous capacity (8, 4, 2, 1 workers ×2) and RTT (two sites, 2 ms near, 80 ms far), 60% load")
+	s.Servers, s.RTT = mixed(), twoSites(2*time.Millisecond, 80*time.Millisecond)
+	out = append(out, s)
+
+	s = base("S2", "one slow node: server 2 at 100× (2 s median) from 15 s to 45 s, 50% load (Buoyant/Finagle slowmiddle)")
+	s.Load = 0.5
+	s.Faults, s.Faulty = []Fault{{Server: 2, Kind: Slow, Factor: 100, From: 15 * time.Second, To: 45 * time.Second}}, 2
+	out = append(out, s)
+
+	for _, p := range []time.Duration{10 * time.Second, 30 * time.Second} {
+		s = base(fmt.Sprintf("S3%c", 'a'+rune(len(out)-2)), fmt.Sprintf("flapping node: server 2 down (fast failure) %v, up %v, from 10 s; 90 s", p, p))
+		s.Duration = 90 * time.Second
+		for t := 10 * time.Second; t < s.Duration; t += 2 * p {
+			s.Faults = append(s.Faults, Fault{Server: 2, Kind: FastFail, From: t, To: t + p})
+		}
+		s.Faulty = 2
+		out = append(out, s)
+	}
+
+	outages := []struct {
+		kind  FaultKind
+		to    time.Duration
+		title string
+	}{
+		{FastFail, 45 * time.Second, "fast failure, temporary (15–45 s)"},
+		{FastFail, 0, "fast failure, permanent (from 15 s)"},
+		{BlackHole, 45 * time.Second, "black hole, temporary (15–45 s)"},
+		{BlackHole, 0, "black hole, permanent (from 15 s)"},
+		{SlowDeath, 45 * time.Second, "slow death, temporary (service ×1→×50 over 15–35 s, then ×50 until 45 s)"},
+		{SlowDeath, 0, "slow death, permanent (×1→×50 over 15–35 s, then black hole)"},
+	}
+	for k, o := range outages {
+		s = base(fmt.Sprintf("S4%c", 'a'+rune(k)), "outage of server 2: "+o.title)
+		f := Fault{Server: 2, Kind: o.kind, From: 15 * time.Second, To: o.to, Factor: 50, Ramp: 20 * time.Second}
+		s.Faults, s.Faulty = []Fault{f}, 2
+		if o.kind == SlowDeath && o.to == 0 {
+			s.Faults[0].To = 35 * time.Second
+			s.Faults = append(s.Faults, Fault{Server: 2, Kind: BlackHole, From: 35 * time.Second})
+		}
+		out = append(out, s)
+	}
+
+	s = base("S5", "load spike: 50% → 90% (20–40 s) → 50%")
+	s.Load = 0.5
+	s.Phases = []Phase{{From: 20 * time.Second, To: 40 * time.Second, Factor: 1.8}}
+	out = append(out, s)
+
+	s6 := []struct {
+		gws    int
+		jitter bool
+		age    time.Duration
+	}{
+		{50, false, time.Second}, {50, true, time.Second},
+		{500, false, time.Second}, {500, true, time.Second},
+		{500, false, 0}, {500, false, 10 * time.Second}, {500, false, 60 * time.Second},
+	}
+	for k, v := range s6 {
+		refresh := "synchronised"
+		if v.jitter {
+			refresh = "jittered"
+		}
+		s = base(fmt.Sprintf("S6%c", 'a'+rune(k)),
+			fmt.Sprintf("%d gateways sharing the heterogeneous cluster of S1 (RTT 2–10 ms), %s refresh, reports %v old, 70%% load", v.gws, refresh, v.age))
+		s.Servers, s.Gateways, s.Load = mixed(), v.gws, 0.7
+		s.Jitter, s.ReportAge = v.jitter, v.age
+		s.Warmup = 20 * time.Second
+		if v.jitter {
+			s.StartSpread = 20 * time.Second
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// DefaultStrategies is every strategy of the selector package, and the
+// two that the uplink would most likely run behind the outlier layer.
+func DefaultStrategies() []string {
+	return []string{
+		"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt",
+		"drf", "soa", "cswlc", "irlb", "load_aware",
+		"least_conn+outlier", "p2c_ewma+outlier",
+	}
+}
