@@ -75,8 +75,8 @@ func siteFlags(name string, stderr io.Writer, level string) (file, logLevel *str
 
 // startSite makes the logger, loads and checks the site file (printing its
 // errors) and opens its buses.
-func startSite(file, level string, stderr io.Writer) (*config.Config, *site, *slog.Logger, error) {
-	log, err := newLogger(stderr, level)
+func startSite(file, level, format string, stderr io.Writer) (*config.Config, *site, *slog.Logger, error) {
+	log, err := newLoggerFormat(stderr, level, format)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -97,7 +97,7 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseArgs(args); err != nil {
 		return err
 	}
-	c, s, _, err := startSite(*file, *level, stderr)
+	c, s, _, err := startSite(*file, *level, "auto", stderr)
 	if err != nil {
 		return err
 	}
@@ -125,10 +125,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	file := f.String("c", "", "site file")
 	level := f.String("log-level", "info", "log level: debug, info, warn, error")
 	printAll := f.Bool("print", false, "also print every packet as a JSON line on stdout (always on without an uplink)")
+	format := f.String("log-format", "auto", "auto (JSON under systemd, text on a terminal), text or json")
 	if err := parse(f, args); err != nil {
 		return err
 	}
-	c, s, log, err := startSite(*file, *level, stderr)
+	c, s, log, err := startSite(*file, *level, *format, stderr)
 	if err != nil {
 		return err
 	}

@@ -146,14 +146,33 @@ func loadConfig(file string, stderr io.Writer) (*config.Config, error) {
 	return c, nil
 }
 
-// newLogger logs text to stderr at the given level ("debug", "info", "warn",
-// "error").
+// newLogger logs to w at the given level ("debug", "info", "warn",
+// "error"), as text for a terminal, or as JSON lines under systemd (where
+// INVOCATION_ID is set) or when FIELDLINK_LOG_FORMAT=json.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	return newLoggerFormat(w, level, "auto")
+}
+
+// newLoggerFormat is newLogger with the format chosen: auto, text or json.
+func newLoggerFormat(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("-log-level: %v (valid: debug, info, warn, error)", err)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	if format == "auto" {
+		format = "text"
+		if os.Getenv("FIELDLINK_LOG_FORMAT") == "json" || os.Getenv("INVOCATION_ID") != "" {
+			format = "json"
+		}
+	}
+	opt := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opt)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opt)), nil
+	}
+	return nil, fmt.Errorf("-log-format: %q (valid: auto, text, json)", format)
 }
 
 func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {

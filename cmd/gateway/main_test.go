@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -545,5 +546,27 @@ buses:
 	code, _, errOut = gw(t, "delphi", "-i", "testdata/experts.csv", "-asked", "3")
 	if code != 1 || !strings.Contains(errOut, "response rate 2/3") {
 		t.Fatalf("delphi with 3 asked: %d %s", code, errOut)
+	}
+}
+
+func TestLogFormats(t *testing.T) {
+	var b bytes.Buffer
+	l, err := newLoggerFormat(&b, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("device not answering", "device", "ch4-1")
+	if !json.Valid(bytes.TrimSpace(b.Bytes())) || !strings.Contains(b.String(), `"device":"ch4-1"`) {
+		t.Fatalf("json log: %s", b.String())
+	}
+	t.Setenv("INVOCATION_ID", "abc")
+	b.Reset()
+	l, _ = newLogger(&b, "info")
+	l.Info("x")
+	if !strings.HasPrefix(b.String(), "{") {
+		t.Fatalf("under systemd the log should be JSON: %s", b.String())
+	}
+	if _, err := newLoggerFormat(&b, "info", "xml"); err == nil {
+		t.Fatal("xml accepted")
 	}
 }
