@@ -178,7 +178,19 @@ type MQTT struct {
 	cur     atomic.Pointer[mqttConn]
 	lastErr atomic.Pointer[error] // why there is no connection
 	running atomic.Bool
-	loads   chan []byte // latest load report, for Run's dispatcher
+	loads   chan []byte   // latest load report, for Run's dispatcher
+	kick    chan struct{} // ends a reconnect wait early (see Kick)
+}
+
+// Kick tells Run that the broker looks reachable again (a latency probe
+// answered): a reconnect wait in progress ends now, and the backoff starts
+// over, so a recovered broker is used within a probe interval rather than
+// after a backoff that grew during the outage. Safe to call at any time.
+func (m *MQTT) Kick() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 }
 
 // NewMQTT checks cfg, applies its defaults and returns an upstream that is
@@ -195,6 +207,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		backoffMin: mqttBackoffMin,
 		backoffMax: mqttBackoffMax,
 		loads:      make(chan []byte, 1),
+		kick:       make(chan struct{}, 1),
 	}
 	if useTLS {
 		m.name = "mqtts://" + addr
@@ -672,6 +685,9 @@ func (m *MQTT) Run(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-m.kick:
+			t.Stop()
+			attempt = 0
 		}
 	}
 }

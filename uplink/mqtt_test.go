@@ -646,3 +646,32 @@ func BenchmarkMQTTTopic(b *testing.B) {
 		}
 	}
 }
+
+// Kick ends a reconnect wait: a broker that is back is used at once, not
+// after the backoff that grew while it was down.
+func TestMQTTKickReconnectsAtOnce(t *testing.T) {
+	br := mqttStartBroker(t, mqttBrokerOpts{})
+	log, _ := mqttLogger(t)
+	m, err := NewMQTT(MQTTConfig{URL: br.url(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.backoffMin, m.backoffMax = 30*time.Second, 60*time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	mqttWaitConnected(t, m, true)
+	br.kill()
+	mqttWaitConnected(t, m, false)
+	time.Sleep(200 * time.Millisecond) // Run is now in a wait of 15 s or more
+	br.start()
+	m.Kick()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for !m.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("not reconnected within 500ms of Kick")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -226,6 +226,9 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, er
 		if hs != nil {
 			hs.ProbeResult(err)
 		}
+		if up.mqtt != nil && err == nil && !up.mqtt.Connected() {
+			up.mqtt.Kick() // the broker answers again: reconnect now
+		}
 	})
 	n.wg.Go(func() { pr.Run(ctx) })
 	if cu.Load != nil && cu.Load.URL != "" {
