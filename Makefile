@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test vet fmt lint bench demo build dist cross-check lab
+.PHONY: all test vet fmt lint bench demo build dist cross-check lab debs
 
 all: vet test
 
@@ -48,3 +48,7 @@ cross-check: dist
 ## lab: rerun the selector lab and regenerate docs/selector-lab.md and docs/lab/*.svg (about 4 minutes)
 lab:
 	$(GO) run ./cmd/gateway lab -o docs/selector-lab.md
+
+## debs: Debian packages (armhf = the armv6 binary, arm64, amd64) of dist/'s binaries, in dist/
+debs: dist
+	VERSION=$(VERSION) packaging/build-debs

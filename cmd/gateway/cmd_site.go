@@ -13,6 +13,7 @@ import (
 	"fieldlink/config"
 	"fieldlink/metrics"
 	"fieldlink/packet"
+	"fieldlink/sdnotify"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
 	"fieldlink/uplink"
@@ -148,7 +149,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		stopMetrics := serveMetrics(ctx, c, src, log)
 		defer stopMetrics()
 		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
+		defer watchdog(ctx, nil)()
+		_ = sdnotify.Ready()
 		s.run(ctx, show)
+		_ = sdnotify.Stopping()
 		log.Info("gateway stopped")
 		return nil
 	}
@@ -182,7 +186,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		in.onStored = show
 	}
 	go in.Run()
+	defer watchdog(ctx, func() bool { return in.Fatal() == nil })()
+	_ = sdnotify.Ready()
 	s.run(pollCtx, in.Put)
+	_ = sdnotify.Stopping()
 	stopPolling()
 	in.Close()
 	n.stop()
@@ -193,6 +200,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("buffer failed, exiting for a restart: %w", err)
 	}
 	return nil
+}
+
+// watchdog feeds systemd's watchdog (WatchdogSec in the unit) while healthy
+// says so (nil: always); the returned function stops it and waits. A hung
+// gateway stops feeding it and systemd restarts it.
+func watchdog(ctx context.Context, healthy func() bool) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); sdnotify.RunWatchdog(ctx, healthy) }()
+	return func() { cancel(); <-done }
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz until ctx ends or the

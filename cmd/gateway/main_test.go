@@ -570,3 +570,52 @@ func TestLogFormats(t *testing.T) {
 		t.Fatal("xml accepted")
 	}
 }
+
+// Under systemd (Type=notify), gateway run says READY=1 once it polls,
+// feeds the watchdog, and says STOPPING=1 on its way out.
+func TestRunNotifiesSystemd(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "200000")
+	t.Setenv("WATCHDOG_PID", fmt.Sprint(os.Getpid()))
+	_, addr := serve(t, false, "generic-mine-methane")
+	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
+gateway: {id: gw-s}
+metrics: {listen: "off"}
+buses:
+  - name: b
+    url: tcp://%s
+    devices: [{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}]
+`, addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, io.Discard) }()
+	got := map[string]int{}
+	buf := make([]byte, 256)
+	deadline := time.Now().Add(10 * time.Second)
+	for got["READY=1"] == 0 || got["WATCHDOG=1"] < 2 {
+		_ = conn.SetReadDeadline(deadline)
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("notifications so far %v: %v", got, err)
+		}
+		got[string(buf[:n])]++
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for got["STOPPING=1"] == 0 {
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no STOPPING=1 (got %v): %v", got, err)
+		}
+		got[string(buf[:n])]++
+	}
+}
