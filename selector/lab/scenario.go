@@ -276,7 +276,7 @@ func Scenarios() []Scenario {
 func DefaultStrategies() []string {
 	return []string{
 		"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt",
-		"drf", "soa", "cswlc", "irlb", "load_aware",
+		"drf", "drf/5s", "soa", "cswlc", "irlb", "load_aware",
 		"least_conn+outlier", "p2c_ewma+outlier",
 	}
 }
