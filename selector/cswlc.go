@@ -126,12 +126,8 @@ type CSWLC struct {
 	ignoreUsage bool
 
 	// Published by refresh, read by Pick.
-	due  atomic.Int64                // table time of the next refresh
-	cfg  atomic.Uint64               // Table.cfg at the last refresh
-	live atomic.Uint64               // Table.live at the last refresh
-	set  atomic.Uint64               // the candidate set
-	w    [MaxUpstreams]atomic.Uint64 // float64 bits of W_s
-	exp  [MaxUpstreams]atomic.Int64  // table time until which upstream i's load is fresh
+	set atomic.Uint64               // the candidate set
+	w   [MaxUpstreams]atomic.Uint64 // float64 bits of W_s
 
 	mu      sync.Mutex // one refresh at a time; pickers do not wait for it
 	cs      *cuckooSearch
@@ -143,9 +139,7 @@ type CSWLC struct {
 	lo, hi  []float64
 	g       [MaxUpstreams]float64
 
-	_         [64]byte
-	fallbacks atomic.Uint64
-	_         [56]byte
+	reportGate
 }
 
 // NewCSWLC returns a cswlc strategy.
@@ -223,22 +217,9 @@ func (s *CSWLC) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Pick picks as the type's doc describes.
 func (s *CSWLC) Pick(t *Table, skip uint64) (int, bool) {
-	cand := t.Candidates(skip)
-	if cand == 0 {
-		return -1, false
-	}
-	if cand&(cand-1) == 0 {
-		return trailingZeros(cand), true
-	}
-	now := t.lastSeen()
-	if now >= s.due.Load() || t.cfg.Load() != s.cfg.Load() || t.live.Load() != s.live.Load() {
-		s.refresh(t, now)
-	}
-	for m := cand; m != 0; m &= m - 1 {
-		if s.exp[trailingZeros(m)].Load() < now {
-			s.fallbacks.Add(1)
-			return leastConn{}.Pick(t, skip)
-		}
+	cand, _, i, ok, done := s.front(t, skip, s)
+	if done {
+		return i, ok
 	}
 	set := cand & s.set.Load()
 	if set == 0 {

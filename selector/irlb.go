@@ -110,12 +110,8 @@ type IRLB struct {
 	modelOpt         LSTMOptions
 
 	// Published by refresh, read by Pick.
-	due  atomic.Int64
-	cfg  atomic.Uint64
-	live atomic.Uint64
-	a    [MaxUpstreams]atomic.Uint64 // float64 bits: P / (L + εL)
-	b    [MaxUpstreams]atomic.Uint64 // float64 bits: α3·C + β3·Ĉ + εR
-	exp  [MaxUpstreams]atomic.Int64  // table time until which upstream i's load is fresh
+	a [MaxUpstreams]atomic.Uint64 // float64 bits: P / (L + εL)
+	b [MaxUpstreams]atomic.Uint64 // float64 bits: α3·C + β3·Ĉ + εR
 
 	model atomic.Pointer[LSTM]
 	dirty atomic.Bool // a new model: predict again for every upstream
@@ -125,9 +121,7 @@ type IRLB struct {
 	work    *lstmWork
 	workFor *LSTM
 
-	_         [64]byte
-	fallbacks atomic.Uint64
-	_         [56]byte
+	reportGate
 }
 
 // irlbHistory is one upstream's recorded connection counts.
@@ -238,22 +232,9 @@ func (s *IRLB) Train(ctx context.Context) error {
 
 // Pick picks as the type's doc describes.
 func (s *IRLB) Pick(t *Table, skip uint64) (int, bool) {
-	cand := t.Candidates(skip)
-	if cand == 0 {
-		return -1, false
-	}
-	if cand&(cand-1) == 0 {
-		return trailingZeros(cand), true
-	}
-	now := t.lastSeen()
-	if now >= s.due.Load() || t.cfg.Load() != s.cfg.Load() || t.live.Load() != s.live.Load() {
-		s.refresh(t, now)
-	}
-	for m := cand; m != 0; m &= m - 1 {
-		if s.exp[trailingZeros(m)].Load() < now {
-			s.fallbacks.Add(1)
-			return leastConn{}.Pick(t, skip)
-		}
+	cand, _, i, ok, done := s.front(t, skip, s)
+	if done {
+		return i, ok
 	}
 	var ties uint64
 	best := -1.0
