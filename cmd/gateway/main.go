@@ -38,7 +38,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"run", "-c site.yaml", "poll every device on its schedule and print packets (the daemon)", cmdRun},
+		{"run", "-c site.yaml [-print]", "the daemon: poll, buffer, deliver to the upstreams (packets on stdout without an uplink)", cmdRun},
 		{"demo", "[--for 20s]", "emulated farm and mine, three embedded MQTT brokers, an outage, a live view; no hardware, no setup", cmdDemo},
 		{"check", "-c site.yaml", "validate a site file; errors name file, line and field", cmdCheck},
 		{"poll", "-c site.yaml", "read every device once, print each packet as a JSON line", cmdPoll},
