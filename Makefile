@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test vet fmt lint bench demo build dist cross-check lab debs
+.PHONY: all test vet fmt lint bench demo build dist cross-check lab debs fuzz
 
 all: vet test
 
@@ -52,3 +52,14 @@ lab:
 ## debs: Debian packages (armhf = the armv6 binary, arm64, amd64) of dist/'s binaries, in dist/
 debs: dist
 	VERSION=$(VERSION) packaging/build-debs
+
+## fuzz: run every fuzz target for FUZZTIME each (default 30s); crashers land in each package's testdata/fuzz
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./yamlconf:FuzzDecode ./sensors/profile:FuzzDecode ./sensors/modbus:FuzzRTUResponse \
+	./sensors/lineproto:FuzzParse ./sensors/lineproto:FuzzReader ./packet:FuzzAppendJSON \
+	./packet:FuzzAppendString ./uplink:FuzzParseLoad ./uplink:FuzzParseRegistry
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
