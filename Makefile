@@ -55,7 +55,7 @@ debs: dist
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s); crashers land in each package's testdata/fuzz
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./yamlconf:FuzzDecode ./sensors/profile:FuzzDecode ./sensors/modbus:FuzzRTUResponse \
+FUZZ_TARGETS := ./yamlconf:FuzzDecode ./config:FuzzParse ./sensors/profile:FuzzParse ./sensors/profile:FuzzDecode ./sensors/modbus:FuzzRTUResponse \
 	./sensors/lineproto:FuzzParse ./sensors/lineproto:FuzzReader ./packet:FuzzAppendJSON \
 	./packet:FuzzAppendString ./uplink:FuzzParseLoad ./uplink:FuzzParseRegistry
 fuzz:

@@ -183,3 +183,27 @@ func TestProfilesDirRelativeToSiteFile(t *testing.T) {
 		t.Fatalf("missing profiles_dir: %v", err)
 	}
 }
+
+// Any bytes as a site file: an error or a config, never a panic, and every
+// error is positioned in the file.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte(good + "uplink: {upstreams: [{url: 'mqtt://h'}]}\nbuffer: {max_bytes: 1MiB}\n"))
+	f.Add([]byte("site: {id: 1}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse("site.yaml", data, testProfiles)
+		if err == nil {
+			if c == nil || c.Location == nil {
+				t.Fatal("no error and no config")
+			}
+			return
+		}
+		if es, ok := yamlconf.IsErrors(err); ok {
+			for _, e := range es {
+				if e.File != "site.yaml" {
+					t.Fatalf("error without the file: %v", e)
+				}
+			}
+		}
+	})
+}

@@ -176,3 +176,25 @@ func TestEncodeRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Any bytes as a firmware profile: an error or a valid profile whose every
+// register decodes its own encoding without panicking.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("model: m\ndata_type: D\nregisters:\n  - {name: A, area: holding, address: 0, type: float32, order: CDAB, scale: 0.1}\n"))
+	f.Add([]byte("model: m\ndata_type: D\nline:\n  regex: '^(?P<a>[0-9]+)$'\n  fields: [{name: A, group: a}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse("fuzz", "fuzz.yaml", data)
+		if err != nil {
+			return
+		}
+		for i := range p.Registers {
+			r := &p.Registers[i]
+			if r.Area.IsBit() {
+				continue
+			}
+			buf := make([]byte, 2*r.Words())
+			r.Encode(buf, 1)
+			_ = r.Decode(buf)
+		}
+	})
+}
