@@ -423,11 +423,18 @@ func (r *mqttRelay) pumpDown(up, down net.Conn) {
 			r.swallowd.Add(1)
 			continue
 		}
-		if _, err := down.Write(pkt); err != nil {
-			return
-		}
-		if pkt[0]>>4 == 4 { // PUBACK
+		// Count a PUBACK before the client can see it, so that a test that
+		// reads the count after Publish returned never finds it behind;
+		// uncount it if it never got out.
+		puback := pkt[0]>>4 == 4
+		if puback {
 			r.pubacks.Add(1)
+		}
+		if _, err := down.Write(pkt); err != nil {
+			if puback {
+				r.pubacks.Add(-1)
+			}
+			return
 		}
 	}
 }
