@@ -135,19 +135,26 @@ func (b *Buffer) await(ctx context.Context, r *request) error {
 // fails (ErrDiskFull), Ack returns the error and the buffer retries the
 // deletion by itself.
 func (b *Buffer) Ack(seqs ...uint64) error {
+	return b.settle(&request{op: opAck}, seqs)
+}
+
+// settle hides seqs from Next at once and has the writer delete (or move)
+// them as r says, waiting for the outcome: the common path of Ack and
+// DeadLetter.
+func (b *Buffer) settle(r *request, seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
 	if err := b.usable(); err != nil {
 		return err
 	}
-	s := sortedUnique(seqs)
+	r.seqs = sortedUnique(seqs)
 	b.mu.Lock()
-	for _, seq := range s {
+	for _, seq := range r.seqs {
 		b.leases[seq] = acking
 	}
 	b.mu.Unlock()
-	r := &request{op: opAck, seqs: s, done: make(chan struct{})}
+	r.done = make(chan struct{})
 	if err := b.send(context.Background(), r); err != nil {
 		return err
 	}
@@ -170,24 +177,7 @@ func (b *Buffer) Ack(seqs ...uint64) error {
 // before it commits, and if the commit fails (ErrDiskFull) DeadLetter
 // returns the error and the buffer retries the move by itself.
 func (b *Buffer) DeadLetter(reason string, seqs ...uint64) error {
-	if len(seqs) == 0 {
-		return nil
-	}
-	if err := b.usable(); err != nil {
-		return err
-	}
-	s := sortedUnique(seqs)
-	b.mu.Lock()
-	for _, seq := range s {
-		b.leases[seq] = acking
-	}
-	b.mu.Unlock()
-	r := &request{op: opDeadLetter, seqs: s, reason: clipReason(reason), done: make(chan struct{})}
-	if err := b.send(context.Background(), r); err != nil {
-		return err
-	}
-	<-r.done
-	return r.err
+	return b.settle(&request{op: opDeadLetter, reason: clipReason(reason)}, seqs)
 }
 
 // PurgeDead deletes every dead letter and returns how many it deleted. The
