@@ -172,6 +172,33 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, er
 	// Load reports may arrive before the upstream has its table index.
 	var index atomic.Int64
 	index.Store(-1)
+	// Everything that can fail is done before the upstream joins the
+	// table, so a failed add leaves nothing half-registered.
+	target := cu.Health
+	if target == "" {
+		if target, err = uplink.ProbeTarget(cu.URL); err != nil {
+			up.cancel()
+			return 0, err
+		}
+	}
+	var lp *uplink.LoadPoller
+	if cu.Load != nil && cu.Load.URL != "" {
+		lp, err = uplink.NewLoadPoller(cu.Load.URL, cu.Load.Interval, u.Probe.Timeout, tlsConf, func(l selector.Load, err error) {
+			i := int(index.Load())
+			if i < 0 {
+				return
+			}
+			if err != nil {
+				n.log.Warn("load report failed", "upstream", n.upstreamName(i), "err", err)
+				return
+			}
+			n.table.Report(i, l)
+		})
+		if err != nil {
+			up.cancel()
+			return 0, err
+		}
+	}
 	switch scheme {
 	case "mqtt", "mqtts":
 		mc := uplink.MQTTConfig{
@@ -214,12 +241,6 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, er
 	n.mu.Unlock()
 	n.delivery.Add(idx, up.sender)
 
-	target := cu.Health
-	if target == "" {
-		if target, err = uplink.ProbeTarget(cu.URL); err != nil {
-			return 0, err
-		}
-	}
 	hs, _ := up.sender.(*uplink.HTTPSender)
 	pr := uplink.NewProber(target, u.Probe.Interval, u.Probe.Timeout, tlsConf, func(rtt time.Duration, err error) {
 		n.table.Probe(idx, rtt, err)
@@ -231,17 +252,7 @@ func (n *north) add(c *config.Config, cu config.Upstream, epoch string) (int, er
 		}
 	})
 	n.wg.Go(func() { pr.Run(ctx) })
-	if cu.Load != nil && cu.Load.URL != "" {
-		lp, err := uplink.NewLoadPoller(cu.Load.URL, cu.Load.Interval, u.Probe.Timeout, tlsConf, func(l selector.Load, err error) {
-			if err != nil {
-				n.log.Warn("load report failed", "upstream", up.name, "err", err)
-				return
-			}
-			n.table.Report(idx, l)
-		})
-		if err != nil {
-			return 0, err
-		}
+	if lp != nil {
 		n.wg.Go(func() { lp.Run(ctx) })
 	}
 	return idx, nil
