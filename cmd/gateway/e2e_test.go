@@ -13,11 +13,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -55,7 +52,7 @@ const e2eWindow = 16
 //     still in the buffer (none missing), and duplicates stay within
 //     window × cut links.
 func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
-	mosq := e2eFindMosquitto(t)
+	mosq := testtool.FindMosquitto(t)
 	start := time.Now()
 
 	_, emuAddr := serve(t, false, "generic-wind-speed", "renke-rs-ws-n01", "generic-tipping-bucket-rain", "dfrobot-sen0644")
@@ -64,7 +61,7 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 	links := make([]e2eFaultLink, len(names))
 	var ups strings.Builder
 	for i, name := range names {
-		broker := e2eStartMosquitto(t, mosq)
+		broker := testtool.StartMosquitto(t, mosq)
 		e2eSubscribe(t, broker, name, func(topic string, payload []byte) { led.received(i, topic, payload) }, led.problem)
 		links[i] = e2eNewFaultLink(t, name, broker)
 		fmt.Fprintf(&ups, "    - {url: \"mqtt://%s\"}\n", links[i].Addr())
@@ -765,100 +762,6 @@ func (w *e2eLineWriter) Write(p []byte) (int, error) {
 		w.rest = w.rest[i+1:]
 	}
 	return len(p), nil
-}
-
-// e2eFindMosquitto returns the mosquitto binary: in PATH, or where Debian
-// installs it (/usr/sbin, often not in PATH). Missing, it skips the test,
-// or fails it under CI=true.
-func e2eFindMosquitto(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("mosquitto"); err == nil {
-		return p
-	}
-	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	testtool.Missing(t, "mosquitto", "mosquitto")
-	return ""
-}
-
-// e2eStartMosquitto runs a mosquitto on a free loopback port until the
-// test ends and returns its address.
-func e2eStartMosquitto(t *testing.T, bin string) string {
-	t.Helper()
-	dir := t.TempDir()
-	var log syncBuffer
-	for attempt := 1; ; attempt++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		var c strings.Builder
-		fmt.Fprintf(&c, "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
-		// The subscribers take every QoS 1 message: no queue limit.
-		c.WriteString("max_queued_messages 0\nmax_inflight_messages 100\n")
-		c.WriteString("log_dest stderr\nlog_type error\nlog_type warning\n")
-		if os.Geteuid() == 0 {
-			c.WriteString("user root\n") // else it drops to "mosquitto", who cannot read t.TempDir()
-		}
-		conf := filepath.Join(dir, "mosquitto.conf")
-		if err := os.WriteFile(conf, []byte(c.String()), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-c", conf)
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start mosquitto: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if e2eListening(addr, exited) {
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() {
-					t.Logf("mosquitto %s log:\n%s", addr, log.String())
-				}
-			})
-			return addr
-		}
-		stop()
-		// Another process may have taken the port meanwhile.
-		if attempt == 5 {
-			t.Fatalf("mosquitto did not start on a free port:\n%s", log.String())
-		}
-	}
-}
-
-// e2eListening waits until addr accepts connections, or the process
-// behind it exits.
-func e2eListening(addr string, exited <-chan struct{}) bool {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			nc.Close()
-			select {
-			case <-exited: // someone else owns the port
-				return false
-			case <-time.After(50 * time.Millisecond):
-				return true
-			}
-		}
-		select {
-		case <-exited:
-			return false
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return false
 }
 
 // e2eSubscribe connects a paho client straight to the broker at addr and
