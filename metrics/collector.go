@@ -1,16 +1,15 @@
 package metrics
 
 import (
+	"io"
+	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"fieldlink/sensors"
 )
 
-// collector turns the snapshots of [Sources] into constant metrics at
-// scrape time.
-type collector struct {
+// Collector turns the snapshots of [Sources] into metrics at scrape time.
+type Collector struct {
 	src Sources
 	now func() time.Time // for the buffer's oldest record age
 	d   descs
@@ -18,36 +17,40 @@ type collector struct {
 
 // descs holds every metric the collector can emit.
 type descs struct {
-	all []*prometheus.Desc
+	all []*desc // in the order they are written
 
-	devPolls, devErrors, devRequests, devLastDuration, devLastOK, devHealth *prometheus.Desc
+	devPolls, devErrors, devRequests, devLastDuration, devLastOK, devHealth *desc
 
-	busBusy, busOverruns *prometheus.Desc
+	busBusy, busOverruns *desc
 
-	mbRequests, mbResponses, mbErrors, mbSent, mbReceived, mbDiscarded *prometheus.Desc
+	mbRequests, mbResponses, mbErrors, mbSent, mbReceived, mbDiscarded *desc
 
-	bufRecords, bufLeased, bufBytes, bufMaxBytes, bufFileSize, bufOldestAge *prometheus.Desc
-	bufAppends, bufAcks, bufCommits, bufFsyncs                              *prometheus.Desc
-	bufEvictions, bufRejected, bufCorrupt, bufSalvages, bufSalvageLost      *prometheus.Desc
-	bufLostUncommitted, bufCompactions                                      *prometheus.Desc
-	bufDeadLetters, bufDeadDropped, bufDeadRecords, bufDeadBytes            *prometheus.Desc
+	bufRecords, bufLeased, bufBytes, bufMaxBytes, bufFileSize, bufOldestAge *desc
+	bufAppends, bufAcks, bufCommits, bufFsyncs                              *desc
+	bufEvictions, bufRejected, bufCorrupt, bufSalvages, bufSalvageLost      *desc
+	bufLostUncommitted, bufCompactions                                      *desc
+	bufDeadLetters, bufDeadDropped, bufDeadRecords, bufDeadBytes            *desc
 
-	delRetries, delReleased, delDeadLettered, delInFlight *prometheus.Desc
+	delRetries, delReleased, delDeadLettered, delInFlight *desc
 
-	upPicks, upDelivered                              *prometheus.Desc
-	upFailures, upTimeouts, upConsecutive, upInFlight *prometheus.Desc
-	upUp, upRetired                                   *prometheus.Desc
-	upLatency, upEWMA, upPeakEWMA, upStdDev           *prometheus.Desc
-	upProbeRTT, upProbeAge, upProbeFailures           *prometheus.Desc
-	selectorInfo                                      *prometheus.Desc
+	upPicks, upDelivered                              *desc
+	upFailures, upTimeouts, upConsecutive, upInFlight *desc
+	upUp, upRetired                                   *desc
+	upLatency, upEWMA, upPeakEWMA, upStdDev           *desc
+	upProbeRTT, upProbeAge, upProbeFailures           *desc
+	selectorInfo                                      *desc
 }
 
 func newDescs() descs {
 	var d descs
-	n := func(name, help string, labels ...string) *prometheus.Desc {
-		desc := prometheus.NewDesc("fieldlink_"+name, help, labels, nil)
-		d.all = append(d.all, desc)
-		return desc
+	n := func(name, help string, labels ...string) *desc {
+		typ := gaugeType
+		if strings.HasSuffix(name, "_total") {
+			typ = counterType
+		}
+		dd := &desc{name: "fieldlink_" + name, help: help, typ: typ, labels: labels}
+		d.all = append(d.all, dd)
+		return dd
 	}
 	dev := []string{"bus", "device"}
 	d.devPolls = n("device_polls_total", "Polls of the device, successful or not.", dev...)
@@ -104,6 +107,7 @@ func newDescs() descs {
 	d.upUp = n("upstream_up", "1 when the upstream can be tried (connected, or its latest probe answered), else 0.", up)
 	d.upRetired = n("upstream_retired", "1 when the upstream was removed from the selection for good, else 0.", up)
 	d.upLatency = n("upstream_latency_seconds", "Delivery latency, send to acknowledgement, failures included; count and sum only, from the selector's lifetime mean.", up)
+	d.upLatency.typ = summaryType
 	d.upEWMA = n("upstream_latency_ewma_seconds", "Exponentially weighted moving average of the upstream's delivery latency.", up)
 	d.upPeakEWMA = n("upstream_latency_peak_ewma_seconds", "Peak EWMA cost of the upstream (p2c_ewma), decayed to now.", up)
 	d.upStdDev = n("upstream_latency_stddev_seconds", "Standard deviation of the upstream's latest delivery latencies.", up)
@@ -114,21 +118,21 @@ func newDescs() descs {
 	return d
 }
 
-// NewCollector returns a collector that reads src at every scrape. It
-// describes every metric it may emit, so a registry checks it fully.
-func NewCollector(src Sources) prometheus.Collector {
-	return &collector{src: src, now: time.Now, d: newDescs()}
+// NewCollector returns a collector that reads src at every scrape.
+func NewCollector(src Sources) *Collector {
+	return &Collector{src: src, now: time.Now, d: newDescs()}
 }
 
-// Describe implements [prometheus.Collector].
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.d.all {
-		ch <- d
-	}
+// Write reads the sources once and writes their metrics to w in the text
+// exposition format. A series it cannot write (a label value that is not
+// UTF-8) is left out and reported in the error; the others are written.
+func (c *Collector) Write(w io.Writer) error {
+	s := newScrape()
+	c.collect(s)
+	return s.write(w, c.d.all)
 }
 
-// Collect implements [prometheus.Collector].
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
+func (c *Collector) collect(ch *scrape) {
 	c.collectDevices(ch)
 	c.collectBuses(ch)
 	c.collectModbus(ch)
@@ -140,7 +144,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) collectDevices(ch chan<- prometheus.Metric) {
+func (c *Collector) collectDevices(ch *scrape) {
 	if c.src.Devices == nil {
 		return
 	}
@@ -157,7 +161,7 @@ func (c *collector) collectDevices(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) collectBuses(ch chan<- prometheus.Metric) {
+func (c *Collector) collectBuses(ch *scrape) {
 	if c.src.Buses == nil {
 		return
 	}
@@ -167,7 +171,7 @@ func (c *collector) collectBuses(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) collectModbus(ch chan<- prometheus.Metric) {
+func (c *Collector) collectModbus(ch *scrape) {
 	if c.src.Modbus == nil {
 		return
 	}
@@ -186,7 +190,7 @@ func (c *collector) collectModbus(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) collectBuffer(ch chan<- prometheus.Metric) {
+func (c *Collector) collectBuffer(ch *scrape) {
 	if c.src.Buffer == nil {
 		return
 	}
@@ -224,7 +228,7 @@ func (c *collector) collectBuffer(ch chan<- prometheus.Metric) {
 	gauge(ch, d.bufDeadBytes, float64(s.DeadBytes))
 }
 
-func (c *collector) collectDelivery(ch chan<- prometheus.Metric) {
+func (c *Collector) collectDelivery(ch *scrape) {
 	if c.src.Delivery == nil {
 		return
 	}
@@ -243,7 +247,7 @@ func (c *collector) collectDelivery(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) collectUpstreams(ch chan<- prometheus.Metric) {
+func (c *Collector) collectUpstreams(ch *scrape) {
 	if c.src.Upstreams == nil {
 		return
 	}
@@ -258,11 +262,7 @@ func (c *collector) collectUpstreams(ch chan<- prometheus.Metric) {
 		counter(ch, d.upProbeFailures, float64(s.ProbeFailures), s.Name)
 
 		sum := s.LifetimeMean.Seconds() * float64(s.LifetimeSamples)
-		m, err := prometheus.NewConstSummary(d.upLatency, s.LifetimeSamples, sum, nil, s.Name)
-		if err != nil {
-			m = prometheus.NewInvalidMetric(d.upLatency, err)
-		}
-		ch <- m
+		ch.add(d.upLatency, sample{labels: []string{s.Name}, value: sum, count: s.LifetimeSamples})
 		if s.LifetimeSamples > 0 {
 			gauge(ch, d.upEWMA, s.LatencyEWMA.Seconds(), s.Name)
 		}
@@ -279,22 +279,12 @@ func (c *collector) collectUpstreams(ch chan<- prometheus.Metric) {
 	}
 }
 
-func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
-	constMetric(ch, d, prometheus.CounterValue, v, labels)
+func counter(ch *scrape, d *desc, v float64, labels ...string) {
+	ch.add(d, sample{labels: labels, value: v})
 }
 
-func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
-	constMetric(ch, d, prometheus.GaugeValue, v, labels)
-}
-
-// constMetric sends one metric, or an invalid one that fails only its own
-// series when a label value is not valid UTF-8.
-func constMetric(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueType, v float64, labels []string) {
-	m, err := prometheus.NewConstMetric(d, t, v, labels...)
-	if err != nil {
-		m = prometheus.NewInvalidMetric(d, err)
-	}
-	ch <- m
+func gauge(ch *scrape, d *desc, v float64, labels ...string) {
+	ch.add(d, sample{labels: labels, value: v})
 }
 
 func boolFloat(b bool) float64 {

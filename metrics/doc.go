@@ -9,13 +9,19 @@
 // therefore costs a few mutex-protected copies and one read-only bbolt
 // transaction, and nothing at all happens between scrapes.
 //
-// [Handler] builds its own [prometheus.Registry] (no global registration):
-// the collector, the Go runtime collector and the process collector, served
-// on /metrics, with /healthz (the process is alive) and /readyz (the site
-// is ready, see [Sources.Ready]). [Serve] serves it, on a loopback address
+// [Handler] serves the collector's metrics and the Go runtime and process
+// figures (under the reference client's names: go_goroutines,
+// process_resident_memory_bytes, …) on /metrics in the Prometheus text
+// exposition format, with /healthz (the process is alive) and /readyz (the
+// site is ready, see [Sources.Ready]). [Serve] serves it, on a loopback address
 // unless remote access is explicitly allowed, until its context ends.
 //
 // # Choices
+//
+// The text format is written here (expo.go), not by the reference client
+// library: that library links the protobuf runtime, 3.9 MiB of a 13 MiB ARM
+// binary that must stay under 10 MiB. Tests parse every byte written with
+// the reference parser and run the reference linter over it.
 //
 // Poll latency. A device exposes the duration of its latest poll as a gauge
 // (fieldlink_device_last_poll_duration_seconds). A summary or histogram

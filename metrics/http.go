@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,11 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // ErrNotLoopback means a listen address is not a loopback address and
@@ -23,27 +22,40 @@ var ErrNotLoopback = errors.New("metrics: listen address is not loopback")
 // its context ends.
 const shutdownGrace = 5 * time.Second
 
+// scrapeErrors counts the scrapes that left a series out.
+var scrapeErrors atomic.Uint64
+
+var scrapeErrorsDesc = &desc{name: "fieldlink_metrics_scrape_errors_total",
+	help: "Scrapes that left out a series they could not write (a label value not valid UTF-8).", typ: counterType}
+
 // Handler returns the metrics and health endpoints:
 //
-//   - /metrics: the collector over src, the Go runtime and process
-//     collectors, from a registry of its own. A collector that fails
-//     leaves out its own series, not the whole scrape.
+//   - /metrics: the collector over src, then the Go runtime and process
+//     figures, in the text exposition format. A series that cannot be
+//     written is left out (and counted), not the whole scrape.
 //   - /healthz: 200 "ok" while the process serves HTTP at all.
 //   - /readyz: 200 "ready" when src.Ready says so (or is nil), else 503
 //     with the reason.
 func Handler(src Sources) http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		NewCollector(src),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	c := NewCollector(src)
+	var mu sync.Mutex // one scrape at a time: each reads every source
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorHandling:       promhttp.ContinueOnError,
-		Registry:            reg, // counts errors in promhttp_metric_handler_errors_total
-		MaxRequestsInFlight: 4,
-	}))
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		var buf bytes.Buffer
+		err := c.Write(&buf)
+		if err != nil {
+			scrapeErrors.Add(1)
+		}
+		rt := newScrape()
+		collectRuntime(rt)
+		rt.add(scrapeErrorsDesc, sample{value: float64(scrapeErrors.Load())})
+		_ = rt.write(&buf, runtimeFamilies)
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(buf.Bytes())
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		plain(w, http.StatusOK, "ok")
 	})

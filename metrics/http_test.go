@@ -65,7 +65,9 @@ func TestHandler(t *testing.T) {
 		`fieldlink_upstream_probe_rtt_seconds{upstream="mqtt://a.example:1883"} 0.003`,
 		`fieldlink_selector_info{selector="p2c_peak_ewma"} 1`,
 		"go_goroutines ",
-		"promhttp_metric_handler_errors_total",
+		"fieldlink_metrics_scrape_errors_total 0",
+		"process_resident_memory_bytes ",
+		"process_cpu_seconds_total ",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
