@@ -12,12 +12,14 @@ all: vet test
 ## test: vet, then every test (unit and integration) under the race detector
 test: vet
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -tags field -run 'TestUsageAndVersion|TestReload' ./cmd/gateway
 
 ## vet: gofmt must have nothing to say, and go vet must pass
 vet:
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags field ./cmd/gateway
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

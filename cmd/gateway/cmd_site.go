@@ -2,18 +2,21 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"sync"
-
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
 
 	"fieldlink/buffer"
 	"fieldlink/config"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sdnotify"
+	"fieldlink/selector"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
 	"fieldlink/uplink"
@@ -130,28 +133,48 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(f, args); err != nil {
 		return err
 	}
+	// SIGHUP reloads the site file; caught from the start so that an early
+	// one cannot kill the daemon.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	c, s, log, err := startSite(*file, *level, *format, stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	d := &daemon{file: *file, log: log, cfg: c, site: s}
+	defer func() { d.site.close() }()
 	var mu sync.Mutex
 	buf := make([]byte, 0, 1024)
 	show := func(p *packet.Packet) {
 		mu.Lock()
 		defer mu.Unlock()
-		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
+		buf = append(p.AppendJSON(buf[:0], d.site.enc), '\n')
 		_, _ = stdout.Write(buf)
 	}
-	src := metrics.Sources{Devices: s.status, Buses: s.busSamples, Modbus: s.modbusStats,
-		Ready: func() (bool, string) { return metrics.DevicesAnswering(s.status()) }}
+	src := metrics.Sources{Devices: d.status, Buses: d.busSamples, Modbus: d.modbusStats,
+		Ready: func() (bool, string) { return metrics.DevicesAnswering(d.status()) }}
+	// serve polls until pollCtx ends, reloading on SIGHUP.
+	serve := func(pollCtx context.Context) {
+		d.startSouth(pollCtx)
+		for {
+			select {
+			case <-pollCtx.Done():
+				d.stopSouth()
+				return
+			case <-hup:
+				d.reload(pollCtx, ctx)
+			}
+		}
+	}
 	if c.Uplink == nil {
 		stopMetrics := serveMetrics(ctx, c, src, log)
 		defer stopMetrics()
 		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
 		defer watchdog(ctx, nil)()
+		d.emit = show
 		_ = sdnotify.Ready()
-		s.run(ctx, show)
+		serve(ctx)
 		_ = sdnotify.Stopping()
 		log.Info("gateway stopped")
 		return nil
@@ -162,23 +185,34 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer q.Close()
-	n, err := startNorth(ctx, c, q, log)
-	if err != nil {
+	d.q = q
+	if err := d.startNorth(ctx, c); err != nil {
 		return err
 	}
 	log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
 		"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	in := newSink(q, log, stopPolling)
+	d.emit = in.Put
 	src.Buffer = func() (buffer.Stats, bool) { return q.Stats(), true }
-	src.Delivery = func() (uplink.DeliveryStats, bool) { return n.delivery.Stats(), true }
-	src.Upstreams = n.table.Snapshot
+	src.Delivery = func() (uplink.DeliveryStats, bool) {
+		if _, n := d.current(); n != nil {
+			return n.delivery.Stats(), true
+		}
+		return uplink.DeliveryStats{}, false
+	}
+	src.Upstreams = func() []selector.Stats {
+		if _, n := d.current(); n != nil {
+			return n.table.Snapshot()
+		}
+		return nil
+	}
 	src.Selector = c.Uplink.Selector
 	src.Ready = func() (bool, string) {
 		if err := in.Fatal(); err != nil {
 			return false, "buffer failed: " + err.Error()
 		}
-		return metrics.DevicesAnswering(s.status())
+		return metrics.DevicesAnswering(d.status())
 	}
 	stopMetrics := serveMetrics(ctx, c, src, log)
 	defer stopMetrics()
@@ -188,11 +222,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	go in.Run()
 	defer watchdog(ctx, func() bool { return in.Fatal() == nil })()
 	_ = sdnotify.Ready()
-	s.run(pollCtx, in.Put)
+	serve(pollCtx)
 	_ = sdnotify.Stopping()
 	stopPolling()
 	in.Close()
-	n.stop()
+	d.mu.Lock()
+	d.stopNorth()
+	d.mu.Unlock()
 	log.Info("gateway stopped", "queued", q.Len(), "buffered", in.stored.Load(), "not_buffered", in.failed.Load())
 	if err := in.Fatal(); err != nil {
 		// An fsync failed: the kernel may have dropped the data; only a

@@ -54,9 +54,16 @@ func commands() []command {
 	}
 }
 
+// devOnly reports whether a command is left out of the field build's
+// usage (it still answers, to say how to run it).
+func devOnly(name string) bool { return fieldBuild && (name == "demo" || name == "lab") }
+
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "fieldlink gateway %s: Modbus and serial sensors to DataHead/DataBody packets\n\nUsage:\n", version)
 	for _, c := range commands() {
+		if devOnly(c.name) {
+			continue
+		}
 		fmt.Fprintf(w, "  gateway %-8s %s\n      %s\n", c.name, c.args, c.short)
 	}
 	fmt.Fprintf(w, "\nRun \"gateway COMMAND -h\" for a command's flags.\n")

@@ -35,8 +35,13 @@ func gw(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestUsageAndVersion(t *testing.T) {
-	if code, out, _ := gw(t, "help"); code != 0 || !strings.Contains(out, "gateway demo") || !strings.Contains(out, "gateway poll") {
-		t.Fatalf("help: %d %s", code, out)
+	if code, out, _ := gw(t, "help"); code != 0 || strings.Contains(out, "gateway demo") == fieldBuild || !strings.Contains(out, "gateway poll") {
+		t.Fatalf("help (field build: %v): %d %s", fieldBuild, code, out)
+	}
+	if fieldBuild {
+		if code, _, errOut := gw(t, "demo"); code != 1 || !strings.Contains(errOut, "not in this build") {
+			t.Fatalf("demo in the field build: %d %s", code, errOut)
+		}
 	}
 	if code, out, _ := gw(t, "version"); code != 0 || !strings.HasPrefix(out, "fieldlink gateway ") {
 		t.Fatalf("version: %d %q", code, out)
@@ -334,6 +339,9 @@ func TestEmulateRefusesNonLoopback(t *testing.T) {
 }
 
 func TestDemoPrintsFarmAndMinePackets(t *testing.T) {
+	if fieldBuild {
+		t.Skip("the field build (-tags field) has no demo; TestUsageAndVersion checks it says so")
+	}
 	code, out, errOut := gw(t, "demo", "-duration", "2500ms")
 	if code != 0 {
 		t.Fatalf("demo: %d %s", code, errOut)
