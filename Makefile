@@ -2,10 +2,19 @@
 GO       ?= go
 PKGS     := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# The release toolchain: dist binaries are built with it (scripts/cross-build),
+# and govulncheck judges the standard library at its version. The go command
+# fetches it from the module proxy. 1.27.3 fixes the net/http, crypto/tls and
+# crypto/x509 advisories that affect the 1.26.8 development toolchain.
+RELEASE_GO  ?= go1.27.3
+GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
+# The Go vulnerability database, as the OSV files of golang.org/x/vulndb from
+# the module proxy (vuln.go.dev itself is not reachable from every build host).
+VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test vet fmt lint bench demo build dist cross-check lab debs fuzz
+.PHONY: all test vet fmt lint vulncheck bench demo build dist cross-check lab debs fuzz
 
 all: vet test
 
@@ -13,6 +22,7 @@ all: vet test
 test: vet
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -race -count=1 -tags field -run 'TestUsageAndVersion|TestReload' ./cmd/gateway
+	$(MAKE) vulncheck
 
 ## vet: gofmt must have nothing to say, and go vet must pass
 vet:
@@ -26,6 +36,13 @@ fmt:
 
 lint:
 	$(GO) run $(STATICCHECK) $(PKGS)
+
+## vulncheck: govulncheck over every package with the release toolchain; fails on any reachable vulnerability
+vulncheck:
+	@db=$$($(GO) mod download -json $(VULNDB) | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'); \
+	test -d "$$db/data/osv" || { echo "vulncheck: no database in $(VULNDB)"; exit 1; }; \
+	echo "govulncheck $(GOVULNCHECK), $(RELEASE_GO), database $(VULNDB)"; \
+	GOTOOLCHAIN=$(RELEASE_GO) $(GO) run $(GOVULNCHECK) -db "file://$$db/data/osv" ./...
 
 ## bench: the polling, planning and encoding figures, as side-by-side ratios
 bench:
@@ -41,7 +58,7 @@ build:
 
 ## dist: static, reproducible gateway binaries for armv6, armv7, arm64, amd64 in dist/, with a size table
 dist:
-	VERSION=$(VERSION) scripts/cross-build/build
+	VERSION=$(VERSION) GOTOOLCHAIN=$(RELEASE_GO) scripts/cross-build/build
 
 ## cross-check: the ARM binaries and the sensors, buffer and selector tests under qemu-user-static
 cross-check: dist
