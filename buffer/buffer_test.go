@@ -672,6 +672,9 @@ func TestCompaction(t *testing.T) {
 	if before < 2<<20 {
 		t.Fatalf("file only %d bytes", before)
 	}
+	if err := b.PutAux("model", []byte("weights")); err != nil {
+		t.Fatal(err)
+	}
 	// Lease everything, then ack almost everything while another goroutine
 	// keeps appending.
 	if recs, _ := b.Next(len(ps)); len(recs) != len(ps) {
@@ -721,6 +724,9 @@ func TestCompaction(t *testing.T) {
 	recs, _ := b.Next(100000)
 	if !slices.Equal(seqsOf(recs), appended) {
 		t.Fatalf("Next after compaction returned %d records, want the %d new ones", len(recs), len(appended))
+	}
+	if v, err := b.Aux("model"); err != nil || string(v) != "weights" {
+		t.Fatalf("aux after compaction: %q, %v", v, err)
 	}
 	t.Logf("compaction: %d → %d bytes, %d appends meanwhile", before, after, len(appended))
 	if _, err := os.Stat(path + compactSuffix); !errors.Is(err, os.ErrNotExist) {
@@ -852,5 +858,42 @@ func TestWriterPanicIsContained(t *testing.T) {
 	b = openT(t, path, Options{})
 	if got := seqsOf(all(t, b)); !slices.Equal(got, []uint64{good}) {
 		t.Fatalf("after restart: %v", got)
+	}
+}
+
+// TestAux checks the aux bucket: absent, set, replaced, kept across a
+// reopen without the file being taken for a damaged one, and bounded.
+func TestAux(t *testing.T) {
+	for _, d := range []Durability{Always, Interval} {
+		t.Run(d.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "buffer.db")
+			b, err := Open(path, Options{Durability: d, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := b.Aux("irlb.model"); err != nil || v != nil {
+				t.Fatalf("Aux before any PutAux = %q, %v; want nil, nil", v, err)
+			}
+			mustAppend(t, b, testPacket("a", false))
+			for _, v := range []string{"first", "second"} {
+				if err := b.PutAux("irlb.model", []byte(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.PutAux("big", make([]byte, MaxAuxSize+1)); err == nil {
+				t.Error("PutAux took a value over MaxAuxSize")
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mustBeSound(t, path)
+			b = openT(t, path, Options{Durability: d})
+			if st := b.Stats(); st.Salvages != 0 || b.Len() != 1 {
+				t.Fatalf("reopen: %d salvages, %d records; want 0 and 1", st.Salvages, b.Len())
+			}
+			if v, err := b.Aux("irlb.model"); err != nil || string(v) != "second" {
+				t.Fatalf("Aux after reopen = %q, %v; want \"second\"", v, err)
+			}
+		})
 	}
 }

@@ -194,6 +194,7 @@ func (c *checker) leaf(p rawPage, depth int, kind bucketKind) error {
 				c.rep.ours++
 			case bytes.Equal(k, bucketDead):
 				c.rep.dead = true
+			case bytes.Equal(k, bucketAux):
 			default:
 				c.rep.strangers++
 			}

@@ -25,6 +25,7 @@ var (
 	bucketAlarm  = []byte("alarm")  // seq → record, alarms
 	bucketNormal = []byte("normal") // seq → record, everything else
 	bucketDead   = []byte("dead")   // (order, seq) → reason and record, dead letters
+	bucketAux    = []byte("aux")    // name → value: small state kept with the buffer (PutAux)
 
 	keyEpoch = []byte("epoch")
 	keyState = []byte("state")

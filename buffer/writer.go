@@ -27,6 +27,7 @@ const (
 	opDropCorrupt        // delete seqs (and dead letters) that fail their CRC; nobody waits
 	opDeadLetter         // move seqs to the dead bucket
 	opPurgeDead          // delete every dead letter
+	opPutAux             // set one key of the aux bucket
 )
 
 // request is one call's work for the writer. The caller fills it in and
@@ -35,7 +36,8 @@ type request struct {
 	op       opKind
 	recs     []pending // opAppend
 	seqs     []uint64  // opAck, opDropCorrupt, opDeadLetter
-	reason   string    // opDeadLetter
+	reason   string    // opDeadLetter; opPutAux: the key
+	aux      []byte    // opPutAux: the value
 	dead     [][]byte  // opDropCorrupt: keys of dead letters
 	n        int       // opPurge, opPurgeDead: records deleted
 	err      error     // the whole request failed
@@ -356,6 +358,8 @@ func (w *writer) apply(t *wtx, r *request, interval bool) {
 		}
 	case opPurgeDead:
 		r.n = t.purgeDead()
+	case opPutAux:
+		t.putAux(r.reason, r.aux)
 	case opPurge:
 		t.purge = r
 		return
@@ -627,6 +631,17 @@ func (t *wtx) trimDead(maxN, maxBytes int64) {
 
 // purgeDead deletes every dead letter and returns how many it deleted. The
 // dead bucket holds at most maxDead of them: one transaction does.
+// putAux sets key in the aux bucket, which the first call creates.
+func (t *wtx) putAux(key string, val []byte) {
+	b, err := t.tx.CreateBucketIfNotExists(bucketAux)
+	if err != nil {
+		panic("buffer: aux bucket: " + err.Error())
+	}
+	if err := b.Put([]byte(key), val); err != nil {
+		panic("buffer: aux put: " + err.Error())
+	}
+}
+
 func (t *wtx) purgeDead() int {
 	if t.deadB == nil {
 		return 0

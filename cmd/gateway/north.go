@@ -119,7 +119,7 @@ func startNorth(ctx context.Context, c *config.Config, q *buffer.Buffer, log *sl
 		}
 	}
 	if irlb, ok := strat.(*selector.IRLB); ok {
-		n.wg.Go(func() { n.trainIRLB(n.upCtx, c, irlb, 5*time.Minute) })
+		n.wg.Go(func() { n.trainIRLB(n.upCtx, c, q, irlb, 5*time.Minute) })
 	}
 	n.dwg.Go(func() { n.delivery.Run(ctx) })
 	return n, nil

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"fieldlink/buffer"
+	"fieldlink/config"
+	"fieldlink/selector"
+)
+
+// TestIRLBModelKeptInBuffer checks that the irlb model saved in the buffer
+// file's aux bucket is what trainIRLB restores at start-up.
+func TestIRLBModelKeptInBuffer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buf.db")
+	q, err := buffer.Open(path, buffer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var pts []selector.LSTMPoint
+	for i := range 120 {
+		pts = append(pts, selector.LSTMPoint{T: float64(i), Q: 10 + 5*math.Sin(float64(i)/4)})
+	}
+	m := selector.NewLSTM(selector.LSTMOptions{Hidden: 4, Window: 6, Epochs: 5})
+	if _, err := m.Fit(context.Background(), pts); err != nil {
+		t.Fatal(err)
+	}
+	data, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PutAux(irlbModelKey, data); err != nil {
+		t.Fatal(err)
+	}
+
+	s := selector.NewIRLB(selector.IRLBOptions{})
+	if s.Model() != nil {
+		t.Fatal("a new irlb strategy already has a model")
+	}
+	var log bytes.Buffer
+	n := &north{log: slog.New(slog.NewTextHandler(&log, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.trainIRLB(ctx, &config.Config{Buffer: config.Buffer{Path: path}}, q, s, time.Hour)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Model() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	got, err := s.Model().MarshalBinary()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("restored model differs from the saved one (err %v)\nlog: %s", err, log.String())
+	}
+	if !bytes.Contains(log.Bytes(), []byte("from=buffer")) {
+		t.Errorf("log does not say the model came from the buffer: %s", log.String())
+	}
+}
