@@ -5,8 +5,18 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/selector"
 	"fieldlink/sensors"
 )
+
+// latencyBounds are selector.LatencyBuckets in seconds.
+var latencyBounds = func() []float64 {
+	b := make([]float64, len(selector.LatencyBuckets))
+	for i, d := range selector.LatencyBuckets {
+		b[i] = d.Seconds()
+	}
+	return b
+}()
 
 // Collector turns the snapshots of [Sources] into metrics at scrape time.
 type Collector struct {
@@ -106,8 +116,8 @@ func newDescs() descs {
 	d.upInFlight = n("upstream_in_flight_batches", "Deliveries to the upstream begun and not ended.", up)
 	d.upUp = n("upstream_up", "1 when the upstream can be tried (connected, or its latest probe answered), else 0.", up)
 	d.upRetired = n("upstream_retired", "1 when the upstream was removed from the selection for good, else 0.", up)
-	d.upLatency = n("upstream_latency_seconds", "Delivery latency, send to acknowledgement, failures included; count and sum only, from the selector's lifetime mean.", up)
-	d.upLatency.typ = summaryType
+	d.upLatency = n("upstream_latency_seconds", "Delivery latency, send to acknowledgement, failures included.", up)
+	d.upLatency.typ = histogramType
 	d.upEWMA = n("upstream_latency_ewma_seconds", "Exponentially weighted moving average of the upstream's delivery latency.", up)
 	d.upPeakEWMA = n("upstream_latency_peak_ewma_seconds", "Peak EWMA cost of the upstream (p2c_ewma), decayed to now.", up)
 	d.upStdDev = n("upstream_latency_stddev_seconds", "Standard deviation of the upstream's latest delivery latencies.", up)
@@ -261,8 +271,8 @@ func (c *Collector) collectUpstreams(ch *scrape) {
 		gauge(ch, d.upRetired, boolFloat(s.Retired), s.Name)
 		counter(ch, d.upProbeFailures, float64(s.ProbeFailures), s.Name)
 
-		sum := s.LifetimeMean.Seconds() * float64(s.LifetimeSamples)
-		ch.add(d.upLatency, sample{labels: []string{s.Name}, value: sum, count: s.LifetimeSamples})
+		ch.add(d.upLatency, sample{labels: []string{s.Name}, value: s.LatencySum.Seconds(), count: s.LifetimeSamples,
+			bounds: latencyBounds, cum: s.LatencyCumulative[:]})
 		if s.LifetimeSamples > 0 {
 			gauge(ch, d.upEWMA, s.LatencyEWMA.Seconds(), s.Name)
 		}

@@ -77,6 +77,8 @@ func fakeSources() Sources {
 					LastLatency: 20 * time.Millisecond, LatencyEWMA: 25 * time.Millisecond, PeakEWMA: 40 * time.Millisecond,
 					LatencyMean: 24 * time.Millisecond, LatencyStdDev: 5 * time.Millisecond, Samples: 32,
 					LifetimeMean: 30 * time.Millisecond, LifetimeStdDev: 6 * time.Millisecond, LifetimeSamples: 32,
+					LatencySum:        960 * time.Millisecond,
+					LatencyCumulative: [12]uint64{0, 3, 10, 20, 28, 30, 31, 31, 32, 32, 32, 32},
 					ProbeRTT: 3 * time.Millisecond, ProbeAge: 4 * time.Second, ProbeFailures: 1},
 				{Name: "https://b.example/ingest", Index: 1, Up: false, Retired: true, Failures: 5,
 					ConsecutiveFailures: 5, ProbeFailures: 9, ConsecutiveProbeFailures: 9},
@@ -182,10 +184,36 @@ fieldlink_device_last_success_timestamp_seconds{bus="serial",device="rain"} 1.74
 fieldlink_buffer_oldest_record_age_seconds 90
 `},
 		{"fieldlink_upstream_latency_seconds", `
-# HELP fieldlink_upstream_latency_seconds Delivery latency, send to acknowledgement, failures included; count and sum only, from the selector's lifetime mean.
-# TYPE fieldlink_upstream_latency_seconds summary
+# HELP fieldlink_upstream_latency_seconds Delivery latency, send to acknowledgement, failures included.
+# TYPE fieldlink_upstream_latency_seconds histogram
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="0.005"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="0.01"} 3
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="0.025"} 10
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="0.05"} 20
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="0.1"} 28
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="0.25"} 30
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="0.5"} 31
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="1"} 31
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="2.5"} 32
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="5"} 32
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="10"} 32
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="30"} 32
+fieldlink_upstream_latency_seconds_bucket{upstream="mqtt://a.example:1883",le="+Inf"} 32
 fieldlink_upstream_latency_seconds_sum{upstream="mqtt://a.example:1883"} 0.96
 fieldlink_upstream_latency_seconds_count{upstream="mqtt://a.example:1883"} 32
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="0.005"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="0.01"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="0.025"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="0.05"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="0.1"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="0.25"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="0.5"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="1"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="2.5"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="5"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="10"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="30"} 0
+fieldlink_upstream_latency_seconds_bucket{upstream="https://b.example/ingest",le="+Inf"} 0
 fieldlink_upstream_latency_seconds_sum{upstream="https://b.example/ingest"} 0
 fieldlink_upstream_latency_seconds_count{upstream="https://b.example/ingest"} 0
 `},

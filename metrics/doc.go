@@ -35,15 +35,11 @@
 // fraction of wall time the bus was busy, 0 to 1. A ratio gauge would have to
 // pick a window, or keep state between scrapes.
 //
-// Upstream latency. The selector keeps an EWMA, a peak EWMA, a windowed
-// standard deviation and lifetime moments, not samples, so no histogram can
-// be derived from its snapshots without instrumenting deliveries. The
-// collector exposes the EWMA, peak EWMA, standard deviation and probe
-// round-trip as gauges, and fieldlink_upstream_latency_seconds as a summary
-// without quantiles whose _count is the number of latencies recorded and
-// whose _sum is their lifetime mean times that count (exact to the
-// nanosecond rounding of the mean), so that rate(_sum)/rate(_count) is the
-// mean delivery latency over any window.
+// Upstream latency. fieldlink_upstream_latency_seconds is a histogram of
+// every delivery's latency, failures included, with the buckets of
+// [selector.LatencyBuckets] (5 ms to 30 s), kept by the selector's table as
+// it records each delivery; the EWMA, peak EWMA, standard deviation and
+// probe round-trip are gauges beside it.
 //
 // Device health is an enum in the style of node_exporter's systemd unit
 // state: fieldlink_device_health{state="unknown|ok|degraded|offline"} has

@@ -26,9 +26,10 @@ const contentType = "text/plain; version=0.0.4; charset=utf-8"
 type metricType string
 
 const (
-	counterType metricType = "counter"
-	gaugeType   metricType = "gauge"
-	summaryType metricType = "summary" // _sum and _count only, no quantiles
+	counterType   metricType = "counter"
+	gaugeType     metricType = "gauge"
+	summaryType   metricType = "summary" // _sum and _count only, no quantiles
+	histogramType metricType = "histogram"
 )
 
 // desc describes one metric family.
@@ -39,11 +40,15 @@ type desc struct {
 	labels []string
 }
 
-// sample is one series of a family at scrape time; count is a summary's.
+// sample is one series of a family at scrape time. For a summary or a
+// histogram, value is the sum and count the count; a histogram's bucket i
+// holds cum[i] observations at most bounds[i].
 type sample struct {
 	labels []string
 	value  float64
 	count  uint64
+	bounds []float64
+	cum    []uint64
 }
 
 // scrape gathers the samples of one scrape, family by family.
@@ -90,7 +95,14 @@ func (s *scrape) write(w io.Writer, families []*desc) error {
 		bw.WriteString(string(d.typ))
 		bw.WriteByte('\n')
 		for _, sm := range ss {
-			if d.typ == summaryType {
+			if d.typ == histogramType {
+				lnames := append(slices.Clip(d.labels), "le")
+				for i, b := range sm.bounds {
+					writeSeries(bw, d.name+"_bucket", lnames, append(slices.Clip(sm.labels), formatFloat(b)), float64(sm.cum[i]))
+				}
+				writeSeries(bw, d.name+"_bucket", lnames, append(slices.Clip(sm.labels), "+Inf"), float64(sm.count))
+			}
+			if d.typ == summaryType || d.typ == histogramType {
 				writeSeries(bw, d.name+"_sum", d.labels, sm.labels, sm.value)
 				writeSeries(bw, d.name+"_count", d.labels, sm.labels, float64(sm.count))
 				continue

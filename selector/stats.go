@@ -20,6 +20,15 @@ type Load struct {
 	At time.Time
 }
 
+// LatencyBuckets are the upper bounds of Stats.LatencyCumulative: the
+// delivery latencies a field uplink sees, from a LAN broker to a satellite
+// link or a timeout.
+var LatencyBuckets = [...]time.Duration{
+	5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
+	2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second,
+}
+
 // Stats is a copy of one upstream's statistics at one instant, for metrics,
 // the selector lab and tests. Durations are 0 when there is no sample.
 type Stats struct {
@@ -58,6 +67,10 @@ type Stats struct {
 	LifetimeMean    time.Duration
 	LifetimeStdDev  time.Duration
 	LifetimeSamples uint64
+	// LatencySum is the sum of those latencies, and LatencyCumulative[i]
+	// how many were at most LatencyBuckets[i]: a Prometheus histogram.
+	LatencySum        time.Duration
+	LatencyCumulative [len(LatencyBuckets)]uint64
 
 	ProbeRTT                 time.Duration // of the latest successful probe; 0 when none
 	ProbeAge                 time.Duration // since that probe
@@ -111,6 +124,12 @@ func (t *Table) Snapshot() []Stats {
 		s.LatencyMean, s.LatencyStdDev, s.Samples = dur(m), dur(sd), u.ringLen
 		m, sd = u.lifetime()
 		s.LifetimeMean, s.LifetimeStdDev, s.LifetimeSamples = dur(m), dur(sd), u.count
+		s.LatencySum = u.sum
+		var c uint64
+		for i, n := range u.hist {
+			c += n
+			s.LatencyCumulative[i] = c
+		}
 		if rtt := u.probeRTT.Load(); rtt > 0 {
 			s.ProbeRTT = time.Duration(rtt)
 			s.ProbeAge = max(now.Sub(u.probeAt), 0)

@@ -309,3 +309,29 @@ func TestConcurrentReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestLatencyHistogram checks the cumulative bucket counts and the sum,
+// including a latency on a bound and one above the last bound.
+func TestLatencyHistogram(t *testing.T) {
+	c := new(testClock)
+	tb := NewTable(Options{Now: c.Now})
+	tb.Add("a", 1)
+	lat := []time.Duration{time.Millisecond, 5 * time.Millisecond, 7 * time.Millisecond, 300 * time.Millisecond, 40 * time.Second}
+	for _, d := range lat {
+		tk := tb.Begin(0)
+		c.Advance(d)
+		tb.End(tk, nil)
+	}
+	s := tb.Snapshot()[0]
+	// Bounds: 5ms 10ms 25ms 50ms 100ms 250ms 500ms 1s 2.5s 5s 10s 30s.
+	want := [len(LatencyBuckets)]uint64{2, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4}
+	if s.LatencyCumulative != want {
+		t.Errorf("LatencyCumulative = %v, want %v", s.LatencyCumulative, want)
+	}
+	if wantSum := 40*time.Second + 313*time.Millisecond; s.LatencySum != wantSum {
+		t.Errorf("LatencySum = %v, want %v", s.LatencySum, wantSum)
+	}
+	if s.LifetimeSamples != 5 {
+		t.Errorf("LifetimeSamples = %d, want 5 (the +Inf bucket)", s.LifetimeSamples)
+	}
+}

@@ -59,6 +59,10 @@ type upstream struct {
 	count uint64
 	mean  float64
 	m2    float64
+	// hist counts latencies per LatencyBuckets bound (not cumulative; the
+	// ones above the last bound are count minus their sum); sum is exact.
+	hist [len(LatencyBuckets)]uint64
+	sum  time.Duration
 
 	probeAt          time.Time
 	probeFailures    uint64
@@ -117,6 +121,13 @@ func (t *Table) record(u *upstream, start, end time.Time, err error) {
 	u.ringLen = min(u.ringLen+1, len(u.ring))
 
 	u.count++
+	u.sum += time.Duration(lat)
+	for i, b := range LatencyBuckets {
+		if time.Duration(lat) <= b {
+			u.hist[i]++
+			break
+		}
+	}
 	d := float64(lat) - u.mean
 	u.mean += d / float64(u.count)
 	u.m2 += d * (float64(lat) - u.mean)
