@@ -23,6 +23,7 @@ test: vet
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -race -count=1 -tags field -run 'TestUsageAndVersion|TestReload' ./cmd/gateway
 	$(MAKE) vulncheck
+	$(MAKE) fuzz FUZZTIME=5s
 
 ## vet: gofmt must have nothing to say, and go vet must pass
 vet:
@@ -72,13 +73,8 @@ lab:
 debs: dist
 	VERSION=$(VERSION) packaging/build-debs
 
-## fuzz: run every fuzz target for FUZZTIME each (default 30s); crashers land in each package's testdata/fuzz
+## fuzz: run every fuzz target for FUZZTIME each (default 30s) and print time, executions and corpus
+## size per target; crashers land in each package's testdata/fuzz (make test runs it at 5s each)
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./yamlconf:FuzzDecode ./config:FuzzParse ./sensors/profile:FuzzParse ./sensors/profile:FuzzDecode ./sensors/modbus:FuzzRTUResponse \
-	./sensors/lineproto:FuzzParse ./sensors/lineproto:FuzzReader ./packet:FuzzAppendJSON \
-	./packet:FuzzAppendString ./uplink:FuzzParseLoad ./uplink:FuzzParseRegistry
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$pkg $$fn ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
-	done
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz-all
