@@ -18,10 +18,12 @@ VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/n
 
 all: vet test
 
-## test: vet, then every test (unit and integration) under the race detector
+## test: vet; every test (unit and integration) under the race detector; the field build; the ARM
+## binaries and tests under qemu; govulncheck; 5 s of fuzzing per fuzz target
 test: vet
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -race -count=1 -tags field -run 'TestUsageAndVersion|TestReload' ./cmd/gateway
+	$(GO) test -count=1 -tags crosscheck -timeout 40m ./scripts/cross-build/
 	$(MAKE) vulncheck
 	$(MAKE) fuzz FUZZTIME=5s
 
@@ -31,6 +33,7 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags field ./cmd/gateway
+	$(GO) vet -tags crosscheck ./scripts/cross-build/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

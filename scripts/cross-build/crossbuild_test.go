@@ -1,5 +1,9 @@
+//go:build crosscheck
+
 // Package crossbuild_test runs scripts/cross-build under go test, so that
-// `make test` (and CI) proves the ARM binaries and not only the host one:
+// `make test` (and CI) proves the ARM binaries and not only the host one
+// (as a step of its own, after the other tests: -tags crosscheck keeps it
+// out of `go test ./...`, where it would compete with them for the cores):
 // the field build for armv6, armv7, arm64 and amd64, reproducible from
 // another path and under the 10 MiB budget, then qemu-check (version, poll
 // of the emulator, the SIGILL control, the demo, and the sensors, buffer

@@ -82,8 +82,11 @@ func TestSerialFraming(t *testing.T) {
 	}
 	time.Sleep(10 * time.Millisecond) // the bus is silent after a reply
 	checkRTU(t, pipeAsk(t, c, time.Second, rtuRequest(t, 1, 4, u16s(0, 1)...)))
-	if s := e.Stats(); s.Ignored != 1 || s.Garbage != 3 {
-		t.Errorf("Ignored %d Garbage %d, want 1 and 3", s.Ignored, s.Garbage)
+	// At least the bad-CRC frame, the noise and the stray reply went to
+	// garbage; a slow scheduler (qemu, a loaded machine) may split the
+	// noise at a silence that only it saw, so more is fine.
+	if s := e.Stats(); s.Ignored != 1 || s.Garbage < 3 {
+		t.Errorf("Ignored %d Garbage %d, want 1 and at least 3", s.Ignored, s.Garbage)
 	}
 }
 
