@@ -8,6 +8,8 @@ package config
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -149,7 +151,12 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 		if _, ok := yamlconf.IsErrors(err); ok || dir == "" {
 			return nil, err
 		}
-		doc.Errorf("profiles_dir", "%v", err)
+		doc.Errorf("profiles_dir", "%v (give a directory of *.yaml profiles, relative to the site file)", err)
+		// Check the devices against the embedded profiles, rather than
+		// report each of them as unknown.
+		if set, err = profiles(""); err != nil {
+			return nil, err
+		}
 	}
 	c.Profiles = set
 	c.validate(doc)
@@ -186,7 +193,7 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 		doc.Errorf("site.id_field", "must be FarmId or MineId, got %q", c.Site.IDField)
 	}
 	if c.Site.ID == "" && doc.Has("site.id") {
-		doc.Errorf("site.id", "must not be empty")
+		doc.Errorf("site.id", "must not be empty (the farm's or mine's id on the platform, such as \"001\")")
 	}
 	loc, err := time.LoadLocation(c.Site.Timezone)
 	if err != nil {
@@ -194,11 +201,12 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 	}
 	c.Location = loc
 	if c.Gateway.ID == "" && doc.Has("gateway.id") {
-		doc.Errorf("gateway.id", "must not be empty")
+		doc.Errorf("gateway.id", "must not be empty (this gateway's id, such as gw-01)")
 	}
 	if c.Packet.Values != "strings" && c.Packet.Values != "number" {
 		doc.Errorf("packet.values", "must be strings or number, got %q", c.Packet.Values)
 	}
+	c.validateMetrics(doc)
 	if len(c.Buses) == 0 && len(c.SerialSensors) == 0 {
 		doc.Errorf("buses", "the site has no buses and no serial_sensors: nothing to poll")
 	}
@@ -210,15 +218,16 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 		}
 		names[name] = field
 	}
-	busNames := map[string]bool{}
+	busNames := map[string]int{}
 	ports := map[string]string{}
 	for i := range c.Buses {
 		b := &c.Buses[i]
 		f := fmt.Sprintf("buses[%d]", i)
-		if busNames[b.Name] {
-			doc.Errorf(f+".name", "duplicate bus name %q", b.Name)
+		if k, dup := busNames[b.Name]; dup {
+			doc.Errorf(f+".name", "bus name %q is already used by buses[%d] (bus names must be unique)", b.Name, k)
+		} else {
+			busNames[b.Name] = i
 		}
-		busNames[b.Name] = true
 		ep, err := modbus.ParseURL(b.URL)
 		if err != nil && b.URL != "" {
 			doc.Errorf(f+".url", "%v", err)
@@ -243,7 +252,7 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 			doc.Errorf(f+".backoff", "must be at least the timeout (%v), got %v", b.Timeout, b.Backoff)
 		}
 		if len(b.Devices) == 0 {
-			doc.Errorf(f+".devices", "bus %q has no devices", b.Name)
+			doc.Errorf(f+".devices", "bus %q has no devices (list at least one under devices:, or remove the bus)", b.Name)
 		}
 		slaves := map[int]int{}
 		for j := range b.Devices {
@@ -253,9 +262,10 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 			if d.Slave < 1 || d.Slave > 247 {
 				doc.Errorf(df+".slave", "must be 1..247 (0 is broadcast, 248-255 reserved), got %d", d.Slave)
 			} else if k, dup := slaves[d.Slave]; dup {
-				doc.Errorf(df+".slave", "slave %d is already used on this bus by devices[%d]", d.Slave, k)
+				doc.Errorf(df+".slave", "slave %d is already used on this bus by devices[%d] (each device on a bus needs its own slave id, 1..247)", d.Slave, k)
+			} else {
+				slaves[d.Slave] = j
 			}
-			slaves[d.Slave] = j
 			p := c.profileFor(doc, df+".profile", d.Profile, false)
 			c.deviceDefaults(doc, df, &d.Interval, &d.DataType, p)
 			if p != nil && p.Serial != nil && err == nil && ep.Serial() {
@@ -282,11 +292,37 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 		}
 		p := c.profileFor(doc, f+".profile", s.Profile, true)
 		if s.Interval < 0 {
-			doc.Errorf(f+".interval", "must not be negative")
+			doc.Errorf(f+".interval", "must be 0 (a packet per line) or positive, got %v", s.Interval)
 		}
 		if s.DataType == "" && p != nil {
 			s.DataType = p.DataType
 		}
+	}
+}
+
+// validateMetrics checks metrics.listen as far as it can without binding:
+// a host:port, and a loopback address unless allow_remote is set (host
+// names are checked by the address they bind, when the gateway starts).
+func (c *Config) validateMetrics(doc *yamlconf.Doc) {
+	m := c.Metrics
+	if m.Listen == "off" {
+		return
+	}
+	host, port, err := net.SplitHostPort(m.Listen)
+	if err != nil {
+		doc.Errorf("metrics.listen", "%q is not host:port (valid: host:port such as 127.0.0.1:9273, or off)", m.Listen)
+		return
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		doc.Errorf("metrics.listen", "port %q must be a number from 0 to 65535 (such as 127.0.0.1:9273)", port)
+	}
+	if m.AllowRemote {
+		return
+	}
+	if host == "" {
+		doc.Errorf("metrics.listen", "%q listens on every interface; use a loopback address such as 127.0.0.1:9273, or set metrics.allow_remote: true", m.Listen)
+	} else if ip, err := netip.ParseAddr(host); err == nil && !ip.Unmap().IsLoopback() {
+		doc.Errorf("metrics.listen", "%s is not a loopback address; use one such as 127.0.0.1:9273, or set metrics.allow_remote: true", host)
 	}
 }
 
@@ -312,7 +348,7 @@ func (c *Config) profileFor(doc *yamlconf.Doc, f, name string, line bool) *profi
 	}
 	p, ok := c.Profiles[name]
 	if !ok {
-		doc.Errorf(f, "unknown profile %q (known: %s)", name, strings.Join(c.Profiles.Names(), ", "))
+		doc.Errorf(f, "unknown profile %q%s (known: %s; gateway profiles lists them)", name, yamlconf.DidYouMean(name, c.Profiles.Names()), strings.Join(c.Profiles.Names(), ", "))
 		return nil
 	}
 	if line && !p.IsLine() {

@@ -179,7 +179,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		doc.Errorf("buffer.max_bytes", "must be at least 64KiB, got %d bytes", b.MaxBytes)
 	}
 	if b.MaxAge < 0 {
-		doc.Errorf("buffer.max_age", "must not be negative")
+		doc.Errorf("buffer.max_age", "must be 0 (keep packets until delivered) or positive, got %v", b.MaxAge)
 	}
 	switch b.WhenFull {
 	case "":
@@ -214,7 +214,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			doc.Errorf("uplink.drf.response_time", "must be lifetime or window, got %q", d.ResponseTime)
 		}
 		if d.Period < 0 {
-			doc.Errorf("uplink.drf.period", "must not be negative")
+			doc.Errorf("uplink.drf.period", "must be 0 (the default, 5m) or positive, got %v", d.Period)
 		}
 		for _, f := range []struct {
 			name string
@@ -222,7 +222,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		}{{"tr", d.TR}, {"n", d.N}} {
 			for _, x := range []float64{f.v.Failures, f.v.InFlight, f.v.ConsecutiveFailures, f.v.ResponseTimeStdDev, f.v.Latency} {
 				if x < 0 {
-					doc.Errorf("uplink.drf."+f.name, "amounts must not be negative")
+					doc.Errorf("uplink.drf."+f.name, "amounts must be 0 or positive, got %v", x)
 					break
 				}
 			}
@@ -267,7 +267,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			doc.Errorf(f+".url", "%v", err)
 		}
 		if j, dup := seen[up.URL]; dup && up.URL != "" {
-			doc.Errorf(f+".url", "same URL as uplink.upstreams[%d]", j)
+			doc.Errorf(f+".url", "same URL as uplink.upstreams[%d] (list each upstream once)", j)
 		}
 		seen[up.URL] = i
 		mqtt := scheme == "mqtt" || scheme == "mqtts"
@@ -293,13 +293,14 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			doc.Errorf(f+".password_env", "give password_file or password_env, not both")
 		}
 		if up.PasswordFile != "" {
-			if _, err := os.Stat(c.rel(up.PasswordFile)); err != nil {
-				doc.Errorf(f+".password_file", "%v", err)
+			// Opened, never read here: the message names the file only.
+			if err := readable(c.rel(up.PasswordFile)); err != nil {
+				doc.Errorf(f+".password_file", "%v (give a file the gateway can read, whose first line is the password)", err)
 			}
 		}
 		if up.PasswordEnv != "" {
 			if _, ok := os.LookupEnv(up.PasswordEnv); !ok {
-				doc.Errorf(f+".password_env", "environment variable %s is not set", up.PasswordEnv)
+				doc.Errorf(f+".password_env", "environment variable %s is not set (set it in the gateway's environment, or use password_file)", up.PasswordEnv)
 			}
 		}
 		if t := up.TLS; t != nil {
@@ -313,8 +314,8 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 				if p.path == "" {
 					continue
 				}
-				if _, err := os.Stat(c.rel(p.path)); err != nil {
-					doc.Errorf(f+".tls."+p.name, "%v", err)
+				if err := readable(c.rel(p.path)); err != nil {
+					doc.Errorf(f+".tls."+p.name, "%v (give a PEM file the gateway can read)", err)
 				}
 			}
 			if t.InsecureSkipVerify {
@@ -331,7 +332,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			if (l.URL == "") == (l.Topic == "") {
 				doc.Errorf(f+".load", "give url (an HTTP JSON endpoint) or topic (a retained MQTT topic), one of them")
 			}
-			if l.Topic != "" && !mqtt {
+			if l.Topic != "" && !mqtt && err == nil {
 				doc.Errorf(f+".load.topic", "a load topic needs an MQTT upstream")
 			}
 			if l.Interval == 0 {
@@ -357,7 +358,7 @@ func UpstreamScheme(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// The URL may hold a password: do not repeat it.
-		return "", fmt.Errorf("not a valid URL")
+		return "", fmt.Errorf("not a valid URL (such as mqtts://host:8883 or https://host/api/packets)")
 	}
 	switch u.Scheme {
 	case "mqtt", "mqtts", "http", "https":
@@ -365,12 +366,26 @@ func UpstreamScheme(raw string) (string, error) {
 		return "", fmt.Errorf("unknown scheme %q in %q (valid: mqtt, mqtts, http, https)", u.Scheme, u.Redacted())
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("no host in %q", u.Redacted())
+		return "", fmt.Errorf("no host in %q (such as mqtts://host:8883 or https://host/api/packets)", u.Redacted())
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("put credentials in username and password_file, not in the URL")
 	}
 	return u.Scheme, nil
+}
+
+// readable reports why the file at path cannot be opened for reading, or
+// whether it is a directory; nil when it can be read.
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	return nil
 }
 
 // rel resolves a path relative to the site file's directory.

@@ -45,7 +45,7 @@ func TestNorthErrors(t *testing.T) {
 		{"uplink: {upstreams: [{url: 'mqtt://u:p@h'}]}", `put credentials in username and password_file, not in the URL`},
 		{"uplink: {upstreams: [{url: 'mqtt://h', qos: 2}]}", `uplink.upstreams[0].qos: must be 0 or 1`},
 		{"uplink: {upstreams: [{url: 'https://h', topic: t}]}", `uplink.upstreams[0].topic: topic applies only to mqtt`},
-		{"uplink: {upstreams: [{url: 'mqtt://h', password_file: /nonexistent/pw}]}", `uplink.upstreams[0].password_file: stat /nonexistent/pw`},
+		{"uplink: {upstreams: [{url: 'mqtt://h', password_file: /nonexistent/pw}]}", `uplink.upstreams[0].password_file: open /nonexistent/pw: no such file or directory (give a file the gateway can read`},
 		{"uplink: {upstreams: [{url: 'mqtt://h', password_env: FIELDLINK_NOT_SET_X}]}", `uplink.upstreams[0].password_env: environment variable FIELDLINK_NOT_SET_X is not set`},
 		{"uplink: {upstreams: [{url: 'mqtt://h', password_env: FIELDLINK_TEST_PW, password_file: /x}]}", `give password_file or password_env, not both`},
 		{"uplink: {upstreams: [{url: 'mqtt://h', tls: {ca: /x.pem}}]}", `uplink.upstreams[0].tls: tls needs an mqtts:// or https:// URL`},

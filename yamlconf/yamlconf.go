@@ -84,6 +84,9 @@ type Doc struct {
 	pos    map[string]pos
 	errs   Errors
 	broken bool // the file is not YAML, or empty: nothing was decoded
+	// failed holds the fields whose value could not be decoded: a check
+	// of their (zero) value would only repeat the problem.
+	failed map[string]bool
 }
 
 // Broken reports whether the file could not be parsed at all, so that
@@ -94,7 +97,7 @@ func (d *Doc) Broken() bool { return d.broken }
 // The returned Doc is never nil, so callers can go on validating and report
 // every error at once; the error is Errors when anything was wrong.
 func Decode(file string, data []byte, v any) (*Doc, error) {
-	d := &Doc{File: file, pos: map[string]pos{}}
+	d := &Doc{File: file, pos: map[string]pos{}, failed: map[string]bool{}}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		d.errs = append(d.errs, syntaxError(file, err))
@@ -106,7 +109,7 @@ func Decode(file string, data []byte, v any) (*Doc, error) {
 		panic("yamlconf: Decode needs a non-nil pointer")
 	}
 	if len(root.Content) == 0 {
-		d.errs = append(d.errs, &Error{File: file, Msg: "file is empty"})
+		d.errs = append(d.errs, &Error{File: file, Msg: "file is empty (expected key: value lines)"})
 		d.broken = true
 		return d, d.Err()
 	}
@@ -170,12 +173,21 @@ func (d *Doc) Line(field string) (line, col int) {
 }
 
 // Errorf records an error against field, positioned where it was written.
+// It records nothing when the field's value could not be decoded: that
+// error is already reported, and a check of the zero value left in its
+// place would only add noise.
 func (d *Doc) Errorf(field, format string, args ...any) {
+	if d.failed[field] {
+		return
+	}
 	line, col := d.Line(field)
 	d.errs = append(d.errs, &Error{File: d.File, Line: line, Col: col, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (d *Doc) errAt(n *yaml.Node, field, format string, args ...any) {
+	if d.failed != nil {
+		d.failed[field] = true
+	}
 	d.errs = append(d.errs, &Error{File: d.File, Line: n.Line, Col: n.Column, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
@@ -248,14 +260,14 @@ func (d *Doc) decode(n *yaml.Node, v reflect.Value, path string) {
 		if v.IsNil() {
 			v.Set(reflect.MakeMap(v.Type()))
 		}
-		seen := map[string]bool{}
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
-			if seen[k.Value] {
-				d.errAt(k, join(path, k.Value), "duplicate key %q", k.Value)
+			if first, dup := seen[k.Value]; dup {
+				d.errAt(k, join(path, k.Value), "duplicate key %q (a key may appear once; the first is on line %d)", k.Value, first)
 				continue
 			}
-			seen[k.Value] = true
+			seen[k.Value] = k.Line
 			e := reflect.New(v.Type().Elem()).Elem()
 			d.decode(val, e, join(path, k.Value))
 			v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e)
@@ -282,7 +294,8 @@ func (d *Doc) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		if v.OverflowInt(i) {
-			d.errAt(n, path, "%d is out of range for this field", i)
+			bits := v.Type().Bits()
+			d.errAt(n, path, "%d is out of range for this field (valid: %d..%d)", i, int64(-1)<<(bits-1), int64(1)<<(bits-1)-1)
 			return
 		}
 		v.SetInt(i)
@@ -293,7 +306,7 @@ func (d *Doc) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		if v.OverflowUint(u) {
-			d.errAt(n, path, "%d is out of range for this field", u)
+			d.errAt(n, path, "%d is out of range for this field (valid: 0..%d)", u, uint64(1)<<v.Type().Bits()-1)
 			return
 		}
 		v.SetUint(u)
@@ -362,7 +375,7 @@ func (d *Doc) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	fields, names := structFields(v.Type())
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		fp := join(path, k.Value)
@@ -374,27 +387,28 @@ func (d *Doc) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			d.errAt(k, path, "merge keys (<<) are not supported; write the keys out")
 			continue
 		}
-		if seen[k.Value] {
-			d.errAt(k, fp, "duplicate key %q", k.Value)
+		if first, dup := seen[k.Value]; dup {
+			d.errAt(k, fp, "duplicate key %q (a key may appear once; the first is on line %d)", k.Value, first)
 			continue
 		}
-		seen[k.Value] = true
+		seen[k.Value] = k.Line
 		fi, ok := fields[k.Value]
 		if !ok {
-			d.errAt(k, fp, "unknown field %q%s (valid: %s)", k.Value, suggest(k.Value, names), strings.Join(names, ", "))
+			d.errAt(k, fp, "unknown field %q%s (valid: %s)", k.Value, DidYouMean(k.Value, names), strings.Join(names, ", "))
 			continue
 		}
 		d.decode(val, v.FieldByIndex(fi.index), fp)
 	}
 	for _, name := range names {
-		if fields[name].required && !seen[name] {
+		if _, ok := seen[name]; fields[name].required && !ok {
 			d.errAt(n, join(path, name), "missing required field %q", name)
 		}
 	}
 }
 
-// suggest returns ` (did you mean "x"?)` for a near miss.
-func suggest(key string, names []string) string {
+// DidYouMean returns ` (did you mean "x"?)` when one of names is a near
+// miss of key (at most two edits away), and "" otherwise.
+func DidYouMean(key string, names []string) string {
 	best, bestD := "", 3
 	for _, n := range names {
 		if dd := distance(strings.ToLower(key), n); dd < bestD {

@@ -62,7 +62,7 @@ func TestDecodeErrors(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{"nme: x", `f.yaml:1:1: nme: unknown field "nme" (did you mean "name"?) (valid: name, items, tags)`},
 		{"items: [{n: x}]", `f.yaml:1:13: items[0].n: expected a whole number, got "x"`},
-		{"items: [{n: 1, u: 256}]", `f.yaml:1:19: items[0].u: 256 is out of range for this field`},
+		{"items: [{n: 1, u: 256}]", `f.yaml:1:19: items[0].u: 256 is out of range for this field (valid: 0..255)`},
 		{"items: [{n: 1, u: -1}]", `items[0].u: expected a whole number ≥ 0, got "-1"`},
 		{"items: [{u: 1}]", `f.yaml:1:9: items[0].n: missing required field "n"`},
 		{"items: [{n: 1, f: abc}]", `items[0].f: expected a number, got "abc"`},
@@ -70,10 +70,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"items: [{n: 1, color: green}]", `f.yaml:1:23: items[0].color: unknown color "green" (valid: red, blue)`},
 		{"items: [{n: 1, d: 5}]", `items[0].d: expected a duration such as 500ms or 5s, got "5"`},
 		{"items: {n: 1}", `f.yaml:1:8: items: expected a list, got a mapping`},
-		{"name: x\nname: y", `f.yaml:2:1: name: duplicate key "name"`},
+		{"name: x\nname: y", `f.yaml:2:1: name: duplicate key "name" (a key may appear once; the first is on line 1)`},
 		{"name: [x]", `name: expected a string, got a list`},
 		{"name: x\n  bad: indent", `f.yaml:2:1: invalid YAML: mapping values are not allowed`},
-		{"", `f.yaml: file is empty`},
+		{"", `f.yaml: file is empty (expected key: value lines)`},
+		{"tags: {a: {n: 1}, a: {n: 2}}", `f.yaml:1:19: tags.a: duplicate key "a" (a key may appear once; the first is on line 1)`},
 		{"- a\n- b", `f.yaml:1:1: expected a mapping (key: value lines), got a list`},
 	} {
 		var o outer

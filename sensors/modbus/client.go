@@ -144,7 +144,7 @@ func NewRTU(link Link, baud int, opt Options) *Client {
 //
 // The request gives up at the sooner of ctx's deadline and [Options.Timeout].
 // Failures wrap [ErrTimeout], [ErrCRC], [ErrShortFrame],
-// [ErrUnexpectedReply], [ErrClosed], ctx's error, an I/O error, or, for an
+// [ErrUnexpectedReply], [ErrLineBusy], [ErrClosed], ctx's error, an I/O error, or, for an
 // exception reply, a *[gm.ModbusError] with the exception code; every message
 // names the slave, function, address and quantity.
 func (c *Client) Read(ctx context.Context, slave byte, fc byte, addr, qty uint16) ([]byte, error) {
@@ -261,7 +261,7 @@ func isLinkFailure(err error) bool {
 	switch {
 	case err == nil, errors.As(err, &mbErr),
 		errors.Is(err, ErrTimeout), errors.Is(err, ErrCRC),
-		errors.Is(err, ErrShortFrame), errors.Is(err, ErrUnexpectedReply),
+		errors.Is(err, ErrShortFrame), errors.Is(err, ErrUnexpectedReply), errors.Is(err, ErrLineBusy),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
 	}

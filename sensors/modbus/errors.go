@@ -24,6 +24,11 @@ var (
 	// Modbus TCP header, or garbage. Two devices sharing one address cause it.
 	ErrUnexpectedReply = errors.New("modbus: unexpected reply")
 
+	// ErrLineBusy means a serial line (or RTU-over-TCP stream) kept
+	// carrying bytes nobody asked for until the request's deadline, so the
+	// request was not sent: a device babbling or answering out of turn.
+	ErrLineBusy = errors.New("modbus: line busy")
+
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("modbus: client closed")
 )

@@ -26,6 +26,12 @@ const (
 	// already buffered are returned at once; this only bounds the wait for
 	// bytes still in flight.
 	drainWait = time.Millisecond
+	// babbleQuiet is how long a line that carried unexpected bytes must
+	// stay silent before it counts as quiet again. t3.5 alone would take a
+	// babbling line for a quiet one: USB serial adapters hand bytes over
+	// in bursts up to their latency timer apart (16 ms by default), and so
+	// do pty relays.
+	babbleQuiet = 20 * time.Millisecond
 )
 
 // Link is the byte stream an RTU [Client] talks over: a serial port, a TCP
@@ -137,7 +143,10 @@ func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 
 	// 1. Whatever is waiting is stale (a late reply to a request that timed
 	// out, a garbage tail, line noise) and would be read as this reply.
-	if err := t.discard(ctx, deadline); err != nil {
+	if err := t.discard(ctx, r, deadline); err != nil {
+		if errors.Is(err, ErrLineBusy) {
+			return nil, err
+		}
 		return nil, t.notSent(ctx, r, "discard stale input", err)
 	}
 	// 2. Keep t3.5 between the last byte on the line and our first.
@@ -175,6 +184,30 @@ func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 	// 4. Receive: address, function, and a third byte that is the byte
 	// count of a normal reply or the code of an exception.
 	f := frameReader{t: t, ctx: ctx, r: r, sent: sent}
+	data, err := t.receive(&f, h)
+	if err != nil && (errors.Is(err, ErrUnexpectedReply) || errors.Is(err, ErrCRC)) {
+		err = t.resync(ctx, deadline, err)
+	}
+	return data, err
+}
+
+// resync follows a bad reply: the rest of it, or whatever a confused slave
+// keeps sending, is read out until the line is quiet, within this request's
+// deadline, so that it is charged to this request and not to the next.
+func (t *rtuTransport) resync(ctx context.Context, deadline time.Time, replyErr error) error {
+	n, busy, err := t.drain(ctx, deadline, true)
+	switch {
+	case err != nil && ctx.Err() == nil && !isTimeout(err):
+		return fmt.Errorf("%w; then reading out the rest failed: %w", replyErr, err)
+	case busy:
+		return fmt.Errorf("%w; the line was still busy at the deadline (%d more bytes discarded)", replyErr, n)
+	}
+	return replyErr
+}
+
+// receive reads and judges the reply to r.
+func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, error) {
+	r := f.r
 	if err := f.fill(3); err != nil {
 		return nil, err
 	}
@@ -220,35 +253,81 @@ func (t *rtuTransport) notSent(ctx context.Context, r *request, step string, err
 	return fmt.Errorf("modbus: %s: %s: %w", r, step, err)
 }
 
-// discard throws away input that is already waiting.
-func (t *rtuTransport) discard(ctx context.Context, deadline time.Time) error {
+// discard throws away stale input (a late reply to a request that timed
+// out, a garbage tail, a babbling neighbour) and returns once the line has
+// been quiet for the silent interval t3.5, so that the request is not sent
+// into someone else's frame and the reply read is not someone else's bytes.
+// A serial port's kernel buffer is flushed first; bytes still in flight are
+// read out. A line that is still talking at the deadline is an
+// [ErrLineBusy]: the request is not sent.
+func (t *rtuTransport) discard(ctx context.Context, r *request, deadline time.Time) error {
 	if f, ok := t.link.(interface{ ResetInputBuffer() error }); ok {
-		return f.ResetInputBuffer()
-	}
-	n := 0
-	for {
-		if err := setReadDeadline(ctx, t.link, time.Now().Add(drainWait)); err != nil {
+		if err := f.ResetInputBuffer(); err != nil {
 			return err
 		}
+	}
+	n, busy, err := t.drain(ctx, deadline, false)
+	if err != nil {
+		return err
+	}
+	if busy {
+		return fmt.Errorf("%w: %s: not sent: %d bytes of input kept arriving until the deadline (another device is transmitting)", ErrLineBusy, r, n)
+	}
+	return nil
+}
+
+// drain reads and throws away input until the line has been quiet for
+// the silent interval, or until deadline. busy reports that bytes were
+// still arriving when the deadline came, and n how many were thrown away.
+// Even an idle line is listened to for drainWait, to catch bytes in flight.
+// Once a byte has been seen, or when wary is set (after a bad reply), the
+// line must stay quiet for babbleQuiet instead of t3.5.
+func (t *rtuTransport) drain(ctx context.Context, deadline time.Time, wary bool) (n int, busy bool, err error) {
+	defer func() {
+		if n > 0 {
+			t.stats.received.Add(uint64(n))
+			t.stats.discarded.Add(uint64(n))
+			t.log.Debug("modbus: discarded stale input", "link", t.what, "bytes", n)
+		}
+	}()
+	for {
+		quiet := t.silence
+		if wary || n > 0 {
+			quiet = max(quiet, babbleQuiet)
+		}
+		until := time.Now().Add(drainWait)
+		if q := t.quietSince.Add(quiet); q.After(until) {
+			until = q
+		}
+		clamped := false
+		if until.After(deadline) {
+			until, clamped = deadline, true
+		}
+		if err := setReadDeadline(ctx, t.link, until); err != nil {
+			return n, false, err
+		}
 		k, err := t.link.Read(t.buf[:])
-		n += k
+		if k > 0 {
+			n += k
+			t.quietSince = time.Now()
+		}
 		if err != nil {
 			if !isTimeout(err) {
-				return err
+				return n, false, err
 			}
-			break
+			if err := ctx.Err(); err != nil {
+				return n, false, err
+			}
+			// Quiet for the whole wait, unless the wait was cut short by
+			// the deadline before the line had been quiet long enough.
+			if k == 0 && (!clamped || !time.Now().Before(t.quietSince.Add(quiet))) {
+				return n, false, nil
+			}
 		}
-		if time.Now().After(deadline) {
-			break // a babbling line; the reply check will report it
+		if !time.Now().Before(deadline) {
+			return n, n > 0, nil
 		}
 	}
-	if n > 0 {
-		t.quietSince = time.Now()
-		t.stats.received.Add(uint64(n))
-		t.stats.discarded.Add(uint64(n))
-		t.log.Debug("modbus: discarded stale input", "link", t.what, "bytes", n)
-	}
-	return ctx.Err()
 }
 
 func (t *rtuTransport) waitSilence(ctx context.Context) error {

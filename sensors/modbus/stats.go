@@ -23,7 +23,7 @@ type Stats struct {
 	Timeouts    uint64 // ErrTimeout: no reply at all
 	CRCErrors   uint64 // ErrCRC
 	Exceptions  uint64 // Modbus exception replies (also counted in Responses)
-	FrameErrors uint64 // ErrShortFrame and ErrUnexpectedReply
+	FrameErrors uint64 // ErrShortFrame, ErrUnexpectedReply and ErrLineBusy
 	IOErrors    uint64 // the link failed: open, dial, read or write
 	Canceled    uint64 // ctx ended before the request was sent or its reply judged
 }
@@ -64,7 +64,7 @@ func (c *counters) record(err error) {
 		c.timeouts.Add(1)
 	case errors.Is(err, ErrCRC):
 		c.crc.Add(1)
-	case errors.Is(err, ErrShortFrame), errors.Is(err, ErrUnexpectedReply):
+	case errors.Is(err, ErrShortFrame), errors.Is(err, ErrUnexpectedReply), errors.Is(err, ErrLineBusy):
 		c.frame.Add(1)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		c.canceled.Add(1)

@@ -65,6 +65,15 @@ func (t *tcpTransport) close() error {
 }
 
 func (t *tcpTransport) exchange(ctx context.Context, deadline time.Time, r *request) ([]byte, error) {
+	if t.conn != nil && pendingInput(t.conn) {
+		// Bytes before a request answer nothing: a device sent more than
+		// its reply said, or sends unasked. Past them the stream cannot be
+		// trusted to be in step; start afresh rather than parse them as the
+		// next reply.
+		t.log.Warn("modbus: unsolicited input on the connection; reconnecting", "address", t.address)
+		_ = t.conn.Close()
+		t.conn = nil
+	}
 	if t.conn == nil {
 		conn, err := t.dial(ctx, deadline)
 		if err != nil {
@@ -132,12 +141,12 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 				if got == 0 {
 					e = fmt.Errorf("%w: %s (transaction %d): nothing within %v",
 						ErrTimeout, r, t.tid, time.Since(sent).Round(time.Millisecond))
-					if stale > 0 {
-						e = fmt.Errorf("%w, after discarding %d replies with a stale transaction id", e, stale)
-					}
 				} else {
 					e = fmt.Errorf("%w: %s (transaction %d): got %d bytes of a reply within %v",
 						ErrShortFrame, r, t.tid, got, time.Since(sent).Round(time.Millisecond))
+				}
+				if stale > 0 {
+					e = fmt.Errorf("%w, after discarding %d replies with a stale transaction id", e, stale)
 				}
 				if ctxErr != nil {
 					e = fmt.Errorf("%w (%w)", e, ctxErr)
@@ -186,6 +195,12 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 		if int(pdu[1]) != r.want || len(pdu) != 2+r.want {
 			return nil, fmt.Errorf("%w: %s (transaction %d): byte count %d in a PDU of %d bytes, want %d data bytes",
 				ErrUnexpectedReply, r, t.tid, pdu[1], len(pdu), r.want)
+		}
+		if pendingInput(conn) {
+			// More bytes than the header announced: the length field, and
+			// with it the data, cannot be trusted.
+			return nil, fmt.Errorf("%w: %s (transaction %d): more bytes follow a reply whose header announced %d",
+				ErrUnexpectedReply, r, t.tid, mbapLen+len(pdu))
 		}
 		return append([]byte(nil), pdu[2:]...), nil
 	}

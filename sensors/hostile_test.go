@@ -1,0 +1,603 @@
+package sensors_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.bug.st/serial"
+
+	"fieldlink/internal/testtool"
+	"fieldlink/packet"
+	"fieldlink/sensors"
+	"fieldlink/sensors/emulator"
+	"fieldlink/sensors/plan"
+)
+
+// These tests put a hostile device on a bus next to a well-behaved one,
+// poll both through the real scheduler and the real transport, and check
+// that the bus survives: the good device keeps its schedule, the bad
+// device's errors name it, and the bad device is back once it behaves.
+
+// A hostile behaviour: what the misbehaving slave does instead of a reply.
+type behaviour int
+
+const (
+	behaveWell   behaviour = iota
+	wrongSlave             // a well-formed reply carrying another slave id
+	wrongFC                // a well-formed reply to another function
+	randomLength           // a reply whose data is of a random, wrong length
+	endless                // a stream that does not stop by the deadline
+	drip                   // a correct reply, one byte every 900 ms
+)
+
+// dripEvery is the pace of the drip behaviour.
+const dripEvery = 900 * time.Millisecond
+
+const (
+	goodSlave = 1
+	badSlave  = 2
+)
+
+var hostileCases = []struct {
+	name string
+	b    behaviour
+	// timeout of the bus; the drip needs one long enough for a byte or two
+	// to arrive, to show that they do not push the deadline back.
+	timeout time.Duration
+	// rtuErr, tcpErr: what the bad device's error must say.
+	rtuErr, tcpErr string
+}{
+	{"wrong slave id", wrongSlave, 500 * time.Millisecond, "reply from slave 1", "reply from unit 1"},
+	{"wrong function code", wrongFC, 500 * time.Millisecond, "function code", "function code"},
+	{"random length", randomLength, 500 * time.Millisecond, "modbus:", "modbus:"}, // short, CRC or trailing bytes, at random
+	{"endless stream", endless, 500 * time.Millisecond, "line was still busy at the deadline", "stale transaction id"},
+	{"slow drip", drip, time.Second, "got 2 of 3 bytes", "got 2 bytes of a reply"},
+}
+
+// hostile decides what slave 2 does with each request, and owns the
+// goroutine of a behaviour that outlives the request (a stream, a drip).
+type hostile struct {
+	mode atomic.Int32
+	// streamFor is how long the endless stream goes on: longer than the
+	// bus timeout, so the master must cut it off.
+	streamFor time.Duration
+
+	mu     sync.Mutex // guards cancel
+	cancel context.CancelFunc
+	rmu    sync.Mutex // guards rng
+	rng    *rand.Rand
+	wg     sync.WaitGroup
+}
+
+func newHostile(streamFor time.Duration) *hostile {
+	return &hostile{streamFor: streamFor, rng: rand.New(rand.NewPCG(7, 9))}
+}
+
+func (h *hostile) behaviour() behaviour { return behaviour(h.mode.Load()) }
+
+func (h *hostile) set(b behaviour) { h.mode.Store(int32(b)) }
+
+// start runs f in a goroutine that the next start, or stop, cancels and
+// waits for.
+func (h *hostile) start(ctx context.Context, f func(ctx context.Context)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.wg.Wait()
+	ctx, h.cancel = context.WithCancel(ctx)
+	h.wg.Go(func() { f(ctx) })
+}
+
+func (h *hostile) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.wg.Wait()
+}
+
+func (h *hostile) intn(n int) int {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	return h.rng.IntN(n)
+}
+
+func (h *hostile) bytes(n int) []byte {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(h.rng.Uint32())
+	}
+	return b
+}
+
+// replyData is the data part of a read reply (fc 1–4) to qty items.
+func replyData(fc byte, qty uint16) []byte {
+	n := 2 * int(qty)
+	if fc <= 2 {
+		n = (int(qty) + 7) / 8
+	}
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i + 1)
+	}
+	return b
+}
+
+// badPDU returns the PDU (function code onwards) and the apparent unit of
+// a reply of behaviour b to a read of qty with fc; endless and drip have
+// their own writers.
+func (h *hostile) badPDU(b behaviour, fc byte, qty uint16) (unit byte, pdu []byte) {
+	data := replyData(fc, qty)
+	switch b {
+	case wrongSlave:
+		return goodSlave, append([]byte{fc, byte(len(data))}, data...)
+	case wrongFC:
+		other := byte(4)
+		if fc == 4 {
+			other = 3
+		}
+		return badSlave, append([]byte{other, byte(len(data))}, data...)
+	case randomLength:
+		n := h.intn(2*len(data) + 8)
+		if n >= len(data) {
+			n++ // never the right length
+		}
+		return badSlave, append([]byte{fc, byte(len(data))}, h.bytes(n)...)
+	}
+	panic("no PDU for this behaviour")
+}
+
+func rtuFrame(b ...byte) []byte {
+	c := crc16(b)
+	return append(b, byte(c), byte(c>>8))
+}
+
+func crc16(b []byte) uint16 {
+	c := uint16(0xFFFF)
+	for _, x := range b {
+		c ^= uint16(x)
+		for range 8 {
+			if c&1 != 0 {
+				c = c>>1 ^ 0xA001
+			} else {
+				c >>= 1
+			}
+		}
+	}
+	return c
+}
+
+// --- RTU: a shared serial line -------------------------------------------
+
+// rtuLine is the slaves' end of a pty pair: it hands every request frame
+// either to the emulator (through tap) or, for slave 2 while it misbehaves,
+// to the hostile device. Both write to the same port, as two devices on one
+// RS-485 line do.
+type rtuLine struct {
+	port serial.Port
+	wmu  sync.Mutex
+	tap  *tapPort
+	h    *hostile
+}
+
+func (l *rtuLine) write(b []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	_, err := l.port.Write(b)
+	return err
+}
+
+// run frames the master's requests (8-byte reads) until ctx ends.
+func (l *rtuLine) run(ctx context.Context) error {
+	if err := l.port.SetReadTimeout(20 * time.Millisecond); err != nil {
+		return err
+	}
+	var buf []byte
+	tmp := make([]byte, 256)
+	for ctx.Err() == nil {
+		n, err := l.port.Read(tmp)
+		if err != nil {
+			return err
+		}
+		buf = append(buf, tmp[:n]...)
+		for len(buf) >= 8 {
+			f := buf[:8]
+			if crc16(f[:6]) != binary.LittleEndian.Uint16(f[6:]) {
+				buf = buf[1:] // resynchronise
+				continue
+			}
+			frame := append([]byte(nil), f...)
+			buf = buf[8:]
+			if frame[0] == badSlave && l.h.behaviour() != behaveWell {
+				l.misbehave(ctx, frame)
+				continue
+			}
+			l.tap.feed(frame)
+		}
+	}
+	return nil
+}
+
+func (l *rtuLine) misbehave(ctx context.Context, req []byte) {
+	fc, qty := req[1], binary.BigEndian.Uint16(req[4:])
+	switch b := l.h.behaviour(); b {
+	case endless:
+		// Starts like the right reply, then never stops talking.
+		want := len(replyData(fc, qty))
+		l.h.start(ctx, func(ctx context.Context) {
+			_ = l.write([]byte{badSlave, fc, byte(want)})
+			end := time.Now().Add(l.h.streamFor)
+			// 64 bytes a millisecond: faster than the line, with no gap
+			// long enough to pass for a silence.
+			for time.Now().Before(end) && ctx.Err() == nil {
+				if l.write(l.h.bytes(64)) != nil {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	case drip:
+		data := replyData(fc, qty)
+		frame := rtuFrame(append([]byte{badSlave, fc, byte(len(data))}, data...)...)
+		l.h.start(ctx, func(ctx context.Context) {
+			for i, c := range frame {
+				if i > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(dripEvery):
+					}
+				}
+				if l.write([]byte{c}) != nil {
+					return
+				}
+			}
+		})
+	default:
+		unit, pdu := l.h.badPDU(b, fc, qty)
+		_ = l.write(rtuFrame(append([]byte{unit}, pdu...)...))
+	}
+}
+
+// tapPort is the emulator's view of the line: it reads only the frames the
+// line hands it, and writes to the shared port.
+type tapPort struct {
+	line    *rtuLine
+	in      chan []byte
+	pending []byte
+	timeout time.Duration
+}
+
+func (p *tapPort) feed(frame []byte) { p.in <- frame }
+
+func (p *tapPort) Read(b []byte) (int, error) {
+	if len(p.pending) == 0 {
+		var timer <-chan time.Time
+		if p.timeout >= 0 {
+			timer = time.After(p.timeout)
+		}
+		select {
+		case p.pending = <-p.in:
+		case <-timer:
+			return 0, nil
+		}
+	}
+	n := copy(b, p.pending)
+	p.pending = p.pending[n:]
+	return n, nil
+}
+
+func (p *tapPort) Write(b []byte) (int, error) { return len(b), p.line.write(b) }
+
+func (p *tapPort) SetReadTimeout(d time.Duration) error { p.timeout = d; return nil }
+
+// startHostileRTU serves slaves 1 and 2 on one end of a pty pair and
+// returns the other end's bus URL.
+func startHostileRTU(t *testing.T, h *hostile, emu *emulator.Emulator, baud int) string {
+	a, b := testtool.PtyPair(t)
+	port, err := emulator.OpenSerial(a, baud, 'N', 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := &rtuLine{port: port, h: h}
+	line.tap = &tapPort{line: line, in: make(chan []byte, 16)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := line.run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("hostile line: %v", err)
+		}
+	})
+	wg.Go(func() { _ = emu.ServeRTU(ctx, line.tap, baud, emulator.CharBits('N', 8, 1)) })
+	t.Cleanup(func() {
+		cancel()
+		h.stop()
+		wg.Wait()
+		_ = port.Close()
+	})
+	return fmt.Sprintf("rtu://%s?baud=%d", b, baud)
+}
+
+// --- Modbus TCP ------------------------------------------------------------
+
+// startHostileTCP serves units 1 and 2 on one TCP endpoint: requests are
+// relayed to the emulator, except those for unit 2 while it misbehaves.
+func startHostileTCP(t *testing.T, h *hostile, emu *emulator.Emulator) string {
+	upstream := startTCP(t, emu, false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	track := func(c net.Conn, on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if on {
+			conns[c] = true
+		} else {
+			delete(conns, c)
+		}
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c, true)
+			wg.Go(func() {
+				defer func() { track(c, false); _ = c.Close() }()
+				serveHostileMBAP(ctx, c, upstream, h)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		_ = ln.Close()
+		mu.Lock()
+		for c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		h.stop()
+		wg.Wait()
+	})
+	return "tcp://" + ln.Addr().String()
+}
+
+func serveHostileMBAP(ctx context.Context, c net.Conn, upstream string, h *hostile) {
+	up, err := net.Dial("tcp", upstream)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	var wmu sync.Mutex
+	write := func(b []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		_, err := c.Write(b)
+		return err
+	}
+	be := binary.BigEndian
+	for ctx.Err() == nil {
+		req := make([]byte, 12)
+		if _, err := io.ReadFull(c, req); err != nil {
+			return
+		}
+		tid, unit, fc, qty := be.Uint16(req), req[6], req[7], be.Uint16(req[10:])
+		b := h.behaviour()
+		if unit != badSlave || b == behaveWell {
+			if _, err := up.Write(req); err != nil {
+				return
+			}
+			hdr := make([]byte, 7)
+			if _, err := io.ReadFull(up, hdr); err != nil {
+				return
+			}
+			rest := make([]byte, int(be.Uint16(hdr[4:]))-1)
+			if _, err := io.ReadFull(up, rest); err != nil {
+				return
+			}
+			if write(append(hdr, rest...)) != nil {
+				return
+			}
+			continue
+		}
+		mbap := func(tid uint16, unit byte, pdu []byte, length int) []byte {
+			out := make([]byte, 7, 7+len(pdu))
+			be.PutUint16(out, tid)
+			be.PutUint16(out[4:], uint16(length))
+			out[6] = unit
+			return append(out, pdu...)
+		}
+		data := replyData(fc, qty)
+		good := append([]byte{fc, byte(len(data))}, data...)
+		switch b {
+		case endless:
+			// Well-formed replies with a stale transaction id, forever.
+			h.start(ctx, func(ctx context.Context) {
+				for ctx.Err() == nil {
+					if write(mbap(tid-1, badSlave, good, 1+len(good))) != nil {
+						return
+					}
+				}
+			})
+		case drip:
+			frame := mbap(tid, badSlave, good, 1+len(good))
+			h.start(ctx, func(ctx context.Context) {
+				for i, x := range frame {
+					if i > 0 {
+						select {
+						case <-ctx.Done():
+							return
+						case <-time.After(dripEvery):
+						}
+					}
+					if write([]byte{x}) != nil {
+						return
+					}
+				}
+			})
+		case randomLength:
+			// The header announces the right length; the data is not.
+			_, pdu := h.badPDU(b, fc, qty)
+			_ = write(mbap(tid, badSlave, pdu, 1+len(good)))
+		default:
+			u, pdu := h.badPDU(b, fc, qty)
+			_ = write(mbap(tid, u, pdu, 1+len(pdu)))
+		}
+	}
+}
+
+// --- the test --------------------------------------------------------------
+
+func TestHostileDeviceOnSharedBus(t *testing.T) {
+	set := embedded(t)
+	wind, gas := set["generic-wind-speed"], set["generic-mine-methane"]
+	for _, transport := range []string{"rtu", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			for _, tc := range hostileCases {
+				t.Run(tc.name, func(t *testing.T) {
+					emu, err := emulator.New([]emulator.Device{
+						{Slave: goodSlave, Profile: wind},
+						{Slave: badSlave, Profile: gas},
+					}, emulator.Options{Seed: 5})
+					if err != nil {
+						t.Fatal(err)
+					}
+					h := newHostile(tc.timeout * 3 / 2)
+					h.set(tc.b)
+					var url, wantErr string
+					cost := plan.Serial(38400, 10, 0)
+					if transport == "rtu" {
+						url, wantErr = startHostileRTU(t, h, emu, 38400), tc.rtuErr
+					} else {
+						url, wantErr = startHostileTCP(t, h, emu), tc.tcpErr
+						cost = plan.Cost{CharTime: 100 * time.Nanosecond, Turnaround: time.Millisecond}
+					}
+					runHostile(t, url, tc.timeout, cost, h, wantErr)
+				})
+			}
+		})
+	}
+}
+
+// runHostile polls a good device (every 50 ms) and the hostile one (every
+// second) on one bus for a while, then makes the hostile one behave.
+func runHostile(t *testing.T, url string, timeout time.Duration, cost plan.Cost, h *hostile, wantErr string) {
+	set := embedded(t)
+	const (
+		goodEvery = 50 * time.Millisecond
+		misbehave = 5 * time.Second
+		busName   = "line-7"
+	)
+	specs := []sensors.DeviceSpec{
+		{Name: "anemometer-good", Slave: goodSlave, Profile: set["generic-wind-speed"], Interval: goodEvery},
+		{Name: "methane-hostile", Slave: badSlave, Profile: set["generic-mine-methane"], Interval: time.Second},
+	}
+	bus, err := sensors.NewBus(busName, open(t, url, timeout), specs, sensors.BusOptions{
+		Cost: cost, MaxGap: -1, Backoff: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	count := map[string]int{}
+	packets := func(name string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return count[name]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bus.Run(ctx, func(p *packet.Packet) {
+			mu.Lock()
+			count[p.DeviceID]++
+			mu.Unlock()
+		})
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(2*timeout + 5*time.Second):
+			t.Fatal("the bus did not stop: a request hangs")
+		}
+	}
+	defer stop()
+
+	// Phase 1: the hostile device misbehaves on every request.
+	start := time.Now()
+	testtool.WaitFor(t, misbehave+10*time.Second, "the run to last and the hostile device to fail twice", func() bool {
+		return time.Since(start) >= misbehave && bus.Status()[1].Errors >= 2
+	})
+	elapsed := time.Since(start)
+	st := bus.Status()
+	good, bad := st[0], st[1]
+	if n := packets(specs[1].Name); n != 0 {
+		t.Errorf("the hostile device produced %d packets while misbehaving", n)
+	}
+	// The good device keeps its schedule: the hostile one holds the bus
+	// for at most a timeout (or two, for a stream that outlasts it) every
+	// second or less, so well over a quarter of the good device's slots
+	// must have been served.
+	expected := int(elapsed / goodEvery)
+	if n := packets(specs[0].Name); n < expected/4 {
+		t.Errorf("good device: %d packets in %v, expected about %d (at least %d); status %+v",
+			n, elapsed.Round(time.Millisecond), expected, expected/4, good)
+	}
+	if good.Errors*5 > good.Polls {
+		t.Errorf("good device: %d of %d polls failed; last error: %s", good.Errors, good.Polls, good.LastError)
+	}
+	// The bad device's error names it, its slave id and the bus, and says
+	// what was wrong.
+	for _, want := range []string{"device " + specs[1].Name, "slave 2", "bus " + busName, wantErr} {
+		if !strings.Contains(bad.LastError, want) {
+			t.Errorf("hostile device's error %q does not say %q", bad.LastError, want)
+		}
+	}
+	if bad.Health == sensors.OK || bad.Errors < 2 {
+		t.Errorf("hostile device: %+v", bad)
+	}
+	t.Logf("misbehaving for %v: good %d/%d polls ok (expected ~%d), hostile %d errors, last: %s",
+		elapsed.Round(time.Millisecond), good.Polls-good.Errors, good.Polls, expected, bad.Errors, bad.LastError)
+
+	// Phase 2: it behaves again, and is read again within its backoff.
+	h.set(behaveWell)
+	h.stop()
+	testtool.WaitFor(t, 15*time.Second, "the hostile device to recover", func() bool {
+		return packets(specs[1].Name) > 0 && bus.Status()[1].Health == sensors.OK
+	})
+	before := packets(specs[0].Name)
+	testtool.WaitFor(t, 10*time.Second, "the good device to go on being polled", func() bool {
+		return packets(specs[0].Name) >= before+5
+	})
+	stop()
+	if st := bus.Status(); st[0].Health != sensors.OK || st[1].Health != sensors.OK {
+		t.Errorf("after recovery: %+v", st)
+	}
+}
