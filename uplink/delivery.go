@@ -86,6 +86,24 @@ type slot struct {
 	sender                    Sender
 	free                      chan struct{} // one token per free window place
 	picked, delivered, failed atomic.Uint64
+	// An upstream that is up (it answers probes) but fails deliveries (a
+	// 401, a TLS handshake it refuses, a broker that drops every publish)
+	// is not picked until coolUntil (Unix ns): 100 ms after its first
+	// failure in a row, doubling up to DeliveryOptions.Backoff. Without it
+	// the loop would lease, send and release as fast as the upstream can
+	// refuse.
+	failRun   atomic.Int64
+	coolUntil atomic.Int64
+}
+
+// cooling reports whether s is resting after failures at now (Unix ns).
+func (s *slot) cooling(now int64) bool { return now < s.coolUntil.Load() }
+
+// rest records a failed delivery on s and rests it.
+func (s *slot) rest(maxWait time.Duration) {
+	n := s.failRun.Add(1)
+	wait := min(100*time.Millisecond<<min(n-1, 16), maxWait)
+	s.coolUntil.Store(time.Now().Add(jitter(wait)).UnixNano())
 }
 
 // Delivery moves packets from the buffer to the upstreams: Next, Pick,
@@ -182,7 +200,7 @@ func (d *Delivery) acquire(skip uint64) (int, *slot, bool) {
 			return 0, nil, false
 		}
 		s := d.slot(i)
-		if s == nil {
+		if s == nil || s.cooling(time.Now().UnixNano()) {
 			skip |= 1 << i
 			continue
 		}
@@ -346,6 +364,7 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 		d.table.End(tk, err)
 		d.release(s)
 		if err == nil {
+			s.failRun.Store(0)
 			s.delivered.Add(uint64(len(recs)))
 			d.delivered.Add(uint64(len(recs)))
 			d.acks <- seqs
@@ -368,6 +387,7 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			d.deadLetter(s, seqs, err)
 			return
 		}
+		s.rest(d.opt.Backoff)
 		d.log.Warn("delivery failed", "upstream", s.sender.Name(), "packets", len(recs), "attempt", attempt, "err", err)
 		skip |= 1 << i
 		if attempt >= attempts || ctx.Err() != nil {

@@ -126,6 +126,7 @@ type fakeSender struct {
 	down  atomic.Bool
 	fail  atomic.Bool
 	got   atomic.Int64
+	calls atomic.Int64
 }
 
 func (f *fakeSender) Name() string  { return f.name }
@@ -133,6 +134,7 @@ func (f *fakeSender) MaxBatch() int { return f.batch }
 func (f *fakeSender) Window() int   { return 8 }
 func (f *fakeSender) Up() bool      { return !f.down.Load() }
 func (f *fakeSender) Send(ctx context.Context, b []buffer.Record) error {
+	f.calls.Add(1)
 	select {
 	case <-time.After(f.delay):
 	case <-ctx.Done():
@@ -255,4 +257,32 @@ func TestTopicVars(t *testing.T) {
 	if v["data_type"] != "Gas" || v["device"] != "ch4-1" {
 		t.Fatalf("%v", v)
 	}
+}
+
+// TestDeliveryRestsAFailingUpstream: an upstream that is up but refuses
+// every delivery (a 401, a refused TLS handshake) is tried again after a
+// growing rest, not as fast as it can refuse; when it accepts again, the
+// backlog drains.
+func TestDeliveryRestsAFailingUpstream(t *testing.T) {
+	q := newMemQueue(100)
+	a := &fakeSender{name: "a", batch: 1}
+	a.fail.Store(true)
+	table := selector.NewTable(selector.Options{Seed: 1})
+	strat, _ := selector.New("round_robin", selector.StrategyOptions{})
+	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: time.Second})
+	d.Add(table.Add(a.name, 1), a)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	time.Sleep(1500 * time.Millisecond)
+	// Rests of about 100, 200, 400, 800 ms: a handful of rounds of at most
+	// a window of sends each. Without rests: tens of thousands.
+	if n := a.calls.Load(); n > 100 {
+		t.Errorf("a failing upstream was tried %d times in 1.5 s", n)
+	}
+	a.fail.Store(false)
+	testtool.WaitFor(t, 20*time.Second, "the backlog to drain once it accepts", func() bool { return q.left() == 0 })
+	cancel()
+	<-done
+	t.Logf("%d sends to the failing upstream in 1.5 s", a.calls.Load())
 }
