@@ -64,7 +64,7 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 // Uplink is where packets go.
 type Uplink struct {
 	// Selector is the strategy that picks an upstream for each delivery;
-	// default p2c_ewma.
+	// default DefaultSelector.
 	Selector string `yaml:"selector"`
 	Probe    Probe  `yaml:"probe"`
 	// Window is how many publishes may await an ack per upstream; default 64.
@@ -146,6 +146,11 @@ type Registry struct {
 
 // SelectorNames are the strategies the selector knows; set by the wiring so
 // that config need not import the selector.
+// DefaultSelector is the selector lab's verdict (docs/selector-lab.md):
+// soa has the best p99 over scenarios S1–S6 without losing success rate in
+// any, and needs nothing from the servers (it falls back on nothing).
+const DefaultSelector = "soa"
+
 var SelectorNames = []string{"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt",
 	"drf", "soa", "cswlc", "irlb", "load_aware"}
 
@@ -201,7 +206,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		return
 	}
 	if u.Selector == "" {
-		u.Selector = "p2c_ewma"
+		u.Selector = DefaultSelector
 	}
 	if !contains(SelectorNames, u.Selector) {
 		doc.Errorf("uplink.selector", "unknown selector %q (valid: %s)", u.Selector, strings.Join(SelectorNames, ", "))
