@@ -26,6 +26,9 @@ type mqttCertFiles struct {
 	ca, serverCert, serverKey string // the CA, and the server's for 127.0.0.1 and localhost
 	clientCert, clientKey     string // a client certificate signed by the CA
 	otherCA                   string // a CA that signed nothing here
+	// Server certificates by the same CA, with serverKey, that a client must
+	// refuse: one expired yesterday, one for another host name.
+	expiredCert, wrongNameCert string
 }
 
 // mqttMakeCerts writes a CA, a server certificate for 127.0.0.1 and
@@ -40,6 +43,9 @@ func mqttMakeCerts(t testing.TB) *mqttCertFiles {
 		clientCert: filepath.Join(dir, "client.pem"),
 		clientKey:  filepath.Join(dir, "client-key.pem"),
 		otherCA:    filepath.Join(dir, "other-ca.pem"),
+
+		expiredCert:   filepath.Join(dir, "server-expired.pem"),
+		wrongNameCert: filepath.Join(dir, "server-wrong-name.pem"),
 	}
 	serial := int64(1)
 	newKey := func() *ecdsa.PrivateKey {
@@ -103,6 +109,29 @@ func mqttMakeCerts(t testing.TB) *mqttCertFiles {
 	}, ca, &sk.PublicKey, caKey)
 	write(f.serverCert, "CERTIFICATE", sc.Raw)
 	writeKey(f.serverKey, sk)
+
+	expired := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "localhost"},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	serial++
+	expired.SerialNumber = big.NewInt(serial)
+	expired.NotBefore, expired.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, expired, ca, &sk.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(f.expiredCert, "CERTIFICATE", der)
+	wn := issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "ingest.example.com"},
+		DNSNames:    []string{"ingest.example.com"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca, &sk.PublicKey, caKey)
+	write(f.wrongNameCert, "CERTIFICATE", wn.Raw)
 
 	ck := newKey()
 	cc := issue(&x509.Certificate{
@@ -173,6 +202,12 @@ func TestMQTTTLS(t *testing.T) {
 	certs := mqttMakeCerts(t)
 	plain := mqttStartBroker(t, mqttBrokerOpts{tls: certs})
 	mutual := mqttStartBroker(t, mqttBrokerOpts{tls: certs, mtls: true})
+	withCert := func(cert string) *mqttBroker {
+		c := *certs
+		c.serverCert = cert
+		return mqttStartBroker(t, mqttBrokerOpts{tls: &c})
+	}
+	expired, wrongName := withCert(certs.expiredCert), withCert(certs.wrongNameCert)
 	tlsURL := func(b *mqttBroker) string { return "mqtts://" + b.addr() }
 
 	mustTLS := func(ca, cert, key string, insecure bool) *tls.Config {
@@ -195,6 +230,9 @@ func TestMQTTTLS(t *testing.T) {
 		{"wrong CA", tlsURL(plain), mustTLS(certs.otherCA, "", "", false), false, "certificate"},
 		{"system roots do not know the test CA", tlsURL(plain), nil, false, "certificate"},
 		{"wrong CA, verification off", tlsURL(plain), mustTLS(certs.otherCA, "", "", true), true, ""},
+		{"expired server certificate", tlsURL(expired), mustTLS(certs.ca, "", "", false), false, "expired"},
+		{"server certificate for another host name", tlsURL(wrongName), mustTLS(certs.ca, "", "", false), false, "127.0.0.1"},
+		{"server certificate for another host name, by name", "mqtts://localhost:" + strings.Split(wrongName.addr(), ":")[1], mustTLS(certs.ca, "", "", false), false, "not localhost"},
 		{"mutual TLS with client certificate", tlsURL(mutual), mustTLS(certs.ca, certs.clientCert, certs.clientKey, false), true, ""},
 		{"mutual TLS without client certificate", tlsURL(mutual), mustTLS(certs.ca, "", "", false), false, ""},
 	}
