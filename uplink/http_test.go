@@ -734,3 +734,43 @@ func TestHTTPBackoff(t *testing.T) {
 		t.Errorf("mean of full jitter over [0, 400ms) = %v", mean)
 	}
 }
+
+// TestHTTPSRefusesBadServerCertificates: over https:// an expired server
+// certificate and one for another host name are refused with a
+// verification error, by the CA that signed them, and the server sees no
+// request.
+func TestHTTPSRefusesBadServerCertificates(t *testing.T) {
+	certs := mqttMakeCerts(t)
+	for _, tc := range []struct {
+		name, cert, host, want string
+	}{
+		{"expired", certs.expiredCert, "127.0.0.1", "expired"},
+		{"another host name", certs.wrongNameCert, "localhost", "not localhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pair, err := tls.LoadX509KeyPair(tc.cert, certs.serverKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hits atomic.Int64
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+			srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+			srv.StartTLS()
+			defer srv.Close()
+			cfg, err := TLSConfig(certs.ca, "", "", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := "https://" + tc.host + ":" + strings.Split(srv.Listener.Addr().String(), ":")[1]
+			h := httpTestPublisher(t, HTTPConfig{URL: url, TLS: cfg})
+			err = h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+			var cve *tls.CertificateVerificationError
+			if !errors.As(err, &cve) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Post error = %v, want a certificate verification error saying %q", err, tc.want)
+			}
+			if hits.Load() != 0 {
+				t.Fatalf("the server handled %d requests", hits.Load())
+			}
+		})
+	}
+}
