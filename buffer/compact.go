@@ -12,6 +12,10 @@ import (
 // compactTxSize is how many bytes bbolt.Compact copies per transaction.
 const compactTxSize = 16 << 20
 
+// compactSettle is how long the live bytes must stop falling fast before a
+// compaction: see maybeCompact.
+const compactSettle = time.Second
+
 // compactBackoff is how long the writer waits after a failed compaction
 // (disk full, say) before it tries again.
 const compactBackoff = 10 * time.Minute
@@ -31,8 +35,24 @@ func (w *writer) maybeCompact() {
 	}
 	size, live := fi.Size(), w.st.bytes[0]+w.st.bytes[1]+w.st.deadBytes
 	if size <= b.opt.CompactMinSize || size <= int64(b.opt.CompactRatio)*live {
+		w.markAt = time.Time{}
 		return
 	}
+	// A buffer being drained shrinks at every ack: compacting it then
+	// copies records about to be deleted, stalls appends and acks for the
+	// copy, and is soon due again. Compact once the live bytes have fallen
+	// by less than a tenth over compactSettle.
+	now := time.Now()
+	if w.markAt.IsZero() || now.Sub(w.markAt) >= compactSettle && live < w.liveMark-w.liveMark/10 {
+		w.liveMark, w.markAt = live, now
+		w.recheck.Reset(compactSettle)
+		return
+	}
+	if now.Sub(w.markAt) < compactSettle {
+		w.recheck.Reset(w.markAt.Add(compactSettle).Sub(now))
+		return
+	}
+	w.markAt = time.Time{}
 	start := time.Now()
 	if err := w.compact(); err != nil {
 		w.compactAt = time.Now().Add(compactBackoff)

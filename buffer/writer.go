@@ -107,6 +107,11 @@ type writer struct {
 	failedAt   time.Time // last failure logged, to log a failing disk once a minute
 	dirty      bool      // records deleted since compaction was last considered
 	compactAt  time.Time // no compaction before (after a failed one)
+	// A compaction is due once the live bytes stop falling: liveMark is
+	// their value at markAt, and recheck fires to look again.
+	liveMark   int64
+	markAt     time.Time
+	recheck    *time.Timer
 	floor      uint64    // every seq below it may be handed out (see floor.go)
 	floorRetry time.Time // no floor write before (after a failed one)
 }
@@ -129,6 +134,9 @@ func (w *writer) run() {
 	retry := time.NewTimer(retryDelay)
 	retry.Stop()
 	w.dirty = true // consider compaction at start-up
+	w.recheck = time.NewTimer(time.Hour)
+	w.recheck.Stop()
+	defer w.recheck.Stop()
 	for {
 		if w.dirty {
 			w.maybeCompact()
@@ -148,6 +156,8 @@ func (w *writer) run() {
 			}
 		case <-ageC:
 			w.evictAged()
+		case <-w.recheck.C:
+			w.dirty = true
 		case <-retry.C:
 			if w.retrying() {
 				w.batch(nil)
