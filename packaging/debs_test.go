@@ -181,8 +181,10 @@ func verify(t *testing.T, analyze string, unit []byte) string {
 		t.Fatalf("copy %s: %v", hostUnits, err)
 	}
 	write(t, filepath.Join(units, "fieldlink.service"), unit, 0o644)
-	// Any executable will do: verify checks that ExecStart= exists.
+	// Any executable will do: verify checks that ExecStart= and
+	// ExecReload= exist.
 	write(t, filepath.Join(root, "usr/bin/fieldlink-gateway"), []byte("#!/bin/sh\n"), 0o755)
+	write(t, filepath.Join(root, "bin/kill"), []byte("#!/bin/sh\n"), 0o755) // ExecReload=
 	out, err := exec.Command(analyze, "verify", "--man=no", "--root="+root, "fieldlink.service").CombinedOutput()
 	if err != nil {
 		return string(out) + err.Error()
@@ -255,5 +257,27 @@ func write(t *testing.T, name string, b []byte, mode fs.FileMode) {
 	}
 	if err := os.WriteFile(name, b, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnitHardening checks that the unit keeps every setting the gateway's
+// safety rests on; systemd-analyze verify accepts a unit without them.
+func TestUnitHardening(t *testing.T) {
+	unit := string(readFile(t, "fieldlink.service"))
+	for _, want := range []string{
+		"Type=notify", "WatchdogSec=", "Restart=always", "ExecReload=/bin/kill -HUP $MAINPID",
+		"User=fieldlink", "SupplementaryGroups=dialout",
+		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+		"ReadWritePaths=/var/lib/fieldlink", "DevicePolicy=closed", "DeviceAllow=char-ttyUSB rw",
+	} {
+		found := false
+		for _, line := range strings.Split(unit, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("fieldlink.service has no %q line", want)
+		}
 	}
 }
