@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -521,7 +522,20 @@ func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
 	if err != nil && IsPermanent(err) && packetRefused(err) {
 		return permanentErr{err}
 	}
+	if dialFailed(err) {
+		// As good as a failed probe: the upstream is down until a probe
+		// answers again, rather than picked (and refused at once, with a
+		// latency that flatters it) until the next probe says so.
+		s.ProbeResult(err)
+	}
 	return err
+}
+
+// dialFailed reports whether err is a failure to connect at all (refused,
+// unreachable), as opposed to one after the request was sent.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return err != nil && errors.As(err, &op) && op.Op == "dial"
 }
 
 // packetRefused tells a refusal of the packets themselves (400, 422, an

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"fieldlink/buffer"
 )
 
 // httpTestRequest is what an httpTestServer saw of one request.
@@ -772,5 +774,33 @@ func TestHTTPSRefusesBadServerCertificates(t *testing.T) {
 				t.Fatalf("the server handled %d requests", hits.Load())
 			}
 		})
+	}
+}
+
+// TestHTTPSenderRefusedConnectionIsDown: a refused connection marks the
+// upstream down at once, as a failed probe would; a probe that answers
+// brings it back.
+func TestHTTPSenderRefusedConnectionIsDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: connections are refused
+	s := &HTTPSender{H: httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/ingest"}), Batch: 1}
+	s.ProbeResult(nil)
+	if !s.Up() {
+		t.Fatal("down after a successful probe")
+	}
+	err = s.Send(context.Background(), []buffer.Record{{Seq: 1, Data: httpTestPacket(1)}})
+	if err == nil || !dialFailed(err) {
+		t.Fatalf("Send to a closed port: %v, want a dial failure", err)
+	}
+	if s.Up() {
+		t.Fatal("still up after a refused connection")
+	}
+	s.ProbeResult(nil)
+	if !s.Up() {
+		t.Fatal("still down after a probe answered")
 	}
 }
