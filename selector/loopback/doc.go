@@ -1,0 +1,63 @@
+// Package loopback is the selector's loopback tier: the gateway's own
+// delivery code, over real sockets on 127.0.0.1, checked against the
+// simulator of package [fieldlink/selector/lab].
+//
+// # Why
+//
+// The lab ranks strategies by simulating them, and its numbers are only as
+// good as its model: FIFO servers with lognormal service times, one request
+// per packet, no delivery window, no retries, a connection state that drops
+// the moment a server refuses. The real uplink differs in all of these. This
+// tier does not try to reproduce the lab's figures; it checks that the real
+// code, on real sockets, moves in the same direction: when the simulator
+// says strategy A is clearly better than B in a situation, A must also beat
+// B here. A disagreement means either the model misses something that
+// matters or the code does not do what the model assumes; both need a look
+// before the lab's ranking is trusted.
+//
+// # What runs
+//
+// The tests (in this package's _test files; the package has no API) start
+// four HTTP upstreams with net/http/httptest, each acking batches with a
+// 2xx as the uplink expects, and each behind an in-process toxiproxy proxy
+// that adds its round trip and, mid-run, the fault. The gateway side is the
+// production code unchanged: a [fieldlink/buffer.Buffer] in a temporary
+// directory, a [fieldlink/selector.Table] and a strategy from
+// [fieldlink/selector.New], a [fieldlink/uplink.Delivery] with one
+// [fieldlink/uplink.HTTPSender] per upstream (the gateway's default batch and
+// window), and a TCP [fieldlink/uplink.Prober] per upstream feeding
+// Table.Probe and HTTPSender.ProbeResult as the gateway wires them.
+//
+// Packets arrive open-loop at a fixed rate, whatever the uplink is doing,
+// and each packet's latency runs from its intended arrival time to the
+// upstream's ack, so that a stall is measured, not hidden.
+//
+// Strategies run in blocks, alternated A-B-C then C-B-A, round after round,
+// so that drift on a shared machine hits every strategy alike. Each block
+// starts afresh (buffer, table, strategy, connections), runs a warm-up on
+// healthy upstreams, then the fault, then drains.
+//
+// # Scenarios
+//
+// Three, each mirroring one of the lab's:
+//
+//   - S1, far site: two upstreams 1–2 ms away, two 80 ms away (the lab's
+//     S1 also mixes capacities; only its round trips are mirrored here).
+//   - S2, slow node: upstream 2 answers 300 ms late during the fault (the
+//     lab's S2 makes it 100× slower).
+//   - S4a, outage: upstream 2's proxy is stopped during the fault, so that
+//     connections are refused (the lab's fast failure).
+//
+// For every pair of strategies and every metric (mean latency; the share
+// of the fault window's sends that went to the faulty upstream), the test
+// runs the lab scenario, unchanged, in the same test: one seed by default
+// (the simulator is the costly part under -race), five in the long mode.
+// When the lab is clear (the same direction on every seed, by a factor of
+// two at least, and for the share by 3 points), the loopback must agree,
+// on its figures pooled over the rounds. Percentiles are reported too; p99 is not asserted, because a block
+// of a few seconds puts the sends made before a strategy notices the fault
+// above the 99th percentile, which the lab's 30 s fault windows do not.
+//
+// Set LOOPBACK_LONG=1 for longer blocks, more rounds, more seeds and one
+// more strategy; that run also rewrites docs/selector-loopback.md.
+package loopback

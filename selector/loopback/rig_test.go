@@ -1,0 +1,368 @@
+package loopback
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+
+	"fieldlink/buffer"
+	"fieldlink/packet"
+	"fieldlink/selector"
+	"fieldlink/uplink"
+)
+
+// rig is a set of HTTP upstreams on loopback, each behind a toxiproxy
+// proxy. The proxies outlive the blocks; each block has its own gateway
+// side (buffer, table, strategy, senders).
+type rig struct {
+	t       *testing.T
+	proxies []*toxiproxy.Proxy
+	posts   atomic.Uint64 // batches the upstreams acked, all blocks
+	dir     string
+	blocks  int
+}
+
+// newRig starts n upstreams and their proxies, stopped when the test ends.
+func newRig(t *testing.T, n int) *rig {
+	t.Helper()
+	r := &rig{t: t, dir: t.TempDir()}
+	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	for i := range n {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if _, err := io.Copy(io.Discard, req.Body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.posts.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(srv.Close)
+		p := toxiproxy.NewProxy(api, fmt.Sprintf("up%d", i), "127.0.0.1:0", srv.Listener.Addr().String())
+		if err := p.Start(); err != nil {
+			t.Fatalf("toxiproxy up%d: %v", i, err)
+		}
+		t.Cleanup(p.Stop) // runs before srv.Close
+		r.proxies = append(r.proxies, p)
+	}
+	return r
+}
+
+// setLatency makes upstream i answer d late (toxiproxy's latency toxic on
+// the downstream direction); 0 removes it.
+func (r *rig) setLatency(i int, d time.Duration) {
+	p := r.proxies[i]
+	p.Toxics.ResetToxics(context.Background())
+	if d <= 0 {
+		return
+	}
+	toxic := fmt.Sprintf(`{"name":"rtt","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds())
+	if _, err := p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+		r.t.Fatalf("toxiproxy %s: add latency: %v", p.Name, err)
+	}
+}
+
+// setDown stops (connections refused) or restarts upstream i's proxy, on
+// the same port.
+func (r *rig) setDown(i int, down bool) {
+	p := r.proxies[i]
+	if down {
+		p.Stop()
+		return
+	}
+	if err := p.Start(); err != nil {
+		r.t.Fatalf("toxiproxy %s: start again: %v", p.Name, err)
+	}
+}
+
+// blockPlan is one block's timing: arrivals at rate from 0 to
+// warmup+fault, the fault from warmup to warmup+fault, then up to drain
+// for the last packets.
+type blockPlan struct {
+	rate          float64 // packets per second
+	warmup, fault time.Duration
+	drain         time.Duration
+	probeEvery    time.Duration
+}
+
+// arrivals is how many packets the block offers.
+func (p blockPlan) arrivals() int {
+	return int(math.Ceil(float64(p.warmup+p.fault) / float64(p.gap())))
+}
+
+func (p blockPlan) gap() time.Duration { return time.Duration(float64(time.Second) / p.rate) }
+
+// blockResult is what one block measured.
+type blockResult struct {
+	lat        []time.Duration // of the packets that arrived in the fault window, in arrival order
+	appendLag  []time.Duration // of the same packets: from intended arrival to stored in the buffer
+	lost       int             // of which not acked before the drain ended (lat is the censored time)
+	faultPicks int             // sends started in the fault window
+	faultyHits int             // of which to the faulty upstream
+	sends      int             // every send of the block
+	failed     int             // sends that failed
+}
+
+// meter records, for one block, each packet's latency from its intended
+// arrival (start + k·gap) to the first ack of it, and the sends made in the
+// fault window.
+type meter struct {
+	start      time.Time
+	gap        time.Duration
+	from, to   time.Time // the fault window
+	faulty     int
+	lat        []atomic.Int64 // ns, 0 until acked
+	acked      atomic.Int64
+	all        chan struct{} // closed when every packet has been acked
+	sends      atomic.Int64
+	failed     atomic.Int64
+	faultPicks atomic.Int64
+	faultyHits atomic.Int64
+}
+
+func (m *meter) intended(k int) time.Time { return m.start.Add(time.Duration(k) * m.gap) }
+
+// meteredSender is a Sender of the uplink, measured by m.
+type meteredSender struct {
+	uplink.Sender
+	idx int
+	m   *meter
+}
+
+// deviceKey precedes a packet's arrival number in its JSON.
+var deviceKey = []byte(`"DeviceId":"k`)
+
+// arrival returns the arrival number k that the packet's DeviceId "k<k>"
+// carries, or -1.
+func arrival(data []byte) int {
+	i := bytes.Index(data, deviceKey)
+	if i < 0 {
+		return -1
+	}
+	rest := data[i+len(deviceKey):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return -1
+	}
+	k, err := strconv.Atoi(string(rest[:j]))
+	if err != nil {
+		return -1
+	}
+	return k
+}
+
+func (s *meteredSender) Send(ctx context.Context, batch []buffer.Record) error {
+	m := s.m
+	now := time.Now()
+	m.sends.Add(1)
+	if !now.Before(m.from) && now.Before(m.to) {
+		m.faultPicks.Add(1)
+		if s.idx == m.faulty {
+			m.faultyHits.Add(1)
+		}
+	}
+	err := s.Sender.Send(ctx, batch)
+	if err != nil {
+		m.failed.Add(1)
+		return err
+	}
+	done := time.Now()
+	for _, r := range batch {
+		k := arrival(r.Data)
+		if k < 0 || k >= len(m.lat) {
+			continue
+		}
+		ns := max(int64(done.Sub(m.intended(k))), 1)
+		if m.lat[k].CompareAndSwap(0, ns) && m.acked.Add(1) == int64(len(m.lat)) {
+			close(m.all)
+		}
+	}
+	return nil
+}
+
+// fault is what a scenario does to the rig while its fault lasts.
+type fault func(r *rig, on bool)
+
+// runBlock runs strategy over the rig for one block: base round trips,
+// warm-up, fault, drain.
+func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty int, plan blockPlan) blockResult {
+	t := r.t
+	t.Helper()
+	for i, d := range base {
+		r.setLatency(i, d)
+	}
+	r.blocks++
+	buf, err := buffer.Open(filepath.Join(r.dir, fmt.Sprintf("block%d", r.blocks), "buffer.db"),
+		buffer.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := buf.Close(); err != nil {
+			t.Errorf("buffer close: %v", err)
+		}
+	}()
+
+	table := selector.NewTable(selector.Options{})
+	strat, err := selector.New(strategy, selector.StrategyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := plan.arrivals()
+	m := &meter{gap: plan.gap(), faulty: faulty, lat: make([]atomic.Int64, n), all: make(chan struct{})}
+	d := uplink.NewDelivery(buf, table, strat, uplink.DeliveryOptions{DeadLetters: buf})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i, p := range r.proxies {
+		h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Listen + "/ingest", GatewayID: "gw-loopback", Epoch: buf.Epoch()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		idx := table.Add(p.Name, 1)
+		if idx != i {
+			t.Fatalf("table index %d for upstream %d", idx, i)
+		}
+		// The gateway's defaults: batches of 50, window 64/8.
+		hs := &uplink.HTTPSender{H: h, Batch: 50, Win: 8}
+		d.Add(idx, &meteredSender{Sender: hs, idx: idx, m: m})
+		target, err := uplink.ProbeTarget("http://" + p.Listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr := uplink.NewProber(target, plan.probeEvery, 500*time.Millisecond, nil, func(rtt time.Duration, err error) {
+			table.Probe(idx, rtt, err)
+			hs.ProbeResult(err)
+		})
+		wg.Go(func() { pr.Run(ctx) })
+	}
+	wg.Go(func() { d.Run(ctx) })
+
+	// Open-loop arrivals: every packet due is appended when due, however
+	// far behind the uplink is; a late append counts in its latency.
+	m.start = time.Now().Add(20 * time.Millisecond)
+	m.from, m.to = m.start.Add(plan.warmup), m.start.Add(plan.warmup+plan.fault)
+	faultOn := false
+	appended := make([]time.Duration, n)
+	for k := 0; k < n; {
+		now := time.Now()
+		if !faultOn && !now.Before(m.from) && flt != nil {
+			flt(r, true)
+			faultOn = true
+		}
+		var due []*packet.Packet
+		first := k
+		for ; k < n && !m.intended(k).After(now); k++ {
+			due = append(due, &packet.Packet{At: now, SiteID: "001", DataType: "Rain", GatewayID: "gw-loopback",
+				DeviceID: "k" + strconv.Itoa(k), Fields: []packet.Field{{Name: "Rain", Value: packet.Float(1.5, 1)}}})
+		}
+		if len(due) > 0 {
+			if err := buf.AppendAll(ctx, due...); err != nil {
+				t.Fatalf("append: %v", err)
+			}
+			stored := time.Now()
+			for j := first; j < k; j++ {
+				appended[j] = stored.Sub(m.intended(j))
+			}
+			continue
+		}
+		time.Sleep(time.Until(m.intended(k))) // pacing of the arrivals, not synchronisation
+	}
+	timer := time.NewTimer(time.Until(m.to) + plan.drain)
+	select {
+	case <-m.all:
+	case <-timer.C:
+	}
+	timer.Stop()
+	end := time.Now()
+	if flt != nil && faultOn {
+		flt(r, false)
+	}
+	cancel()
+	wg.Wait()
+
+	res := blockResult{faultPicks: int(m.faultPicks.Load()), faultyHits: int(m.faultyHits.Load()),
+		sends: int(m.sends.Load()), failed: int(m.failed.Load())}
+	for k := range n {
+		at := m.intended(k)
+		if at.Before(m.from) || !at.Before(m.to) {
+			continue
+		}
+		ns := m.lat[k].Load()
+		if ns == 0 {
+			res.lost++
+			ns = int64(end.Sub(at))
+		}
+		res.lat = append(res.lat, time.Duration(ns))
+		res.appendLag = append(res.appendLag, appended[k])
+	}
+	return res
+}
+
+// summary is one strategy's figures in one scenario, over several blocks.
+type summary struct {
+	n              int
+	mean, p50, p99 float64 // seconds
+	appendP99      float64 // seconds: p99 of the time packets took to be stored, a measure of the machine's noise
+	share          float64 // faulty share; NaN without a faulty upstream
+	lost           int
+}
+
+// summarise pools blocks.
+func summarise(blocks []blockResult, faulty int) summary {
+	var lat, lag []time.Duration
+	s := summary{share: math.NaN()}
+	picks, hits := 0, 0
+	for _, b := range blocks {
+		lat = append(lat, b.lat...)
+		lag = append(lag, b.appendLag...)
+		s.lost += b.lost
+		picks += b.faultPicks
+		hits += b.faultyHits
+	}
+	s.n = len(lat)
+	if faulty >= 0 && picks > 0 {
+		s.share = float64(hits) / float64(picks)
+	}
+	if len(lat) == 0 {
+		return s
+	}
+	slices.Sort(lat)
+	slices.Sort(lag)
+	s.appendP99 = quantile(lag, 0.99).Seconds()
+	var sum float64
+	for _, l := range lat {
+		sum += l.Seconds()
+	}
+	s.mean = sum / float64(len(lat))
+	s.p50 = quantile(lat, 0.50).Seconds()
+	s.p99 = quantile(lat, 0.99).Seconds()
+	return s
+}
+
+// quantile is the nearest-rank q-quantile of sorted.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
