@@ -14,7 +14,7 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test vet fmt lint vulncheck bench footprint demo build dist cross-check lab debs fuzz
+.PHONY: all test vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab debs fuzz
 
 all: vet test
 
@@ -79,6 +79,13 @@ cross-check: dist
 ## lab: rerun the selector lab and regenerate docs/selector-lab.md and docs/lab/*.svg (about 4 minutes)
 lab:
 	$(GO) run ./cmd/gateway lab -o docs/selector-lab.md
+
+## chaos: the long chaos run for a release (CHAOS_DURATION, default 10m; CHAOS_SEED=N replays a fault
+## schedule): emulator, three mosquitto behind toxiproxy, the gateway as a process, seeded faults,
+## kill -9, a full tmpfs (needs root); one figures line; fails on any loss. make test runs a short one.
+CHAOS_DURATION ?= 10m
+chaos:
+	CI=true CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 3h ./chaos/
 
 ## debs: Debian packages (armhf = the armv6 binary, arm64, amd64) of dist/'s binaries, in dist/
 debs: dist

@@ -35,35 +35,46 @@ func (b *Buffer) Append(ctx context.Context, p *packet.Packet) (seq uint64, err 
 
 // AppendAll stores ps, in order, in one transaction (a poll cycle's packets,
 // say), as Append does for each. It returns nil when all were stored; the
-// packets that were stored have Seq set, the others keep Seq 0, and the
-// error joins their errors (errors.Is works on it).
+// packets that were stored have Seq and Epoch set, the others come back
+// with Seq 0 and no Epoch (whatever they had before), and the error joins
+// their errors (errors.Is works on it).
 func (b *Buffer) AppendAll(ctx context.Context, ps ...*packet.Packet) error {
 	if len(ps) == 0 {
 		return nil
 	}
-	if err := b.usable(); err != nil {
+	// A packet that was not stored leaves with Seq 0 and no Epoch, whatever
+	// it came with: callers tell stored from not stored by its Seq.
+	unstored := func(err error) error {
+		for _, p := range ps {
+			if p != nil {
+				p.Seq, p.Epoch = 0, ""
+			}
+		}
 		return err
+	}
+	if err := b.usable(); err != nil {
+		return unstored(err)
 	}
 	now := b.opt.Now()
 	r := &request{op: opAppend, recs: make([]pending, len(ps)), done: make(chan struct{})}
 	for i, p := range ps {
 		if err := b.render(&r.recs[i], p, now); err != nil {
-			return err
+			return unstored(err)
 		}
 	}
 	if err := b.send(ctx, r); err != nil {
-		return err
+		return unstored(err)
 	}
 	if err := b.await(ctx, r); err != nil {
-		return err
+		return unstored(err)
 	}
 	if r.err != nil {
-		return r.err
+		return unstored(r.err)
 	}
 	var errs []error
 	for i, p := range ps {
 		if err := r.recs[i].err; err != nil {
-			p.Seq = 0
+			p.Seq, p.Epoch = 0, ""
 			errs = append(errs, err)
 			continue
 		}

@@ -897,3 +897,24 @@ func TestAux(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendAllRefusedClearsSeq: packets an append refuses come back with
+// Seq 0 and no Epoch, even when they arrived with others.
+func TestAppendAllRefusedClearsSeq(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	b, err := Open(path, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := testPacket("late", false)
+	p.Seq, p.Epoch = 77, "stale"
+	if err := b.AppendAll(context.Background(), p); err == nil {
+		t.Fatal("AppendAll on a closed buffer succeeded")
+	}
+	if p.Seq != 0 || p.Epoch != "" {
+		t.Fatalf("refused packet came back with seq %d, epoch %q", p.Seq, p.Epoch)
+	}
+}

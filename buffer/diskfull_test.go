@@ -154,12 +154,15 @@ func diskFullCycle(t *testing.T, b *Buffer, free func()) []uint64 {
 		for j := range ps {
 			ps[j] = testPacket(fmt.Sprintf("fill-%d-%d", i, j), j == 0)
 			ps[j].Fields = append(ps[j].Fields, packet.Field{Name: "Pad", Value: packet.String(string(make([]byte, 200)))})
+			// A number from elsewhere (the gateway's stamper gives one):
+			// a refused packet must not come back with it.
+			ps[j].Seq, ps[j].Epoch = 1<<40+uint64(j), "stale"
 		}
 		if err := b.AppendAll(ctx, ps...); err != nil {
 			full = err
 			for _, p := range ps {
-				if p.Seq != 0 {
-					t.Fatalf("a packet of a failed batch got seq %d", p.Seq)
+				if p.Seq != 0 || p.Epoch != "" {
+					t.Fatalf("a packet of a failed batch came back with seq %d, epoch %q", p.Seq, p.Epoch)
 				}
 			}
 			break
