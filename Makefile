@@ -76,7 +76,7 @@ dist:
 cross-check: dist
 	VERSION=$(VERSION) scripts/cross-build/qemu-check
 
-## lab: rerun the selector lab and regenerate docs/selector-lab.md and docs/lab/*.svg (about 4 minutes)
+## lab: rerun the selector lab (20 seeds) and regenerate docs/selector-lab.md and docs/lab/*.svg (about 15-20 minutes on 2 cores)
 lab:
 	$(GO) run ./cmd/gateway lab -o docs/selector-lab.md
 

@@ -22,7 +22,7 @@ func cmdLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flags("lab", stderr)
 	scenarios := fs.String("scenarios", "", "comma-separated scenarios or prefixes, e.g. S1,S4 (default: all)")
 	strategies := fs.String("strategies", "", "comma-separated strategies, name or name+outlier (default: all, and two behind the outlier layer)")
-	seeds := fs.Int("seeds", 5, "seeds per scenario and strategy")
+	seeds := fs.Int("seeds", 20, "seeds per scenario and strategy")
 	parallel := fs.Int("parallel", 0, "simulations at once (default GOMAXPROCS; does not change the results)")
 	out := fs.String("o", "docs/selector-lab.md", `report file; "-" for stdout (then no charts)`)
 	if err := parse(fs, args); err != nil {

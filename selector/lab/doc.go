@@ -11,6 +11,14 @@
 // omission). Arrivals and service draws come from streams that do not
 // depend on the strategy (common random numbers).
 //
+// Scenarios S1–S6 pick per request and make the verdict; S7 adds a server
+// to every table mid-run (a cold join), and S8 is MQTT placement: each of
+// 1,000 gateways picks a broker once per connection ([Placement]) and
+// reconnects when its broker dies. Besides latency and success, a [Trial]
+// measures convergence after faults and recoveries, oscillation of the
+// servers' shares, how a joining server is taken up, and the balance of a
+// placement.
+//
 // [Simulate] runs one strategy in one [Scenario] with one seed; [Run] runs
 // a set of scenarios × strategies × seeds and returns a [Report], with
 // bootstrap 95% confidence intervals over seeds, which renders as Markdown

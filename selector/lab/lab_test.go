@@ -45,13 +45,125 @@ func TestBootstrapContainsMean(t *testing.T) {
 	}
 }
 
-// short cuts a scenario down for tests.
+// short cuts a scenario down for tests: 30 s, faults and joins at 10 s,
+// temporary faults until 25 s, at most 100 gateways starting within 5 s.
 func short(sc Scenario) Scenario {
 	sc.Duration, sc.Warmup = 30*time.Second, 5*time.Second
+	sc.Gateways, sc.StartSpread = min(sc.Gateways, 100), min(sc.StartSpread, 5*time.Second)
 	for i := range sc.Faults {
-		sc.Faults[i].From, sc.Faults[i].To = 10*time.Second, 25*time.Second
+		sc.Faults[i].From = 10 * time.Second
+		if sc.Faults[i].To > 0 {
+			sc.Faults[i].To = 25 * time.Second
+		}
+	}
+	sc.Servers = append([]Server(nil), sc.Servers...)
+	for i := range sc.Servers {
+		if sc.Servers[i].JoinAt > 0 {
+			sc.Servers[i].JoinAt = 10 * time.Second
+		}
 	}
 	return sc
+}
+
+// scenario returns the named scenario, shortened.
+func scenario(t *testing.T, name string) Scenario {
+	t.Helper()
+	scs, err := Select([]string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return short(scs[0])
+}
+
+func TestSettle(t *testing.T) {
+	inf := math.Inf(1)
+	for _, c := range []struct {
+		share    []float64
+		from, to int
+		target   float64
+		want     float64
+	}{
+		{[]float64{.12, .12, 0, 0, 0, 0, 0, 0}, 2, 8, 0, 0},
+		{[]float64{.12, .12, .1, .05, .02, 0, .01, .02, 0, .03}, 2, 10, 0, 2},
+		{[]float64{.12, .12, .1, .05, .02, 0, .01, .02, 0, .03}, 2, 8, 0, inf},             // 4 bins in band before to
+		{[]float64{0, 0, .1, 0, 0, .1, 0, 0, 0, 0, 0, .1}, 0, 12, 0, 6},                    // swings restart the count
+		{[]float64{.3, .2, .14, .1, .11, .125, .13, .12, .15, .16}, 0, 10, .125, 2},        // towards a non-zero share
+		{[]float64{.3, .2, .14, .1, .11, .125, .13, .12, .15, .16}, 0, 10, .125 + .2, inf}, // never
+	} {
+		if got := settle(c.share, c.from, c.to, c.target); got != c.want {
+			t.Errorf("settle(%v, %d, %d, %v) = %v, want %v", c.share, c.from, c.to, c.target, got, c.want)
+		}
+	}
+}
+
+func TestOutagesMergeBackToBack(t *testing.T) {
+	sc := Scenario{Faulty: 2, Faults: []Fault{
+		{Server: 2, From: 15 * time.Second, To: 35 * time.Second},
+		{Server: 2, From: 35 * time.Second},
+		{Server: 1, From: 40 * time.Second, To: 50 * time.Second},
+	}}
+	got := sc.outages()
+	if len(got) != 1 || got[0] != (outage{15 * time.Second, 0}) {
+		t.Fatalf("outages %v, want one from 15 s to the end", got)
+	}
+}
+
+func TestColdJoin(t *testing.T) {
+	sc := scenario(t, "S7")
+	j := int(sc.Servers[sc.Faulty].JoinAt / time.Second)
+	for _, st := range []string{"round_robin", "least_conn"} {
+		tr, err := Simulate(sc, st, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: first use %vs, peak %.2f, settle %vs, p99 after join %.3fs", st, tr.JoinRamp, tr.JoinPeak, tr.JoinSettle, tr.JoinP99)
+		for k, x := range tr.Share[:j] {
+			if x != 0 {
+				t.Fatalf("%s: the joining server got %.3f of second %d, before it joined", st, x, k)
+			}
+		}
+		if math.IsInf(tr.JoinRamp, 1) || math.IsNaN(tr.JoinP99) || tr.Success < 0.99 {
+			t.Errorf("%s: never used the joining server, or no p99 after the join (%v), or failed (%v)", st, tr.JoinP99, tr.Success)
+		}
+		// A round robin gives the newcomer its turn at once, no more.
+		if st == "round_robin" && (tr.JoinPeak < 0.8 || tr.JoinPeak > 1.2 || tr.JoinRamp != 0) {
+			t.Errorf("round_robin: peak %.2f of the capacity share, first use after %vs; want about 1, at once", tr.JoinPeak, tr.JoinRamp)
+		}
+	}
+}
+
+func TestPlacement(t *testing.T) {
+	// Round robin starts at index 0 on every gateway: with one pick per
+	// connection, every gateway lands on broker 0, then, when it dies, on
+	// broker 1, which cannot serve them all.
+	sc := scenario(t, "S8a")
+	rr, err := Simulate(sc, "round_robin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := float64(len(sc.Servers))
+	if rr.PlaceBefore != n || rr.PlaceMax != n-1 || rr.Overloaded != sc.Gateways || !math.IsInf(rr.Balanced, 1) {
+		t.Errorf("round_robin: max/mean before %v after %v, %d overloaded, balanced %v; want %v, %v, %d, never",
+			rr.PlaceBefore, rr.PlaceMax, rr.Overloaded, rr.Balanced, n, n-1, sc.Gateways)
+	}
+	if rr.Reconnect > 0.1 {
+		t.Errorf("round_robin: reconnected after %vs with no backoff", rr.Reconnect)
+	}
+	// With a jittered backoff, the reconnections spread over it.
+	sc = scenario(t, "S8b")
+	for _, st := range []string{"random", "load_aware"} {
+		tr, err := Simulate(sc, st, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: max/mean before %.2f after %.2f, Jain %.3f, reconnected %.1fs, %d overloaded, p99 %.3fs", st, tr.PlaceBefore, tr.PlaceMax, tr.PlaceJain, tr.Reconnect, tr.Overloaded, tr.P99)
+		if b := sc.Placement.Backoff.Seconds(); !(tr.Reconnect > b/2 && tr.Reconnect <= b+0.1) {
+			t.Errorf("%s: last reconnection %vs after the failure, want within the %vs backoff, near its end", st, tr.Reconnect, b)
+		}
+		if !(tr.PlaceJain > 0 && tr.PlaceJain <= 1) || !(tr.PlaceMax >= 1) {
+			t.Errorf("%s: Jain %v, max/mean %v", st, tr.PlaceJain, tr.PlaceMax)
+		}
+	}
 }
 
 func TestSlowNode(t *testing.T) {
@@ -78,9 +190,25 @@ func TestSlowNode(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	cfg := Config{Scenarios: []string{"S2", "S4c"}, Strategies: []string{"round_robin", "p2c_ewma+outlier", "load_aware"}, Seeds: 2, adjust: func(sc Scenario) Scenario {
+	cfg := Config{Scenarios: []string{"S2", "S4c", "S7", "S8b"}, Strategies: []string{"round_robin", "p2c_ewma+outlier", "load_aware"}, Seeds: 2, adjust: func(sc Scenario) Scenario {
+		// 15 s, faults from 5 s to 10 s, a join at 5 s, 10 gateways (30
+		// for placement), as this test runs twice, under -race in CI.
 		sc = short(sc)
-		sc.Duration = 20 * time.Second
+		sc.Duration, sc.Gateways = 15*time.Second, min(sc.Gateways, 10)
+		if sc.Placement != nil {
+			sc.Gateways = 30
+		}
+		for i := range sc.Faults {
+			sc.Faults[i].From = 5 * time.Second
+			if sc.Faults[i].To > 0 {
+				sc.Faults[i].To = 10 * time.Second
+			}
+		}
+		for i := range sc.Servers {
+			if sc.Servers[i].JoinAt > 0 {
+				sc.Servers[i].JoinAt = 5 * time.Second
+			}
+		}
 		return sc
 	}}
 	render := func(par int) ([]byte, map[string][]byte) {
@@ -105,7 +233,12 @@ func TestDeterministic(t *testing.T) {
 			t.Fatalf("chart %s differs", k)
 		}
 	}
-	if !bytes.Contains(a, []byte("### S2")) || !bytes.Contains(a, []byte("Default selector")) && !bytes.Contains(a, []byte("No strategy")) {
+	for _, want := range []string{"### S2", "### S7", "### S8b", "settle after fault", "landed overloaded", "share-s7.svg"} {
+		if !bytes.Contains(a, []byte(want)) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if !bytes.Contains(a, []byte("Default selector")) && !bytes.Contains(a, []byte("No strategy")) {
 		t.Fatalf("report lacks its sections:\n%s", a)
 	}
 }
@@ -128,5 +261,13 @@ func TestScenariosValid(t *testing.T) {
 	}
 	if _, err := Select([]string{"S9"}); err == nil {
 		t.Error("S9 selected something")
+	}
+	if scs, err := Select([]string{"s4c"}); err != nil || len(scs) != 1 || scs[0].Name != "S4c" {
+		t.Errorf("s4c selected %v, %v", scs, err)
+	}
+	for _, sc := range Scenarios() {
+		if in := sc.Name < "S7"; sc.Verdict != in {
+			t.Errorf("%s: in the verdict %v, want %v (S1–S6 only)", sc.Name, sc.Verdict, in)
+		}
 	}
 }

@@ -20,7 +20,7 @@ type Config struct {
 	// Strategies to compare. Empty: [DefaultStrategies].
 	Strategies []string
 	// Seeds is how many seeds (1, 2, …) each scenario × strategy runs.
-	// Default 5.
+	// Default 20.
 	Seeds int
 	// Parallel is how many simulations run at once. Default GOMAXPROCS.
 	// It does not change the results.
@@ -41,6 +41,21 @@ type Cell struct {
 	Share                []float64 // mean over seeds of the faulty server's share, by second
 	Runs                 []Trial
 	Requests             int // per seed, mean
+
+	Osc                         Estimate
+	SettleFault, SettleRecovery Censored
+	JoinSettle, JoinRamp        Censored
+	JoinPeak, JoinP99           Estimate
+	PlaceBefore, PlaceJain      Estimate
+	PlaceMax, Overloaded        Estimate
+	Reconnect, Balanced         Censored
+}
+
+// Censored is a time that may never come (a run that never settled): the
+// estimate over the runs where it came, and how many runs it never did.
+type Censored struct {
+	Estimate
+	Never, Runs int
 }
 
 // Result is one scenario's cells, in strategy order.
@@ -65,7 +80,7 @@ func Select(names []string) ([]Scenario, error) {
 	var out []Scenario
 	for _, sc := range all {
 		for _, n := range names {
-			if n != "" && strings.HasPrefix(sc.Name, strings.ToUpper(n)) {
+			if n != "" && strings.HasPrefix(strings.ToUpper(sc.Name), strings.ToUpper(n)) {
 				out = append(out, sc)
 				break
 			}
@@ -95,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	seeds := cfg.Seeds
 	if seeds <= 0 {
-		seeds = 5
+		seeds = 20
 	}
 	par := cfg.Parallel
 	if par <= 0 {
@@ -186,6 +201,41 @@ func summarise(name string, rs []Trial) Cell {
 	c.Success1s = pick(func(r Trial) float64 { return r.Success1s })
 	c.FaultyShare = pick(func(r Trial) float64 { return r.FaultyShare })
 	c.Jain = pick(func(r Trial) float64 { return r.Jain })
+	c.Osc = pick(func(r Trial) float64 { return r.Osc })
+	c.JoinPeak = pick(func(r Trial) float64 { return r.JoinPeak })
+	c.JoinP99 = pick(func(r Trial) float64 { return r.JoinP99 })
+	c.PlaceBefore = pick(func(r Trial) float64 { return r.PlaceBefore })
+	c.PlaceJain = pick(func(r Trial) float64 { return r.PlaceJain })
+	c.PlaceMax = pick(func(r Trial) float64 { return r.PlaceMax })
+	c.Overloaded = pick(func(r Trial) float64 {
+		if math.IsNaN(r.PlaceMax) { // not a placement scenario
+			return math.NaN()
+		}
+		return float64(r.Overloaded)
+	})
+	censored := func(f func(Trial) float64) Censored {
+		var v []float64
+		var out Censored
+		for _, r := range rs {
+			switch x := f(r); {
+			case math.IsNaN(x):
+			case math.IsInf(x, 1):
+				out.Never++
+				out.Runs++
+			default:
+				v = append(v, x)
+				out.Runs++
+			}
+		}
+		out.Estimate = Bootstrap(v)
+		return out
+	}
+	c.SettleFault = censored(func(r Trial) float64 { return r.SettleFault })
+	c.SettleRecovery = censored(func(r Trial) float64 { return r.SettleRecovery })
+	c.JoinSettle = censored(func(r Trial) float64 { return r.JoinSettle })
+	c.JoinRamp = censored(func(r Trial) float64 { return r.JoinRamp })
+	c.Reconnect = censored(func(r Trial) float64 { return r.Reconnect })
+	c.Balanced = censored(func(r Trial) float64 { return r.Balanced })
 	n := 0
 	for _, r := range rs {
 		n += r.Requests
@@ -217,7 +267,8 @@ type Standing struct {
 	Losses []string
 }
 
-// Standings ranks the strategies: those that never lose success first,
+// Standings ranks the strategies over the scenarios that count in the
+// verdict (S1–S6, Scenario.Verdict): those that never lose success first,
 // then by Score.
 func (r *Report) Standings() []Standing {
 	st := make([]Standing, len(r.Strategies))
@@ -225,7 +276,12 @@ func (r *Report) Standings() []Standing {
 	for k, s := range r.Strategies {
 		st[k].Strategy = s
 	}
+	n := 0
 	for _, res := range r.Results {
+		if !res.Scenario.Verdict {
+			continue
+		}
+		n++
 		best, bestOK := math.Inf(1), 0.0
 		for _, c := range res.Cells {
 			best = min(best, c.P99.Mean)
@@ -239,7 +295,7 @@ func (r *Report) Standings() []Standing {
 		}
 	}
 	for k := range st {
-		st[k].Score = math.Exp(logs[k] / float64(max(len(r.Results), 1)))
+		st[k].Score = math.Exp(logs[k] / float64(max(n, 1)))
 	}
 	slices.SortStableFunc(st, func(a, b Standing) int {
 		if a.Losses == nil != (b.Losses == nil) {

@@ -45,10 +45,27 @@ func (f Fault) answers() bool { return f.Kind != FastFail && f.Kind != BlackHole
 // request taking a lognormal service time of median Service and shape Sigma.
 // Its capacity (Workers, and speed from Service) is what it reports, and
 // Workers is its static weight in the table.
+//
+// A server with a JoinAt joins the cluster then: until JoinAt it exists in
+// no gateway's table, and at JoinAt every gateway adds it (Table.Add) with
+// no statistics, as when the registry announces a new upstream.
 type Server struct {
 	Workers int
 	Service time.Duration
 	Sigma   float64
+	JoinAt  time.Duration // 0: from the start
+}
+
+// Placement makes a scenario one of long-lived connections (MQTT brokers)
+// instead of one pick per request: each gateway picks a server once, when
+// it connects, and sends every message over that connection. When its
+// server fails fast (FastFail), the connection drops and the gateway
+// reconnects, picking again, after a delay drawn uniformly from
+// [0, Backoff) (0: at once, the reconnect storm); messages that arrive
+// while it is disconnected wait in its buffer and go out on reconnect,
+// their latency counted from their arrival.
+type Placement struct {
+	Backoff time.Duration
 }
 
 // Phase multiplies the offered load by Factor in [From, To).
@@ -89,20 +106,34 @@ type Scenario struct {
 	StartSpread time.Duration
 
 	Faults []Fault
-	Faulty int // the server whose share is reported; -1 for none
+	Faulty int // the server whose share is reported (the joining one in S7); -1 for none
+
+	// Placement, when set, makes the gateways hold one connection each
+	// (see [Placement]); nil is one pick per request.
+	Placement *Placement
+	// Verdict says whether the scenario counts in the verdict (S1–S6).
+	Verdict bool
 }
 
 // baseService is the median service time of a standard server.
 const baseService = 20 * time.Millisecond
 
-// capacity is the cluster's capacity, requests per second.
+// capacity is the capacity of the servers present from the start,
+// requests per second: servers that join later add to it.
 func (sc *Scenario) capacity() float64 {
 	var c float64
 	for _, s := range sc.Servers {
-		mean := float64(s.Service) * math.Exp(s.Sigma*s.Sigma/2) / 1e9
-		c += float64(s.Workers) / mean
+		if s.JoinAt == 0 {
+			c += s.capacity()
+		}
 	}
 	return c
+}
+
+// capacity is a server's capacity, requests per second.
+func (s Server) capacity() float64 {
+	mean := float64(s.Service) * math.Exp(s.Sigma*s.Sigma/2) / 1e9
+	return float64(s.Workers) / mean
 }
 
 func (sc *Scenario) validate() error {
@@ -118,10 +149,23 @@ func (sc *Scenario) validate() error {
 	case sc.RTT == nil:
 		return errors.New("lab: scenario " + sc.Name + ": no RTT")
 	}
+	var join time.Duration
 	for _, s := range sc.Servers {
 		if s.Workers <= 0 || s.Service <= 0 {
 			return fmt.Errorf("lab: scenario %s: a server needs workers and a service time", sc.Name)
 		}
+		// Tables give indexes in order of Add: joining servers come last,
+		// in the order they join, so that table index = server index.
+		if s.JoinAt < join || (s.JoinAt > 0 && s.JoinAt >= sc.Duration) {
+			return fmt.Errorf("lab: scenario %s: joining servers must come last, in order, and join within the run", sc.Name)
+		}
+		join = s.JoinAt
+	}
+	if sc.Servers[0].JoinAt > 0 {
+		return fmt.Errorf("lab: scenario %s: the first server must be there from the start", sc.Name)
+	}
+	if sc.Faulty >= len(sc.Servers) {
+		return fmt.Errorf("lab: scenario %s: faulty server %d of %d", sc.Name, sc.Faulty, len(sc.Servers))
 	}
 	return nil
 }
@@ -189,7 +233,7 @@ func base(name, title string) Scenario {
 		Servers: equal(8), Gateways: 10, RTT: uniformRTT(2*time.Millisecond, 10*time.Millisecond),
 		Load: 0.6, Duration: 60 * time.Second, Warmup: 10 * time.Second, Timeout: 10 * time.Second,
 		ProbeInterval: 5 * time.Second, Reports: true, RefreshInterval: time.Second, ReportAge: time.Second,
-		Jitter: true, StartSpread: 0, Faulty: -1,
+		Jitter: true, StartSpread: 0, Faulty: -1, Verdict: true,
 	}
 }
 
@@ -262,10 +306,31 @@ func Scenarios() []Scenario {
 			fmt.Sprintf("%d gateways sharing the heterogeneous cluster of S1 (RTT 2–10 ms), %s refresh, reports %v old, 70%% load", v.gws, refresh, v.age))
 		s.Servers, s.Gateways, s.Load = mixed(), v.gws, 0.7
 		s.Jitter, s.ReportAge = v.jitter, v.age
-		s.Warmup = 20 * time.Second
+		// 35 s runs, 15 s of warm-up: cswlc's cuckoo search on each of 500
+		// gateways every second is most of the lab's time.
+		s.Duration, s.Warmup = 35*time.Second, 15*time.Second
 		if v.jitter {
-			s.StartSpread = 20 * time.Second
+			s.StartSpread = 15 * time.Second
 		}
+		out = append(out, s)
+	}
+
+	s = base("S7", "a node joining cold: server 8 (4 workers, like the others) added to every gateway's table at 20 s with no statistics; 20 gateways, 70% of the first eight's capacity")
+	s.Servers = append(equal(8), Server{Workers: 4, Service: baseService, Sigma: 0.5, JoinAt: 20 * time.Second})
+	s.Gateways, s.Load, s.Faulty, s.Verdict = 20, 0.7, 8, false
+	out = append(out, s)
+
+	for k, backoff := range []time.Duration{0, 10 * time.Second} {
+		how := "all at once (no backoff)"
+		if backoff > 0 {
+			how = fmt.Sprintf("after a jittered backoff, uniform in [0 s, %.0f s)", backoff.Seconds())
+		}
+		s = base(fmt.Sprintf("S8%c", 'a'+rune(k)),
+			"MQTT placement: 1,000 gateways each connect to one broker of the S1 cluster (8, 4, 2, 1 workers ×2) over 0–15 s, 50% load; broker 0 (8 workers) dies at 25 s for good and its gateways reconnect "+how+"; 45 s")
+		s.Servers, s.Gateways, s.Load = mixed(), 1000, 0.5
+		s.Duration, s.Warmup, s.StartSpread = 45*time.Second, 20*time.Second, 15*time.Second
+		s.Faults = []Fault{{Server: 0, Kind: FastFail, From: 25 * time.Second}}
+		s.Placement, s.Verdict = &Placement{Backoff: backoff}, false
 		out = append(out, s)
 	}
 	return out
