@@ -48,7 +48,7 @@ type descs struct {
 	upUp, upRetired                                   *desc
 	upLatency, upEWMA, upPeakEWMA, upStdDev           *desc
 	upProbeRTT, upProbeAge, upProbeFailures           *desc
-	selectorInfo                                      *desc
+	selectorInfo, selectorFallbacks                   *desc
 }
 
 func newDescs() descs {
@@ -125,6 +125,7 @@ func newDescs() descs {
 	d.upProbeAge = n("upstream_probe_age_seconds", "Time since the upstream's latest successful probe.", up)
 	d.upProbeFailures = n("upstream_probe_failures_total", "Probes of the upstream that failed.", up)
 	d.selectorInfo = n("selector_info", "The selection strategy in use, in the selector label; always 1.", "selector")
+	d.selectorFallbacks = n("selector_fallbacks_total", "Picks the strategy made by its fallback (least_conn) because no fresh server load report existed.", "selector")
 	return d
 }
 
@@ -151,6 +152,9 @@ func (c *Collector) collect(ch *scrape) {
 	c.collectUpstreams(ch)
 	if c.src.Selector != "" {
 		gauge(ch, c.d.selectorInfo, 1, c.src.Selector)
+		if c.src.SelectorFallbacks != nil {
+			counter(ch, c.d.selectorFallbacks, float64(c.src.SelectorFallbacks()), c.src.Selector)
+		}
 	}
 }
 

@@ -79,12 +79,13 @@ func fakeSources() Sources {
 					LifetimeMean: 30 * time.Millisecond, LifetimeStdDev: 6 * time.Millisecond, LifetimeSamples: 32,
 					LatencySum:        960 * time.Millisecond,
 					LatencyCumulative: [12]uint64{0, 3, 10, 20, 28, 30, 31, 31, 32, 32, 32, 32},
-					ProbeRTT: 3 * time.Millisecond, ProbeAge: 4 * time.Second, ProbeFailures: 1},
+					ProbeRTT:          3 * time.Millisecond, ProbeAge: 4 * time.Second, ProbeFailures: 1},
 				{Name: "https://b.example/ingest", Index: 1, Up: false, Retired: true, Failures: 5,
 					ConsecutiveFailures: 5, ProbeFailures: 9, ConsecutiveProbeFailures: 9},
 			}
 		},
-		Selector: "p2c_peak_ewma",
+		Selector:          "p2c_peak_ewma",
+		SelectorFallbacks: func() uint64 { return 7 },
 	}
 }
 

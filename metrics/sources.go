@@ -40,6 +40,10 @@ type Sources struct {
 	// Selector is the name of the selection strategy; "" leaves out
 	// fieldlink_selector_info.
 	Selector string
+	// SelectorFallbacks returns how many picks the strategy made by its
+	// named fallback because no fresh server load report existed (cswlc,
+	// irlb, load_aware); nil for a strategy without one.
+	SelectorFallbacks func() uint64
 	// Ready reports whether the gateway is ready, and why not when it is
 	// not. Nil means always ready. See [DevicesAnswering].
 	Ready func() (ready bool, why string)

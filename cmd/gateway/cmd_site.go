@@ -216,6 +216,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	src.Selector = c.Uplink.Selector
+	src.SelectorFallbacks = func() uint64 {
+		if _, n := d.current(); n != nil {
+			if f, ok := n.strat.(interface{ Fallbacks() uint64 }); ok {
+				return f.Fallbacks()
+			}
+		}
+		return 0
+	}
 	src.Ready = func() (bool, string) {
 		if err := in.Fatal(); err != nil {
 			return false, "buffer failed: " + err.Error()

@@ -528,7 +528,8 @@ uplink:
 		return strings.Contains(body, `fieldlink_device_health{bus="face",device="ch4-1",state="ok"} 1`) &&
 			strings.Contains(body, `fieldlink_buffer_records{kind="normal"}`) &&
 			strings.Contains(body, `fieldlink_upstream_up{upstream=`) &&
-			strings.Contains(body, `fieldlink_selector_info{selector="p2c_ewma"} 1`)
+			strings.Contains(body, `fieldlink_selector_info{selector="soa"} 1`) &&
+			strings.Contains(body, `fieldlink_selector_fallbacks_total{selector="soa"} 0`)
 	})
 }
 

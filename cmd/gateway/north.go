@@ -47,6 +47,7 @@ func openBuffer(c *config.Config, enc packet.Encoding, log *slog.Logger) (*buffe
 // probes, load reports and the delivery loop.
 type north struct {
 	table    *selector.Table
+	strat    selector.Strategy
 	delivery *uplink.Delivery
 	log      *slog.Logger
 
@@ -103,7 +104,7 @@ func startNorth(ctx context.Context, c *config.Config, q *buffer.Buffer, log *sl
 		}
 		strat = selector.NewDRF(opt)
 	}
-	n := &north{table: selector.NewTable(selector.Options{}), log: log}
+	n := &north{table: selector.NewTable(selector.Options{}), strat: strat, log: log}
 	n.upCtx, n.upCancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.delivery = uplink.NewDelivery(q, n.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery"), DeadLetters: q})
 	for i, cu := range u.Upstreams {
