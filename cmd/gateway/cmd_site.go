@@ -157,7 +157,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	show := func(p *packet.Packet) {
 		mu.Lock()
 		defer mu.Unlock()
-		buf = append(p.AppendJSON(buf[:0], d.site.enc), '\n')
+		s, _ := d.current() // a reload may swap the site meanwhile
+		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
 		_, _ = stdout.Write(buf)
 	}
 	src := metrics.Sources{Devices: d.status, Buses: d.busSamples, Modbus: d.modbusStats,
