@@ -684,13 +684,17 @@ func TestCompaction(t *testing.T) {
 	var appended []uint64
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for i := 0; ; i++ {
+		// Bounded: compaction waits for the live bytes to settle (a
+		// second or more), and a slow machine must not fill the file
+		// meanwhile with what the compaction is meant to shrink.
+		for i := 0; i < 300; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
 			appended = append(appended, mustAppend(t, b, testPacket(fmt.Sprintf("new-%d", i), false)))
+			time.Sleep(5 * time.Millisecond) // spread over the compaction, a second or so away
 		}
 	})
 	var ack []uint64
