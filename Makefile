@@ -21,7 +21,11 @@ all: vet test
 ## test: vet; every test (unit and integration) under the race detector; the field build; the ARM
 ## binaries and tests under qemu; govulncheck; 5 s of fuzzing per fuzz target
 test: vet
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v '/chaos$$')
+	@echo "go test -race -count=1 -v ./chaos/  (the chaos run's figures line follows)"
+	@$(GO) test -race -count=1 -v -timeout 15m ./chaos/ > .chaos.log 2>&1; rc=$$?; \
+	grep -E 'chaos: seed=|^(--- |ok|FAIL|PASS)' .chaos.log; \
+	if [ $$rc -ne 0 ]; then tail -200 .chaos.log; exit $$rc; fi
 	$(GO) test -race -count=1 -tags field -run 'TestUsageAndVersion|TestReload' ./cmd/gateway
 	$(GO) test -count=1 -tags crosscheck -timeout 40m ./scripts/cross-build/
 	$(MAKE) vulncheck
