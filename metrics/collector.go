@@ -150,10 +150,12 @@ func (c *Collector) collect(ch *scrape) {
 	c.collectBuffer(ch)
 	c.collectDelivery(ch)
 	c.collectUpstreams(ch)
-	if c.src.Selector != "" {
-		gauge(ch, c.d.selectorInfo, 1, c.src.Selector)
-		if c.src.SelectorFallbacks != nil {
-			counter(ch, c.d.selectorFallbacks, float64(c.src.SelectorFallbacks()), c.src.Selector)
+	if c.src.Selector != nil {
+		if name := c.src.Selector(); name != "" {
+			gauge(ch, c.d.selectorInfo, 1, name)
+			if c.src.SelectorFallbacks != nil {
+				counter(ch, c.d.selectorFallbacks, float64(c.src.SelectorFallbacks()), name)
+			}
 		}
 	}
 }

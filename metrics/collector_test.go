@@ -84,7 +84,7 @@ func fakeSources() Sources {
 					ConsecutiveFailures: 5, ProbeFailures: 9, ConsecutiveProbeFailures: 9},
 			}
 		},
-		Selector:          "p2c_peak_ewma",
+		Selector:          func() string { return "p2c_peak_ewma" },
 		SelectorFallbacks: func() uint64 { return 7 },
 	}
 }
@@ -347,7 +347,7 @@ fieldlink_buffer_oldest_record_age_seconds 0
 func TestCollectorBadLabel(t *testing.T) {
 	c := newTestCollector(Sources{
 		Buses:    func() []BusSample { return []BusSample{{Name: "bad\xff"}, {Name: "good", Busy: time.Second}} },
-		Selector: "rr",
+		Selector: func() string { return "rr" },
 	})
 	mfs, err := c.Gather()
 	if err == nil {

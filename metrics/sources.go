@@ -37,9 +37,10 @@ type Sources struct {
 	// ([selector.Table.Snapshot]). Their names are the credential-free
 	// names the uplink gives them.
 	Upstreams func() []selector.Stats
-	// Selector is the name of the selection strategy; "" leaves out
+	// Selector returns the name of the selection strategy in use (a
+	// reload may change it); nil or "" leaves out
 	// fieldlink_selector_info.
-	Selector string
+	Selector func() string
 	// SelectorFallbacks returns how many picks the strategy made by its
 	// named fallback because no fresh server load report existed (cswlc,
 	// irlb, load_aware); nil for a strategy without one.

@@ -216,7 +216,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return nil
 	}
-	src.Selector = c.Uplink.Selector
+	src.Selector = func() string {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.cfg.Uplink.Selector
+	}
 	src.SelectorFallbacks = func() uint64 {
 		if _, n := d.current(); n != nil {
 			if f, ok := n.strat.(interface{ Fallbacks() uint64 }); ok {

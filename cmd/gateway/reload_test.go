@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -91,6 +92,13 @@ func TestReloadSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	bufPath := filepath.Join(dir, "buf.db")
 	site := filepath.Join(dir, "site.yaml")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	selectorName := "round_robin"
 	write := func(devices, upstream, extra string) {
 		t.Helper()
 		src := fmt.Sprintf(`site: {id: "R1"}
@@ -100,14 +108,14 @@ buses:
     url: tcp://%s
     timeout: 500ms
     devices:
-%smetrics: {listen: "off"}
+%smetrics: {listen: "%s"}
 buffer: {path: %s}
 uplink:
-  selector: round_robin
+  selector: %s
   probe: {interval: 200ms, timeout: 100ms}
   upstreams:
     - {url: "%s"}
-%s`, emu, devices, bufPath, upstream, extra)
+%s`, emu, devices, listen, bufPath, selectorName, upstream, extra)
 		if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -131,8 +139,29 @@ uplink:
 	}
 
 	// 1. Add rain-1 and move from upstream A to upstream B.
+	selector := func() string {
+		resp, err := http.Get("http://" + listen + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(l, "fieldlink_selector_info{") {
+				return l
+			}
+		}
+		return ""
+	}
+	if got := selector(); got != `fieldlink_selector_info{selector="round_robin"} 1` {
+		t.Errorf("before the reload: %q", got)
+	}
+	selectorName = "soa"
 	write(wind+rain, b.URL, "")
 	hup("site file reloaded", 1)
+	if got := selector(); got != `fieldlink_selector_info{selector="soa"} 1` {
+		t.Errorf("after a reload to soa: %q", got)
+	}
 	testtool.WaitFor(t, 30*time.Second, "upstream B to receive rain-1 and wind-1", func() bool {
 		return b.count("rain-1") >= 5 && b.count("wind-1") >= 5
 	})
