@@ -522,20 +522,17 @@ These are not failures: the lab is not clear there, so nothing is
 asserted. They are where the loopback sees more than the model, and worth
 a look (p99 is left out of this list, for the reason above).
 
-One place where the model is known to part from the code is S4a. The lab
-models a fast failure as a dropped connection (Table.SetUp false at once),
-so no strategy picks the server during the outage. An HTTP upstream has no
-connection: the gateway learns of the outage from failed sends (each
-retried at once on another upstream, so latency hardly moves) and from its
-next probe, and until then the strategies differ. A refused send is fast
-and leaves nothing in flight, and the table records its latency like any
-other: a strategy that ranks by in-flight count or latest latency
-(least_conn; soa, whose overload factor counts timeouts only) can prefer
-the refusing upstream until the probe marks it down, and whether it does
-in a given block depends on where its refresh and the probe fall. p2c_ewma
-charges a failure as a 5 s round trip and stops at once. Over these 10 s
-fault windows the 1 s probe hides most of it; in the default run's 1.2 s
-windows it weighs more.
+S4a is where this tier found the code parting from the model. The lab
+models a fast failure as the server going down at once (Table.SetUp
+false), so no strategy picks it during the outage. An HTTP upstream has no
+connection to lose: the gateway used to learn of the outage only from its
+next probe, and meanwhile a refused send, fast and leaving nothing in
+flight, flattered the upstream's latency, so a strategy ranking by
+in-flight count or latest latency (least_conn, soa) could prefer the
+refusing upstream: soa sent it 7-10% of the traffic in short runs. The
+uplink now treats a refused connection as a failed probe (the upstream is
+down until a probe answers), as the model assumes; this run is after that
+change.
 `)
 	return w.String()
 }
