@@ -283,7 +283,9 @@ func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
 		t := selector.NewTable(selector.Options{Now: s.clk.now, Seed: seed*1_000_003 + uint64(len(s.tables)) + 1})
 		for i, sv := range sc.Servers {
 			if sv.JoinAt == 0 {
-				t.Add(fmt.Sprintf("s%d", i), sv.Workers)
+				if _, err := t.Add(fmt.Sprintf("s%d", i), sv.Workers); err != nil {
+					return Trial{}, fmt.Errorf("lab: scenario %s: %w", sc.Name, err)
+				}
 			}
 		}
 		s.tables = append(s.tables, t)
@@ -437,7 +439,11 @@ func (s *sim) handle(e event) {
 		i := int(e.a)
 		s.servers[i].joined = true
 		for _, t := range s.tables {
-			t.Add(fmt.Sprintf("s%d", i), sc.Servers[i].Workers)
+			// validate allows at most MaxUpstreams servers, and none is
+			// retired: the table cannot be full.
+			if _, err := t.Add(fmt.Sprintf("s%d", i), sc.Servers[i].Workers); err != nil {
+				panic(err)
+			}
 		}
 	case evConnect:
 		s.connect(int(e.a), now)
