@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/selector"
 	"fieldlink/yamlconf"
 )
 
@@ -260,8 +261,8 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	if len(u.Upstreams) == 0 && u.Registry == nil {
 		doc.Errorf("uplink.upstreams", "give at least one upstream, or a registry")
 	}
-	if len(u.Upstreams) > 64 {
-		doc.Errorf("uplink.upstreams", "at most 64 upstreams, got %d", len(u.Upstreams))
+	if len(u.Upstreams) > selector.MaxUpstreams {
+		doc.Errorf("uplink.upstreams", "at most %d upstreams, got %d", selector.MaxUpstreams, len(u.Upstreams))
 	}
 	seen := map[string]int{}
 	for i := range u.Upstreams {

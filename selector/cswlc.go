@@ -61,13 +61,14 @@ type CSWLCOptions struct {
 // CSWLC is "cswlc": weighted least connections inside a candidate set that
 // a cuckoo search picks from utilisation buckets. Source: Guo, Zhang and
 // He, "Application of load balancing algorithm in smart mine software
-// platform", Industry and Mine Automation 46(5), 2020 (seed 002).
+// platform", Industry and Mine Automation 46(5), 2020 (seed 002;
+// docs/algorithms.md § 002).
 //
 // Every Period (table time), from the upstreams' reported [Load]:
 //
 //  1. Capacity, the paper's H_i = K1·E_i + K2·M_i + K3·D_i + K4·N_i + K5·F_i,
 //     K = {0.3, 0.2, 0.2, 0.2, 0.1}, over capacities normalised by the
-//     largest among the upstreams compared (**reading**, ALGORITHMS.md):
+//     largest among the upstreams compared (**reading**, docs/algorithms.md § 002):
 //     e_i = CPUMHz_i / max CPUMHz, m_i = MemoryMB_i / max MemoryMB,
 //     n_i = BandwidthMbps_i / max BandwidthMbps. A Load reports no disk IO
 //     rate and no process limit, so d_i = f_i = 1: equal on those factors.

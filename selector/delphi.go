@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// Delphi's consistency checks, from seed 000 § 2.3 (ALGORITHMS.md § 000).
+// Delphi's consistency checks, from seed 000 § 2.3 (docs/algorithms.md § 000).
 const (
 	// DelphiMinResponseRate is the least share of the experts asked who
 	// must answer every item for a round to count (Call ≥ 90%).

@@ -128,8 +128,8 @@ func TestIRLBPredicts(t *testing.T) {
 	for range MaxUpstreams - 2 {
 		tb.Add("x"+time.Duration(tb.Len()).String(), 1)
 	}
-	if j := tb.Add("fresh", 1); j != 1 {
-		t.Fatalf("the new upstream took index %d, want 1", j)
+	if j, err := tb.Add("fresh", 1); err != nil || j != 1 {
+		t.Fatalf("the new upstream took index %d (%v), want 1", j, err)
 	}
 	tb.Report(1, Load{Connections: 7})
 	s.Pick(tb, 0)

@@ -10,7 +10,7 @@ import (
 
 // SOA is "soa": the weight of seed 001 (Chen, Ye, "a SOA-based service
 // management middleware for cloud platforms", Microcomputer Applications
-// 32(7), 2016; ALGORITHMS.md § 001), where a monitor centre scores the
+// 32(7), 2016; docs/algorithms.md § 001), where a monitor centre scores the
 // providers, a registry pushes the weights and consumers call the best one
 // directly.
 //

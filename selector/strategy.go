@@ -52,7 +52,7 @@ var strategies = map[string]func(opt StrategyOptions) Strategy{
 	"least_conn":           func(StrategyOptions) Strategy { return leastConn{} },
 	"p2c_ewma":             newP2CEWMA,
 	"ribbon_wrt":           newRibbonWRT,
-	// The source papers' strategies (see ALGORITHMS.md and each file).
+	// The source papers' strategies (see docs/algorithms.md and each file).
 	"drf":        func(StrategyOptions) Strategy { return NewDRF(DRFOptions{}) },
 	"soa":        func(StrategyOptions) Strategy { return NewSOA(SOAOptions{}) },
 	"load_aware": func(StrategyOptions) Strategy { return NewLoadAware(LoadAwareOptions{Fallback: leastConn{}}) },

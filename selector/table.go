@@ -174,9 +174,11 @@ func NewTable(opt Options) *Table {
 // have been used, it takes the lowest index of a retired upstream: deliveries
 // still in flight to the retired one end on its old statistics, and a
 // strategy starts the new one afresh. Callers must therefore forget the index
-// of an upstream they retire. Add panics when all MaxUpstreams upstreams are
-// live.
-func (t *Table) Add(name string, weight int) int {
+// of an upstream they retire, and retire the upstreams a new list drops
+// before they add the ones it brings: a list that churns names then never
+// fills the table. When all MaxUpstreams upstreams are live, Add changes
+// nothing and returns an error that wraps [ErrFull].
+func (t *Table) Add(name string, weight int) (int, error) {
 	if weight <= 0 {
 		weight = 1
 	}
@@ -197,7 +199,7 @@ func (t *Table) Add(name string, weight int) int {
 			t.gen.Add(1)
 		}
 		t.setLive(i, u.up.Load())
-		return i
+		return i, nil
 	}
 	slot := -1
 	if n < MaxUpstreams {
@@ -211,7 +213,7 @@ func (t *Table) Add(name string, weight int) int {
 		}
 	}
 	if slot < 0 {
-		panic(fmt.Sprintf("selector: Add %q: the table already holds %d live upstreams, the most it can", name, MaxUpstreams))
+		return -1, fmt.Errorf("%w: cannot add %q: all %d upstreams are live", ErrFull, name, MaxUpstreams)
 	}
 	sl := &t.slots[slot]
 	gen := (sl.state.Load()>>genShift + 1) & (1<<(64-genShift) - 1)
@@ -225,7 +227,7 @@ func (t *Table) Add(name string, weight int) int {
 	t.gen.Add(1)
 	t.cfg.Add(1)
 	t.setLive(slot, true)
-	return slot
+	return slot, nil
 }
 
 // Retire stops upstream i from being picked, for good: the registry removed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
 	"strings"
 	"sync"
@@ -14,16 +15,16 @@ import (
 
 func TestAdd(t *testing.T) {
 	tb, _ := newTestTable()
-	if i := tb.Add("a", 0); i != 0 {
+	if i := mustAdd(t, tb, "a", 0); i != 0 {
 		t.Fatalf("first Add = %d", i)
 	}
-	if i := tb.Add("b", -3); i != 1 {
+	if i := mustAdd(t, tb, "b", -3); i != 1 {
 		t.Fatalf("second Add = %d", i)
 	}
-	if i := tb.Add("a", 7); i != 0 {
+	if i := mustAdd(t, tb, "a", 7); i != 0 {
 		t.Fatalf("Add of a name already there = %d, want its index 0", i)
 	}
-	if i := tb.Add("c", 2_000_000); i != 2 {
+	if i := mustAdd(t, tb, "c", 2_000_000); i != 2 {
 		t.Fatalf("third Add = %d", i)
 	}
 	s := tb.Snapshot()
@@ -40,7 +41,7 @@ func TestAddRetireReuse(t *testing.T) {
 	for i := range MaxUpstreams {
 		tb.Add(fmt.Sprintf("u%d", i), 1)
 	}
-	mustPanic(t, "a 65th live upstream", func() { tb.Add("one too many", 1) })
+	mustBeFull(t, tb, "one too many")
 
 	// A retired upstream with a delivery in flight.
 	tk := tb.Begin(5)
@@ -50,11 +51,11 @@ func TestAddRetireReuse(t *testing.T) {
 		t.Fatalf("retired upstreams among the candidates: %#x", tb.Candidates(0))
 	}
 	// Its name comes back: same index, same statistics, up again.
-	if i := tb.Add("u9", 3); i != 9 || tb.Candidates(0)&(1<<9) == 0 || tb.Snapshot()[9].Weight != 3 {
+	if i := mustAdd(t, tb, "u9", 3); i != 9 || tb.Candidates(0)&(1<<9) == 0 || tb.Snapshot()[9].Weight != 3 {
 		t.Fatalf("re-Add of retired u9 = %d, candidates %#x", i, tb.Candidates(0))
 	}
 	// A new name takes the lowest retired slot.
-	if i := tb.Add("new", 1); i != 5 {
+	if i := mustAdd(t, tb, "new", 1); i != 5 {
 		t.Fatalf("Add with every index used = %d, want retired slot 5", i)
 	}
 	c.Advance(time.Second)
@@ -66,7 +67,7 @@ func TestAddRetireReuse(t *testing.T) {
 	if tk.Index() != 5 || tk.Start() != testEpoch {
 		t.Fatalf("ticket: index %d, start %v", tk.Index(), tk.Start())
 	}
-	mustPanic(t, "a 65th live upstream", func() { tb.Add("again too many", 1) })
+	mustBeFull(t, tb, "again too many")
 }
 
 func TestIndexOutOfRange(t *testing.T) {
@@ -298,7 +299,7 @@ func TestConcurrentReuse(t *testing.T) {
 	for n := range 500 {
 		i := n * 13 % MaxUpstreams
 		tb.Retire(i)
-		if got := tb.Add(fmt.Sprintf("new%d", n), 2); got != i {
+		if got, err := tb.Add(fmt.Sprintf("new%d", n), 2); err != nil || got != i {
 			t.Fatalf("Add after Retire(%d) = %d", i, got)
 		}
 	}
@@ -333,5 +334,68 @@ func TestLatencyHistogram(t *testing.T) {
 	}
 	if s.LifetimeSamples != 5 {
 		t.Errorf("LifetimeSamples = %d, want 5 (the +Inf bucket)", s.LifetimeSamples)
+	}
+}
+
+// A 65th live upstream is refused with an error, and the table is unchanged:
+// the registry or a reload must not crash the daemon.
+func TestAddFullIsAnError(t *testing.T) {
+	tb, _ := newTestTable()
+	for i := range MaxUpstreams {
+		mustAdd(t, tb, fmt.Sprintf("u%d", i), 1)
+	}
+	before := tb.Snapshot()
+	mustBeFull(t, tb, "one too many")
+	if after := tb.Snapshot(); len(after) != len(before) || tb.Candidates(0) != ^uint64(0) {
+		t.Fatalf("a refused Add changed the table: %d upstreams, candidates %#x", len(after), tb.Candidates(0))
+	}
+	// A name already there is not a 65th: it updates its weight.
+	if i := mustAdd(t, tb, "u3", 5); i != 3 || tb.Snapshot()[3].Weight != 5 {
+		t.Fatalf("re-Add of u3 in a full table = %d", i)
+	}
+}
+
+// A registry that churns its names, retiring what it drops before adding
+// what it brings, never fills the table: retired slots are given to new
+// names.
+func TestAddChurnReusesRetiredSlots(t *testing.T) {
+	tb, _ := newTestTable()
+	idx := map[string]int{}
+	for n := range 40 {
+		idx[fmt.Sprintf("u%d", n)] = mustAdd(t, tb, fmt.Sprintf("u%d", n), 1)
+	}
+	for round := range 100 { // 100 lists of 40, each a quarter new
+		for k := range 10 {
+			old := fmt.Sprintf("u%d", round*10+k)
+			tb.Retire(idx[old])
+			delete(idx, old)
+		}
+		for k := range 10 {
+			name := fmt.Sprintf("u%d", 40+round*10+k)
+			idx[name] = mustAdd(t, tb, name, 1)
+		}
+		if tb.Len() > MaxUpstreams || len(idx) != 40 {
+			t.Fatalf("round %d: Len %d, live %d", round, tb.Len(), len(idx))
+		}
+	}
+	if got := bits.OnesCount64(tb.Candidates(0)); got != 40 {
+		t.Fatalf("after the churn: %d candidates, want 40", got)
+	}
+}
+
+func mustAdd(t *testing.T, tb *Table, name string, weight int) int {
+	t.Helper()
+	i, err := tb.Add(name, weight)
+	if err != nil {
+		t.Fatalf("Add(%q): %v", name, err)
+	}
+	return i
+}
+
+func mustBeFull(t *testing.T, tb *Table, name string) {
+	t.Helper()
+	i, err := tb.Add(name, 1)
+	if !errors.Is(err, ErrFull) || i != -1 || !strings.Contains(err.Error(), name) {
+		t.Fatalf("Add(%q) to a full table = %d, %v; want -1 and ErrFull naming it", name, i, err)
 	}
 }

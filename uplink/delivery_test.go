@@ -161,7 +161,11 @@ func newLoop(t *testing.T, q *memQueue, strategy string, senders ...*fakeSender)
 	}
 	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
 	for _, s := range senders {
-		d.Add(table.Add(s.name, 1), s)
+		idx, err := table.Add(s.name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Add(idx, s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -270,7 +274,11 @@ func TestDeliveryRestsAFailingUpstream(t *testing.T) {
 	table := selector.NewTable(selector.Options{Seed: 1})
 	strat, _ := selector.New("round_robin", selector.StrategyOptions{})
 	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: time.Second})
-	d.Add(table.Add(a.name, 1), a)
+	idx, err := table.Add(a.name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Add(idx, a)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"fieldlink/selector"
 )
 
 // Defaults and bounds of the registry client.
@@ -24,8 +26,6 @@ const (
 
 	// RegistryMaxBytes bounds a registry answer.
 	RegistryMaxBytes = 1 << 20
-	// RegistryMaxUpstreams bounds the length of the list.
-	RegistryMaxUpstreams = 256
 )
 
 // RegistryUpstream is one upstream in a registry's list.
@@ -49,8 +49,10 @@ type RegistryUpstream struct {
 // The rules, all checked, so that a broken registry cannot hand the gateway
 // an unusable list:
 //
-//   - "upstreams" is required and holds 1 to [RegistryMaxUpstreams] entries:
-//     an empty list is an error, not an instruction to stop delivering.
+//   - "upstreams" is required and holds 1 to [selector.MaxUpstreams]
+//     entries: an empty list is an error, not an instruction to stop
+//     delivering, and a longer list is refused whole (the gateway cannot
+//     take it, and picking which to drop is not its call).
 //   - "url" is required; its scheme is mqtt, mqtts, http or https; it has a
 //     host and, if any, a port 1..65535 (see [ProbeTarget]); no two entries
 //     have the same URL.
@@ -76,8 +78,8 @@ func ParseRegistry(data []byte) ([]RegistryUpstream, error) {
 	if len(entries) == 0 {
 		return nil, errors.New(`uplink: registry: "upstreams" is empty`)
 	}
-	if len(entries) > RegistryMaxUpstreams {
-		return nil, fmt.Errorf("uplink: registry: %d upstreams, more than %d", len(entries), RegistryMaxUpstreams)
+	if err := registryCheckLen(len(entries)); err != nil {
+		return nil, err
 	}
 	list := make([]RegistryUpstream, 0, len(entries))
 	for i, e := range entries {
@@ -128,13 +130,21 @@ func registryCheck(up RegistryUpstream) error {
 	return nil
 }
 
+// registryCheckLen refuses a list longer than a gateway's table takes.
+func registryCheckLen(n int) error {
+	if n > selector.MaxUpstreams {
+		return fmt.Errorf("uplink: registry: the registry answered %d upstreams, more than the %d a gateway takes", n, selector.MaxUpstreams)
+	}
+	return nil
+}
+
 // registryCheckList applies the rules to a whole list.
 func registryCheckList(list []RegistryUpstream) error {
 	if len(list) == 0 {
 		return errors.New("uplink: registry: empty upstream list")
 	}
-	if len(list) > RegistryMaxUpstreams {
-		return fmt.Errorf("uplink: registry: %d upstreams, more than %d", len(list), RegistryMaxUpstreams)
+	if err := registryCheckLen(len(list)); err != nil {
+		return err
 	}
 	seen := make(map[string]int, len(list))
 	for i, up := range list {

@@ -3,6 +3,7 @@ package uplink
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"fieldlink/selector"
 )
 
 const registryTestList = `{"upstreams":[{"url":"mqtts://ingest-1:8883","weight":2},{"url":"https://ingest-2/api/packets"}]}`
@@ -71,7 +74,7 @@ func TestRegistryParseErrors(t *testing.T) {
 		{"weight huge", `{"upstreams":[{"url":"mqtt://a","weight":1e999}]}`, `"weight"`},
 		{"duplicate", `{"upstreams":[{"url":"mqtt://a"},{"url":"mqtt://b"},{"url":"mqtt://a"}]}`, "upstreams[2] repeats upstreams[0]"},
 		{"credentials hidden", `{"upstreams":[{"url":"ftp://user:hunter2@a/x?token=t0k"}]}`, "ftp://a/x?..."},
-		{"too many", `{"upstreams":[` + strings.Repeat(`{"url":"mqtt://a"},`, RegistryMaxUpstreams) + `{"url":"mqtt://a"}]}`, "more than"},
+		{"too many", `{"upstreams":[` + strings.Repeat(`{"url":"mqtt://a"},`, selector.MaxUpstreams) + `{"url":"mqtt://a"}]}`, "more than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			list, err := ParseRegistry([]byte(tc.in))
@@ -105,7 +108,7 @@ func FuzzParseRegistry(f *testing.F) {
 			}
 			return
 		}
-		if !json.Valid(data) || len(list) == 0 || len(list) > RegistryMaxUpstreams {
+		if !json.Valid(data) || len(list) == 0 || len(list) > selector.MaxUpstreams {
 			t.Fatalf("accepted %q as %d upstreams", data, len(list))
 		}
 		// The standard library reads the same list.
@@ -445,5 +448,33 @@ func TestRegistryConfig(t *testing.T) {
 	req := http.Request{Header: srv.seen()[0].Header}
 	if user, pw, ok := req.BasicAuth(); !ok || user != "reg" || pw != "s3cr3t" {
 		t.Errorf("basic auth %q %q %v", user, pw, ok)
+	}
+}
+
+// A registry that answers more upstreams than a gateway takes is refused
+// whole: the last good list stays.
+func TestRegistryRefusesMoreThanMaxUpstreams(t *testing.T) {
+	srv := registryTestNewServer(t, registryTestList)
+	r := registryTestNew(t, srv.URL, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(`{"upstreams":[`)
+	for i := range 100 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"url":"mqtt://ingest-%d:1883"}`, i)
+	}
+	b.WriteString(`]}`)
+	srv.set(200, b.String(), "")
+	err := r.Refresh(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "registry answered 100 upstreams, more than the 64 a gateway takes") ||
+		!strings.Contains(err.Error(), "keeping the last good list") {
+		t.Fatalf("Refresh of 100 upstreams: %v, want it refused", err)
+	}
+	if list, _ := r.Upstreams(); !reflect.DeepEqual(list, registryTestWant) {
+		t.Fatalf("after a refused answer: %+v, want the last good list", list)
 	}
 }

@@ -25,4 +25,9 @@
 // ([Report.Markdown]) and SVG charts ([Report.SVGs]). The same
 // configuration gives byte-identical output. The command "gateway lab"
 // regenerates docs/selector-lab.md.
+//
+// The files follow the concepts: queue.go is the event queue, model.go the
+// simulated upstreams and gateways (what each event does), measure.go what
+// a [Trial] measures, sim.go the run that ties them together, scenario.go
+// the scenarios, report.go and markdown.go the report.
 package lab

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"fieldlink/selector"
 )
 
 // FaultKind is how a server misbehaves.
@@ -138,8 +140,8 @@ func (s Server) capacity() float64 {
 
 func (sc *Scenario) validate() error {
 	switch {
-	case len(sc.Servers) == 0 || len(sc.Servers) > 64:
-		return fmt.Errorf("lab: scenario %s: %d servers, want 1 to 64", sc.Name, len(sc.Servers))
+	case len(sc.Servers) == 0 || len(sc.Servers) > selector.MaxUpstreams:
+		return fmt.Errorf("lab: scenario %s: %d servers, want 1 to %d", sc.Name, len(sc.Servers), selector.MaxUpstreams)
 	case sc.Gateways <= 0:
 		return fmt.Errorf("lab: scenario %s: no gateways", sc.Name)
 	case sc.Load <= 0 || sc.Duration <= sc.Warmup || sc.Timeout <= 0 || sc.ProbeInterval <= 0:

@@ -237,9 +237,9 @@ func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty 
 			t.Fatal(err)
 		}
 		defer h.Close()
-		idx := table.Add(p.Name, 1)
-		if idx != i {
-			t.Fatalf("table index %d for upstream %d", idx, i)
+		idx, err := table.Add(p.Name, 1)
+		if err != nil || idx != i {
+			t.Fatalf("table index %d (%v) for upstream %d", idx, err, i)
 		}
 		// The gateway's defaults: batches of 50, window 64/8.
 		hs := &uplink.HTTPSender{H: h, Batch: 50, Win: 8}

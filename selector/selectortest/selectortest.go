@@ -70,7 +70,9 @@ func newEnv(n int, s selector.Strategy) *env {
 	c := new(clock)
 	e := &env{Table: selector.NewTable(selector.Options{Now: c.Now, Seed: 0x5eed}), clock: c, s: s}
 	for i := range n {
-		e.Add(fmt.Sprintf("u%d", i), 1)
+		if _, err := e.Add(fmt.Sprintf("u%d", i), 1); err != nil {
+			panic(err) // n ≤ MaxUpstreams
+		}
 	}
 	return e
 }
@@ -323,7 +325,9 @@ func script(t *testing.T, s selector.Strategy) []int {
 	tb := selector.NewTable(selector.Options{Now: c.Now, Seed: 42})
 	e := &env{Table: tb, clock: c, s: s}
 	for i := range 6 {
-		e.Add(fmt.Sprintf("u%d", i), 1+i%3)
+		if _, err := e.Add(fmt.Sprintf("u%d", i), 1+i%3); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var picks []int
 	var inflight []selector.Ticket
