@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"fieldlink/selector"
+	"fieldlink/uplink"
 	"fieldlink/yamlconf"
 )
 
@@ -235,10 +236,10 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		}
 	}
 	if u.Probe.Interval == 0 {
-		u.Probe.Interval = 10 * time.Second
+		u.Probe.Interval = uplink.DefaultProbeInterval
 	}
 	if u.Probe.Timeout == 0 {
-		u.Probe.Timeout = 2 * time.Second
+		u.Probe.Timeout = uplink.DefaultProbeTimeout
 	}
 	if u.Probe.Interval < 100*time.Millisecond {
 		doc.Errorf("uplink.probe.interval", "must be at least 100ms, got %v", u.Probe.Interval)
@@ -247,7 +248,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		doc.Errorf("uplink.probe.timeout", "must be positive and at most the interval (%v), got %v", u.Probe.Interval, u.Probe.Timeout)
 	}
 	if u.Window == 0 {
-		u.Window = 64
+		u.Window = uplink.MQTTDefaultWindow
 	}
 	if u.Window < 1 || u.Window > 65535 {
 		doc.Errorf("uplink.window", "must be 1..65535, got %d", u.Window)
@@ -287,7 +288,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			doc.Errorf(f+".topic", "topic applies only to mqtt:// and mqtts:// upstreams")
 		}
 		if mqtt && up.Topic == "" {
-			up.Topic = "fieldlink/{site}/{gateway}/{data_type}"
+			up.Topic = uplink.MQTTDefaultTopic
 		}
 		if up.QoS == nil {
 			q := 1

@@ -19,7 +19,7 @@ import (
 // Defaults of [NewProber].
 const (
 	DefaultProbeInterval = 10 * time.Second
-	DefaultProbeTimeout  = 5 * time.Second
+	DefaultProbeTimeout  = 2 * time.Second
 )
 
 // Prober measures the round-trip time to one upstream, on an interval, for

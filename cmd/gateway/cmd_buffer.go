@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"fieldlink/agent"
 	"fieldlink/buffer"
 )
 
@@ -37,7 +38,7 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("purge deletes every packet waiting in %s; run again with -yes to do it", c.Buffer.Path)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	q, err := openBuffer(c, 0, log)
+	q, err := agent.OpenBuffer(c, log)
 	if errors.Is(err, buffer.ErrLocked) {
 		return fmt.Errorf("%w: is the gateway running? stop it first (systemctl stop fieldlink)", err)
 	}

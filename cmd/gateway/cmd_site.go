@@ -12,15 +12,12 @@ import (
 	"sync"
 	"syscall"
 
-	"fieldlink/buffer"
+	"fieldlink/agent"
 	"fieldlink/config"
-	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sdnotify"
-	"fieldlink/selector"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
-	"fieldlink/uplink"
 )
 
 // printErr prints a config error list one per line, so each names its
@@ -48,11 +45,7 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		ep, _ := modbus.ParseURL(b.URL)
 		fmt.Fprintf(stdout, "bus %s: %s (%s), timeout %v\n", b.Name, b.URL, ep.LineSettings(), b.Timeout)
 		for _, d := range b.Devices {
-			maxGap := -1
-			if b.MaxGap != nil {
-				maxGap = *b.MaxGap
-			}
-			reqs, err := sensors.PlanDevice(c.Profiles[d.Profile], maxGap, busCost(ep, *b.Turnaround))
+			reqs, err := sensors.PlanDevice(c.Profiles[d.Profile], agent.MaxGap(b), agent.BusCost(ep, *b.Turnaround))
 			if err != nil {
 				return err
 			}
@@ -78,23 +71,19 @@ func siteFlags(name string, stderr io.Writer, level string) (file, logLevel *str
 	return file, logLevel, func(args []string) error { return parse(f, args) }
 }
 
-// startSite makes the logger, loads and checks the site file (printing its
-// errors) and opens its buses.
-func startSite(file, level, format string, stderr io.Writer) (*config.Config, *site, *slog.Logger, error) {
+// loadSite makes the logger and loads and checks the site file, printing
+// its errors.
+func loadSite(file, level, format string, stderr io.Writer) (*config.Config, *slog.Logger, error) {
 	log, err := newLoggerFormat(stderr, level, format)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	c, err := loadConfig(file, stderr)
 	if err != nil {
 		printErr(stderr, err)
-		return nil, nil, nil, errSilent
+		return nil, nil, errSilent
 	}
-	s, err := openSite(c, log)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return c, s, log, nil
+	return c, log, nil
 }
 
 func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -102,20 +91,24 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseArgs(args); err != nil {
 		return err
 	}
-	c, s, _, err := startSite(*file, *level, "auto", stderr)
+	c, log, err := loadSite(*file, *level, "auto", stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	s, err := agent.OpenSite(c, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
 	failed := 0
 	buf := make([]byte, 0, 1024)
-	s.pollOnce(ctx, func(p *packet.Packet, err error) {
+	s.PollOnce(ctx, func(p *packet.Packet, err error) {
 		if err != nil {
 			failed++
 			fmt.Fprintf(stderr, "error: %v\n", err)
 			return
 		}
-		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
+		buf = append(p.AppendJSON(buf[:0], s.Encoding()), '\n')
 		_, _ = stdout.Write(buf)
 	})
 	if failed > 0 {
@@ -146,117 +139,84 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	c, s, log, err := startSite(*file, *level, *format, stderr)
+	c, log, err := loadSite(*file, *level, *format, stderr)
 	if err != nil {
 		return err
 	}
-	d := &daemon{file: *file, log: log, cfg: c, site: s}
-	defer func() { d.site.close() }()
-	var mu sync.Mutex
-	buf := make([]byte, 0, 1024)
-	show := func(p *packet.Packet) {
-		mu.Lock()
-		defer mu.Unlock()
-		s, _ := d.current() // a reload may swap the site meanwhile
-		buf = append(p.AppendJSON(buf[:0], s.enc), '\n')
-		_, _ = stdout.Write(buf)
-	}
-	src := metrics.Sources{Devices: d.status, Buses: d.busSamples, Modbus: d.modbusStats,
-		Ready: func() (bool, string) { return metrics.DevicesAnswering(d.status()) }}
-	// serve polls until pollCtx ends, reloading on SIGHUP.
-	serve := func(pollCtx context.Context) {
-		d.startSouth(pollCtx)
-		for {
-			select {
-			case <-pollCtx.Done():
-				d.stopSouth()
-				return
-			case <-hup:
-				d.reload(pollCtx, ctx)
-			}
+	opt := agent.Options{Logger: log}
+	if *printAll || c.Uplink == nil {
+		enc := agent.Encoding(c)
+		var mu sync.Mutex
+		buf := make([]byte, 0, 1024)
+		opt.OnPacket = func(p *packet.Packet) {
+			mu.Lock()
+			defer mu.Unlock()
+			buf = append(p.AppendJSON(buf[:0], enc), '\n')
+			_, _ = stdout.Write(buf)
 		}
 	}
-	if c.Uplink == nil {
-		stopMetrics := serveMetrics(ctx, c, src, log)
-		defer stopMetrics()
-		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
-		defer watchdog(ctx, nil)()
-		d.emit = show
-		_ = sdnotify.Ready()
-		serve(ctx)
-		_ = sdnotify.Stopping()
-		log.Info("gateway stopped")
-		return nil
-	}
-
-	q, err := openBuffer(c, s.enc, log)
+	g, err := agent.Start(c, opt)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
-	d.q = q
-	if err := d.startNorth(ctx, c); err != nil {
-		return err
-	}
-	log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
-		"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	in := newSink(q, log, stopPolling)
-	d.emit = in.Put
-	src.Buffer = func() (buffer.Stats, bool) { return q.Stats(), true }
-	src.Delivery = func() (uplink.DeliveryStats, bool) {
-		if _, n := d.current(); n != nil {
-			return n.delivery.Stats(), true
-		}
-		return uplink.DeliveryStats{}, false
-	}
-	src.Upstreams = func() []selector.Stats {
-		if _, n := d.current(); n != nil {
-			return n.table.Snapshot()
-		}
-		return nil
-	}
-	src.Selector = func() string {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return d.cfg.Uplink.Selector
-	}
-	src.SelectorFallbacks = func() uint64 {
-		if _, n := d.current(); n != nil {
-			if f, ok := n.strat.(interface{ Fallbacks() uint64 }); ok {
-				return f.Fallbacks()
-			}
-		}
-		return 0
-	}
-	src.Ready = func() (bool, string) {
-		if err := in.Fatal(); err != nil {
-			return false, "buffer failed: " + err.Error()
-		}
-		return metrics.DevicesAnswering(d.status())
-	}
-	stopMetrics := serveMetrics(ctx, c, src, log)
+	stopMetrics := agent.ServeMetrics(c, g.Sources(), log)
 	defer stopMetrics()
-	if *printAll {
-		in.onStored = show
+	if q := g.Buffer(); q != nil {
+		log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
+			"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
+	} else {
+		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
 	}
-	go in.Run()
-	defer watchdog(ctx, func() bool { return in.Fatal() == nil })()
+	stopWatchdog := watchdog(ctx, func() bool { return g.Fatal() == nil })
 	_ = sdnotify.Ready()
-	serve(pollCtx)
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-g.Failed():
+			break loop
+		case <-hup:
+			reload(g, *file, log)
+		}
+	}
 	_ = sdnotify.Stopping()
-	stopPolling()
-	in.Close()
-	d.mu.Lock()
-	d.stopNorth()
-	d.mu.Unlock()
-	log.Info("gateway stopped", "queued", q.Len(), "buffered", in.stored.Load(), "not_buffered", in.failed.Load())
-	if err := in.Fatal(); err != nil {
+	stopWatchdog()
+	err = g.Stop()
+	stored, failed := g.Counts()
+	if q := g.Buffer(); q != nil {
+		log.Info("gateway stopped", "queued", q.Len(), "buffered", stored, "not_buffered", failed)
+	} else {
+		log.Info("gateway stopped")
+	}
+	if err != nil {
 		// An fsync failed: the kernel may have dropped the data; only a
 		// restart (by systemd) can be trusted.
 		return fmt.Errorf("buffer failed, exiting for a restart: %w", err)
 	}
 	return nil
+}
+
+// reload loads the site file again and applies it; a file with errors, or
+// one the gateway refuses, leaves the running configuration in force.
+func reload(g *agent.Agent, file string, log *slog.Logger) {
+	log = log.With("component", "reload", "file", file)
+	_ = sdnotify.Notify("RELOADING=1")
+	defer func() { _ = sdnotify.Ready() }()
+	c, err := config.Load(file, loadProfiles)
+	if err != nil {
+		log.Error("site file refused; the running configuration stays in force")
+		for _, line := range strings.Split(err.Error(), "\n") {
+			log.Error("site file error", "error", line)
+		}
+		return
+	}
+	for _, w := range c.Warnings {
+		log.Warn("site file warning", "warning", w)
+	}
+	if err := g.Reload(c); err != nil {
+		log.Error("site file refused; the running configuration stays in force", "err", err)
+	}
 }
 
 // watchdog feeds systemd's watchdog (WatchdogSec in the unit) while healthy
@@ -266,26 +226,6 @@ func watchdog(ctx context.Context, healthy func() bool) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); sdnotify.RunWatchdog(ctx, healthy) }()
-	return func() { cancel(); <-done }
-}
-
-// serveMetrics serves /metrics, /healthz and /readyz until ctx ends or the
-// returned function is called; that function stops the server and waits
-// for it. A listener that cannot start is logged, not fatal: the gateway's
-// job is the data.
-func serveMetrics(ctx context.Context, c *config.Config, src metrics.Sources, log *slog.Logger) func() {
-	if c.Metrics.Listen == "off" {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		l := log.With("component", "metrics")
-		if err := metrics.Serve(ctx, c.Metrics.Listen, metrics.Handler(src), c.Metrics.AllowRemote, l); err != nil {
-			l.Error("metrics and health endpoints not available", "listen", c.Metrics.Listen, "err", err)
-		}
-	}()
 	return func() { cancel(); <-done }
 }
 

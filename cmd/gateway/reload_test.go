@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"fieldlink/config"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
@@ -216,51 +215,4 @@ uplink:
 		t.Errorf("%d of %d seqs lost across the reloads: %v", len(missing), st.LastSeq, e2eHead(missing, 20))
 	}
 	t.Logf("%d packets stored, %d delivered to A, %d to B, %d left in the buffer", st.LastSeq, a.total(), b.total(), len(left))
-}
-
-// TestReloadDiffs checks what a reload rebuilds and what it refuses.
-func TestReloadDiffs(t *testing.T) {
-	base := func() *config.Config {
-		c := &config.Config{Site: config.Site{ID: "1"}, Gateway: config.Gateway{ID: "g"},
-			Buses:  []config.Bus{{Name: "b", URL: "tcp://127.0.0.1:502"}},
-			Uplink: &config.Uplink{Selector: "soa", Upstreams: []config.Upstream{{URL: "mqtt://a:1883"}}}}
-		return c
-	}
-	a := base()
-	secrets := secretsDigest(a)
-	for _, tc := range []struct {
-		name         string
-		edit         func(c *config.Config)
-		south, north bool
-		restart      string
-	}{
-		{"same", func(*config.Config) {}, false, false, ""},
-		{"bus url", func(c *config.Config) { c.Buses[0].URL = "tcp://127.0.0.1:503" }, true, false, ""},
-		{"gateway id", func(c *config.Config) { c.Gateway.ID = "h" }, true, true, ""},
-		{"upstream added", func(c *config.Config) {
-			c.Uplink.Upstreams = append(c.Uplink.Upstreams, config.Upstream{URL: "mqtt://b:1883"})
-		}, false, true, ""},
-		{"selector", func(c *config.Config) { c.Uplink.Selector = "p2c_ewma" }, false, true, ""},
-		{"password env", func(c *config.Config) {
-			t.Setenv("RELOAD_TEST_PW", "changed")
-			c.Uplink.Upstreams[0].PasswordEnv = "RELOAD_TEST_PW"
-		}, false, true, ""},
-		{"buffer", func(c *config.Config) { c.Buffer.Path = "/elsewhere.db" }, false, false, "buffer"},
-		{"metrics", func(c *config.Config) { c.Metrics.Listen = "off" }, false, false, "metrics"},
-		{"uplink removed", func(c *config.Config) { c.Uplink = nil }, false, true, "uplink added or removed"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := base()
-			tc.edit(b)
-			if got := southChanged(a, b); got != tc.south {
-				t.Errorf("southChanged = %v, want %v", got, tc.south)
-			}
-			if got := northChanged(a, b, secrets); got != tc.north {
-				t.Errorf("northChanged = %v, want %v", got, tc.north)
-			}
-			if got := strings.Join(restartNeeded(a, b), ", "); got != tc.restart {
-				t.Errorf("restartNeeded = %q, want %q", got, tc.restart)
-			}
-		})
-	}
 }

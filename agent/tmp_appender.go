@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // wait for an fsync: the packets that arrive while one commit runs go into
 // the next together, so a whole poll cycle shares a commit and the SD card
 // sees one write instead of one per device.
-type sink struct {
+type appender struct {
 	q       *buffer.Buffer
 	ch      chan *packet.Packet
 	log     *slog.Logger
@@ -29,18 +29,18 @@ type sink struct {
 	failed   atomic.Uint64
 }
 
-func newSink(q *buffer.Buffer, log *slog.Logger, onFatal func()) *sink {
-	return &sink{q: q, ch: make(chan *packet.Packet, 4096), log: log, onFatal: onFatal, done: make(chan struct{})}
+func newAppender(q *buffer.Buffer, log *slog.Logger, onFatal func()) *appender {
+	return &appender{q: q, ch: make(chan *packet.Packet, 4096), log: log, onFatal: onFatal, done: make(chan struct{})}
 }
 
 // Put queues a packet; it blocks only when 4096 are already waiting.
-func (s *sink) Put(p *packet.Packet) { s.ch <- p }
+func (s *appender) Put(p *packet.Packet) { s.ch <- p }
 
 // Close ends Run once the queued packets are stored.
-func (s *sink) Close() { close(s.ch); <-s.done }
+func (s *appender) Close() { close(s.ch); <-s.done }
 
 // Fatal returns the buffer's fatal error, if one happened.
-func (s *sink) Fatal() error {
+func (s *appender) Fatal() error {
 	if e := s.fatal.Load(); e != nil {
 		return *e
 	}
@@ -49,7 +49,7 @@ func (s *sink) Fatal() error {
 
 // Run appends until Close. It does not stop with a context: packets polled
 // before shutdown are stored before the buffer closes.
-func (s *sink) Run() {
+func (s *appender) Run() {
 	defer close(s.done)
 	var batch []*packet.Packet
 	var lastLog time.Time

@@ -1,12 +1,11 @@
-//go:build !field
-
-package main
+package demo
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"regexp"
 	"strconv"
@@ -14,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/packet"
+	"fieldlink/sensors/profile"
 )
 
 // The demo runs the real pipeline through its outages and loses nothing:
@@ -24,7 +25,15 @@ func TestDemoDeliversEveryPacketThroughOutages(t *testing.T) {
 		t.Skip("an 8 s run")
 	}
 	var out, errb bytes.Buffer
-	if err := cmdDemo(context.Background(), []string{"--for", "8s"}, &out, &errb); err != nil {
+	set, err := profile.Load(firmwareprofiles.FS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Duration: 8 * time.Second, Profiles: set,
+		Logger: func(w io.Writer) *slog.Logger {
+			return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}}
+	if err := Run(context.Background(), opt, &out, &errb); err != nil {
 		t.Fatalf("demo: %v\n%s", err, errb.String())
 	}
 	log := errb.String()

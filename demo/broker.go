@@ -1,6 +1,4 @@
-//go:build !field
-
-package main
+package demo
 
 import (
 	"context"

@@ -1,6 +1,4 @@
-//go:build !field
-
-package main
+package demo
 
 import (
 	"bytes"
@@ -134,16 +132,20 @@ func (r *demoRun) upstreams() []demoUpstream {
 	out := make([]demoUpstream, len(r.brokers))
 	lat := make([]int, len(r.brokers))
 	for _, s := range r.sites {
-		for _, u := range s.n.delivery.Stats().Upstreams {
+		ds, _ := s.g.Delivery()
+		for _, u := range ds.Upstreams {
 			if i, ok := r.byURL[u.Name]; ok {
 				out[i].delivered += u.Delivered
 				out[i].failed += u.Failed
 			}
 		}
-		for _, st := range s.n.table.Snapshot() {
+		for _, st := range s.g.Upstreams() {
 			i, ok := r.byURL[st.Name]
 			if !ok {
 				continue
+			}
+			if st.Up && !st.Retired {
+				out[i].links++
 			}
 			if st.LifetimeSamples > 0 {
 				out[i].latency += st.LatencyEWMA
@@ -153,16 +155,6 @@ func (r *demoRun) upstreams() []demoUpstream {
 				out[i].load = st.Load
 			}
 		}
-		s.n.mu.Lock()
-		for _, u := range s.n.upstream {
-			if u == nil || u.mqtt == nil {
-				continue
-			}
-			if i, ok := r.byURL[u.name]; ok && u.mqtt.Connected() {
-				out[i].links++
-			}
-		}
-		s.n.mu.Unlock()
 	}
 	for i := range out {
 		if lat[i] > 0 {
@@ -204,7 +196,7 @@ func (r *demoRun) tick(now time.Time) {
 	if r.duration > 0 {
 		fmt.Fprintf(&b, " of %v", r.duration)
 	}
-	fmt.Fprintf(&b, " · selector %s · %s ──\n", r.sites[0].st.cfg.Uplink.Selector, r.phase())
+	fmt.Fprintf(&b, " · selector %s · %s ──\n", r.sites[0].cfg.Uplink.Selector, r.phase())
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPSTREAM\tRELAY\tDELAY\tBROKER\tLINKS\tPKT/S\tDELIVERED\tSHARE\tLATENCY\tCPU\tMEM\tCONNS")
 	for i, br := range r.brokers {
@@ -228,9 +220,10 @@ func (r *demoRun) tick(now time.Time) {
 	_ = tw.Flush()
 	fmt.Fprintln(tw, "SITE\tBUFFER\tPRODUCED\tDELIVERED\tDEVICES OK/DEGRADED/OFFLINE")
 	for _, s := range r.sites {
-		ok, deg, off := demoHealth(s.st.status())
-		fmt.Fprintf(tw, "%s %s\t%d\t%d\t%d\t%d/%d/%d\n", s.kind, s.st.cfg.Site.ID, s.q.Len(), s.produced.Load(),
-			s.n.delivery.Stats().Delivered, ok, deg, off)
+		ok, deg, off := demoHealth(s.g.Site().Status())
+		ds, _ := s.g.Delivery()
+		fmt.Fprintf(tw, "%s %s\t%d\t%d\t%d\t%d/%d/%d\n", s.kind, s.cfg.Site.ID, s.g.Buffer().Len(), s.produced.Load(),
+			ds.Delivered, ok, deg, off)
 	}
 	_ = tw.Flush()
 	r.links(ups)
@@ -306,16 +299,17 @@ func (r *demoRun) summary(w io.Writer, why string) error {
 	var produced, stored, delivered, left, failed uint64
 	fmt.Fprintln(tw, "SITE\tGATEWAY\tPRODUCED\tBUFFERED\tDELIVERED\tLEFT IN BUFFER\tNOT BUFFERED\tBUFFER COMMITS")
 	for _, s := range r.sites {
-		st := s.n.delivery.Stats()
-		bs := s.q.Stats()
-		l := uint64(s.q.Len())
-		fmt.Fprintf(tw, "%s %s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", s.kind, s.st.cfg.Site.ID, s.st.cfg.Gateway.ID, s.produced.Load(),
-			s.in.stored.Load(), st.Delivered, l, s.in.failed.Load(), bs.Commits)
+		st, _ := s.g.Delivery()
+		sstored, sfailed := s.g.Counts()
+		bs := s.g.Buffer().Stats()
+		l := uint64(s.g.Buffer().Len())
+		fmt.Fprintf(tw, "%s %s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", s.kind, s.cfg.Site.ID, s.cfg.Gateway.ID, s.produced.Load(),
+			sstored, st.Delivered, l, sfailed, bs.Commits)
 		produced += s.produced.Load()
-		stored += s.in.stored.Load()
+		stored += sstored
 		delivered += st.Delivered
 		left += l
-		failed += s.in.failed.Load()
+		failed += sfailed
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -333,7 +327,7 @@ func (r *demoRun) summary(w io.Writer, why string) error {
 
 	fmt.Fprintln(tw, "BUS\tDEVICE\tHEALTH\tPOLLS\tERRORS\tPACKETS\tALARMS\tLAST ERROR")
 	for _, s := range r.sites {
-		for _, st := range s.st.status() {
+		for _, st := range s.g.Site().Status() {
 			lastErr := st.LastError
 			if len(lastErr) > 60 {
 				lastErr = "…" + lastErr[len(lastErr)-59:]

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -44,12 +44,11 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 		t.Fatal("a new irlb strategy already has a model")
 	}
 	var log bytes.Buffer
-	n := &north{log: slog.New(slog.NewTextHandler(&log, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		n.trainIRLB(ctx, &config.Config{Buffer: config.Buffer{Path: path}}, q, s, time.Hour)
+		trainIRLB(ctx, &config.Config{Buffer: config.Buffer{Path: path}}, q, s, time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Model() == nil && time.Now().Before(deadline) {

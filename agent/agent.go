@@ -1,0 +1,380 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"fieldlink/buffer"
+	"fieldlink/config"
+	"fieldlink/metrics"
+	"fieldlink/packet"
+	"fieldlink/selector"
+	"fieldlink/sensors"
+	"fieldlink/sensors/modbus"
+	"fieldlink/uplink"
+)
+
+// Options configures an [Agent]; the zero value is valid.
+type Options struct {
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// OnPolled, if set, sees every packet as it is polled, before the
+	// buffer. It is called one packet at a time, from the pollers.
+	OnPolled func(*packet.Packet)
+	// OnPacket, if set, sees every packet once it is safe: stored in the
+	// buffer (with its Seq) when the site has an uplink, as polled when it
+	// has none. It is called one packet at a time.
+	OnPacket func(*packet.Packet)
+	// OpenSite opens a site's sensors side; nil means [OpenSite]. Tests
+	// replace it to make a bus fail to open.
+	OpenSite func(*config.Config, *slog.Logger) (*Site, error)
+}
+
+// Agent is one site's running gateway: the sensors side (buses and line
+// sensors, polling) feeding the buffer through an appender, and the uplink
+// side (the selector, the upstreams and the delivery loop) draining it.
+// A site file without an uplink polls into OnPacket alone.
+//
+// The buffer and the appender stay open for the gateway's life; a reload
+// swaps the sensors side, the uplink side or both, so it loses no packet:
+// the polls in progress finish into the appender, and what the delivery
+// loop had leased goes back to the buffer for the next uplink side.
+//
+// Readers ([Agent.Sources], [Agent.Config], ...) never wait for a
+// reload: they see the parts in force through one atomic pointer, which a
+// reload swaps before it stops the old parts.
+type Agent struct {
+	log *slog.Logger
+	opt Options
+	q   *buffer.Buffer // nil without an uplink
+	in  *appender      // nil without an uplink
+
+	cur atomic.Pointer[parts]
+
+	mu          sync.Mutex // one reload, or Stop, at a time
+	pollBase    context.Context
+	stopAll     context.CancelFunc // ends polling for good (Stop, or a failed buffer)
+	pollCancel  context.CancelFunc
+	pollDone    chan struct{}
+	secrets     [32]byte // the passwords the running uplink started with
+	sensorsDown bool     // the running site has no open buses: a reload must rebuild them
+	uplinkDown  bool     // the running uplink failed to start: a reload must rebuild it
+	stopped     bool
+
+	failed     chan struct{} // closed when the buffer fails for good
+	failedOnce sync.Once
+}
+
+// parts are the gateway's parts in force; a reload replaces the value.
+type parts struct {
+	cfg  *config.Config
+	site *Site
+	up   *uplinkSide // nil without an uplink (or while it cannot start)
+}
+
+// Start opens c's buses, buffer and upstreams and starts polling and
+// delivering. Stop ends it.
+func Start(c *config.Config, opt Options) (*Agent, error) {
+	g := &Agent{log: opt.Logger, opt: opt, failed: make(chan struct{})}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.opt.OpenSite == nil {
+		g.opt.OpenSite = OpenSite
+	}
+	site, err := g.opt.OpenSite(c, g.log)
+	if err != nil {
+		return nil, err
+	}
+	p := &parts{cfg: c, site: site}
+	if c.Uplink != nil {
+		if g.q, err = OpenBuffer(c, g.log); err != nil {
+			site.Close()
+			return nil, err
+		}
+		if p.up, err = startUplink(c, g.q, g.log); err != nil {
+			site.Close()
+			_ = g.q.Close()
+			return nil, err
+		}
+		g.secrets = secretsDigest(c)
+		g.in = newAppender(g.q, g.log.With("component", "buffer"), g.fail)
+		g.in.onStored = opt.OnPacket
+		go g.in.Run()
+	}
+	g.cur.Store(p)
+	g.pollBase, g.stopAll = context.WithCancel(context.Background())
+	g.startPolling(site)
+	return g, nil
+}
+
+// fail stops polling for good: the buffer failed (an fsync error), and only
+// a restart can be trusted.
+func (g *Agent) fail() {
+	g.failedOnce.Do(func() { close(g.failed) })
+	g.stopAll()
+}
+
+// Failed is closed when the buffer fails for good; [Agent.Fatal] says why.
+func (g *Agent) Failed() <-chan struct{} { return g.failed }
+
+// Fatal returns the buffer's fatal error, if it failed.
+func (g *Agent) Fatal() error {
+	if g.in == nil {
+		return nil
+	}
+	return g.in.Fatal()
+}
+
+// emit is where the pollers' packets go.
+func (g *Agent) emit(p *packet.Packet) {
+	if g.opt.OnPolled != nil {
+		g.opt.OnPolled(p)
+	}
+	if g.in != nil {
+		g.in.Put(p)
+	} else if g.opt.OnPacket != nil {
+		g.opt.OnPacket(p)
+	}
+}
+
+// startPolling polls site until stopPolling; g.mu is held or the gateway
+// is starting.
+func (g *Agent) startPolling(site *Site) {
+	ctx, cancel := context.WithCancel(g.pollBase)
+	done := make(chan struct{})
+	go func() { defer close(done); site.Run(ctx, g.emit) }()
+	g.pollCancel, g.pollDone = cancel, done
+}
+
+// stopPolling ends the polls (each poll in progress ends at its next
+// request) and waits; the site's ports stay open.
+func (g *Agent) stopPolling() {
+	if g.pollCancel != nil {
+		g.pollCancel()
+		<-g.pollDone
+		g.pollCancel = nil
+	}
+}
+
+// StopPolling ends polling and waits for the polls in progress; delivery
+// goes on until Stop. The demo uses it to drain before it stops.
+func (g *Agent) StopPolling() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopAll()
+	g.stopPolling()
+}
+
+// Stop ends polling, stores the packets polled so far, ends delivery (what
+// was in flight is acked or back in the buffer), disconnects the upstreams
+// and closes the buffer and the ports. It returns the buffer's fatal
+// error, if it failed.
+func (g *Agent) Stop() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return g.Fatal()
+	}
+	g.stopped = true
+	g.stopAll()
+	g.stopPolling()
+	p := g.cur.Load()
+	if g.in != nil {
+		g.in.Close()
+	}
+	if p.up != nil {
+		p.up.stop()
+	}
+	p.site.Close()
+	if g.q != nil {
+		_ = g.q.Close()
+	}
+	return g.Fatal()
+}
+
+// Config is the site file in force.
+func (g *Agent) Config() *config.Config { return g.cur.Load().cfg }
+
+// Site is the sensors side in force.
+func (g *Agent) Site() *Site { return g.cur.Load().site }
+
+// Buffer is the gateway's buffer; nil without an uplink.
+func (g *Agent) Buffer() *buffer.Buffer { return g.q }
+
+// Counts are the packets the appender stored and could not store.
+func (g *Agent) Counts() (stored, failed uint64) {
+	if g.in == nil {
+		return 0, 0
+	}
+	return g.in.stored.Load(), g.in.failed.Load()
+}
+
+// Delivery returns the delivery loop's counters; ok is false without an
+// uplink.
+func (g *Agent) Delivery() (uplink.DeliveryStats, bool) {
+	if up := g.cur.Load().up; up != nil {
+		return up.delivery.Stats(), true
+	}
+	return uplink.DeliveryStats{}, false
+}
+
+// Upstreams returns the selector table's statistics of every upstream.
+func (g *Agent) Upstreams() []selector.Stats {
+	if up := g.cur.Load().up; up != nil {
+		return up.table.Snapshot()
+	}
+	return nil
+}
+
+// Sources are the gateway's figures for the metrics and health endpoints.
+func (g *Agent) Sources() metrics.Sources {
+	src := metrics.Sources{
+		Devices: func() []sensors.DeviceStatus { return g.Site().Status() },
+		Buses:   func() []metrics.BusSample { return g.Site().BusSamples() },
+		Modbus:  func() map[string]modbus.Stats { return g.Site().ModbusStats() },
+		Ready: func() (bool, string) {
+			if err := g.Fatal(); err != nil {
+				return false, "buffer failed: " + err.Error()
+			}
+			return metrics.DevicesAnswering(g.Site().Status())
+		},
+	}
+	if g.q == nil {
+		return src
+	}
+	src.Buffer = func() (buffer.Stats, bool) { return g.q.Stats(), true }
+	src.Delivery = g.Delivery
+	src.Upstreams = g.Upstreams
+	src.Selector = func() string { return g.Config().Uplink.Selector }
+	src.SelectorFallbacks = func() uint64 {
+		if up := g.cur.Load().up; up != nil {
+			if f, ok := up.strat.(interface{ Fallbacks() uint64 }); ok {
+				return f.Fallbacks()
+			}
+		}
+		return 0
+	}
+	return src
+}
+
+// ErrRestartNeeded is returned by Reload for a change that only a restart
+// can apply.
+var ErrRestartNeeded = errors.New("a restart is needed to apply it (systemctl restart fieldlink)")
+
+// Reload applies a new site file: the sensors side is rebuilt if anything
+// it polls changed, the uplink side if the uplink (or a password behind it)
+// changed. A change that only a restart can apply, or buses that cannot
+// open, is refused with the reason and the running configuration stays in
+// force, whole.
+//
+// A reload can always restore polling: if the new buses fail and the old
+// ones cannot reopen either, the gateway polls nothing until the next
+// reload, which then rebuilds the sensors side even from an unchanged file.
+func (g *Agent) Reload(c *config.Config) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return errors.New("gateway stopped")
+	}
+	log := g.log.With("component", "reload")
+	old := g.cur.Load()
+	d := config.Diff(old.cfg, c)
+	if len(d.Restart) > 0 {
+		return fmt.Errorf("%w; changed: %s", ErrRestartNeeded, strings.Join(d.Restart, ", "))
+	}
+	doSensors := d.Sensors || g.sensorsDown
+	doUplink := g.q != nil && (d.Uplink || g.uplinkDown || secretsDigest(c) != g.secrets)
+	if !doSensors && !doUplink {
+		g.cur.Store(&parts{cfg: c, site: old.site, up: old.up})
+		log.Info("site file unchanged in effect; nothing to do")
+		return nil
+	}
+	next := &parts{cfg: c, site: old.site, up: old.up}
+	if doSensors {
+		// The new site may open the same serial ports: close the old one
+		// first, and reopen it if the new one cannot open.
+		g.stopPolling()
+		old.site.Close()
+		s, err := g.opt.OpenSite(c, g.log)
+		if err != nil {
+			log.Error("site file refused: its buses cannot open; the running configuration stays in force", "err", err)
+			back, err2 := g.opt.OpenSite(old.cfg, g.log)
+			if err2 != nil {
+				log.Error("the running buses cannot reopen either; polling stops until the next reload", "err", err2)
+				back = &Site{Site: sensors.NewSite(&packet.Stamper{}, nil, nil), cfg: old.cfg}
+				g.sensorsDown = true
+			} else {
+				g.sensorsDown = false
+			}
+			g.cur.Store(&parts{cfg: old.cfg, site: back, up: old.up})
+			g.startPolling(back)
+			return fmt.Errorf("buses cannot open: %w", err)
+		}
+		g.sensorsDown = false
+		next.site = s
+		g.cur.Store(next)
+		g.startPolling(s)
+	}
+	if doUplink {
+		// Readers see the new parts at once; the old uplink stops outside
+		// their way, then the new one starts on the buffer it released.
+		next.up = nil
+		g.cur.Store(next)
+		if old.up != nil {
+			old.up.stop()
+		}
+		up, err := startUplink(c, g.q, g.log)
+		if err != nil {
+			log.Error("new uplink cannot start; the previous uplink is restored", "err", err)
+			if up, err = startUplink(old.cfg, g.q, g.log); err != nil {
+				log.Error("the previous uplink cannot restart either; packets wait in the buffer until the next reload", "err", err)
+			}
+			// What runs is the old uplink (or none): keep the old uplink
+			// settings in force, so that the next reload compares with them.
+			next = &parts{cfg: mixed(old.cfg, c), site: next.site, up: up}
+			g.uplinkDown = true // the next reload rebuilds it, even from this file
+			g.cur.Store(next)
+			return fmt.Errorf("uplink cannot start: %w", err)
+		}
+		g.uplinkDown = false
+		g.secrets = secretsDigest(c)
+		next.up = up
+		g.cur.Store(next)
+	}
+	attrs := []any{"devices", c.DeviceCount(), "sensors", doSensors, "uplink", doUplink}
+	if c.Uplink != nil {
+		attrs = append(attrs, "upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector)
+	}
+	log.Info("site file reloaded", attrs...)
+	return nil
+}
+
+// mixed is c with the uplink of old: what runs after a reload whose new
+// sensors side started and whose new uplink did not.
+func mixed(old, c *config.Config) *config.Config {
+	m := *c
+	m.Uplink = old.Uplink
+	return &m
+}
+
+// secretsDigest hashes every upstream's password as it reads now, so a
+// changed password file is seen without keeping passwords around.
+func secretsDigest(c *config.Config) [32]byte {
+	h := sha256.New()
+	if c.Uplink != nil {
+		for _, u := range c.Uplink.Upstreams {
+			pw, err := password(c, u)
+			fmt.Fprintf(h, "%d:%s:%v\x00", len(pw), pw, err)
+		}
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}

@@ -1,0 +1,135 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"fieldlink/config"
+	"fieldlink/metrics"
+	"fieldlink/packet"
+	"fieldlink/sensors"
+	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/plan"
+)
+
+// Site is a site file's sensors side, open: its buses on their Modbus
+// clients and its line sensors, ready to poll.
+type Site struct {
+	*sensors.Site
+	cfg     *config.Config
+	clients []*modbus.Client // by bus, as Site.Buses
+	enc     packet.Encoding
+}
+
+// BusCost is the request planner's timing model for a bus: wire timing on
+// a serial line (and behind an RTU-over-TCP server, whose serial side has
+// the same physics), a fixed round trip over Modbus TCP.
+func BusCost(ep modbus.Endpoint, turnaround time.Duration) plan.Cost {
+	if ep.Serial() {
+		return plan.Serial(ep.Baud, ep.BitsPerChar(), turnaround)
+	}
+	// Over TCP a register costs nanoseconds and a request a round trip:
+	// fill every gap the limits allow.
+	return plan.Cost{CharTime: time.Microsecond / 10, Turnaround: turnaround + time.Millisecond}
+}
+
+// MaxGap is a bus's max_gap setting as the planner takes it (-1: its own).
+func MaxGap(b config.Bus) int {
+	if b.MaxGap != nil {
+		return *b.MaxGap
+	}
+	return -1
+}
+
+// Encoding is how a site's packets encode DataBody values.
+func Encoding(c *config.Config) packet.Encoding {
+	if c.Packet.Values == "number" {
+		return packet.Numbers
+	}
+	return packet.Strings
+}
+
+// OpenSite opens every bus of c and builds its line sensors. Nothing polls
+// until the site runs; Close closes the ports.
+func OpenSite(c *config.Config, log *slog.Logger) (*Site, error) {
+	s := &Site{cfg: c, enc: Encoding(c)}
+	var buses []*sensors.Bus
+	for _, b := range c.Buses {
+		ep, err := modbus.ParseURL(b.URL)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("bus %s: %w", b.Name, err)
+		}
+		client, err := modbus.Open(b.URL, modbus.Options{Timeout: b.Timeout, Logger: log.With("bus", b.Name)})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("bus %s: %w", b.Name, err)
+		}
+		s.clients = append(s.clients, client)
+		specs := make([]sensors.DeviceSpec, len(b.Devices))
+		for i, d := range b.Devices {
+			specs[i] = sensors.DeviceSpec{Name: d.Name, Slave: byte(d.Slave), Profile: c.Profiles[d.Profile], Interval: d.Interval, DataType: d.DataType}
+		}
+		bus, err := sensors.NewBus(b.Name, client, specs, sensors.BusOptions{
+			Cost: BusCost(ep, *b.Turnaround), MaxGap: MaxGap(b), Backoff: b.Backoff, Logger: log,
+		})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		buses = append(buses, bus)
+	}
+	var lines []*sensors.LineSensor
+	for _, l := range c.SerialSensors {
+		sp, err := config.ParseSerialURL(l.URL)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("serial sensor %s: %w", l.Name, err)
+		}
+		lines = append(lines, sensors.NewLineSensor(sensors.LineSpec{
+			Name: l.Name, Profile: c.Profiles[l.Profile], DataType: l.DataType, Interval: l.Interval,
+			Open: sensors.SerialOpener(sp.Path, sp.Baud, sp.Parity, sp.DataBits, sp.StopBits),
+		}, log))
+	}
+	s.Site = sensors.NewSite(&packet.Stamper{
+		IDField: c.Site.IDField, SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Loc: c.Location,
+	}, buses, lines)
+	return s, nil
+}
+
+// Config is the site file the site was opened from.
+func (s *Site) Config() *config.Config { return s.cfg }
+
+// Encoding is how the site's packets encode DataBody values.
+func (s *Site) Encoding() packet.Encoding { return s.enc }
+
+// Close closes the site's ports; the site must not be running.
+func (s *Site) Close() {
+	for _, c := range s.clients {
+		_ = c.Close()
+	}
+}
+
+// ModbusStats returns each bus's transport counters, by bus name.
+func (s *Site) ModbusStats() map[string]modbus.Stats {
+	out := make(map[string]modbus.Stats, len(s.clients))
+	for i, b := range s.Buses() {
+		out[b.Name()] = s.clients[i].Stats()
+	}
+	return out
+}
+
+// BusSamples sums each bus's busy time and overruns over its devices.
+func (s *Site) BusSamples() []metrics.BusSample {
+	out := make([]metrics.BusSample, 0, len(s.Buses()))
+	for _, b := range s.Buses() {
+		smp := metrics.BusSample{Name: b.Name()}
+		for _, d := range b.Status() {
+			smp.Busy += d.Busy
+			smp.Overruns += d.Overruns
+		}
+		out = append(out, smp)
+	}
+	return out
+}

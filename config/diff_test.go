@@ -1,0 +1,53 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestReloadDiffs checks what a reload rebuilds and what it refuses.
+func TestDiff(t *testing.T) {
+	base := func() *Config {
+		c := &Config{Site: Site{ID: "1"}, Gateway: Gateway{ID: "g"},
+			Buses:  []Bus{{Name: "b", URL: "tcp://127.0.0.1:502"}},
+			Uplink: &Uplink{Selector: "soa", Upstreams: []Upstream{{URL: "mqtt://a:1883"}}}}
+		return c
+	}
+	a := base()
+	for _, tc := range []struct {
+		name            string
+		edit            func(c *Config)
+		sensors, uplink bool
+		restart         string
+	}{
+		{"same", func(*Config) {}, false, false, ""},
+		{"bus url", func(c *Config) { c.Buses[0].URL = "tcp://127.0.0.1:503" }, true, false, ""},
+		{"gateway id", func(c *Config) { c.Gateway.ID = "h" }, true, true, ""},
+		{"upstream added", func(c *Config) {
+			c.Uplink.Upstreams = append(c.Uplink.Upstreams, Upstream{URL: "mqtt://b:1883"})
+		}, false, true, ""},
+		{"selector", func(c *Config) { c.Uplink.Selector = "p2c_ewma" }, false, true, ""},
+		{"password env", func(c *Config) {
+			t.Setenv("RELOAD_TEST_PW", "changed")
+			c.Uplink.Upstreams[0].PasswordEnv = "RELOAD_TEST_PW"
+		}, false, true, ""},
+		{"buffer", func(c *Config) { c.Buffer.Path = "/elsewhere.db" }, false, false, "buffer"},
+		{"metrics", func(c *Config) { c.Metrics.Listen = "off" }, false, false, "metrics"},
+		{"uplink removed", func(c *Config) { c.Uplink = nil }, false, true, "uplink added or removed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := base()
+			tc.edit(b)
+			d := Diff(a, b)
+			if d.Sensors != tc.sensors {
+				t.Errorf("Sensors = %v, want %v", d.Sensors, tc.sensors)
+			}
+			if d.Uplink != tc.uplink {
+				t.Errorf("Uplink = %v, want %v", d.Uplink, tc.uplink)
+			}
+			if got := strings.Join(d.Restart, ", "); got != tc.restart {
+				t.Errorf("Restart = %q, want %q", got, tc.restart)
+			}
+		})
+	}
+}

@@ -1,0 +1,80 @@
+package sensors
+
+import (
+	"context"
+	"sync"
+
+	"fieldlink/packet"
+)
+
+// Site is every bus and line sensor of one site, polled together: buses
+// run in parallel, each with its own schedule, and every packet leaves
+// stamped with the site's identity.
+type Site struct {
+	stamper *packet.Stamper
+	buses   []*Bus
+	lines   []*LineSensor
+}
+
+// NewSite returns a site of these buses and line sensors whose packets
+// stamper stamps.
+func NewSite(stamper *packet.Stamper, buses []*Bus, lines []*LineSensor) *Site {
+	return &Site{stamper: stamper, buses: buses, lines: lines}
+}
+
+// Buses returns the site's buses.
+func (s *Site) Buses() []*Bus { return s.buses }
+
+// PollOnce polls every device once, buses in parallel, and calls emit for
+// each packet or device error, one call at a time.
+func (s *Site) PollOnce(ctx context.Context, emit func(*packet.Packet, error)) {
+	var mu sync.Mutex
+	out := func(p *packet.Packet, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p != nil {
+			s.stamper.Stamp(p)
+		}
+		emit(p, err)
+	}
+	var wg sync.WaitGroup
+	for _, b := range s.buses {
+		wg.Go(func() { b.PollAll(ctx, out) })
+	}
+	for _, l := range s.lines {
+		wg.Go(func() { out(l.ReadOne(ctx)) })
+	}
+	wg.Wait()
+}
+
+// Run polls every bus and line sensor on schedule until ctx ends, and
+// returns once each has stopped; emit is called one packet at a time.
+func (s *Site) Run(ctx context.Context, emit func(*packet.Packet)) {
+	var mu sync.Mutex
+	out := func(p *packet.Packet) {
+		mu.Lock()
+		defer mu.Unlock()
+		s.stamper.Stamp(p)
+		emit(p)
+	}
+	var wg sync.WaitGroup
+	for _, b := range s.buses {
+		wg.Go(func() { b.Run(ctx, out) })
+	}
+	for _, l := range s.lines {
+		wg.Go(func() { l.Run(ctx, out) })
+	}
+	wg.Wait()
+}
+
+// Status lists every device's health, line sensors included.
+func (s *Site) Status() []DeviceStatus {
+	var out []DeviceStatus
+	for _, b := range s.buses {
+		out = append(out, b.Status()...)
+	}
+	for _, l := range s.lines {
+		out = append(out, l.Status())
+	}
+	return out
+}

@@ -1,0 +1,438 @@
+package uplink
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"fieldlink/selector"
+)
+
+// UpstreamConfig is one upstream as a [Pool] connects it: what the site
+// file (or a registry) says, with secrets read and TLS loaded.
+type UpstreamConfig struct {
+	// URL is mqtt://, mqtts://, http:// or https://; it may hold
+	// credentials and is never logged as it is.
+	URL string
+	// Weight is the upstream's share for weighted strategies, 1..1000;
+	// 0 means 1.
+	Weight int
+	// Drain keeps the upstream connected but never picked (a registry's
+	// weight 0).
+	Drain bool
+	// Topic is the MQTT topic template ({site}, {gateway}, {data_type},
+	// {device}); unused over HTTP.
+	Topic string
+	// AtMostOnce publishes at QoS 0 (no acknowledgement: a packet counts as
+	// delivered once written to the connection).
+	AtMostOnce         bool
+	Username, Password string
+	TLS                *tls.Config // nil over mqtt:// and http://
+	// Health is the probe's target; "" derives it from URL ([ProbeTarget]).
+	Health string
+	// LoadURL polls an HTTP load report every LoadInterval; LoadTopic
+	// subscribes to one on the upstream's own MQTT broker.
+	LoadURL      string
+	LoadInterval time.Duration
+	LoadTopic    string
+}
+
+// PoolConfig configures a [Pool]. Table and Delivery are required.
+type PoolConfig struct {
+	Table    *selector.Table
+	Delivery *Delivery
+	// Window is the most MQTT publishes in flight per upstream; an HTTP
+	// upstream gets an eighth of it in batches of Batch records.
+	Window, Batch int
+	// ProbeInterval and ProbeTimeout pace the latency probes and HTTP load
+	// polls.
+	ProbeInterval, ProbeTimeout time.Duration
+	// Vars are the topic variables the site fixes ({site}, {gateway}).
+	Vars map[string]string
+	// GatewayID and Epoch go with every HTTP batch (see [HTTPConfig]).
+	GatewayID, Epoch string
+	Logger           *slog.Logger // nil discards
+}
+
+// Pool owns the connections to the upstreams and what runs for each: the
+// publisher, its latency probe and its load source. It registers each in the
+// selector's table and the delivery loop, retires those a registry drops,
+// and closes every one at Stop.
+//
+// Identity: an upstream is known by its name, its URL without credentials
+// or query ([UpstreamName]), which is also its key in the table. Two URLs
+// that differ only in credentials are one upstream.
+//
+// A Pool is safe for concurrent use.
+type Pool struct {
+	cfg    PoolConfig
+	log    *slog.Logger
+	ctx    context.Context // the upstreams' goroutines run under it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	live    map[string]*member // by name
+	retired []*member          // closing after their grace
+	stopped bool
+}
+
+// member is one connected upstream and what runs for it.
+type member struct {
+	name   string
+	index  int // in the table
+	weight int
+	drain  bool
+	owner  string // who added it: "site" or "registry"
+	http   *HTTP
+	mqtt   *MQTT
+	cancel context.CancelFunc
+	timer  *time.Timer // retiring: closes it when its grace is over
+	// gone is set at Retire: its probes and load reports stop feeding the
+	// table, whose index may go to another upstream.
+	gone atomic.Bool
+
+	mu     sync.Mutex
+	closed bool // closeMember ran
+}
+
+// NewPool returns an empty pool whose upstreams run until Stop.
+func NewPool(cfg PoolConfig) *Pool {
+	p := &Pool{cfg: cfg, log: cfg.Logger, live: map[string]*member{}}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p
+}
+
+// UpstreamName is an upstream URL's name: scheme, host and port for MQTT,
+// the URL without credentials or query for HTTP. It is what logs and
+// metrics show, and the upstream's identity in a [Pool] and the table.
+func UpstreamName(raw string) (string, error) {
+	scheme, _, ok := cutScheme(raw)
+	if !ok {
+		return "", fmt.Errorf("uplink: %q: no scheme (mqtt, mqtts, http or https)", redactRaw(raw))
+	}
+	switch scheme {
+	case "mqtt", "mqtts":
+		addr, _, err := mqttParseURL(raw)
+		if err != nil {
+			return "", fmt.Errorf("uplink: mqtt: %w", err)
+		}
+		return scheme + "://" + addr, nil
+	case "http", "https":
+		u, err := httpParseURL(raw)
+		if err != nil {
+			return "", fmt.Errorf("uplink: http: %w", err)
+		}
+		return httpRedactURL(u), nil
+	}
+	return "", fmt.Errorf("uplink: %s: scheme %q is not mqtt, mqtts, http or https", redactRaw(raw), scheme)
+}
+
+// cutScheme splits "scheme://rest".
+func cutScheme(raw string) (scheme, rest string, ok bool) {
+	for i := 0; i+2 < len(raw); i++ {
+		if raw[i] == ':' {
+			if raw[i+1] == '/' && raw[i+2] == '/' && i > 0 {
+				return raw[:i], raw[i+3:], true
+			}
+			return "", "", false
+		}
+	}
+	return "", "", false
+}
+
+// redactRaw shows a URL that did not parse without what could be a
+// password: everything between "//" and "@" goes.
+func redactRaw(raw string) string {
+	_, rest, ok := cutScheme(raw)
+	if !ok {
+		return "(unparsable URL)"
+	}
+	for i := range len(rest) {
+		switch rest[i] {
+		case '/', '?', '#':
+			return raw
+		case '@':
+			return raw[:len(raw)-len(rest)] + "…@" + rest[i+1:]
+		}
+	}
+	return raw
+}
+
+// ErrPoolStopped is returned by Add after Stop.
+var ErrPoolStopped = errors.New("uplink: pool stopped")
+
+// Add connects an upstream the site file lists and returns its table index.
+// Everything that can fail is done before it joins the table, so a failed
+// Add leaves nothing behind. Adding a name the pool already has updates its
+// weight only.
+func (p *Pool) Add(u UpstreamConfig) (int, error) { return p.add(u, "site") }
+
+func (p *Pool) add(u UpstreamConfig, owner string) (int, error) {
+	name, err := UpstreamName(u.URL)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return 0, ErrPoolStopped
+	}
+	if m, ok := p.live[name]; ok {
+		p.mu.Unlock()
+		return m.index, p.setWeight(m, u.Weight, u.Drain)
+	}
+	p.mu.Unlock()
+
+	m, run, err := p.connect(name, u)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	m.owner, m.weight, m.drain = owner, max(u.Weight, 1), u.Drain
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		m.cancel()
+		return 0, ErrPoolStopped
+	}
+	idx, err := p.cfg.Table.Add(name, m.weight)
+	if err != nil {
+		m.cancel()
+		p.closeMember(m)
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	m.index = idx
+	if m.drain {
+		p.cfg.Table.Retire(idx) // connected, not picked
+	}
+	p.live[name] = m
+	run(idx)
+	return idx, nil
+}
+
+// setWeight applies a weight change to a live upstream, and drains it or
+// brings it back.
+func (p *Pool) setWeight(m *member, w int, drain bool) error {
+	w = max(w, 1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w == m.weight && drain == m.drain {
+		return nil
+	}
+	m.weight, m.drain = w, drain
+	if drain {
+		p.cfg.Table.Retire(m.index)
+		p.log.Info("upstream drained: kept connected, not picked", "upstream", m.name)
+		return nil
+	}
+	idx, err := p.cfg.Table.Add(m.name, w)
+	if err != nil {
+		return err
+	}
+	if idx != m.index {
+		// Cannot happen: Add returns a known name's own index.
+		return fmt.Errorf("uplink: %s moved from index %d to %d", m.name, m.index, idx)
+	}
+	p.log.Info("upstream weight changed", "upstream", m.name, "weight", w)
+	return nil
+}
+
+// connect builds the publisher, probe and load source of one upstream. run
+// starts them once the upstream has its table index.
+func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), error) {
+	cfg := p.cfg
+	target := u.Health
+	if target == "" {
+		var err error
+		if target, err = ProbeTarget(u.URL); err != nil {
+			return nil, nil, err
+		}
+	}
+	m := &member{name: name}
+	ctx, cancel := context.WithCancel(p.ctx)
+	m.cancel = cancel
+	var index = -1 // set by run, before any report can be applied
+	var indexMu sync.Mutex
+	at := func() int {
+		indexMu.Lock()
+		defer indexMu.Unlock()
+		if m.gone.Load() {
+			return -1
+		}
+		return index
+	}
+	var lp *LoadPoller
+	if u.LoadURL != "" {
+		var err error
+		lp, err = NewLoadPoller(u.LoadURL, u.LoadInterval, cfg.ProbeTimeout, u.TLS, func(l selector.Load, err error) {
+			i := at()
+			if i < 0 {
+				return
+			}
+			if err != nil {
+				p.log.Warn("load report failed", "upstream", name, "err", err)
+				return
+			}
+			cfg.Table.Report(i, l)
+		})
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+	}
+	var sender Sender
+	var hs *HTTPSender
+	scheme, _, _ := cutScheme(u.URL)
+	switch scheme {
+	case "mqtt", "mqtts":
+		mc := MQTTConfig{
+			URL: u.URL, Topic: u.Topic, Window: cfg.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
+			Logger: p.log, Vars: cfg.Vars, AtMostOnce: u.AtMostOnce,
+		}
+		if u.LoadTopic != "" {
+			mc.LoadTopic = u.LoadTopic
+			mc.OnLoad = func(payload []byte) { p.report(name, at(), payload) }
+		}
+		mq, err := NewMQTT(mc)
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		m.mqtt = mq
+		sender = &MQTTSender{M: mq, Win: cfg.Window}
+	default:
+		h, err := NewHTTP(HTTPConfig{URL: u.URL, TLS: u.TLS, Username: u.Username, Password: u.Password,
+			Logger: p.log, GatewayID: cfg.GatewayID, Epoch: cfg.Epoch})
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		m.http = h
+		hs = &HTTPSender{H: h, Batch: cfg.Batch, Win: max(1, cfg.Window/8)}
+		sender = hs
+	}
+	run := func(idx int) {
+		indexMu.Lock()
+		index = idx
+		indexMu.Unlock()
+		cfg.Delivery.Add(idx, sender)
+		if m.mqtt != nil {
+			p.wg.Go(func() { m.mqtt.Run(ctx) })
+		}
+		pr := NewProber(target, cfg.ProbeInterval, cfg.ProbeTimeout, u.TLS, func(rtt time.Duration, err error) {
+			if m.gone.Load() {
+				return
+			}
+			cfg.Table.Probe(idx, rtt, err)
+			if hs != nil {
+				hs.ProbeResult(err)
+			}
+			if m.mqtt != nil && err == nil && !m.mqtt.Connected() {
+				m.mqtt.Kick() // the broker answers again: reconnect now
+			}
+		})
+		p.wg.Go(func() { pr.Run(ctx) })
+		if lp != nil {
+			p.wg.Go(func() { lp.Run(ctx) })
+		}
+	}
+	return m, run, nil
+}
+
+// report applies a load report received over MQTT.
+func (p *Pool) report(name string, idx int, payload []byte) {
+	if idx < 0 || len(payload) == 0 {
+		return
+	}
+	l, err := ParseLoad(payload, time.Now())
+	if err != nil {
+		p.log.Warn("bad load report", "upstream", name, "err", err)
+		return
+	}
+	p.cfg.Table.Report(idx, l)
+}
+
+// Retire stops picking the named upstream at once and closes its
+// connection after grace, so that deliveries in flight can finish. It
+// reports whether the pool had it.
+func (p *Pool) Retire(name string, grace time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.live[name]
+	if !ok {
+		return false
+	}
+	delete(p.live, name)
+	m.gone.Store(true)
+	p.cfg.Table.Retire(m.index)
+	p.log.Info("upstream retired", "upstream", name)
+	p.retired = append(p.retired, m)
+	m.timer = time.AfterFunc(grace, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.stopped {
+			return // Stop closes it
+		}
+		p.closeMember(m)
+		for i, r := range p.retired {
+			if r == m {
+				p.retired = append(p.retired[:i], p.retired[i+1:]...)
+				break
+			}
+		}
+	})
+	return true
+}
+
+// closeMember ends an upstream's goroutines and closes its connections.
+func (p *Pool) closeMember(m *member) {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.cancel()
+	if m.http != nil {
+		_ = m.http.Close()
+	}
+}
+
+// Names returns the live upstreams' names and who added each ("site" or
+// "registry").
+func (p *Pool) Names() map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]string, len(p.live))
+	for n, m := range p.live {
+		out[n] = m.owner
+	}
+	return out
+}
+
+// Stop disconnects every upstream, retiring ones included, and waits for
+// their goroutines. Call it after the delivery loop has ended.
+func (p *Pool) Stop() {
+	p.mu.Lock()
+	p.stopped = true
+	for _, m := range p.retired {
+		m.timer.Stop()
+	}
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.live {
+		p.closeMember(m)
+	}
+	for _, m := range p.retired {
+		p.closeMember(m)
+	}
+	p.retired = nil
+}
