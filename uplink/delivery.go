@@ -377,8 +377,13 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			if len(recs) > 1 {
 				// Find the packet the upstream refuses: send each alone,
 				// on the same upstream, and settle each by its own answer.
-				for _, r := range recs {
-					d.acquireSlot(ctx, s)
+				for k, r := range recs {
+					if !d.acquireSlot(ctx, s) {
+						// Stopping: what is not sent yet stays in the buffer.
+						d.released.Add(uint64(len(recs) - k))
+						d.q.Release(seqs[k:]...)
+						return
+					}
 					d.inflight.Add(1)
 					d.deliver(ctx, i, s, []buffer.Record{r})
 					d.inflight.Add(-1)
@@ -406,13 +411,18 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 	d.q.Release(seqs...)
 }
 
-// acquireSlot waits for a window place on s (or ctx's end, after which it
-// takes the place anyway: the send will fail fast and release it).
-func (d *Delivery) acquireSlot(ctx context.Context, s *slot) {
+// acquireSlot waits for a window place on s and reports whether it took
+// one; once ctx has ended it takes none, so that no send starts during
+// shutdown (and none gives back a place it did not take).
+func (d *Delivery) acquireSlot(ctx context.Context, s *slot) bool {
+	if ctx.Err() != nil {
+		return false
+	}
 	select {
 	case <-s.free:
+		return true
 	case <-ctx.Done():
-		go func() { <-s.free; d.release(s) }()
+		return false
 	}
 }
 

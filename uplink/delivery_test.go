@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -285,4 +288,56 @@ func TestDeliveryRestsAFailingUpstream(t *testing.T) {
 	cancel()
 	<-done
 	t.Logf("%d sends to the failing upstream in 1.5 s", a.calls.Load())
+}
+
+// TestDeliveryShutdownWhileHTTPRefusesReturns pins a hang: a batch that the
+// upstream refuses (422) while the loop stops is resent one record at a
+// time; a record sent without a window place taken must not give one back,
+// or the window over-fills and Run never returns. Whatever happens, no
+// record is lost: each is dead-lettered or still in the buffer.
+func TestDeliveryShutdownWhileHTTPRefusesReturns(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	answer := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-answer
+		http.Error(w, `{"error":"unprocessable"}`, http.StatusUnprocessableEntity)
+	}))
+	var once sync.Once
+	open := func() { once.Do(func() { close(answer) }) }
+	t.Cleanup(srv.Close)
+	t.Cleanup(open)
+
+	const n = 60
+	q := newMemQueue(n)
+	table := selector.NewTable(selector.Options{Seed: 1})
+	strat, err := selector.New("round_robin", selector.StrategyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
+	hs := &HTTPSender{H: httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), Batch: 10, Win: 2}
+	d.Add(table.Add(hs.Name(), 1), hs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+
+	<-arrived // batches are in flight
+	cancel()
+	open() // every batch in flight is now refused
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // a hang detector, not a bound
+		t.Fatal("Run did not return after its context ended")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.leased) != 0 || len(q.acked) != 0 || len(q.dead)+len(q.recs) != n {
+		t.Fatalf("after Run: %d leased, %d acked, %d dead-lettered, %d in the buffer; want 0, 0 and %d in all",
+			len(q.leased), len(q.acked), len(q.dead), len(q.recs), n)
+	}
 }
