@@ -463,8 +463,8 @@ func headField(data []byte, key string) string {
 // MQTTSender adapts an MQTT publisher to the delivery loop: one record
 // per Send, pipelined up to the window.
 type MQTTSender struct {
-	M   *MQTT
-	Win int
+	m      *MQTT
+	window int
 
 	mu   sync.Mutex
 	vars map[string]map[string]string // by DataType and DeviceId, to spare a map per publish
@@ -487,13 +487,22 @@ func (s *MQTTSender) topicVars(data []byte) map[string]string {
 	return v
 }
 
+// NewMQTTSender returns the sender of m with up to window publishes in
+// flight; window ≤ 0 means m's own [MQTTConfig].Window.
+func NewMQTTSender(m *MQTT, window int) *MQTTSender {
+	if window <= 0 {
+		window = m.Window()
+	}
+	return &MQTTSender{m: m, window: window}
+}
+
 // Name implements Sender.
-func (s *MQTTSender) Name() string { return s.M.Name() }
+func (s *MQTTSender) Name() string { return s.m.Name() }
 
 // Send publishes each record and waits for its PUBACK.
 func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
 	for _, r := range batch {
-		if err := s.M.Publish(ctx, s.topicVars(r.Data), r.Data); err != nil {
+		if err := s.m.Publish(ctx, s.topicVars(r.Data), r.Data); err != nil {
 			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
 		}
 	}
@@ -504,22 +513,29 @@ func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
 func (s *MQTTSender) MaxBatch() int { return 1 }
 
 // Window implements Sender.
-func (s *MQTTSender) Window() int { return s.Win }
+func (s *MQTTSender) Window() int { return s.window }
 
 // Up implements Sender: connected.
-func (s *MQTTSender) Up() bool { return s.M.Connected() }
+func (s *MQTTSender) Up() bool { return s.m.Connected() }
 
-// HTTPSender adapts an HTTP publisher: batches of up to Batch records.
+// HTTPSender adapts an HTTP publisher to the delivery loop: one POST per
+// batch.
 type HTTPSender struct {
-	H     *HTTP
-	Batch int
-	Win   int
-	up    atomic.Bool
-	probe atomic.Bool // a probe result arrived
+	h      *HTTP
+	batch  int
+	window int
+	up     atomic.Bool
+	probe  atomic.Bool // a probe result arrived
+}
+
+// NewHTTPSender returns the sender of h: batches of up to batch records, up
+// to window POSTs in flight (each at least 1).
+func NewHTTPSender(h *HTTP, batch, window int) *HTTPSender {
+	return &HTTPSender{h: h, batch: max(batch, 1), window: max(window, 1)}
 }
 
 // Name implements Sender.
-func (s *HTTPSender) Name() string { return s.H.Name() }
+func (s *HTTPSender) Name() string { return s.h.Name() }
 
 // Send posts the batch.
 func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
@@ -528,7 +544,7 @@ func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
 	for i, r := range batch {
 		seqs[i], data[i] = r.Seq, r.Data
 	}
-	err := s.H.Post(ctx, seqs, data)
+	err := s.h.Post(ctx, seqs, data)
 	if err != nil && IsPermanent(err) && packetRefused(err) {
 		return permanentErr{err}
 	}
@@ -566,10 +582,10 @@ func (permanentErr) Permanent() bool { return true }
 func (p permanentErr) Unwrap() error { return p.error }
 
 // MaxBatch implements Sender.
-func (s *HTTPSender) MaxBatch() int { return max(s.Batch, 1) }
+func (s *HTTPSender) MaxBatch() int { return s.batch }
 
 // Window implements Sender.
-func (s *HTTPSender) Window() int { return max(s.Win, 1) }
+func (s *HTTPSender) Window() int { return s.window }
 
 // Up implements Sender: true until a probe says otherwise.
 func (s *HTTPSender) Up() bool { return !s.probe.Load() || s.up.Load() }

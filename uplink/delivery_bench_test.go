@@ -42,7 +42,7 @@ func drain(b *testing.B, q *buffer.Buffer, m *MQTT) time.Duration {
 	table := selector.NewTable(selector.Options{})
 	strat, _ := selector.New("p2c_ewma", selector.StrategyOptions{})
 	d := NewDelivery(q, table, strat, DeliveryOptions{})
-	d.Add(table.Add(m.Name(), 1), &MQTTSender{M: m, Win: mqttBenchWindow})
+	d.Add(table.Add(m.Name(), 1), NewMQTTSender(m, mqttBenchWindow))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	start := time.Now()

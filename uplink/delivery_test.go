@@ -320,7 +320,7 @@ func TestDeliveryShutdownWhileHTTPRefusesReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
-	hs := &HTTPSender{H: httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), Batch: 10, Win: 2}
+	hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), 10, 2)
 	d.Add(table.Add(hs.Name(), 1), hs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -787,7 +787,7 @@ func TestHTTPSenderRefusedConnectionIsDown(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens: connections are refused
-	s := &HTTPSender{H: httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/ingest"}), Batch: 1}
+	s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/ingest"}), 1, 1)
 	s.ProbeResult(nil)
 	if !s.Up() {
 		t.Fatal("down after a successful probe")
