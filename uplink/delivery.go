@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +30,9 @@ type Queue interface {
 	Wait(ctx context.Context) error
 }
 
-// DeadLetters takes records that an upstream refused for good (an HTTP
-// 4xx other than 408/429), so that one poison packet cannot block the queue.
+// DeadLetters takes records that an upstream refused for good (see
+// [HTTPSender.Send] for which answers those are), so that one poison packet
+// cannot block the queue.
 type DeadLetters interface {
 	DeadLetter(reason string, seqs ...uint64) error
 }
@@ -41,6 +43,13 @@ type Sender interface {
 	Name() string
 	// Send returns nil only once the upstream acknowledged every record
 	// of the batch (an MQTT PUBACK for each, an HTTP 2xx for the batch).
+	// An error with a method Permanent() bool that returns true says that
+	// the upstream refuses the packets themselves: the loop resends the
+	// batch one record at a time and dead-letters each record refused
+	// alone. An error with a method RetryAfter() time.Duration asks that
+	// the upstream get no send before that wait (at most 5 minutes).
+	// Any other error is the upstream's failure: the records are tried
+	// elsewhere or go back to the buffer.
 	Send(ctx context.Context, batch []buffer.Record) error
 	// MaxBatch is how many records one Send may carry.
 	MaxBatch() int
@@ -51,8 +60,18 @@ type Sender interface {
 	Up() bool
 }
 
-// Permanent marks an error that retrying cannot fix.
-type Permanent interface{ Permanent() bool }
+// permanent marks an error that says the upstream refuses the packets
+// themselves, so that resending them cannot help.
+type permanent interface{ Permanent() bool }
+
+// retryAfter marks an error by which the upstream asks not to be sent to
+// before a wait has passed.
+type retryAfter interface{ RetryAfter() time.Duration }
+
+// maxRetryAfter caps the wait an upstream may ask for: a longer one is more
+// likely a server's mistake than a plan, and the other upstreams, or this one
+// after 5 minutes, can take the records meanwhile.
+const maxRetryAfter = 5 * time.Minute
 
 // DeliveryOptions tune the loop; zero values are the defaults.
 type DeliveryOptions struct {
@@ -104,7 +123,19 @@ func (s *slot) cooling(now int64) bool { return now < s.coolUntil.Load() }
 func (s *slot) rest(maxWait time.Duration) {
 	n := s.failRun.Add(1)
 	wait := min(100*time.Millisecond<<min(n-1, 16), maxWait)
-	s.coolUntil.Store(time.Now().Add(jitter(wait)).UnixNano())
+	s.coolFor(jitter(wait))
+}
+
+// coolFor has s picked no sooner than wait from now; a rest already longer
+// stands.
+func (s *slot) coolFor(wait time.Duration) {
+	t := time.Now().Add(wait).UnixNano()
+	for {
+		cur := s.coolUntil.Load()
+		if cur >= t || s.coolUntil.CompareAndSwap(cur, t) {
+			return
+		}
+	}
 }
 
 // Delivery moves packets from the buffer to the upstreams: Next, Pick,
@@ -372,14 +403,15 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			return
 		}
 		s.failed.Add(1)
-		var p Permanent
+		var p permanent
 		if errors.As(err, &p) && p.Permanent() {
 			if len(recs) > 1 {
 				// Find the packet the upstream refuses: send each alone,
 				// on the same upstream, and settle each by its own answer.
 				for k, r := range recs {
-					if !d.acquireSlot(ctx, s) {
-						// Stopping: what is not sent yet stays in the buffer.
+					if s.cooling(time.Now().UnixNano()) || !d.acquireSlot(ctx, s) {
+						// Stopping, or the upstream asked for a rest: what
+						// is not sent yet stays in the buffer.
 						d.released.Add(uint64(len(recs) - k))
 						d.q.Release(seqs[k:]...)
 						return
@@ -394,6 +426,10 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			return
 		}
 		s.rest(d.opt.Backoff)
+		var ra retryAfter
+		if errors.As(err, &ra) && ra.RetryAfter() > 0 {
+			s.coolFor(min(ra.RetryAfter(), maxRetryAfter))
+		}
 		d.log.Warn("delivery failed", "upstream", s.sender.Name(), "packets", len(recs), "attempt", attempt, "err", err)
 		skip |= 1 << i
 		if attempt >= attempts || ctx.Err() != nil {
@@ -537,7 +573,21 @@ func NewHTTPSender(h *HTTP, batch, window int) *HTTPSender {
 // Name implements Sender.
 func (s *HTTPSender) Name() string { return s.h.Name() }
 
-// Send posts the batch.
+// Send posts the batch. Its error tells the delivery loop, by one rule,
+// whose fault a failure is:
+//
+//   - 400 Bad Request, 413 Content Too Large, 422 Unprocessable Content, or
+//     a packet that is not JSON (then nothing is sent): the upstream refuses
+//     the packets. The error is permanent: the loop resends the batch one
+//     record at a time (so a 413 for the batch becomes one per packet at
+//     most) and dead-letters each record refused alone.
+//   - Any other answer but a 2xx, or no answer: the upstream failed, not the
+//     packets, and the records stay in the buffer. That includes 401, 403
+//     and 404: a wrong password or path would otherwise dead-letter every
+//     packet until someone fixed it; and 408, 409, 425, 429, 5xx (transient)
+//     and every 4xx not named above.
+//   - A 429 or 503 with Retry-After also carries the wait: the loop sends
+//     nothing to this upstream before it has passed (at most 5 minutes).
 func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
 	seqs := make([]uint64, len(batch))
 	data := make([][]byte, len(batch))
@@ -545,14 +595,21 @@ func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
 		seqs[i], data[i] = r.Seq, r.Data
 	}
 	err := s.h.Post(ctx, seqs, data)
-	if err != nil && IsPermanent(err) && packetRefused(err) {
+	switch {
+	case err == nil:
+		return nil
+	case refusesPackets(err):
 		return permanentErr{err}
-	}
-	if dialFailed(err) {
+	case dialFailed(err):
 		// As good as a failed probe: the upstream is down until a probe
 		// answers again, rather than picked (and refused at once, with a
 		// latency that flatters it) until the next probe says so.
 		s.ProbeResult(err)
+	}
+	var he *HTTPError
+	if errors.As(err, &he) && he.RetryAfter > 0 &&
+		(he.StatusCode == http.StatusTooManyRequests || he.StatusCode == http.StatusServiceUnavailable) {
+		return retryAfterErr{err, he.RetryAfter}
 	}
 	return err
 }
@@ -564,22 +621,37 @@ func dialFailed(err error) bool {
 	return err != nil && errors.As(err, &op) && op.Op == "dial"
 }
 
-// packetRefused tells a refusal of the packets themselves (400, 422, an
-// invalid packet) from an upstream that is misconfigured (401, 403, 404,
-// 405, 413, …): the first goes to dead letters, the second is an upstream
-// failure, and the packets wait for another upstream or a fix.
-func packetRefused(err error) bool {
-	var he *HTTPError
-	if errors.As(err, &he) {
-		return he.StatusCode == 400 || he.StatusCode == 422
+// refusesPackets is the rule of [HTTPSender.Send]: whether err says that the
+// upstream refuses the packets themselves.
+func refusesPackets(err error) bool {
+	if errors.Is(err, ErrInvalidPacket) {
+		return true
 	}
-	return errors.Is(err, ErrInvalidPacket)
+	var he *HTTPError
+	if !errors.As(err, &he) {
+		return false
+	}
+	switch he.StatusCode {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }
 
+// permanentErr is an upstream's refusal of the packets.
 type permanentErr struct{ error }
 
 func (permanentErr) Permanent() bool { return true }
 func (p permanentErr) Unwrap() error { return p.error }
+
+// retryAfterErr is an upstream's failure that asks for a wait.
+type retryAfterErr struct {
+	error
+	wait time.Duration
+}
+
+func (e retryAfterErr) RetryAfter() time.Duration { return e.wait }
+func (e retryAfterErr) Unwrap() error             { return e.error }
 
 // MaxBatch implements Sender.
 func (s *HTTPSender) MaxBatch() int { return s.batch }

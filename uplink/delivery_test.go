@@ -341,3 +341,50 @@ func TestDeliveryShutdownWhileHTTPRefusesReturns(t *testing.T) {
 			len(q.leased), len(q.acked), len(q.dead), len(q.recs), n)
 	}
 }
+
+// TestDeliveryHonoursRetryAfter: after a 429 or 503 with Retry-After the
+// upstream gets no send before that time, capped at maxRetryAfter.
+func TestDeliveryHonoursRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"120", 120 * time.Second},
+		{"3600", maxRetryAfter},
+	} {
+		t.Run(tc.header, func(t *testing.T) {
+			var answered atomic.Int64 // Unix ns of the 429
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				answered.CompareAndSwap(0, time.Now().UnixNano())
+				w.Header().Set("Retry-After", tc.header)
+				w.WriteHeader(http.StatusTooManyRequests)
+			}))
+			t.Cleanup(srv.Close)
+			q := newMemQueue(5)
+			table := selector.NewTable(selector.Options{Seed: 1})
+			strat, err := selector.New("round_robin", selector.StrategyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
+			hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), 10, 1)
+			idx := table.Add(hs.Name(), 1)
+			d.Add(idx, hs)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); d.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			testtool.WaitFor(t, 20*time.Second, "the refused batch back in the buffer", func() bool { return d.Stats().Released >= 5 })
+			now := time.Now().UnixNano()
+			until := d.slot(idx).coolUntil.Load()
+			if min := answered.Load() + int64(tc.want); until < min {
+				t.Errorf("the upstream rests until %v after the 429, want at least %v",
+					time.Duration(until-answered.Load()), tc.want)
+			}
+			if until > now+int64(maxRetryAfter) {
+				t.Errorf("the upstream rests %v from now, more than the cap %v", time.Duration(until-now), maxRetryAfter)
+			}
+		})
+	}
+}
