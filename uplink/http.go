@@ -493,17 +493,6 @@ func httpCheckResponse(method, name string, resp *http.Response, secrets []strin
 	}
 }
 
-// httpExcerpt makes a bounded, valid UTF-8, secret-free string of a body.
-func httpExcerpt(b []byte, secrets []string) string {
-	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
-	for _, secret := range secrets {
-		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "xxxxx")
-		}
-	}
-	return s
-}
-
 // httpParseRetryAfter reads delta-seconds or an HTTP date; 0 when absent,
 // unreadable or past; capped at httpMaxRetryAfter.
 func httpParseRetryAfter(v string, now time.Time) time.Duration {
@@ -572,17 +561,6 @@ func httpParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// httpRedactURL renders u as scheme://host/path: without userinfo, and with
-// "?..." in place of a query (tokens often travel there) and no fragment.
-func httpRedactURL(u *url.URL) string {
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath, Opaque: u.Opaque}
-	s := r.String()
-	if u.RawQuery != "" || u.ForceQuery {
-		s += "?..."
-	}
-	return s
-}
-
 // httpBasicAuthFromURL returns a copy of header (nil: a new one) with basic
 // auth from u's userinfo, unless header already has an Authorization, and
 // removes the userinfo from u.
@@ -600,16 +578,6 @@ func httpBasicAuthFromURL(u *url.URL, header http.Header) http.Header {
 		u.User = nil
 	}
 	return header
-}
-
-// httpUnwrapURLError drops the *url.Error wrapper, whose message repeats the
-// URL with its query.
-func httpUnwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) && ue.Err != nil {
-		return ue.Err
-	}
-	return err
 }
 
 // httpNewTransport returns a transport with a small keep-alive pool for one
