@@ -36,12 +36,12 @@ var (
 
 // Defaults of [MQTTConfig].
 const (
-	MQTTDefaultTopic          = "fieldlink/{site}/{gateway}/{data_type}"
-	MQTTDefaultStatusTopic    = "fieldlink/{site}/{gateway}/status"
-	MQTTDefaultWindow         = 64
-	MQTTDefaultKeepAlive      = 30 * time.Second
-	MQTTDefaultConnectTimeout = 5 * time.Second
-	MQTTDefaultPublishTimeout = 10 * time.Second
+	mqttDefaultTopic          = "fieldlink/{site}/{gateway}/{data_type}"
+	mqttDefaultStatusTopic    = "fieldlink/{site}/{gateway}/status"
+	mqttDefaultWindow         = 64
+	mqttDefaultKeepAlive      = 30 * time.Second
+	mqttDefaultConnectTimeout = 5 * time.Second
+	mqttDefaultPublishTimeout = 10 * time.Second
 
 	mqttStatusOnline  = "online"
 	mqttStatusOffline = "offline"
@@ -213,13 +213,13 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		return fail("qos %d is not supported (0 or 1)", cfg.QoS)
 	}
 	if cfg.Window == 0 {
-		cfg.Window = MQTTDefaultWindow
+		cfg.Window = mqttDefaultWindow
 	}
 	if cfg.Window < 0 || cfg.Window > 65535 {
 		return fail("window %d is out of range (1..65535)", cfg.Window)
 	}
 	if cfg.Topic == "" {
-		cfg.Topic = MQTTDefaultTopic
+		cfg.Topic = mqttDefaultTopic
 	}
 	if m.topic, err = mqttParseTemplate(cfg.Topic); err != nil {
 		return fail("topic: %v", err)
@@ -228,7 +228,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		return fail("topic %q: %v", cfg.Topic, err)
 	}
 	if cfg.StatusTopic == "" {
-		cfg.StatusTopic = MQTTDefaultStatusTopic
+		cfg.StatusTopic = mqttDefaultStatusTopic
 	}
 	st, err := mqttParseTemplate(cfg.StatusTopic)
 	if err == nil {
@@ -255,9 +255,9 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		def time.Duration
 		n   string
 	}{
-		{&cfg.KeepAlive, MQTTDefaultKeepAlive, "keep-alive"},
-		{&cfg.ConnectTimeout, MQTTDefaultConnectTimeout, "connect timeout"},
-		{&cfg.PublishTimeout, MQTTDefaultPublishTimeout, "publish timeout"},
+		{&cfg.KeepAlive, mqttDefaultKeepAlive, "keep-alive"},
+		{&cfg.ConnectTimeout, mqttDefaultConnectTimeout, "connect timeout"},
+		{&cfg.PublishTimeout, mqttDefaultPublishTimeout, "publish timeout"},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def

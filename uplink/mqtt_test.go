@@ -161,7 +161,7 @@ func TestMQTTTopicTemplate(t *testing.T) {
 	if !errors.As(err, &perm) || !perm.Permanent() {
 		t.Errorf("Publish with a bad topic = %v, want a permanent error", err)
 	}
-	if m.Window() != MQTTDefaultWindow {
+	if m.Window() != mqttDefaultWindow {
 		t.Errorf("Window() = %d", m.Window())
 	}
 	for _, bad := range []string{"", "a/{}", "a/}", "a/{b{c}}", "a/#", "a\x00"} {
@@ -631,7 +631,7 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 }
 
 func BenchmarkMQTTTopic(b *testing.B) {
-	tp, err := mqttParseTemplate(MQTTDefaultTopic)
+	tp, err := mqttParseTemplate(mqttDefaultTopic)
 	if err == nil {
 		tp, err = tp.bind(mqttVars, "data_type", "device")
 	}

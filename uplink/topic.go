@@ -125,12 +125,8 @@ func (mqttTopicError) Permanent() bool { return true }
 
 func (e mqttTopicError) Unwrap() error { return e.error }
 
-// topicVars extracts DataType and DeviceId from a packet's JSON, as the
-// packet encoder writes them, for MQTT topic templates.
-func topicVars(data []byte) map[string]string {
-	return map[string]string{"data_type": headField(data, `"DataType":"`), "device": headField(data, `"DeviceId":"`)}
-}
-
+// headField returns the string value that follows key in a packet's JSON,
+// as the packet encoder writes it, or "" if there is none.
 func headField(data []byte, key string) string {
 	i := bytes.Index(data, []byte(key))
 	if i < 0 {
