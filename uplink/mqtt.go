@@ -538,27 +538,36 @@ func mqttTokenDone(tok paho.Token) bool {
 // await waits for tok, sent on connection c, to complete within timeout.
 // Under the options connect sets, a publish token completes with no error
 // only on its PUBACK (or, at QoS 0, once written); losing the connection
-// fails it.
+// fails it. Its errors do not name the upstream: they end up in a log line
+// that does, or in the last error that [MQTT.Publish]'s error quotes.
 func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-tok.Done():
-		return m.tokenErr(tok)
+		return awaitErr(tok)
 	case <-c.lost:
 		select { // the PUBACK may have come just before the loss
 		case <-tok.Done():
-			return m.tokenErr(tok)
+			return awaitErr(tok)
 		default:
 		}
-		return m.lostErr(c)
+		return fmt.Errorf("%w: %v", ErrMQTTConnLost, c.lostErr)
 	case <-t.C:
 		err := fmt.Errorf("%w (%v)", ErrMQTTAckTimeout, timeout)
 		c.drop(err)
-		return fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
+		return err
 	case <-ctx.Done():
-		return fmt.Errorf("uplink: mqtt %s: %w", m.name, ctx.Err())
+		return ctx.Err()
 	}
+}
+
+// awaitErr is a completed token's error, without the upstream's name.
+func awaitErr(tok paho.Token) error {
+	if err := tok.Error(); err != nil {
+		return fmt.Errorf("%w: %v", ErrMQTTConnLost, err)
+	}
+	return nil
 }
 
 func (m *MQTT) lostErr(c *mqttConn) error {
