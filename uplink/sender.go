@@ -44,7 +44,7 @@ func (s *MQTTSender) topicVars(data []byte) map[string]string {
 }
 
 // NewMQTTSender returns the sender of m with up to window publishes in
-// flight; window ≤ 0 means m's own [MQTTConfig].Window.
+// flight; window ≤ 0 means m's own [MQTTConfig.Window].
 func NewMQTTSender(m *MQTT, window int) *MQTTSender {
 	if window <= 0 {
 		window = m.Window()
