@@ -161,7 +161,7 @@ func (s *uplinkSide) startRegistry(ctx context.Context) error {
 	template := func(ru uplink.RegistryUpstream) uplink.UpstreamConfig {
 		uc := uplink.UpstreamConfig{URL: ru.URL}
 		if sch, _ := config.UpstreamScheme(ru.URL); sch == "mqtt" || sch == "mqtts" {
-			uc.Topic = uplink.MQTTDefaultTopic
+			uc.Topic = uplink.DefaultTopic
 		}
 		if sch, _ := config.UpstreamScheme(ru.URL); sch == "mqtts" || sch == "https" {
 			uc.TLS, _ = uplink.TLSConfig("", "", "", false)

@@ -248,7 +248,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		doc.Errorf("uplink.probe.timeout", "must be positive and at most the interval (%v), got %v", u.Probe.Interval, u.Probe.Timeout)
 	}
 	if u.Window == 0 {
-		u.Window = uplink.MQTTDefaultWindow
+		u.Window = uplink.DefaultWindow
 	}
 	if u.Window < 1 || u.Window > 65535 {
 		doc.Errorf("uplink.window", "must be 1..65535, got %d", u.Window)
@@ -288,7 +288,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			doc.Errorf(f+".topic", "topic applies only to mqtt:// and mqtts:// upstreams")
 		}
 		if mqtt && up.Topic == "" {
-			up.Topic = uplink.MQTTDefaultTopic
+			up.Topic = uplink.DefaultTopic
 		}
 		if up.QoS == nil {
 			q := 1

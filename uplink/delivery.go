@@ -1,13 +1,10 @@
 package uplink
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +26,9 @@ type Queue interface {
 	Wait(ctx context.Context) error
 }
 
-// DeadLetters takes records that an upstream refused for good (an HTTP
-// 4xx other than 408/429), so that one poison packet cannot block the queue.
+// DeadLetters takes records that an upstream refused for good (see
+// [HTTPSender.Send] for which answers those are), so that one poison packet
+// cannot block the queue.
 type DeadLetters interface {
 	DeadLetter(reason string, seqs ...uint64) error
 }
@@ -41,6 +39,13 @@ type Sender interface {
 	Name() string
 	// Send returns nil only once the upstream acknowledged every record
 	// of the batch (an MQTT PUBACK for each, an HTTP 2xx for the batch).
+	// An error with a method Permanent() bool that returns true says that
+	// the upstream refuses the packets themselves: the loop resends the
+	// batch one record at a time and dead-letters each record refused
+	// alone. An error with a method RetryAfter() time.Duration asks that
+	// the upstream get no send before that wait (at most 5 minutes).
+	// Any other error is the upstream's failure: the records are tried
+	// elsewhere or go back to the buffer.
 	Send(ctx context.Context, batch []buffer.Record) error
 	// MaxBatch is how many records one Send may carry.
 	MaxBatch() int
@@ -51,8 +56,18 @@ type Sender interface {
 	Up() bool
 }
 
-// Permanent marks an error that retrying cannot fix.
-type Permanent interface{ Permanent() bool }
+// permanent marks an error that says the upstream refuses the packets
+// themselves, so that resending them cannot help.
+type permanent interface{ Permanent() bool }
+
+// retryAfter marks an error by which the upstream asks not to be sent to
+// before a wait has passed.
+type retryAfter interface{ RetryAfter() time.Duration }
+
+// maxRetryAfter caps the wait an upstream may ask for: a longer one is more
+// likely a server's mistake than a plan, and the other upstreams, or this one
+// after 5 minutes, can take the records meanwhile.
+const maxRetryAfter = 5 * time.Minute
 
 // DeliveryOptions tune the loop; zero values are the defaults.
 type DeliveryOptions struct {
@@ -104,7 +119,19 @@ func (s *slot) cooling(now int64) bool { return now < s.coolUntil.Load() }
 func (s *slot) rest(maxWait time.Duration) {
 	n := s.failRun.Add(1)
 	wait := min(100*time.Millisecond<<min(n-1, 16), maxWait)
-	s.coolUntil.Store(time.Now().Add(jitter(wait)).UnixNano())
+	s.coolFor(jitter(wait))
+}
+
+// coolFor has s picked no sooner than wait from now; a rest already longer
+// stands.
+func (s *slot) coolFor(wait time.Duration) {
+	t := time.Now().Add(wait).UnixNano()
+	for {
+		cur := s.coolUntil.Load()
+		if cur >= t || s.coolUntil.CompareAndSwap(cur, t) {
+			return
+		}
+	}
 }
 
 // Delivery moves packets from the buffer to the upstreams: Next, Pick,
@@ -372,13 +399,19 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			return
 		}
 		s.failed.Add(1)
-		var p Permanent
+		var p permanent
 		if errors.As(err, &p) && p.Permanent() {
 			if len(recs) > 1 {
 				// Find the packet the upstream refuses: send each alone,
 				// on the same upstream, and settle each by its own answer.
-				for _, r := range recs {
-					d.acquireSlot(ctx, s)
+				for k, r := range recs {
+					if s.cooling(time.Now().UnixNano()) || !d.acquireSlot(ctx, s) {
+						// Stopping, or the upstream asked for a rest: what
+						// is not sent yet stays in the buffer.
+						d.released.Add(uint64(len(recs) - k))
+						d.q.Release(seqs[k:]...)
+						return
+					}
 					d.inflight.Add(1)
 					d.deliver(ctx, i, s, []buffer.Record{r})
 					d.inflight.Add(-1)
@@ -389,6 +422,10 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			return
 		}
 		s.rest(d.opt.Backoff)
+		var ra retryAfter
+		if errors.As(err, &ra) && ra.RetryAfter() > 0 {
+			s.coolFor(min(ra.RetryAfter(), maxRetryAfter))
+		}
 		d.log.Warn("delivery failed", "upstream", s.sender.Name(), "packets", len(recs), "attempt", attempt, "err", err)
 		skip |= 1 << i
 		if attempt >= attempts || ctx.Err() != nil {
@@ -406,13 +443,18 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 	d.q.Release(seqs...)
 }
 
-// acquireSlot waits for a window place on s (or ctx's end, after which it
-// takes the place anyway: the send will fail fast and release it).
-func (d *Delivery) acquireSlot(ctx context.Context, s *slot) {
+// acquireSlot waits for a window place on s and reports whether it took
+// one; once ctx has ended it takes none, so that no send starts during
+// shutdown (and none gives back a place it did not take).
+func (d *Delivery) acquireSlot(ctx context.Context, s *slot) bool {
+	if ctx.Err() != nil {
+		return false
+	}
 	select {
 	case <-s.free:
+		return true
 	case <-ctx.Done():
-		go func() { <-s.free; d.release(s) }()
+		return false
 	}
 }
 
@@ -429,143 +471,4 @@ func (d *Delivery) deadLetter(s *slot, seqs []uint64, err error) {
 	if aerr := d.q.Ack(seqs...); aerr != nil {
 		d.log.Error("buffer ack failed", "err", aerr)
 	}
-}
-
-// topicVars extracts DataType and DeviceId from a packet's JSON, as the
-// packet encoder writes them, for MQTT topic templates.
-func topicVars(data []byte) map[string]string {
-	return map[string]string{"data_type": headField(data, `"DataType":"`), "device": headField(data, `"DeviceId":"`)}
-}
-
-func headField(data []byte, key string) string {
-	i := bytes.Index(data, []byte(key))
-	if i < 0 {
-		return ""
-	}
-	rest := data[i+len(key):]
-	j := bytes.IndexByte(rest, '"')
-	if j < 0 {
-		return ""
-	}
-	return string(rest[:j])
-}
-
-// MQTTSender adapts an MQTT publisher to the delivery loop: one record
-// per Send, pipelined up to the window.
-type MQTTSender struct {
-	M   *MQTT
-	Win int
-
-	mu   sync.Mutex
-	vars map[string]map[string]string // by DataType and DeviceId, to spare a map per publish
-}
-
-// topicVars returns the (shared, read-only) template values of a packet.
-func (s *MQTTSender) topicVars(data []byte) map[string]string {
-	dt, dev := headField(data, `"DataType":"`), headField(data, `"DeviceId":"`)
-	key := dt + "\x00" + dev
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.vars[key]
-	if !ok {
-		if s.vars == nil || len(s.vars) > 4096 {
-			s.vars = map[string]map[string]string{}
-		}
-		v = map[string]string{"data_type": dt, "device": dev}
-		s.vars[key] = v
-	}
-	return v
-}
-
-// Name implements Sender.
-func (s *MQTTSender) Name() string { return s.M.Name() }
-
-// Send publishes each record and waits for its PUBACK.
-func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
-	for _, r := range batch {
-		if err := s.M.Publish(ctx, s.topicVars(r.Data), r.Data); err != nil {
-			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
-		}
-	}
-	return nil
-}
-
-// MaxBatch implements Sender: one record, so each is acked on its own.
-func (s *MQTTSender) MaxBatch() int { return 1 }
-
-// Window implements Sender.
-func (s *MQTTSender) Window() int { return s.Win }
-
-// Up implements Sender: connected.
-func (s *MQTTSender) Up() bool { return s.M.Connected() }
-
-// HTTPSender adapts an HTTP publisher: batches of up to Batch records.
-type HTTPSender struct {
-	H     *HTTP
-	Batch int
-	Win   int
-	up    atomic.Bool
-	probe atomic.Bool // a probe result arrived
-}
-
-// Name implements Sender.
-func (s *HTTPSender) Name() string { return s.H.Name() }
-
-// Send posts the batch.
-func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
-	seqs := make([]uint64, len(batch))
-	data := make([][]byte, len(batch))
-	for i, r := range batch {
-		seqs[i], data[i] = r.Seq, r.Data
-	}
-	err := s.H.Post(ctx, seqs, data)
-	if err != nil && IsPermanent(err) && packetRefused(err) {
-		return permanentErr{err}
-	}
-	if dialFailed(err) {
-		// As good as a failed probe: the upstream is down until a probe
-		// answers again, rather than picked (and refused at once, with a
-		// latency that flatters it) until the next probe says so.
-		s.ProbeResult(err)
-	}
-	return err
-}
-
-// dialFailed reports whether err is a failure to connect at all (refused,
-// unreachable), as opposed to one after the request was sent.
-func dialFailed(err error) bool {
-	var op *net.OpError
-	return err != nil && errors.As(err, &op) && op.Op == "dial"
-}
-
-// packetRefused tells a refusal of the packets themselves (400, 422, an
-// invalid packet) from an upstream that is misconfigured (401, 403, 404,
-// 405, 413, …): the first goes to dead letters, the second is an upstream
-// failure, and the packets wait for another upstream or a fix.
-func packetRefused(err error) bool {
-	var he *HTTPError
-	if errors.As(err, &he) {
-		return he.StatusCode == 400 || he.StatusCode == 422
-	}
-	return errors.Is(err, ErrInvalidPacket)
-}
-
-type permanentErr struct{ error }
-
-func (permanentErr) Permanent() bool { return true }
-func (p permanentErr) Unwrap() error { return p.error }
-
-// MaxBatch implements Sender.
-func (s *HTTPSender) MaxBatch() int { return max(s.Batch, 1) }
-
-// Window implements Sender.
-func (s *HTTPSender) Window() int { return max(s.Win, 1) }
-
-// Up implements Sender: true until a probe says otherwise.
-func (s *HTTPSender) Up() bool { return !s.probe.Load() || s.up.Load() }
-
-// ProbeResult records a latency probe's outcome for Up.
-func (s *HTTPSender) ProbeResult(err error) {
-	s.up.Store(err == nil)
-	s.probe.Store(true)
 }

@@ -46,7 +46,7 @@ func drain(b *testing.B, q *buffer.Buffer, m *MQTT) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d.Add(idx, &MQTTSender{M: m, Win: mqttBenchWindow})
+	d.Add(idx, NewMQTTSender(m, mqttBenchWindow))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	start := time.Now()

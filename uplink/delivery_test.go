@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -257,7 +260,7 @@ func TestDeliveryStopsWithoutLosingInFlight(t *testing.T) {
 }
 
 func TestTopicVars(t *testing.T) {
-	v := topicVars([]byte(`{"DataHead":{"Date":"2026-01-01","DataType":"Gas","DeviceId":"ch4-1","Seq":1}}`))
+	v := (&MQTTSender{}).topicVars([]byte(`{"DataHead":{"Date":"2026-01-01","DataType":"Gas","DeviceId":"ch4-1","Seq":1}}`))
 	if v["data_type"] != "Gas" || v["device"] != "ch4-1" {
 		t.Fatalf("%v", v)
 	}
@@ -293,4 +296,107 @@ func TestDeliveryRestsAFailingUpstream(t *testing.T) {
 	cancel()
 	<-done
 	t.Logf("%d sends to the failing upstream in 1.5 s", a.calls.Load())
+}
+
+// TestDeliveryShutdownWhileHTTPRefusesReturns pins a hang: a batch that the
+// upstream refuses (422) while the loop stops is resent one record at a
+// time; a record sent without a window place taken must not give one back,
+// or the window over-fills and Run never returns. Whatever happens, no
+// record is lost: each is dead-lettered or still in the buffer.
+func TestDeliveryShutdownWhileHTTPRefusesReturns(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	answer := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-answer
+		http.Error(w, `{"error":"unprocessable"}`, http.StatusUnprocessableEntity)
+	}))
+	var once sync.Once
+	open := func() { once.Do(func() { close(answer) }) }
+	t.Cleanup(srv.Close)
+	t.Cleanup(open)
+
+	const n = 60
+	q := newMemQueue(n)
+	table := selector.NewTable(selector.Options{Seed: 1})
+	strat, err := selector.New("round_robin", selector.StrategyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
+	hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), 10, 2)
+	idx, err := table.Add(hs.Name(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Add(idx, hs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+
+	<-arrived // batches are in flight
+	cancel()
+	open() // every batch in flight is now refused
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // a hang detector, not a bound
+		t.Fatal("Run did not return after its context ended")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.leased) != 0 || len(q.acked) != 0 || len(q.dead)+len(q.recs) != n {
+		t.Fatalf("after Run: %d leased, %d acked, %d dead-lettered, %d in the buffer; want 0, 0 and %d in all",
+			len(q.leased), len(q.acked), len(q.dead), len(q.recs), n)
+	}
+}
+
+// TestDeliveryHonoursRetryAfter: after a 429 or 503 with Retry-After the
+// upstream gets no send before that time, capped at maxRetryAfter.
+func TestDeliveryHonoursRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"120", 120 * time.Second},
+		{"3600", maxRetryAfter},
+	} {
+		t.Run(tc.header, func(t *testing.T) {
+			var answered atomic.Int64 // Unix ns of the 429
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				answered.CompareAndSwap(0, time.Now().UnixNano())
+				w.Header().Set("Retry-After", tc.header)
+				w.WriteHeader(http.StatusTooManyRequests)
+			}))
+			t.Cleanup(srv.Close)
+			q := newMemQueue(5)
+			table := selector.NewTable(selector.Options{Seed: 1})
+			strat, err := selector.New("round_robin", selector.StrategyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
+			hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), 10, 1)
+			idx := table.Add(hs.Name(), 1)
+			d.Add(idx, hs)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); d.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			testtool.WaitFor(t, 20*time.Second, "the refused batch back in the buffer", func() bool { return d.Stats().Released >= 5 })
+			now := time.Now().UnixNano()
+			until := d.slot(idx).coolUntil.Load()
+			if min := answered.Load() + int64(tc.want); until < min {
+				t.Errorf("the upstream rests until %v after the 429, want at least %v",
+					time.Duration(until-answered.Load()), tc.want)
+			}
+			if until > now+int64(maxRetryAfter) {
+				t.Errorf("the upstream rests %v from now, more than the cap %v", time.Duration(until-now), maxRetryAfter)
+			}
+		})
+	}
 }

@@ -1,4 +1,67 @@
-// Package uplink will hold the upstream connections (MQTT, HTTP), latency
-// probes, load reports and the delivery loop that takes packets from the
-// buffer and acknowledges them once an upstream has them.
+// Package uplink moves packets from the gateway's durable buffer to its
+// upstreams — MQTT brokers and HTTP(S) ingest endpoints — and deletes each
+// packet from the buffer only once an upstream has acknowledged it: delivery
+// is at least once.
+//
+// # The delivery path
+//
+// A [Delivery] runs one loop over a [Queue] (the buffer). The buffer leases
+// records, alarms first: a leased record is not handed out again until it is
+// acked or released, so a packet is in at most one send at a time.
+//
+// For each batch the loop asks a [selector.Strategy] to pick an upstream from
+// the [selector.Table]'s statistics (latency, failures, load, requests in
+// flight), skipping upstreams that are down, resting or whose window is full.
+// Each upstream is a [Sender]: [MQTTSender] publishes one record per send at
+// QoS 1 and succeeds on its PUBACK ([MQTT.Publish]); [HTTPSender] posts a batch
+// as a JSON array and succeeds on a 2xx ([HTTP.Post]), the batch named by an
+// Idempotency-Key so that the platform can drop a resend.
+//
+// On success the records' sequence numbers go to an ack goroutine, which
+// deletes them from the buffer in groups (one buffer write for whatever was
+// delivered meanwhile). On failure the loop records it in the table (its
+// statistics steer later picks), rests the upstream (100 ms after its
+// first failure in a row, doubling up to [DeliveryOptions.Backoff]) and tries
+// the batch on another upstream, up to [DeliveryOptions.Attempts]; when none
+// can take it, the records are released to the buffer and the loop backs off.
+// An outage costs nothing but time: the packets wait in the buffer.
+//
+// # Refused packets and dead letters
+//
+// An upstream may refuse the packets themselves rather than fail: for HTTP a
+// 400, 413 or 422 answer, or a packet that is not JSON (the one rule is on
+// [HTTPSender.Send]; a 401, 403, 404 or 5xx is the upstream's failure, and the
+// records stay buffered until it is fixed). For MQTT, a packet whose topic
+// cannot be made. The loop then resends the batch one record at a time on the
+// same upstream, so that one poison packet does not take its neighbours with
+// it, and hands each record refused alone to [DeadLetters], out of the queue.
+//
+// # Probes, load reports and the upstream list
+//
+// A [Prober] measures each upstream's round trip on an interval; the gateway
+// hands its results to [selector.Table.Probe] and, for HTTP, to
+// [HTTPSender.ProbeResult],
+// which marks the upstream up or down ([MQTTSender] is up while connected,
+// and [MQTT.Kick] reconnects at once when a probe answers again). Servers
+// report their load on a retained MQTT topic ([MQTTConfig.OnLoad]) or an HTTP
+// endpoint ([LoadPoller]), read by [ParseLoad] into [selector.Table.Report].
+// A [Registry] may serve the list of upstreams itself.
+//
+// # Window and Retry-After
+//
+// Each sender's window bounds its sends in flight; the loop keeps every
+// healthy upstream's window full, so a backlog drains over all of them in
+// parallel. An HTTP upstream that answers 429 or 503 with Retry-After is sent
+// nothing before that time has passed, at most 5 minutes: a longer wait is
+// more likely a server's mistake than a plan, and the records are safe in the
+// buffer meanwhile.
+//
+// # Shutdown
+//
+// When the context of [Delivery.Run] ends, the loop leases nothing more and
+// starts no send; the sends in flight run to their own end (each publisher
+// bounds them: MQTTConfig.PublishTimeout, HTTPConfig.Timeout), and Run returns
+// once each of their batches is acked, dead-lettered or back in the buffer.
+// When its own context ends, [MQTT.Run] publishes a retained "offline" and
+// disconnects.
 package uplink

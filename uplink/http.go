@@ -4,20 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -37,8 +34,8 @@ const (
 )
 
 // ErrInvalidPacket is returned by [HTTP.Post] when a packet of the batch is
-// not valid JSON. Nothing is sent. It is permanent ([IsPermanent]): resending
-// will not make the packet valid.
+// not valid JSON. Nothing is sent; resending will not make the packet valid,
+// so [HTTPSender.Send] counts it as refused.
 var ErrInvalidPacket = errors.New("uplink: packet is not valid JSON")
 
 // HTTPConfig configures an [HTTP] publisher. Every field but URL, GatewayID
@@ -74,16 +71,17 @@ type HTTPConfig struct {
 	Logger *slog.Logger
 
 	// GatewayID and Epoch name the gateway and its buffer's epoch in the
-	// Idempotency-Key (see [IdempotencyKey]). Both are required, printable
+	// Idempotency-Key (see [HTTP.Post]). Both are required, printable
 	// ASCII: without the epoch, a rebuilt buffer would reuse keys and the
 	// platform would drop new packets as replays.
 	GatewayID, Epoch string
 }
 
 // HTTP publishes packets to one HTTP(S) ingest endpoint by POST. A 2xx answer
-// acknowledges the packets; every other outcome is an error that
-// [IsPermanent] and [IsRetryable] classify. Retrying, backing off and
-// choosing another upstream are the caller's.
+// acknowledges the packets; every other outcome is an error (an
+// [*HTTPError], or [ErrInvalidPacket]). Which errors refuse the packets and
+// which are the upstream's failure is [HTTPSender.Send]'s rule; retrying,
+// backing off and choosing another upstream are the delivery loop's.
 //
 // Each HTTP has its own connection pool (one [http.Transport]): connections
 // are kept alive and reused (up to 4 idle, 90 s), response bodies are drained
@@ -198,9 +196,8 @@ func (h *HTTP) Close() error {
 //
 // Post returns nil on a 2xx answer and only then. Otherwise the error is an
 // [*HTTPError] naming the URL (without credentials), the status and an
-// excerpt of the response body; see [IsPermanent], [IsRetryable] and
-// [RetryAfter]. When ctx has no deadline, the config's Timeout bounds the
-// whole exchange.
+// excerpt of the response body, and its Retry-After if any. When ctx has no
+// deadline, the config's Timeout bounds the whole exchange.
 func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	if len(batch) == 0 {
 		return fmt.Errorf("uplink: http %s: empty batch", h.name)
@@ -217,7 +214,7 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 		ctx, cancel = context.WithTimeout(ctx, h.timeout)
 		defer cancel()
 	}
-	key := IdempotencyKey(h.gateway, h.epoch, seqs[0], seqs[len(seqs)-1])
+	key := idempotencyKey(h.gateway, h.epoch, seqs[0], seqs[len(seqs)-1])
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
 		return &HTTPError{Method: http.MethodPost, URL: h.name, Err: httpUnwrapURLError(err)}
@@ -247,12 +244,12 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	return nil
 }
 
-// IdempotencyKey returns the key that names a batch: "gateway:epoch:first-last",
+// idempotencyKey returns the key that names a batch: "gateway:epoch:first-last",
 // e.g. "gw-01:7f3a:1200-1299". The header carries it quoted (RFC 8941 string).
 // With the buffer's epoch, random per buffer file, a key is never reused for
 // another batch as long as the caller never sends two different sets of
 // packets under the same first and last seq.
-func IdempotencyKey(gateway, epoch string, first, last uint64) string {
+func idempotencyKey(gateway, epoch string, first, last uint64) string {
 	b := make([]byte, 0, len(gateway)+len(epoch)+44)
 	b = append(b, gateway...)
 	b = append(b, ':')
@@ -310,144 +307,6 @@ func (e *HTTPError) Error() string {
 // Unwrap returns the transport error, if any.
 func (e *HTTPError) Unwrap() error { return e.Err }
 
-// IsPermanent reports whether err says that the packets themselves were
-// refused, so that resending them can never succeed: they belong in the
-// dead-letter bucket. That is a 4xx answer other than 408 Request Timeout,
-// 409 Conflict (the draft's "a request with this Idempotency-Key is still in
-// progress"), 425 Too Early and 429 Too Many Requests, or [ErrInvalidPacket].
-//
-// Some 4xx are more likely the upstream's fault than the packets' — 401/403
-// (credentials), 404/405 (path), 413 (batch too large), 415 — and would
-// dead-letter every packet. The delivery loop should therefore dead-letter a
-// batch of several packets only after resending them one by one, and treat a
-// run of permanent errors on distinct packets as an upstream failure.
-// [HTTPError.StatusCode] is there for such policies.
-func IsPermanent(err error) bool {
-	if errors.Is(err, ErrInvalidPacket) {
-		return true
-	}
-	var he *HTTPError
-	if !errors.As(err, &he) || he.StatusCode < 400 || he.StatusCode > 499 {
-		return false
-	}
-	return !httpRetryableStatus(he.StatusCode)
-}
-
-// IsRetryable reports whether err is a transient failure, worth retrying
-// soon, on this or another upstream: an answer 408, 409, 425, 429 or 5xx (see
-// [RetryAfter]), or no answer because of a timeout (including ctx's deadline),
-// a refused, reset, aborted or unreachable connection, a connection closed
-// before the answer (EOF), or a DNS failure.
-//
-// Errors that are neither retryable nor permanent: the caller cancelled ctx;
-// TLS failures (an unverifiable certificate, a TLS alert: configuration, not
-// weather); a 1xx/3xx answer (redirects are not followed); bad arguments.
-// The packets stay in the buffer; retrying the same upstream soon is futile.
-func IsRetryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var he *HTTPError
-	if errors.As(err, &he) && he.StatusCode != 0 {
-		return httpRetryableStatus(he.StatusCode)
-	}
-	if errors.Is(err, context.Canceled) {
-		return false
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	if httpIsTLSFailure(err) {
-		return false
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	for _, target := range []error{
-		syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED, syscall.EPIPE,
-		syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
-		io.EOF, io.ErrUnexpectedEOF,
-	} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return true
-	}
-	var opErr *net.OpError
-	return errors.As(err, &opErr)
-}
-
-// RetryAfter returns the Retry-After hint of an answer (delta-seconds or an
-// HTTP date, capped at 24h), or 0 when err carries none. It is the server's
-// wish, not a promise: bound it by the loop's own maximum backoff.
-func RetryAfter(err error) time.Duration {
-	var he *HTTPError
-	if errors.As(err, &he) {
-		return he.RetryAfter
-	}
-	return 0
-}
-
-// Backoff returns a delay before retry number attempt (0 for the first retry)
-// with "full jitter": uniform in [0, min(maxDelay, base·2^attempt)). rnd
-// returns a float in [0, 1) (nil: math/rand/v2); values outside are clamped.
-// A non-positive base or maxDelay gives 0. It never overflows.
-func Backoff(attempt int, base, maxDelay time.Duration, rnd func() float64) time.Duration {
-	if base <= 0 || maxDelay <= 0 {
-		return 0
-	}
-	ceiling := min(base, maxDelay)
-	for i := 0; i < attempt && ceiling < maxDelay; i++ {
-		if ceiling > maxDelay/2 {
-			ceiling = maxDelay
-			break
-		}
-		ceiling *= 2
-	}
-	if rnd == nil {
-		rnd = rand.Float64
-	}
-	r := rnd()
-	if !(r >= 0) { // also NaN
-		r = 0
-	}
-	d := time.Duration(r * float64(ceiling))
-	if d >= ceiling || d < 0 {
-		d = ceiling - 1
-	}
-	return d
-}
-
-func httpRetryableStatus(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
-		return true
-	}
-	return code >= 500 && code <= 599
-}
-
-func httpIsTLSFailure(err error) bool {
-	var (
-		cve   *tls.CertificateVerificationError
-		alert tls.AlertError
-		rhe   tls.RecordHeaderError
-		uae   x509.UnknownAuthorityError
-		hoste x509.HostnameError
-		cie   x509.CertificateInvalidError
-	)
-	if errors.As(err, &cve) || errors.As(err, &alert) || errors.As(err, &rhe) ||
-		errors.As(err, &uae) || errors.As(err, &hoste) || errors.As(err, &cie) {
-		return true
-	}
-	// crypto/tls reports alerts as *net.OpError with these ops.
-	var opErr *net.OpError
-	return errors.As(err, &opErr) && (opErr.Op == "remote error" || opErr.Op == "local error")
-}
-
 // httpBatchBody returns the body of a POST: the packet itself, or a JSON
 // array of the packets.
 func httpBatchBody(seqs []uint64, batch [][]byte) ([]byte, error) {
@@ -491,17 +350,6 @@ func httpCheckResponse(method, name string, resp *http.Response, secrets []strin
 		Body:       httpExcerpt(head[:n], secrets),
 		RetryAfter: httpParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
-}
-
-// httpExcerpt makes a bounded, valid UTF-8, secret-free string of a body.
-func httpExcerpt(b []byte, secrets []string) string {
-	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
-	for _, secret := range secrets {
-		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "xxxxx")
-		}
-	}
-	return s
 }
 
 // httpParseRetryAfter reads delta-seconds or an HTTP date; 0 when absent,
@@ -572,17 +420,6 @@ func httpParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// httpRedactURL renders u as scheme://host/path: without userinfo, and with
-// "?..." in place of a query (tokens often travel there) and no fragment.
-func httpRedactURL(u *url.URL) string {
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath, Opaque: u.Opaque}
-	s := r.String()
-	if u.RawQuery != "" || u.ForceQuery {
-		s += "?..."
-	}
-	return s
-}
-
 // httpBasicAuthFromURL returns a copy of header (nil: a new one) with basic
 // auth from u's userinfo, unless header already has an Authorization, and
 // removes the userinfo from u.
@@ -600,16 +437,6 @@ func httpBasicAuthFromURL(u *url.URL, header http.Header) http.Header {
 		u.User = nil
 	}
 	return header
-}
-
-// httpUnwrapURLError drops the *url.Error wrapper, whose message repeats the
-// URL with its query.
-func httpUnwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) && ue.Err != nil {
-		return ue.Err
-	}
-	return err
 }
 
 // httpNewTransport returns a transport with a small keep-alive pool for one

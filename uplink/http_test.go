@@ -15,7 +15,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,16 +169,16 @@ func TestHTTPPostBatch(t *testing.T) {
 	}
 }
 
-func TestHTTPIdempotencyKey(t *testing.T) {
-	if got := IdempotencyKey("gw-01", "7f3a", 1200, 1299); got != "gw-01:7f3a:1200-1299" {
-		t.Errorf("IdempotencyKey = %q", got)
+func TestHTTPidempotencyKey(t *testing.T) {
+	if got := idempotencyKey("gw-01", "7f3a", 1200, 1299); got != "gw-01:7f3a:1200-1299" {
+		t.Errorf("idempotencyKey = %q", got)
 	}
 	if got := httpSFString(`a"b\c`); got != `"a\"b\\c"` {
 		t.Errorf("httpSFString = %s", got)
 	}
 }
 
-func TestHTTPPermanent(t *testing.T) {
+func TestHTTPClientError(t *testing.T) {
 	for _, code := range []int{400, 401, 403, 404, 413, 422} {
 		t.Run(http.StatusText(code), func(t *testing.T) {
 			body := `{"error":"bad packet"}` + strings.Repeat("x", 5000)
@@ -188,8 +188,8 @@ func TestHTTPPermanent(t *testing.T) {
 			})
 			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/in?token=abc123"})
 			err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-			if !IsPermanent(err) || IsRetryable(err) {
-				t.Fatalf("%v: IsPermanent %v, IsRetryable %v; want permanent only", err, IsPermanent(err), IsRetryable(err))
+			if IsRetryable(err) {
+				t.Fatalf("%v: retryable", err)
 			}
 			var he *HTTPError
 			if !errors.As(err, &he) || he.StatusCode != code {
@@ -239,10 +239,13 @@ func TestHTTPRetryableStatus(t *testing.T) {
 			})
 			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
 			err := h.Post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), httpTestPacket(2)})
-			if !IsRetryable(err) || IsPermanent(err) {
-				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), IsPermanent(err))
+			if !IsRetryable(err) || refusesPackets(err) {
+				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 			}
-			got := RetryAfter(err)
+			var got time.Duration
+			if he := (*HTTPError)(nil); errors.As(err, &he) {
+				got = he.RetryAfter
+			}
 			if d := got - tc.want; d < -2*time.Second || d > 0 || (tc.want == 0 && got != 0) {
 				t.Errorf("RetryAfter = %v, want about %v", got, tc.want)
 			}
@@ -295,8 +298,8 @@ func TestHTTPConnectionReset(t *testing.T) {
 			})
 			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
 			err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-			if err == nil || !IsRetryable(err) || IsPermanent(err) {
-				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), IsPermanent(err))
+			if err == nil || !IsRetryable(err) || refusesPackets(err) {
+				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 			}
 			if !strings.Contains(err.Error(), srv.URL) {
 				t.Errorf("error %q does not name the upstream", err)
@@ -314,8 +317,8 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	l.Close()
 	h := httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/in"})
 	err = h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-	if !IsRetryable(err) || IsPermanent(err) {
-		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), IsPermanent(err))
+	if !IsRetryable(err) || refusesPackets(err) {
+		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 	}
 	if !strings.Contains(err.Error(), addr) {
 		t.Errorf("error %q does not name the upstream", err)
@@ -352,8 +355,8 @@ func TestHTTPTimeout(t *testing.T) {
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, Timeout: timeout})
 
 	elapsed, err := httpTestPostWithin(t, context.Background(), h, timeout+2*time.Second)
-	if err == nil || !IsRetryable(err) || IsPermanent(err) {
-		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), IsPermanent(err))
+	if err == nil || !IsRetryable(err) || refusesPackets(err) {
+		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("error %v is not a deadline", err)
@@ -387,8 +390,8 @@ func TestHTTPContextCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v, want context.Canceled", err)
 	}
-	if IsRetryable(err) || IsPermanent(err) {
-		t.Errorf("a cancelled Post is retryable %v, permanent %v; want neither", IsRetryable(err), IsPermanent(err))
+	if IsRetryable(err) || refusesPackets(err) {
+		t.Errorf("a cancelled Post is retryable %v, permanent %v; want neither", IsRetryable(err), refusesPackets(err))
 	}
 
 	// Already cancelled: nothing is sent.
@@ -484,8 +487,8 @@ func TestHTTPTLS(t *testing.T) {
 			if !errors.As(err, &cve) {
 				t.Errorf("error %v is not a certificate verification error", err)
 			}
-			if IsPermanent(err) || IsRetryable(err) {
-				t.Errorf("TLS failure: permanent %v, retryable %v; want neither", IsPermanent(err), IsRetryable(err))
+			if refusesPackets(err) || IsRetryable(err) {
+				t.Errorf("TLS failure: permanent %v, retryable %v; want neither", refusesPackets(err), IsRetryable(err))
 			}
 		})
 	}
@@ -593,7 +596,7 @@ func TestHTTPInvalidPacket(t *testing.T) {
 	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {})
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
 	err := h.Post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), []byte(`{"DataHead":`)})
-	if !errors.Is(err, ErrInvalidPacket) || !IsPermanent(err) {
+	if !errors.Is(err, ErrInvalidPacket) || !refusesPackets(err) {
 		t.Errorf("error %v, want ErrInvalidPacket, permanent", err)
 	}
 	if !strings.Contains(err.Error(), "seq 2") {
@@ -606,7 +609,7 @@ func TestHTTPInvalidPacket(t *testing.T) {
 		{nil, nil},
 		{[]uint64{1}, [][]byte{httpTestPacket(1), httpTestPacket(2)}},
 	} {
-		if err := h.Post(context.Background(), tc.seqs, tc.batch); err == nil || IsPermanent(err) || IsRetryable(err) {
+		if err := h.Post(context.Background(), tc.seqs, tc.batch); err == nil || refusesPackets(err) || IsRetryable(err) {
 			t.Errorf("Post(%v, %d packets) = %v", tc.seqs, len(tc.batch), err)
 		}
 	}
@@ -627,8 +630,8 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 	if !errors.As(err, &he) || he.StatusCode != http.StatusPermanentRedirect {
 		t.Fatalf("error %v, want the 308", err)
 	}
-	if IsPermanent(err) || IsRetryable(err) {
-		t.Errorf("308: permanent %v, retryable %v; want neither", IsPermanent(err), IsRetryable(err))
+	if refusesPackets(err) || IsRetryable(err) {
+		t.Errorf("308: permanent %v, retryable %v; want neither", refusesPackets(err), IsRetryable(err))
 	}
 	if n := len(srv.seen()); n != 1 {
 		t.Errorf("%d requests: the redirect was followed", n)
@@ -685,55 +688,9 @@ func TestHTTPClassifyTransportErrors(t *testing.T) {
 		if got := IsRetryable(tc.err); got != tc.retryable {
 			t.Errorf("IsRetryable(%v) = %v", tc.err, got)
 		}
-		if IsPermanent(tc.err) {
-			t.Errorf("IsPermanent(%v) = true", tc.err)
+		if refusesPackets(tc.err) {
+			t.Errorf("refusesPackets(%v) = true", tc.err)
 		}
-	}
-}
-
-func TestHTTPBackoff(t *testing.T) {
-	const base, maxDelay = 100 * time.Millisecond, time.Second
-	almostOne := func() float64 { return math.Nextafter(1, 0) }
-	for attempt, want := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
-		want *= time.Millisecond
-		got := Backoff(attempt, base, maxDelay, almostOne)
-		if got >= want || got < want-time.Millisecond {
-			t.Errorf("Backoff(%d) with r→1 = %v, want just under %v", attempt, got, want)
-		}
-		if got := Backoff(attempt, base, maxDelay, func() float64 { return 0 }); got != 0 {
-			t.Errorf("Backoff(%d) with r=0 = %v", attempt, got)
-		}
-		if got := Backoff(attempt, base, maxDelay, func() float64 { return 0.5 }); got != want/2 {
-			t.Errorf("Backoff(%d) with r=0.5 = %v, want %v", attempt, got, want/2)
-		}
-	}
-	for _, r := range []float64{1, 2, math.Inf(1), math.NaN(), -1} {
-		if got := Backoff(3, base, maxDelay, func() float64 { return r }); got < 0 || got >= 800*time.Millisecond {
-			t.Errorf("Backoff with r=%v = %v", r, got)
-		}
-	}
-	if got := Backoff(-4, base, maxDelay, almostOne); got >= base {
-		t.Errorf("negative attempt: %v", got)
-	}
-	if got := Backoff(1000, time.Duration(math.MaxInt64/3), time.Duration(math.MaxInt64), almostOne); got <= 0 {
-		t.Errorf("overflow: %v", got)
-	}
-	if got := Backoff(3, 0, maxDelay, nil); got != 0 {
-		t.Errorf("zero base: %v", got)
-	}
-	if got := Backoff(3, 5*time.Second, maxDelay, almostOne); got >= maxDelay {
-		t.Errorf("base above max: %v", got)
-	}
-	var sum time.Duration
-	for range 1000 {
-		d := Backoff(2, base, maxDelay, nil)
-		if d < 0 || d >= 400*time.Millisecond {
-			t.Fatalf("Backoff(2) = %v", d)
-		}
-		sum += d
-	}
-	if mean := sum / 1000; mean < 150*time.Millisecond || mean > 250*time.Millisecond {
-		t.Errorf("mean of full jitter over [0, 400ms) = %v", mean)
 	}
 }
 
@@ -787,7 +744,7 @@ func TestHTTPSenderRefusedConnectionIsDown(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens: connections are refused
-	s := &HTTPSender{H: httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/ingest"}), Batch: 1}
+	s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/ingest"}), 1, 1)
 	s.ProbeResult(nil)
 	if !s.Up() {
 		t.Fatal("down after a successful probe")
@@ -803,4 +760,143 @@ func TestHTTPSenderRefusedConnectionIsDown(t *testing.T) {
 	if !s.Up() {
 		t.Fatal("still down after a probe answered")
 	}
+}
+
+// TestHTTPSenderRefusalRule pins the one rule that tells packets refused
+// (dead-lettered after a resend one by one) from an upstream that failed
+// (records stay in the buffer), and which answers carry a Retry-After the
+// loop honours.
+func TestHTTPSenderRefusalRule(t *testing.T) {
+	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(code)
+	})
+	for _, tc := range []struct {
+		code       int
+		refused    bool
+		retryAfter time.Duration
+	}{
+		{400, true, 0},  // the packets are malformed
+		{413, true, 0},  // too large: resent alone, dead-lettered if still too large
+		{422, true, 0},  // well-formed but refused
+		{401, false, 0}, // credentials: the upstream's configuration
+		{403, false, 0},
+		{404, false, 0}, // wrong path
+		{405, false, 0},
+		{408, false, 0},
+		{409, false, 0}, // the same Idempotency-Key still in progress
+		{410, false, 0},
+		{415, false, 0},
+		{418, false, 0}, // a 4xx the rule does not name: keep the packets
+		{425, false, 0},
+		{429, false, 7 * time.Second},
+		{500, false, 0},
+		{502, false, 0},
+		{503, false, 7 * time.Second},
+		{308, false, 0},
+	} {
+		t.Run(strconv.Itoa(tc.code), func(t *testing.T) {
+			s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/" + strconv.Itoa(tc.code)}), 10, 1)
+			err := s.Send(context.Background(), []buffer.Record{{Seq: 1, Data: httpTestPacket(1)}, {Seq: 2, Data: httpTestPacket(2)}})
+			if err == nil {
+				t.Fatal("Send succeeded")
+			}
+			var p interface{ Permanent() bool }
+			if refused := errors.As(err, &p) && p.Permanent(); refused != tc.refused {
+				t.Errorf("%v: refuses the packets %v, want %v", err, refused, tc.refused)
+			}
+			var ra interface{ RetryAfter() time.Duration }
+			var got time.Duration
+			if errors.As(err, &ra) {
+				got = ra.RetryAfter()
+			}
+			if got != tc.retryAfter {
+				t.Errorf("%v: retry after %v, want %v", err, got, tc.retryAfter)
+			}
+		})
+	}
+	// A packet that is not JSON is refused without being sent.
+	s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/200"}), 10, 1)
+	err := s.Send(context.Background(), []buffer.Record{{Seq: 1, Data: []byte(`{"DataHead":`)}})
+	var p interface{ Permanent() bool }
+	if !errors.As(err, &p) || !p.Permanent() {
+		t.Errorf("invalid packet: %v, want a permanent error", err)
+	}
+}
+
+// IsRetryable reports whether err is a transient failure, worth retrying
+// soon, on this or another upstream: an answer 408, 409, 425, 429 or 5xx, or
+// no answer because of a timeout (including ctx's deadline), a refused,
+// reset, aborted or unreachable connection, a connection closed before the
+// answer (EOF), or a DNS failure. The delivery loop treats every failure but
+// a refusal of the packets alike; the tests use this to check that errors
+// keep what tells them apart.
+//
+// Errors that are not retryable: the caller cancelled ctx; TLS failures (an
+// unverifiable certificate, a TLS alert: configuration, not weather); a
+// 1xx/3xx answer (redirects are not followed); 4xx other than those above;
+// bad arguments.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var he *HTTPError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		return httpRetryableStatus(he.StatusCode)
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if httpIsTLSFailure(err) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, target := range []error{
+		syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
+		io.EOF, io.ErrUnexpectedEOF,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return true
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr)
+}
+
+func httpRetryableStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return code >= 500 && code <= 599
+}
+
+func httpIsTLSFailure(err error) bool {
+	var (
+		cve   *tls.CertificateVerificationError
+		alert tls.AlertError
+		rhe   tls.RecordHeaderError
+		uae   x509.UnknownAuthorityError
+		hoste x509.HostnameError
+		cie   x509.CertificateInvalidError
+	)
+	if errors.As(err, &cve) || errors.As(err, &alert) || errors.As(err, &rhe) ||
+		errors.As(err, &uae) || errors.As(err, &hoste) || errors.As(err, &cie) {
+		return true
+	}
+	// crypto/tls reports alerts as *net.OpError with these ops.
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && (opErr.Op == "remote error" || opErr.Op == "local error")
 }

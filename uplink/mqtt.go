@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,12 +36,12 @@ var (
 
 // Defaults of [MQTTConfig].
 const (
-	MQTTDefaultTopic          = "fieldlink/{site}/{gateway}/{data_type}"
-	MQTTDefaultStatusTopic    = "fieldlink/{site}/{gateway}/status"
-	MQTTDefaultWindow         = 64
-	MQTTDefaultKeepAlive      = 30 * time.Second
-	MQTTDefaultConnectTimeout = 5 * time.Second
-	MQTTDefaultPublishTimeout = 10 * time.Second
+	DefaultTopic              = "fieldlink/{site}/{gateway}/{data_type}"
+	mqttDefaultStatusTopic    = "fieldlink/{site}/{gateway}/status"
+	DefaultWindow             = 64
+	mqttDefaultKeepAlive      = 30 * time.Second
+	mqttDefaultConnectTimeout = 5 * time.Second
+	mqttDefaultPublishTimeout = 10 * time.Second
 
 	mqttStatusOnline  = "online"
 	mqttStatusOffline = "offline"
@@ -120,26 +119,6 @@ type MQTTConfig struct {
 	Logger *slog.Logger
 	// Vars are the template values of this gateway: site, gateway, ….
 	Vars map[string]string
-}
-
-// String describes c without its password, so that printing a config
-// cannot leak it.
-func (c MQTTConfig) String() string {
-	return fmt.Sprintf("MQTTConfig{URL:%s ClientID:%s Topic:%s Username:%s Password:%s}",
-		c.URL, c.ClientID, c.Topic, c.Username, mqttRedact(c.Password))
-}
-
-// GoString is String, for %#v.
-func (c MQTTConfig) GoString() string { return c.String() }
-
-// LogValue is String, for slog.
-func (c MQTTConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
-
-func mqttRedact(s string) string {
-	if s == "" {
-		return ""
-	}
-	return "[redacted]"
 }
 
 // mqttClientSeq numbers the default client ids.
@@ -234,13 +213,13 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		return fail("qos %d is not supported (0 or 1)", cfg.QoS)
 	}
 	if cfg.Window == 0 {
-		cfg.Window = MQTTDefaultWindow
+		cfg.Window = DefaultWindow
 	}
 	if cfg.Window < 0 || cfg.Window > 65535 {
 		return fail("window %d is out of range (1..65535)", cfg.Window)
 	}
 	if cfg.Topic == "" {
-		cfg.Topic = MQTTDefaultTopic
+		cfg.Topic = DefaultTopic
 	}
 	if m.topic, err = mqttParseTemplate(cfg.Topic); err != nil {
 		return fail("topic: %v", err)
@@ -249,7 +228,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		return fail("topic %q: %v", cfg.Topic, err)
 	}
 	if cfg.StatusTopic == "" {
-		cfg.StatusTopic = MQTTDefaultStatusTopic
+		cfg.StatusTopic = mqttDefaultStatusTopic
 	}
 	st, err := mqttParseTemplate(cfg.StatusTopic)
 	if err == nil {
@@ -276,9 +255,9 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		def time.Duration
 		n   string
 	}{
-		{&cfg.KeepAlive, MQTTDefaultKeepAlive, "keep-alive"},
-		{&cfg.ConnectTimeout, MQTTDefaultConnectTimeout, "connect timeout"},
-		{&cfg.PublishTimeout, MQTTDefaultPublishTimeout, "publish timeout"},
+		{&cfg.KeepAlive, mqttDefaultKeepAlive, "keep-alive"},
+		{&cfg.ConnectTimeout, mqttDefaultConnectTimeout, "connect timeout"},
+		{&cfg.PublishTimeout, mqttDefaultPublishTimeout, "publish timeout"},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -432,14 +411,6 @@ func (m *MQTT) Publish(ctx context.Context, topicVars map[string]string, payload
 	}
 }
 
-// mqttTopicError is a topic that cannot be made for a packet.
-type mqttTopicError struct{ error }
-
-// Permanent reports that retrying the packet cannot fix the error.
-func (mqttTopicError) Permanent() bool { return true }
-
-func (e mqttTopicError) Unwrap() error { return e.error }
-
 // mqttRequest is a publish handed to a connection's pump. Requests are
 // reused once their outcome was received.
 type mqttRequest struct {
@@ -567,27 +538,36 @@ func mqttTokenDone(tok paho.Token) bool {
 // await waits for tok, sent on connection c, to complete within timeout.
 // Under the options connect sets, a publish token completes with no error
 // only on its PUBACK (or, at QoS 0, once written); losing the connection
-// fails it.
+// fails it. Its errors do not name the upstream: they end up in a log line
+// that does, or in the last error that [MQTT.Publish]'s error quotes.
 func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-tok.Done():
-		return m.tokenErr(tok)
+		return awaitErr(tok)
 	case <-c.lost:
 		select { // the PUBACK may have come just before the loss
 		case <-tok.Done():
-			return m.tokenErr(tok)
+			return awaitErr(tok)
 		default:
 		}
-		return m.lostErr(c)
+		return fmt.Errorf("%w: %v", ErrMQTTConnLost, c.lostErr)
 	case <-t.C:
 		err := fmt.Errorf("%w (%v)", ErrMQTTAckTimeout, timeout)
 		c.drop(err)
-		return fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
+		return err
 	case <-ctx.Done():
-		return fmt.Errorf("uplink: mqtt %s: %w", m.name, ctx.Err())
+		return ctx.Err()
 	}
+}
+
+// awaitErr is a completed token's error, without the upstream's name.
+func awaitErr(tok paho.Token) error {
+	if err := tok.Error(); err != nil {
+		return fmt.Errorf("%w: %v", ErrMQTTConnLost, err)
+	}
+	return nil
 }
 
 func (m *MQTT) lostErr(c *mqttConn) error {
@@ -884,108 +864,4 @@ func (m *MQTT) dispatchLoads(ctx context.Context) {
 			m.cfg.OnLoad(p)
 		}
 	}
-}
-
-// mqttTemplate is a parsed topic template: literals and {names}.
-type mqttTemplate struct{ parts []mqttPart }
-
-type mqttPart struct{ lit, name string } // one of the two is set
-
-func mqttParseTemplate(s string) (mqttTemplate, error) {
-	var t mqttTemplate
-	if s == "" {
-		return t, errors.New("empty")
-	}
-	if strings.ContainsAny(s, "+#\x00") {
-		return t, fmt.Errorf("%q: '+', '#' and NUL are not allowed in a topic", s)
-	}
-	for rest := s; rest != ""; {
-		i := strings.IndexAny(rest, "{}")
-		if i < 0 {
-			t.parts = append(t.parts, mqttPart{lit: rest})
-			break
-		}
-		if rest[i] == '}' {
-			return t, fmt.Errorf("%q: '}' without '{'", s)
-		}
-		if i > 0 {
-			t.parts = append(t.parts, mqttPart{lit: rest[:i]})
-		}
-		j := strings.IndexAny(rest[i+1:], "{}")
-		if j < 0 || rest[i+1+j] == '{' {
-			return t, fmt.Errorf("%q: '{' without '}'", s)
-		}
-		name := rest[i+1 : i+1+j]
-		if name == "" {
-			return t, fmt.Errorf("%q: empty {}", s)
-		}
-		t.parts = append(t.parts, mqttPart{name: name})
-		rest = rest[i+1+j+1:]
-	}
-	return t, nil
-}
-
-// bind fills in every {name} from vars but those named in perPacket, which
-// are left to render.
-func (t mqttTemplate) bind(vars map[string]string, perPacket ...string) (mqttTemplate, error) {
-	var out mqttTemplate
-	add := func(lit string) {
-		if k := len(out.parts) - 1; k >= 0 && out.parts[k].name == "" {
-			out.parts[k].lit += lit
-			return
-		}
-		out.parts = append(out.parts, mqttPart{lit: lit})
-	}
-	for _, p := range t.parts {
-		switch {
-		case p.name == "":
-			add(p.lit)
-		case slices.Contains(perPacket, p.name):
-			out.parts = append(out.parts, p)
-		default:
-			v, err := mqttTopicValue(p.name, vars[p.name], "vars")
-			if err != nil {
-				return out, err
-			}
-			add(v)
-		}
-	}
-	return out, nil
-}
-
-// render fills the template's remaining {names} from vars.
-func (t mqttTemplate) render(vars map[string]string) (string, error) {
-	if len(t.parts) == 1 && t.parts[0].name == "" {
-		return t.parts[0].lit, nil
-	}
-	var buf [4]string
-	vals := buf[:0]
-	n := 0
-	for _, p := range t.parts {
-		v := p.lit
-		if p.name != "" {
-			var err error
-			if v, err = mqttTopicValue(p.name, vars[p.name], "the packet"); err != nil {
-				return "", err
-			}
-		}
-		vals = append(vals, v)
-		n += len(v)
-	}
-	var sb strings.Builder
-	sb.Grow(n)
-	for _, v := range vals {
-		sb.WriteString(v)
-	}
-	return sb.String(), nil
-}
-
-func mqttTopicValue(name, v, from string) (string, error) {
-	if v == "" {
-		return "", fmt.Errorf("topic variable {%s} has no value in %s", name, from)
-	}
-	if strings.ContainsAny(v, "/+#\x00") {
-		return "", fmt.Errorf("topic variable {%s} = %q: '/', '+', '#' and NUL are not allowed", name, v)
-	}
-	return v, nil
 }

@@ -18,7 +18,7 @@ import (
 // alternating rounds, so that the load of the machine weighs on both alike.
 
 const (
-	mqttBenchWindow = MQTTDefaultWindow
+	mqttBenchWindow = DefaultWindow
 	mqttBenchTopic  = "fieldlink/s1/gw1/gas"
 )
 

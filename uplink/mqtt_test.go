@@ -161,7 +161,7 @@ func TestMQTTTopicTemplate(t *testing.T) {
 	if !errors.As(err, &perm) || !perm.Permanent() {
 		t.Errorf("Publish with a bad topic = %v, want a permanent error", err)
 	}
-	if m.Window() != MQTTDefaultWindow {
+	if m.Window() != DefaultWindow {
 		t.Errorf("Window() = %d", m.Window())
 	}
 	for _, bad := range []string{"", "a/{}", "a/}", "a/{b{c}}", "a/#", "a\x00"} {
@@ -631,7 +631,7 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 }
 
 func BenchmarkMQTTTopic(b *testing.B) {
-	tp, err := mqttParseTemplate(MQTTDefaultTopic)
+	tp, err := mqttParseTemplate(DefaultTopic)
 	if err == nil {
 		tp, err = tp.bind(mqttVars, "data_type", "device")
 	}
@@ -673,5 +673,54 @@ func TestMQTTKickReconnectsAtOnce(t *testing.T) {
 			t.Fatal("not reconnected within 500ms of Kick")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// doneToken is a paho token that has completed with err.
+type doneToken struct{ err error }
+
+func (doneToken) Wait() bool                     { return true }
+func (doneToken) WaitTimeout(time.Duration) bool { return true }
+func (doneToken) Done() <-chan struct{}          { c := make(chan struct{}); close(c); return c }
+func (t doneToken) Error() error                 { return t.err }
+
+// pendingToken is a paho token that never completes.
+type pendingToken struct{}
+
+func (pendingToken) Wait() bool                     { return false }
+func (pendingToken) WaitTimeout(time.Duration) bool { return false }
+func (pendingToken) Done() <-chan struct{}          { return nil }
+func (pendingToken) Error() error                   { return nil }
+
+// TestMQTTConnectErrorNamesTheUpstreamOnce: a connect that fails while it
+// announces itself (subscribing, publishing "online") becomes the last
+// error that Publish quotes; the upstream's URL must appear once, not once
+// per layer.
+func TestMQTTConnectErrorNamesTheUpstreamOnce(t *testing.T) {
+	m := &MQTT{name: "mqtt://broker.example:1883"}
+	lost := &mqttConn{lost: make(chan struct{})}
+	lost.markLost(errors.New("connection lost: EOF"))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, await := range map[string]func() error{
+		"token failed": func() error {
+			return m.await(context.Background(), &mqttConn{lost: make(chan struct{})}, doneToken{errors.New("EOF")}, time.Hour)
+		},
+		"connection lost": func() error { return m.await(context.Background(), lost, pendingToken{}, time.Hour) },
+		"no answer": func() error {
+			return m.await(context.Background(), &mqttConn{lost: make(chan struct{})}, pendingToken{}, time.Millisecond)
+		},
+		"stopped": func() error {
+			return m.await(cancelled, &mqttConn{lost: make(chan struct{})}, pendingToken{}, time.Hour)
+		},
+	} {
+		err := await()
+		if err == nil {
+			t.Fatalf("%s: await returned nil", name)
+		}
+		m.setLastErr(fmt.Errorf("publish %q on the status topic: %w", mqttStatusOnline, err))
+		if msg := m.notConnected().Error(); strings.Count(msg, m.name) != 1 {
+			t.Errorf("%s: %q names the upstream %d times", name, msg, strings.Count(msg, m.name))
+		}
 	}
 }

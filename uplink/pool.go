@@ -307,7 +307,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 			return nil, nil, err
 		}
 		m.mqtt = mq
-		sender = &MQTTSender{M: mq, Win: cfg.Window}
+		sender = NewMQTTSender(mq, cfg.Window)
 	default:
 		h, err := NewHTTP(HTTPConfig{URL: u.URL, TLS: u.TLS, Username: u.Username, Password: u.Password,
 			Logger: p.log, GatewayID: cfg.GatewayID, Epoch: cfg.Epoch})
@@ -316,7 +316,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 			return nil, nil, err
 		}
 		m.http = h
-		hs = &HTTPSender{H: h, Batch: cfg.Batch, Win: max(1, cfg.Window/8)}
+		hs = NewHTTPSender(h, cfg.Batch, max(1, cfg.Window/8))
 		sender = hs
 	}
 	run := func(idx int) {

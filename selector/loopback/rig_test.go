@@ -242,7 +242,7 @@ func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty 
 			t.Fatalf("table index %d (%v) for upstream %d", idx, err, i)
 		}
 		// The gateway's defaults: batches of 50, window 64/8.
-		hs := &uplink.HTTPSender{H: h, Batch: 50, Win: 8}
+		hs := uplink.NewHTTPSender(h, 50, 8)
 		d.Add(idx, &meteredSender{Sender: hs, idx: idx, m: m})
 		target, err := uplink.ProbeTarget("http://" + p.Listen)
 		if err != nil {
