@@ -381,7 +381,10 @@ func TestDeliveryHonoursRetryAfter(t *testing.T) {
 			}
 			d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
 			hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), 10, 1)
-			idx := table.Add(hs.Name(), 1)
+			idx, err := table.Add(hs.Name(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
 			d.Add(idx, hs)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
