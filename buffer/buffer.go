@@ -75,14 +75,6 @@ type Buffer struct {
 	w     *writer // owned by the writer goroutine
 }
 
-// lease is the delivery state of a record that Next must skip.
-type lease uint8
-
-const (
-	leased lease = 1 + iota // returned by Next, not yet acked or released
-	acking                  // Ack or DeadLetter called, not yet committed
-)
-
 // compactSuffix names the file that compaction builds next to the buffer.
 const compactSuffix = ".compact"
 
