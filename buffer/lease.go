@@ -44,6 +44,9 @@ func (b *Buffer) Wait(ctx context.Context) error {
 		if len(recs) > 0 {
 			return nil
 		}
+		if b.opt.waiting != nil {
+			b.opt.waiting()
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
