@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"fieldlink/packet"
 )
@@ -112,188 +112,91 @@ func (b *Buffer) render(rec *pending, p *packet.Packet, now time.Time) error {
 	return nil
 }
 
-// send queues r for the writer.
-func (b *Buffer) send(ctx context.Context, r *request) error {
-	b.sendMu.RLock()
-	defer b.sendMu.RUnlock()
-	if b.closed {
-		return ErrClosed
-	}
-	select {
-	case b.reqs <- r:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// pending is one packet of an append, rendered by the caller.
+type pending struct {
+	alarm bool
+	at    int64  // reading time, Unix nanoseconds
+	buf   []byte // headerSize bytes of room, then the JSON with "Seq":0
+	seqAt int    // index in buf of that 0
+	seq   uint64 // result
+	err   error  // result: rejected (ErrFull)
+	val   []byte // the record, once stored
 }
 
-// await waits for the writer to answer r, or for ctx to end; then it
-// cancels r if the writer has not taken it yet.
-func (b *Buffer) await(ctx context.Context, r *request) error {
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(reqQueued, reqCancelled) {
-			return ctx.Err()
+// held is a record of an Interval append that was answered but whose
+// commit failed: the writer keeps it, with its seq, and puts it again in the
+// next transaction.
+type held struct {
+	alarm bool
+	seq   uint64
+	val   []byte
+}
+
+// putHeld stores again a record whose commit failed, under its own seq.
+func (w *writer) putHeld(t *wtx, h held) {
+	q := qNormal
+	if h.alarm {
+		q = qAlarm
+	}
+	size := recordSize(h.val)
+	if over := t.st.bytes[0] + t.st.bytes[1] + size - w.b.opt.MaxBytes; over > 0 {
+		if err := t.makeRoom(over, h.alarm, w.b.opt.WhenFull); err != nil {
+			t.st.lostUncommitted++
+			w.b.log.Error("buffer: an acknowledged append (durability: interval) no longer fits and is lost",
+				"path", w.b.path, "seq", h.seq, "err", err)
+			return
 		}
-		return fmt.Errorf("buffer: gave up waiting (the packet may be stored): %w", ctx.Err())
 	}
+	if err := t.q[q].Put(itob(h.seq), h.val); err != nil {
+		panic("buffer: put: " + err.Error())
+	}
+	t.st.n[q]++
+	t.st.bytes[q] += size
+	t.records++
+	t.held = append(t.held, h)
 }
 
-// Ack deletes the records seqs, after their upstream acknowledged them.
-// Unknown seqs (already acked, evicted or purged) are ignored. The deletion
-// is grouped with appends and follows the durability policy. Acked records
-// are not delivered again, even before the deletion commits; if the commit
-// fails (ErrDiskFull), Ack returns the error and the buffer retries the
-// deletion by itself.
-func (b *Buffer) Ack(seqs ...uint64) error {
-	return b.settle(&request{op: opAck}, seqs)
-}
+// append stores one packet, making room for it first.
+func (w *writer) append(t *wtx, p *pending) {
+	opt := &w.b.opt
+	q := qNormal
+	if p.alarm {
+		q = qAlarm
+	}
+	seq := t.seqB.Sequence() + 1
+	// Put the digits of seq in place of the JSON's "0", in the render
+	// buffer itself (it has room): the record is allocated once.
+	var digits [20]byte
+	d := strconv.AppendUint(digits[:0], seq, 10)
+	v := slices.Insert(p.buf, p.seqAt+1, d[1:]...)
+	v[p.seqAt] = d[0]
+	p.buf, p.seqAt = nil, 0 // v owns it now
+	size := recordSize(v)
 
-// settle hides seqs from Next at once and has the writer delete (or move)
-// them as r says, waiting for the outcome: the common path of Ack and
-// DeadLetter.
-func (b *Buffer) settle(r *request, seqs []uint64) error {
-	if len(seqs) == 0 {
-		return nil
+	if size > opt.MaxBytes {
+		p.err = fmt.Errorf("%w: a %d-byte record exceeds max_bytes %d", ErrFull, size, opt.MaxBytes)
+		t.rejects++
+		return
 	}
-	if err := b.usable(); err != nil {
-		return err
-	}
-	r.seqs = sortedUnique(seqs)
-	b.mu.Lock()
-	for _, seq := range r.seqs {
-		b.leases[seq] = acking
-	}
-	b.mu.Unlock()
-	r.done = make(chan struct{})
-	if err := b.send(context.Background(), r); err != nil {
-		return err
-	}
-	<-r.done
-	return r.err
-}
-
-// DeadLetter moves the records seqs, leased or not, out of the queue into
-// the dead-letter bucket, with reason (an upstream refused them for good: an
-// HTTP 4xx, say), in one transaction. They leave Len and Bytes like acked
-// records, are never delivered again, do not count against MaxBytes and are
-// not evicted for it; EachDead exports them with their reason, PurgeDead
-// deletes them. The reason is cut to 512 bytes. Unknown seqs (acked,
-// evicted, purged, dead already) are ignored. Each moved record is counted
-// in Stats.DeadLetters; beyond 10,000 dead letters or 16 MiB of them, the
-// oldest are dropped and counted in Stats.DeadDropped.
-//
-// Durability and errors are Ack's: the move is grouped with appends and
-// follows the durability policy, the records are not delivered again even
-// before it commits, and if the commit fails (ErrDiskFull) DeadLetter
-// returns the error and the buffer retries the move by itself.
-func (b *Buffer) DeadLetter(reason string, seqs ...uint64) error {
-	return b.settle(&request{op: opDeadLetter, reason: clipReason(reason)}, seqs)
-}
-
-// PurgeDead deletes every dead letter and returns how many it deleted. The
-// counters (Stats.DeadLetters, DeadDropped) are kept.
-func (b *Buffer) PurgeDead() (int, error) {
-	if err := b.usable(); err != nil {
-		return 0, err
-	}
-	r := &request{op: opPurgeDead, done: make(chan struct{})}
-	if err := b.send(context.Background(), r); err != nil {
-		return 0, err
-	}
-	<-r.done
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.n, nil
-}
-
-// MaxAuxSize bounds a PutAux value: the aux bucket is for small state.
-const MaxAuxSize = 1 << 20
-
-// PutAux keeps value under key in the buffer file, beside the records, and
-// returns once it is committed: state the gateway learnt and wants back
-// after a restart (the irlb selector's model), in the one file that is
-// already written safely, rather than in files of its own. It survives
-// compaction; a salvage of a damaged file does not keep it (it cannot be
-// checked), and the next PutAux writes it again.
-func (b *Buffer) PutAux(key string, value []byte) error {
-	if key == "" || len(value) > MaxAuxSize {
-		return fmt.Errorf("buffer: aux %q: key empty or value over %d bytes", key, MaxAuxSize)
-	}
-	if err := b.usable(); err != nil {
-		return err
-	}
-	r := &request{op: opPutAux, reason: key, aux: append([]byte(nil), value...), done: make(chan struct{})}
-	if err := b.send(context.Background(), r); err != nil {
-		return err
-	}
-	<-r.done
-	return r.err
-}
-
-// Aux returns a copy of the value PutAux kept under key, or nil when there
-// is none.
-func (b *Buffer) Aux(key string) ([]byte, error) {
-	var out []byte
-	err := b.view(func(tx *bolt.Tx) error {
-		if bk := tx.Bucket(bucketAux); bk != nil {
-			if v := bk.Get([]byte(key)); v != nil {
-				out = append([]byte{}, v...)
-			}
+	if over := t.st.bytes[0] + t.st.bytes[1] + size - opt.MaxBytes; over > 0 {
+		if err := t.makeRoom(over, p.alarm, opt.WhenFull); err != nil {
+			p.err = err
+			t.rejects++
+			return
 		}
-		return nil
-	})
-	return out, err
-}
-
-// Purge deletes every record, keeping the sequence and the epoch, and
-// returns how many it deleted (for `gateway buffer purge`). Dead letters
-// stay: PurgeDead deletes them.
-func (b *Buffer) Purge() (n int, err error) {
-	if err := b.usable(); err != nil {
-		return 0, err
 	}
-	r := &request{op: opPurge, done: make(chan struct{})}
-	if err := b.send(context.Background(), r); err != nil {
-		return 0, err
+	w.reserve(seq)
+	if s, err := t.seqB.NextSequence(); err != nil || s != seq {
+		panic(fmt.Sprintf("buffer: NextSequence = %d, %v; want %d", s, err, seq))
 	}
-	<-r.done
-	return r.n, r.err
-}
-
-// reportCorrupt asks the writer to delete the records seqs, which failed
-// their CRC on read. It does not wait, and gives up if the queue is full:
-// the next read finds them again.
-func (b *Buffer) reportCorrupt(seqs []uint64) {
-	if len(seqs) == 0 {
-		return
+	k := itob(seq)
+	sealRecord(k, v, p.alarm, p.at)
+	if err := t.q[q].Put(k, v); err != nil {
+		panic("buffer: put: " + err.Error()) // only for bad keys or values, which these are not
 	}
-	b.log.Error("buffer: records fail their CRC; deleting them", "path", b.path, "seqs", seqs)
-	b.sendNoWait(&request{op: opDropCorrupt, seqs: seqs})
-}
-
-// reportCorruptDead is reportCorrupt for the dead letters stored under
-// keys.
-func (b *Buffer) reportCorruptDead(keys [][]byte) {
-	if len(keys) == 0 {
-		return
-	}
-	b.log.Error("buffer: dead letters fail their CRC; deleting them", "path", b.path, "dead_letters", len(keys))
-	b.sendNoWait(&request{op: opDropCorrupt, dead: keys})
-}
-
-// sendNoWait queues r for the writer unless the queue is full or closed.
-func (b *Buffer) sendNoWait(r *request) {
-	b.sendMu.RLock()
-	defer b.sendMu.RUnlock()
-	if b.closed {
-		return
-	}
-	select {
-	case b.reqs <- r:
-	default:
-	}
+	t.st.n[q]++
+	t.st.bytes[q] += size
+	t.records++
+	p.seq, p.val = seq, v
+	w.lastIssued = max(w.lastIssued, seq)
 }

@@ -75,14 +75,6 @@ type Buffer struct {
 	w     *writer // owned by the writer goroutine
 }
 
-// lease is the delivery state of a record that Next must skip.
-type lease uint8
-
-const (
-	leased lease = 1 + iota // returned by Next, not yet acked or released
-	acking                  // Ack or DeadLetter called, not yet committed
-)
-
 // compactSuffix names the file that compaction builds next to the buffer.
 const compactSuffix = ".compact"
 
@@ -190,7 +182,7 @@ func (b *Buffer) openFile() (state, error) {
 		if errors.Is(err, errCorrupt) {
 			return state{}, &corruptError{f: f, reason: err}
 		}
-		if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) || errors.Is(err, berrors.ErrVersionMismatch) {
+		if boltRefused(err) {
 			return state{}, &corruptError{reason: err} // bbolt closed f
 		}
 		return state{}, fmt.Errorf("buffer: open %s: %w", b.path, err)
@@ -284,6 +276,12 @@ func boltOpen(path string, f *os.File, o *bolt.Options) (db *bolt.DB, err error)
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	return bolt.Open(path, 0o600, o)
+}
+
+// boltRefused reports whether err is bbolt saying, at Open, that the file is
+// not a sound bbolt file: corruption to salvage, not an error to return.
+func boltRefused(err error) bool {
+	return errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) || errors.Is(err, berrors.ErrVersionMismatch)
 }
 
 // boltCheck runs bbolt's own consistency check, panics contained.

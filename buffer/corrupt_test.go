@@ -423,8 +423,10 @@ func TestOpenLocked(t *testing.T) {
 		!strings.Contains(err.Error(), "in use by another gateway process?") {
 		t.Fatalf("Open of a locked file: %v", err)
 	}
-	if d := time.Since(start); d < lockTimeout/2 || d > 5*lockTimeout {
-		t.Fatalf("gave up after %v", d)
+	// One-sided: Open must wait for the lock before giving up; how much
+	// longer it takes on a loaded machine is not the test's business.
+	if d := time.Since(start); d < lockTimeout/2 {
+		t.Fatalf("gave up after %v, without waiting for the lock", d)
 	}
 	if len(asides(t, path)) != 0 || b.Len() != 1 {
 		t.Fatal("a locked file was treated as corrupt")
@@ -446,14 +448,18 @@ func TestOpenLocked(t *testing.T) {
 }
 
 // TestBoltOpenFaultContained hands bbolt, without the page check, a file
-// whose freelist page lies past the end of the file: bbolt reads it through
-// its mapping, which faults. The fault must come back as an error.
+// whose freelist page lies past the end of the file. bbolt may fault reading
+// it through its mapping, refuse the file, or open it without touching the
+// missing pages; none may crash the process, and each must end in a salvage:
+// a fault comes back as errCorrupt, a refusal is one that Open salvages, and
+// a file opened anyway fails bbolt's check (contained). Open itself then
+// moves the file aside and starts afresh.
 func TestBoltOpenFaultContained(t *testing.T) {
 	fx, _ := makeFixture(t, 2000, false)
 	data := mustRead(t, fx.path)
 	m, _ := parseMeta(data)
-	if m.freelist == noFreelist || int(m.freelist)*int(m.pageSize) < 3*int(m.pageSize) {
-		t.Skipf("freelist at page %d", m.freelist)
+	if m.freelist == noFreelist || m.freelist < 3 {
+		t.Fatalf("the fixture's freelist is at page %d: the test needs one past the meta pages", m.freelist)
 	}
 	path := filepath.Join(t.TempDir(), "buffer.db")
 	cut := int(m.freelist) * int(m.pageSize)
@@ -464,14 +470,25 @@ func TestBoltOpenFaultContained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	db, err := boltOpen(path, f, &bolt.Options{OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
-	if err == nil {
+	switch {
+	case err == nil:
+		cerr := boltCheck(db)
 		db.Close()
-		t.Skip("bbolt opened the cut file without touching the missing pages")
+		if !errors.Is(cerr, errCorrupt) {
+			t.Fatalf("bbolt opened the cut file, and its check says %v, want errCorrupt", cerr)
+		}
+	case errors.Is(err, errCorrupt):
+		// The fault, contained.
+	case boltRefused(err):
+		// bbolt's own refusal.
+	default:
+		t.Fatalf("boltOpen of a cut file: %v: neither contained nor a refusal that Open salvages", err)
 	}
-	if !errors.Is(err, errCorrupt) {
-		t.Logf("bbolt returned an error of its own: %v", err)
+	f.Close()
+	b := openT(t, path, Options{})
+	if st := b.Stats(); st.Salvages != 1 || len(asides(t, path)) != 1 || b.Epoch() == fx.epoch {
+		t.Fatalf("Open of the cut file: %d salvages, asides %v, epoch %s (was %s)", st.Salvages, asides(t, path), b.Epoch(), fx.epoch)
 	}
 }
 

@@ -389,7 +389,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 			}})
 			s1 := mustAppend(t, b, testPacket("one", false))
 			s2 := mustAppend(t, b, testPacket("two", false))
-			waitFor(t, time.Second, "commit", func() bool { return b.Len() == 2 })
+			waitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
 			fail.Store(true)
 			err := b.DeadLetter("HTTP 400", s1)
 			if d == Always && !errors.Is(err, ErrDiskFull) {
@@ -398,7 +398,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 			if d == Interval && err != nil {
 				t.Fatalf("DeadLetter (interval): %v", err)
 			}
-			waitFor(t, time.Second, "a failed commit", func() bool { return b.Stats().LastError != "" })
+			waitFor(t, 10*time.Second, "a failed commit", func() bool { return b.Stats().LastError != "" })
 			if recs, _ := b.Peek(10); !slices.Equal(seqsOf(recs), []uint64{s2}) {
 				t.Fatalf("dead letter delivered while its move is pending: %v", seqsOf(recs))
 			}
@@ -411,7 +411,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 				// The next transaction takes the move along.
 				mustAppend(t, b, testPacket("three", false))
 			} // Always: the buffer retries the move by itself, within a second.
-			waitFor(t, 3*time.Second, "the retried move", func() bool { return b.Stats().DeadDepth == 1 })
+			waitFor(t, 10*time.Second, "the retried move", func() bool { return b.Stats().DeadDepth == 1 })
 			if dead := allDead(t, b); !slices.Equal(deadSeqs(dead), []uint64{s1}) || b.Len() != b.Stats().Normal || b.Stats().DeadLetters != 1 {
 				t.Fatalf("after recovery: dead %v, Len %d", deadSeqs(dead), b.Len())
 			}
@@ -474,7 +474,7 @@ func TestDeadLetterCorruptIsSkippedAndCounted(t *testing.T) {
 	if dead := allDead(t, b); !slices.Equal(deadSeqs(dead), []uint64{s[2]}) {
 		t.Fatalf("EachDead: %v", deadSeqs(dead))
 	}
-	waitFor(t, time.Second, "corrupt dead letters deleted", func() bool { return b.Stats().Corrupt == 2 })
+	waitFor(t, 10*time.Second, "corrupt dead letters deleted", func() bool { return b.Stats().Corrupt == 2 })
 	if st := b.Stats(); st.DeadDepth != 1 || !logged(logs, "ERROR", "CRC") {
 		t.Fatalf("DeadDepth %d; log:\n%s", st.DeadDepth, logs)
 	}
@@ -572,6 +572,9 @@ func TestDeadLetterAckAppendConcurrently(t *testing.T) {
 			var handled atomic.Int64
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
+			// allDone ends the consumers' Waits once every record is handled.
+			allDone, finish := context.WithCancel(ctx)
+			defer finish()
 			for c := range consumers {
 				wg.Go(func() {
 					rng := rand.New(rand.NewPCG(uint64(c), 1))
@@ -582,7 +585,7 @@ func TestDeadLetterAckAppendConcurrently(t *testing.T) {
 							return
 						}
 						if len(recs) == 0 {
-							time.Sleep(time.Millisecond)
+							_ = b.Wait(allDone) // the loop looks at why it returned
 							continue
 						}
 						var ack, dead, both []uint64
@@ -613,7 +616,9 @@ func TestDeadLetterAckAppendConcurrently(t *testing.T) {
 							}
 						})
 						inner.Wait()
-						handled.Add(int64(len(recs)))
+						if handled.Add(int64(len(recs))) >= n {
+							finish()
+						}
 					}
 				})
 			}
@@ -625,7 +630,7 @@ func TestDeadLetterAckAppendConcurrently(t *testing.T) {
 						fail("each dead", err)
 						return
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // pacing, not synchronisation
 				}
 			})
 			wg.Wait()
@@ -634,7 +639,7 @@ func TestDeadLetterAckAppendConcurrently(t *testing.T) {
 				t.Fatalf("timed out: %d of %d handled", handled.Load(), n)
 			}
 			// Interval answers before the commit; the leases go with it.
-			waitFor(t, 2*time.Second, "the last commit", func() bool { return b.Stats().Leased == 0 })
+			waitFor(t, 10*time.Second, "the last commit", func() bool { return b.Stats().Leased == 0 })
 
 			dead := allDead(t, b)
 			seen := map[uint64]bool{}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -36,13 +37,7 @@ func smallFS(t *testing.T, kind string) (dir, why string) {
 			return "", "mount tmpfs: " + err.Error()
 		}
 	case "ext4":
-		mkfs, err := exec.LookPath("mkfs.ext4")
-		if err != nil {
-			if inCI() {
-				t.Fatal("mkfs.ext4 is missing: install Debian's e2fsprogs")
-			}
-			return "", "no mkfs.ext4 (Debian e2fsprogs)"
-		}
+		mkfs := testtool.Require(t, "mkfs.ext4", "e2fsprogs")
 		img := filepath.Join(base, "fs.img")
 		if err := os.WriteFile(img, nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -101,7 +96,9 @@ func TestDiskFull(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			dir, why := smallFS(t, kind)
 			if dir == "" {
-				t.Skipf("no small %s: %s (the maxsize subtest covers the logic)", kind, why)
+				// Root and loop devices are capabilities the test needs:
+				// a skip here must fail under CI.
+				testtool.Missing(t, fmt.Sprintf("a small %s to fill (%s; the maxsize subtest covers the logic)", kind, why), "mount")
 			}
 			path := filepath.Join(dir, "buffer.db")
 			b := openT(t, path, Options{})
@@ -205,7 +202,7 @@ func diskFullCycle(t *testing.T, b *Buffer, free func()) []uint64 {
 	free()
 	// Recovers by itself: the next batch commits.
 	var seq uint64
-	waitFor(t, 5*time.Second, "appends to succeed again", func() bool {
+	waitFor(t, 10*time.Second, "appends to succeed again", func() bool {
 		s, err := b.Append(ctx, testPacket("after", false))
 		seq = s
 		return err == nil

@@ -22,10 +22,6 @@ import (
 // longMode reports whether the long versions of the slow tests run.
 func longMode() bool { return os.Getenv("FIELDLINK_LONG") == "1" }
 
-// inCI reports whether the tests run in CI, where a missing tool or a
-// refused mount is a failure where it says so.
-func inCI() bool { return os.Getenv("CI") == "true" }
-
 // logSink collects a buffer's log lines, for tests that check that a loss
 // was logged loudly.
 type logSink struct {

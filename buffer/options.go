@@ -177,6 +177,7 @@ type Options struct {
 	noFreelistSync bool         // measure bbolt's NoFreelistSync
 	deadMax        int64        // maxDead, when not zero
 	deadMaxBytes   int64        // maxDeadBytes, when not zero
+	waiting        func()       // Wait found nothing and is about to block
 }
 
 // withDefaults returns o with its zero fields set to the defaults.

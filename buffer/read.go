@@ -1,8 +1,6 @@
 package buffer
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"runtime/debug"
 
@@ -143,50 +141,6 @@ func (b *Buffer) view(fn func(*bolt.Tx) error) (err error) {
 	return b.db.View(fn)
 }
 
-// Release returns leased records to the queue (their delivery failed), so
-// that Next returns them again. Seqs that are not leased are ignored.
-func (b *Buffer) Release(seqs ...uint64) {
-	b.mu.Lock()
-	n := 0
-	for _, s := range seqs {
-		if b.leases[s] == leased {
-			delete(b.leases, s)
-			n++
-		}
-	}
-	if n > 0 {
-		b.leasedTo = [2]uint64{} // released records may lie below it: scan from the start
-	}
-	b.mu.Unlock()
-	if n > 0 {
-		b.wake()
-	}
-}
-
-// Wait blocks until Next has a record to return, ctx ends or the buffer is
-// closed (ErrClosed).
-func (b *Buffer) Wait(ctx context.Context) error {
-	for {
-		b.mu.Lock()
-		ch := b.notify
-		b.mu.Unlock()
-		recs, err := b.Peek(1)
-		if err != nil {
-			return err
-		}
-		if len(recs) > 0 {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-b.closing:
-			return ErrClosed
-		}
-	}
-}
-
 // eachChunk is how many records Each reads per read transaction: short
 // transactions, so that a slow fn does not pin pages and grow the file.
 const eachChunk = 512
@@ -225,62 +179,4 @@ func (b *Buffer) Each(fn func(Record) error) error {
 		}
 	}
 	return nil
-}
-
-// EachDead calls fn for every dead letter, with its reason, oldest (first
-// dead-lettered) first, until fn returns an error, which EachDead returns
-// (for `gateway buffer export`). Like Each, it reads in short transactions:
-// dead letters added or dropped meanwhile may or may not be visited. A dead
-// letter that fails its CRC is skipped, deleted and counted in
-// Stats.Corrupt.
-func (b *Buffer) EachDead(fn func(Record, string) error) error {
-	type dead struct {
-		r      Record
-		reason string
-	}
-	var after []byte // the last key visited
-	for {
-		var recs []dead
-		var bad [][]byte
-		done := true
-		err := b.view(func(tx *bolt.Tx) error {
-			d := tx.Bucket(bucketDead)
-			if d == nil {
-				return nil
-			}
-			c := d.Cursor()
-			k, v := c.First()
-			if after != nil {
-				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
-					k, v = c.Next()
-				}
-			}
-			for ; k != nil; k, v = c.Next() {
-				if len(recs) >= eachChunk {
-					done = false
-					break
-				}
-				after = append(after[:0], k...)
-				r, reason, ok := decodeDead(k, v)
-				if !ok {
-					bad = append(bad, append([]byte(nil), k...))
-					continue
-				}
-				recs = append(recs, dead{r, reason})
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		b.reportCorruptDead(bad)
-		for _, d := range recs {
-			if err := fn(d.r, d.reason); err != nil {
-				return err
-			}
-		}
-		if done {
-			return nil
-		}
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"time"
-	"unicode/utf8"
 )
 
 // Record is one stored packet, as Next, Peek, Each and EachDead return it.
@@ -117,107 +116,6 @@ func recordAt(v []byte) int64 { return int64(binary.BigEndian.Uint64(v[8:16])) }
 
 // recordSize is what a record counts against MaxBytes.
 func recordSize(v []byte) int64 { return int64(len(v)) + keySize }
-
-// A dead letter's key is 16 bytes: its number in the dead bucket (the
-// bucket's NextSequence, so that keys sort in the order records died) then
-// the record's seq, both big endian. Salvage's raw scan takes only 8-byte
-// keys for records, so it never mistakes a dead letter for a queued record.
-//
-// Its value is an 8-byte header, the reason and the record's value as it was
-// queued:
-//
-//	0:4    CRC32C of the 16-byte key followed by bytes 4:8+n of the value
-//	4      format, deadFormat
-//	5      zero
-//	6:8    n, the reason's length, big endian (at most maxReason)
-//	8:8+n  the reason
-//	8+n:   the record's value, unchanged: it still verifies under its seq
-//	       (the key's last 8 bytes)
-const (
-	deadKeySize    = 16
-	deadHeaderSize = 8
-	deadFormat     = 1
-
-	// maxReason is the most bytes of a reason that are kept: an upstream's
-	// error text can carry a whole response body.
-	maxReason = 512
-)
-
-// deadKey returns the key of the dead letter number n, record seq.
-func deadKey(n, seq uint64) []byte {
-	k := make([]byte, deadKeySize)
-	binary.BigEndian.PutUint64(k, n)
-	binary.BigEndian.PutUint64(k[8:], seq)
-	return k
-}
-
-// clipReason returns reason cut to at most maxReason bytes, on a rune
-// boundary.
-func clipReason(reason string) string {
-	if len(reason) <= maxReason {
-		return reason
-	}
-	n := maxReason
-	for n > 0 && !utf8.RuneStart(reason[n]) {
-		n--
-	}
-	return reason[:n]
-}
-
-// sealDead returns the value of the dead letter k: reason (clipped) and a
-// copy of the record's value v.
-func sealDead(k []byte, reason string, v []byte) []byte {
-	reason = clipReason(reason)
-	n := len(reason)
-	d := make([]byte, deadHeaderSize+n+len(v))
-	d[4] = deadFormat
-	binary.BigEndian.PutUint16(d[6:8], uint16(n))
-	copy(d[deadHeaderSize:], reason)
-	copy(d[deadHeaderSize+n:], v)
-	binary.BigEndian.PutUint32(d[0:4], deadCRC(k, d[:deadHeaderSize+n]))
-	return d
-}
-
-// deadCRC returns the checksum of a dead letter with key k whose header and
-// reason are h.
-func deadCRC(k, h []byte) uint32 {
-	return crc32.Update(crc32.Update(0, castagnoli, k), castagnoli, h[4:])
-}
-
-// splitDead returns the reason and the record's value of the dead letter
-// stored under k as v, or false when its header and reason do not verify.
-// The record's value is not checked.
-func splitDead(k, v []byte) (reason, rec []byte, ok bool) {
-	if len(k) != deadKeySize || len(v) < deadHeaderSize || v[4] != deadFormat {
-		return nil, nil, false
-	}
-	end := deadHeaderSize + int(binary.BigEndian.Uint16(v[6:8]))
-	if end > len(v) || binary.BigEndian.Uint32(v[0:4]) != deadCRC(k, v[:end]) {
-		return nil, nil, false
-	}
-	return v[deadHeaderSize:end], v[end:], true
-}
-
-// validDead reports whether k and v form a dead letter that verifies, its
-// record included.
-func validDead(k, v []byte) bool {
-	_, rec, ok := splitDead(k, v)
-	return ok && validRecord(k[8:], rec)
-}
-
-// decodeDead returns the record and the reason of the dead letter stored
-// under k as v, copied out of v, or false when it does not verify.
-func decodeDead(k, v []byte) (Record, string, bool) {
-	reason, rec, ok := splitDead(k, v)
-	if !ok {
-		return Record{}, "", false
-	}
-	r, ok := decodeRecord(k[8:], rec)
-	return r, string(reason), ok
-}
-
-// deadSize is what a dead letter counts against the dead bucket's bound.
-func deadSize(k, v []byte) int64 { return int64(len(k) + len(v)) }
 
 // state is the buffer's bookkeeping, kept in the meta bucket under
 // keyState and rewritten in every write transaction, so that it always

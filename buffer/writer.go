@@ -1,13 +1,11 @@
 package buffer
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -54,32 +52,6 @@ const (
 	reqCancelled
 )
 
-// pending is one packet of an append, rendered by the caller.
-type pending struct {
-	alarm bool
-	at    int64  // reading time, Unix nanoseconds
-	buf   []byte // headerSize bytes of room, then the JSON with "Seq":0
-	seqAt int    // index in buf of that 0
-	seq   uint64 // result
-	err   error  // result: rejected (ErrFull)
-	val   []byte // the record, once stored
-}
-
-// held is a record of an Interval append that was answered but whose
-// commit failed: the writer keeps it, with its seq, and puts it again in the
-// next transaction.
-type held struct {
-	alarm bool
-	seq   uint64
-	val   []byte
-}
-
-// deadBatch is the work of one DeadLetter call.
-type deadBatch struct {
-	reason string
-	seqs   []uint64
-}
-
 // take claims r for the writer, or reports false when its caller gave up.
 func (r *request) take() bool { return r.state.CompareAndSwap(reqQueued, reqTaken) }
 
@@ -94,7 +66,52 @@ func (r *request) reply() {
 	}
 }
 
-// writer is the goroutine that owns every write transaction.
+// send queues r for the writer.
+func (b *Buffer) send(ctx context.Context, r *request) error {
+	b.sendMu.RLock()
+	defer b.sendMu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
+	select {
+	case b.reqs <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// await waits for the writer to answer r, or for ctx to end; then it
+// cancels r if the writer has not taken it yet.
+func (b *Buffer) await(ctx context.Context, r *request) error {
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqCancelled) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("buffer: gave up waiting (the packet may be stored): %w", ctx.Err())
+	}
+}
+
+// sendNoWait queues r for the writer unless the queue is full or closed.
+func (b *Buffer) sendNoWait(r *request) {
+	b.sendMu.RLock()
+	defer b.sendMu.RUnlock()
+	if b.closed {
+		return
+	}
+	select {
+	case b.reqs <- r:
+	default:
+	}
+}
+
+// writer is the goroutine that owns every write transaction. This file
+// holds its loop and what every transaction shares (begin, batch, commit,
+// finish); the work of each request lives with its concept: append.go,
+// ack.go, dead.go, evict.go, purge.go, aux.go, corrupt.go, compact.go.
 type writer struct {
 	b          *Buffer
 	st         state  // as committed (plus counters that ride on the next commit)
@@ -120,6 +137,9 @@ type writer struct {
 // without being asked.
 const retryDelay = time.Second
 
+// run is the writer goroutine: it turns queued requests into transactions,
+// evicts aged records, retries the work of failed commits and compacts the
+// file, until Close closes the queue.
 func (w *writer) run() {
 	b := w.b
 	defer close(b.done)
@@ -395,299 +415,6 @@ func (w *writer) applyRetries(t *wtx) {
 	w.retryDead = nil
 }
 
-// putHeld stores again a record whose commit failed, under its own seq.
-func (w *writer) putHeld(t *wtx, h held) {
-	q := qNormal
-	if h.alarm {
-		q = qAlarm
-	}
-	size := recordSize(h.val)
-	if over := t.st.bytes[0] + t.st.bytes[1] + size - w.b.opt.MaxBytes; over > 0 {
-		if err := t.makeRoom(over, h.alarm, w.b.opt.WhenFull); err != nil {
-			t.st.lostUncommitted++
-			w.b.log.Error("buffer: an acknowledged append (durability: interval) no longer fits and is lost",
-				"path", w.b.path, "seq", h.seq, "err", err)
-			return
-		}
-	}
-	if err := t.q[q].Put(itob(h.seq), h.val); err != nil {
-		panic("buffer: put: " + err.Error())
-	}
-	t.st.n[q]++
-	t.st.bytes[q] += size
-	t.records++
-	t.held = append(t.held, h)
-}
-
-// append stores one packet, making room for it first.
-func (w *writer) append(t *wtx, p *pending) {
-	opt := &w.b.opt
-	q := qNormal
-	if p.alarm {
-		q = qAlarm
-	}
-	seq := t.seqB.Sequence() + 1
-	// Put the digits of seq in place of the JSON's "0", in the render
-	// buffer itself (it has room): the record is allocated once.
-	var digits [20]byte
-	d := strconv.AppendUint(digits[:0], seq, 10)
-	v := slices.Insert(p.buf, p.seqAt+1, d[1:]...)
-	v[p.seqAt] = d[0]
-	p.buf, p.seqAt = nil, 0 // v owns it now
-	size := recordSize(v)
-
-	if size > opt.MaxBytes {
-		p.err = fmt.Errorf("%w: a %d-byte record exceeds max_bytes %d", ErrFull, size, opt.MaxBytes)
-		t.rejects++
-		return
-	}
-	if over := t.st.bytes[0] + t.st.bytes[1] + size - opt.MaxBytes; over > 0 {
-		if err := t.makeRoom(over, p.alarm, opt.WhenFull); err != nil {
-			p.err = err
-			t.rejects++
-			return
-		}
-	}
-	w.reserve(seq)
-	if s, err := t.seqB.NextSequence(); err != nil || s != seq {
-		panic(fmt.Sprintf("buffer: NextSequence = %d, %v; want %d", s, err, seq))
-	}
-	k := itob(seq)
-	sealRecord(k, v, p.alarm, p.at)
-	if err := t.q[q].Put(k, v); err != nil {
-		panic("buffer: put: " + err.Error()) // only for bad keys or values, which these are not
-	}
-	t.st.n[q]++
-	t.st.bytes[q] += size
-	t.records++
-	p.seq, p.val = seq, v
-	w.lastIssued = max(w.lastIssued, seq)
-}
-
-// makeRoom evicts records to free over bytes for a new record, or says why
-// it may not.
-func (t *wtx) makeRoom(over int64, alarm bool, when WhenFull) error {
-	if !alarm && when == RejectNew {
-		return fmt.Errorf("%w: max_bytes reached (when_full: reject_new)", ErrFull)
-	}
-	evictable := t.st.bytes[qNormal]
-	if alarm {
-		evictable += t.st.bytes[qAlarm]
-	}
-	if over > evictable {
-		return fmt.Errorf("%w: max_bytes reached and only alarms are left to evict", ErrFull)
-	}
-	over -= t.evictOldest(qNormal, over)
-	if over > 0 {
-		t.evictOldest(qAlarm, over)
-	}
-	return nil
-}
-
-// evictOldest deletes the oldest records of queue q until want bytes are
-// freed, and returns the bytes freed.
-func (t *wtx) evictOldest(q int, want int64) (freed int64) {
-	var keys [][]byte
-	c := t.q[q].Cursor()
-	// Collect first, delete after: Cursor.Next after Cursor.Delete can
-	// skip a key.
-	for k, v := c.First(); k != nil && freed < want; k, v = c.Next() {
-		keys = append(keys, append([]byte(nil), k...))
-		freed += recordSize(v)
-	}
-	for _, k := range keys {
-		if err := t.q[q].Delete(k); err != nil {
-			panic("buffer: delete: " + err.Error())
-		}
-		t.gone = append(t.gone, btoi(k))
-	}
-	t.st.n[q] -= int64(len(keys))
-	t.st.bytes[q] -= freed
-	t.st.evictedMaxBytes += uint64(len(keys))
-	t.deletes += len(keys)
-	return freed
-}
-
-// ack deletes the record seq, wherever it is; an unknown seq is ignored.
-// The normal queue is looked in first (most acks are there), and the
-// record is found and deleted with one cursor, one tree search.
-func (t *wtx) ack(seq uint64) {
-	k := itob(seq)
-	for _, q := range [2]int{qNormal, qAlarm} {
-		c := t.q[q].Cursor()
-		if ck, v := c.Seek(k); ck != nil && bytes.Equal(ck, k) {
-			size := recordSize(v)
-			if err := c.Delete(); err != nil {
-				panic("buffer: delete: " + err.Error())
-			}
-			t.st.n[q]--
-			t.st.bytes[q] -= size
-			t.deletes++
-			return
-		}
-	}
-}
-
-// dropCorrupt deletes the record seq if it (still) fails its CRC.
-func (t *wtx) dropCorrupt(seq uint64) {
-	k := itob(seq)
-	for q := range t.q {
-		if v := t.q[q].Get(k); v != nil && !validRecord(k, v) {
-			size := recordSize(v)
-			if err := t.q[q].Delete(k); err != nil {
-				panic("buffer: delete: " + err.Error())
-			}
-			t.st.n[q]--
-			t.st.bytes[q] -= size
-			t.st.corrupt++
-			t.deletes++
-			t.gone = append(t.gone, seq)
-		}
-	}
-}
-
-// deadLetter moves the records of d to the dead bucket, then drops the
-// oldest dead letters beyond the bound.
-func (w *writer) deadLetter(t *wtx, d deadBatch) {
-	t.dead = append(t.dead, d)
-	for _, seq := range d.seqs {
-		t.deadLetter(seq, d.reason)
-	}
-	t.trimDead(w.b.opt.deadMax, w.b.opt.deadMaxBytes)
-}
-
-// deadBucket returns the dead bucket, creating it in t if the file has none
-// yet (files of older versions).
-func (t *wtx) deadBucket() *bolt.Bucket {
-	if t.deadB == nil {
-		d, err := t.tx.CreateBucketIfNotExists(bucketDead)
-		if err != nil {
-			panic("buffer: create the dead bucket: " + err.Error()) // only if the tx or the name were bad
-		}
-		d.FillPercent = 1.0 // keys only ever grow
-		t.deadB = d
-	}
-	return t.deadB
-}
-
-// deadLetter moves the record seq, wherever it is, to the dead bucket with
-// reason; an unknown seq is ignored, a record that fails its CRC is dropped
-// as corrupt.
-func (t *wtx) deadLetter(seq uint64, reason string) {
-	k := itob(seq)
-	for q := range t.q {
-		v := t.q[q].Get(k)
-		if v == nil {
-			continue
-		}
-		if !validRecord(k, v) {
-			t.dropCorrupt(seq)
-			return
-		}
-		size := recordSize(v)
-		d := t.deadBucket()
-		n, err := d.NextSequence()
-		if err != nil {
-			panic("buffer: dead NextSequence: " + err.Error())
-		}
-		dk := deadKey(n, seq)
-		dv := sealDead(dk, reason, v) // a copy: v dies with the delete
-		if err := d.Put(dk, dv); err != nil {
-			panic("buffer: put: " + err.Error())
-		}
-		if err := t.q[q].Delete(k); err != nil {
-			panic("buffer: delete: " + err.Error())
-		}
-		t.st.n[q]--
-		t.st.bytes[q] -= size
-		t.st.deadLetters++
-		t.st.deadN++
-		t.st.deadBytes += deadSize(dk, dv)
-		t.deletes++
-		return
-	}
-}
-
-// trimDead drops the oldest dead letters until at most maxN of them, and
-// maxBytes of their bytes, are left.
-func (t *wtx) trimDead(maxN, maxBytes int64) {
-	if t.deadB == nil || (t.st.deadN <= maxN && t.st.deadBytes <= maxBytes) {
-		return
-	}
-	var keys [][]byte
-	var freed int64
-	c := t.deadB.Cursor()
-	k, v := c.First()
-	for ; k != nil && (t.st.deadN-int64(len(keys)) > maxN || t.st.deadBytes-freed > maxBytes); k, v = c.Next() {
-		keys = append(keys, append([]byte(nil), k...))
-		freed += deadSize(k, v)
-	}
-	empty := k == nil
-	for _, k := range keys {
-		if err := t.deadB.Delete(k); err != nil {
-			panic("buffer: delete: " + err.Error())
-		}
-	}
-	t.st.deadN -= int64(len(keys))
-	t.st.deadBytes -= freed
-	if empty {
-		// The counts cannot drift, but if they did, set them right.
-		t.st.deadN, t.st.deadBytes = 0, 0
-	}
-	t.st.deadDropped += uint64(len(keys))
-	t.dropped += len(keys)
-	t.deletes += len(keys)
-}
-
-// purgeDead deletes every dead letter and returns how many it deleted. The
-// dead bucket holds at most maxDead of them: one transaction does.
-// putAux sets key in the aux bucket, which the first call creates.
-func (t *wtx) putAux(key string, val []byte) {
-	b, err := t.tx.CreateBucketIfNotExists(bucketAux)
-	if err != nil {
-		panic("buffer: aux bucket: " + err.Error())
-	}
-	if err := b.Put([]byte(key), val); err != nil {
-		panic("buffer: aux put: " + err.Error())
-	}
-}
-
-func (t *wtx) purgeDead() int {
-	if t.deadB == nil {
-		return 0
-	}
-	var keys [][]byte
-	c := t.deadB.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		keys = append(keys, append([]byte(nil), k...))
-	}
-	for _, k := range keys {
-		if err := t.deadB.Delete(k); err != nil {
-			panic("buffer: delete: " + err.Error())
-		}
-	}
-	t.st.deadN, t.st.deadBytes = 0, 0
-	t.deletes += len(keys)
-	return len(keys)
-}
-
-// dropCorruptDead deletes the dead letter k if it (still) fails its CRC.
-func (t *wtx) dropCorruptDead(k []byte) {
-	if t.deadB == nil {
-		return
-	}
-	if v := t.deadB.Get(k); v != nil && !validDead(k, v) {
-		size := deadSize(k, v)
-		if err := t.deadB.Delete(k); err != nil {
-			panic("buffer: delete: " + err.Error())
-		}
-		t.st.deadN--
-		t.st.deadBytes -= size
-		t.st.corrupt++
-		t.deletes++
-	}
-}
-
 // commit writes the state into t and commits it.
 func (w *writer) commit(t *wtx) error {
 	return w.contain(func() error {
@@ -835,175 +562,4 @@ func (w *writer) refuse(r *request) {
 		r.err = w.fatal
 		r.reply()
 	}
-}
-
-// forget drops the leases of the records that t deleted.
-func (b *Buffer) forget(t *wtx) {
-	if len(t.acked) == 0 && len(t.gone) == 0 && len(t.waiting) == 0 && len(t.dead) == 0 {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, s := range t.acked {
-		delete(b.leases, s)
-	}
-	for _, s := range t.gone {
-		delete(b.leases, s)
-	}
-	for _, d := range t.dead {
-		for _, s := range d.seqs {
-			delete(b.leases, s)
-		}
-	}
-	for _, r := range t.waiting {
-		if r.op == opAck {
-			for _, s := range r.seqs {
-				delete(b.leases, s)
-			}
-		}
-	}
-}
-
-// wake tells Wait that records may be available.
-func (b *Buffer) wake() {
-	b.mu.Lock()
-	close(b.notify)
-	b.notify = make(chan struct{})
-	b.mu.Unlock()
-}
-
-// evictAged deletes the records older than MaxAge, in transactions of at
-// most deleteChunk records. Records are visited in seq order and the scan of
-// a queue stops at its first record young enough: a record read out of time
-// order waits for the ones before it.
-func (w *writer) evictAged() {
-	if w.fatal != nil {
-		return
-	}
-	b := w.b
-	cutoff := b.opt.Now().Add(-b.opt.MaxAge).UnixNano()
-	for {
-		t, err := w.begin()
-		if err != nil {
-			w.failBegin(nil, err)
-			return
-		}
-		full := false
-		err = w.contain(func() error {
-			for q := range t.q {
-				var keys [][]byte
-				var freed int64
-				c := t.q[q].Cursor()
-				for k, v := c.First(); k != nil && len(keys) < deleteChunk; k, v = c.Next() {
-					if !validRecord(k, v) || recordAt(v) >= cutoff {
-						break
-					}
-					keys = append(keys, append([]byte(nil), k...))
-					freed += recordSize(v)
-				}
-				full = full || len(keys) == deleteChunk
-				for _, k := range keys {
-					if err := t.q[q].Delete(k); err != nil {
-						return err
-					}
-					t.gone = append(t.gone, btoi(k))
-				}
-				t.st.n[q] -= int64(len(keys))
-				t.st.bytes[q] -= freed
-				t.st.evictedMaxAge += uint64(len(keys))
-				t.deletes += len(keys)
-			}
-			return nil
-		})
-		if err == nil && t.deletes == 0 {
-			_ = w.contain(func() error { return t.tx.Rollback() })
-			return
-		}
-		if err == nil {
-			err = w.commit(t)
-		} else {
-			_ = w.contain(func() error { return t.tx.Rollback() })
-		}
-		err = w.finish(t, err)
-		if err != nil || !full {
-			if err == nil && t.deletes > 0 {
-				b.log.Warn("buffer: evicted records older than max_age", "path", b.path, "evicted", t.deletes)
-			}
-			return
-		}
-	}
-}
-
-// purge deletes every record, in transactions of at most deleteChunk, and
-// answers r with the count.
-func (w *writer) purge(r *request) {
-	b := w.b
-	defer r.reply()
-	r.n, w.held = len(w.held), nil // answered, never committed: purged too
-	for w.fatal == nil {
-		t, err := w.begin()
-		if err != nil {
-			w.failBegin(nil, err)
-			break
-		}
-		err = w.contain(func() error {
-			for q := range t.q {
-				var keys [][]byte
-				var freed int64
-				c := t.q[q].Cursor()
-				for k, v := c.First(); k != nil && t.deletes+len(keys) < deleteChunk; k, v = c.Next() {
-					keys = append(keys, append([]byte(nil), k...))
-					freed += recordSize(v)
-				}
-				for _, k := range keys {
-					if err := t.q[q].Delete(k); err != nil {
-						return err
-					}
-					t.gone = append(t.gone, btoi(k))
-				}
-				t.st.n[q] -= int64(len(keys))
-				t.st.bytes[q] -= freed
-				t.deletes += len(keys)
-			}
-			if t.st.n[0]+t.st.n[1] == 0 {
-				// The counts cannot drift, but if they did, this is the
-				// moment to set them right.
-				t.st.bytes = [2]int64{}
-			}
-			return nil
-		})
-		if err == nil {
-			err = w.commit(t)
-		} else {
-			_ = w.contain(func() error { return t.tx.Rollback() })
-		}
-		if err := w.finish(t, err); err != nil {
-			r.err = err
-			break
-		}
-		r.n += t.deletes
-		if t.deletes < deleteChunk {
-			break
-		}
-	}
-	if w.fatal != nil && r.err == nil {
-		r.err = w.fatal
-	}
-	b.mu.Lock()
-	for s, l := range b.leases {
-		if l == leased {
-			delete(b.leases, s)
-		}
-	}
-	b.mu.Unlock()
-	if r.n > 0 {
-		b.log.Warn("buffer: purged", "path", b.path, "records", r.n)
-	}
-}
-
-// sortedUnique returns seqs sorted, without duplicates.
-func sortedUnique(seqs []uint64) []uint64 {
-	s := slices.Clone(seqs)
-	slices.Sort(s)
-	return slices.Compact(s)
 }

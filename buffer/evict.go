@@ -1,0 +1,109 @@
+package buffer
+
+import "fmt"
+
+// makeRoom evicts records to free over bytes for a new record, or says why
+// it may not.
+func (t *wtx) makeRoom(over int64, alarm bool, when WhenFull) error {
+	if !alarm && when == RejectNew {
+		return fmt.Errorf("%w: max_bytes reached (when_full: reject_new)", ErrFull)
+	}
+	evictable := t.st.bytes[qNormal]
+	if alarm {
+		evictable += t.st.bytes[qAlarm]
+	}
+	if over > evictable {
+		return fmt.Errorf("%w: max_bytes reached and only alarms are left to evict", ErrFull)
+	}
+	over -= t.evictOldest(qNormal, over)
+	if over > 0 {
+		t.evictOldest(qAlarm, over)
+	}
+	return nil
+}
+
+// evictOldest deletes the oldest records of queue q until want bytes are
+// freed, and returns the bytes freed.
+func (t *wtx) evictOldest(q int, want int64) (freed int64) {
+	var keys [][]byte
+	c := t.q[q].Cursor()
+	// Collect first, delete after: Cursor.Next after Cursor.Delete can
+	// skip a key.
+	for k, v := c.First(); k != nil && freed < want; k, v = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+		freed += recordSize(v)
+	}
+	for _, k := range keys {
+		if err := t.q[q].Delete(k); err != nil {
+			panic("buffer: delete: " + err.Error())
+		}
+		t.gone = append(t.gone, btoi(k))
+	}
+	t.st.n[q] -= int64(len(keys))
+	t.st.bytes[q] -= freed
+	t.st.evictedMaxBytes += uint64(len(keys))
+	t.deletes += len(keys)
+	return freed
+}
+
+// evictAged deletes the records older than MaxAge, in transactions of at
+// most deleteChunk records. Records are visited in seq order and the scan of
+// a queue stops at its first record young enough: a record read out of time
+// order waits for the ones before it.
+func (w *writer) evictAged() {
+	if w.fatal != nil {
+		return
+	}
+	b := w.b
+	cutoff := b.opt.Now().Add(-b.opt.MaxAge).UnixNano()
+	for {
+		t, err := w.begin()
+		if err != nil {
+			w.failBegin(nil, err)
+			return
+		}
+		full := false
+		err = w.contain(func() error {
+			for q := range t.q {
+				var keys [][]byte
+				var freed int64
+				c := t.q[q].Cursor()
+				for k, v := c.First(); k != nil && len(keys) < deleteChunk; k, v = c.Next() {
+					if !validRecord(k, v) || recordAt(v) >= cutoff {
+						break
+					}
+					keys = append(keys, append([]byte(nil), k...))
+					freed += recordSize(v)
+				}
+				full = full || len(keys) == deleteChunk
+				for _, k := range keys {
+					if err := t.q[q].Delete(k); err != nil {
+						return err
+					}
+					t.gone = append(t.gone, btoi(k))
+				}
+				t.st.n[q] -= int64(len(keys))
+				t.st.bytes[q] -= freed
+				t.st.evictedMaxAge += uint64(len(keys))
+				t.deletes += len(keys)
+			}
+			return nil
+		})
+		if err == nil && t.deletes == 0 {
+			_ = w.contain(func() error { return t.tx.Rollback() })
+			return
+		}
+		if err == nil {
+			err = w.commit(t)
+		} else {
+			_ = w.contain(func() error { return t.tx.Rollback() })
+		}
+		err = w.finish(t, err)
+		if err != nil || !full {
+			if err == nil && t.deletes > 0 {
+				b.log.Warn("buffer: evicted records older than max_age", "path", b.path, "evicted", t.deletes)
+			}
+			return
+		}
+	}
+}
