@@ -20,7 +20,7 @@ import (
 func pipeLine(t *testing.T, e *Emulator, baud int) net.Conn {
 	t.Helper()
 	master, slave := net.Pipe()
-	serve(t, func(ctx context.Context) error {
+	testtool.Serve(t, func(ctx context.Context) error {
 		err := e.ServeRTU(ctx, &pipePort{Conn: slave}, baud, 11)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
 			// The master's end closes first at the end of the test (the
@@ -183,7 +183,7 @@ func TestSerialTiming(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { port.Close() }) // runs after ServeRTU has returned
-	serve(t, func(ctx context.Context) error { return e.ServeRTU(ctx, port, 9600, CharBits('E', 8, 1)) })
+	testtool.Serve(t, func(ctx context.Context) error { return e.ServeRTU(ctx, port, 9600, CharBits('E', 8, 1)) })
 	master, err := serial.Open(a, &serial.Mode{BaudRate: 9600, DataBits: 8, Parity: serial.EvenParity, StopBits: serial.OneStopBit})
 	if err != nil {
 		t.Fatal(err)
