@@ -438,4 +438,10 @@ func TestNewRefuses(t *testing.T) {
 			t.Errorf("%s: accepted", c.name)
 		}
 	}
+	// A refused device is named by its profile, not only its position.
+	q := parse(t, "other", weatherYAML)
+	_, err := New([]Device{{Slave: 1, Profile: p}, {Slave: 1, Profile: q}}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "profile other") || !strings.Contains(err.Error(), "profile weather") {
+		t.Errorf("duplicate slave id: %v, want both profiles named", err)
+	}
 }
