@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/emulator"
@@ -87,7 +86,6 @@ func BenchmarkPlan(b *testing.B) {
 // Σ[(13+2N)·tc + 2·t3.5 + Ts], once with the planner and once with
 // contiguous-only merging, side by side.
 func BenchmarkPollCycle(b *testing.B) {
-	a, pb := testtool.PtyPair(b)
 	p := scattered(b)
 	var devs []emulator.Device
 	var specs []sensors.DeviceSpec
@@ -99,15 +97,7 @@ func BenchmarkPollCycle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	port, err := emulator.OpenSerial(a, 9600, 'E', 8, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = emu.ServeRTU(ctx, port, 9600, 11) }()
-	b.Cleanup(func() { cancel(); <-done; port.Close() })
-	client := open(b, "rtu://"+pb+"?baud=9600&parity=E", time.Second)
+	client := open(b, "rtu://"+servePty(b, emu, 9600, 'E')+"?baud=9600&parity=E", time.Second)
 	cost := plan.Serial(9600, 11, *benchTs)
 
 	for _, mode := range []struct {

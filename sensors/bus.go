@@ -88,14 +88,12 @@ type DeviceStatus struct {
 }
 
 type device struct {
-	spec     DeviceSpec
-	reqs     []plan.Request
-	next     time.Time // next scheduled poll
-	due      time.Time // slot of the schedule the next poll belongs to
-	fails    int
-	status   DeviceStatus
-	lastLog  time.Time
-	suppress int
+	spec   DeviceSpec
+	reqs   []plan.Request
+	next   time.Time // next scheduled poll
+	due    time.Time // slot of the schedule the next poll belongs to
+	streak streak    // written under Bus.mu by the polling goroutine only
+	status DeviceStatus
 }
 
 // Bus polls the devices of one line or endpoint.
@@ -115,12 +113,6 @@ func NewBus(name string, r Reader, specs []DeviceSpec, opt BusOptions) (*Bus, er
 	if opt.Cost == (plan.Cost{}) {
 		opt.Cost = plan.Serial(9600, 10, 10*time.Millisecond)
 	}
-	if opt.Backoff <= 0 {
-		opt.Backoff = 5 * time.Minute
-	}
-	if opt.OfflineAfter <= 0 {
-		opt.OfflineAfter = 3
-	}
 	b := &Bus{name: name, r: r, opt: opt, log: opt.Logger}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -134,7 +126,10 @@ func NewBus(name string, r Reader, specs []DeviceSpec, opt BusOptions) (*Bus, er
 		if err != nil {
 			return nil, fmt.Errorf("sensors: device %s: %w", s.Name, err)
 		}
-		b.devs = append(b.devs, &device{spec: s, reqs: reqs, status: DeviceStatus{Name: s.Name, Bus: name}})
+		b.devs = append(b.devs, &device{
+			spec: s, reqs: reqs, status: DeviceStatus{Name: s.Name, Bus: name},
+			streak: newStreak(opt.OfflineAfter, opt.Backoff, defaultBusBackoff),
+		})
 	}
 	return b, nil
 }
@@ -240,14 +235,9 @@ func (b *Bus) earliest() *device {
 // reschedule sets the next poll of d after a poll that ended at now.
 func (b *Bus) reschedule(d *device, ok bool, now time.Time) {
 	iv := d.spec.Interval
-	if !ok && d.fails > 1 {
-		// Back off: interval·2^(fails-1), capped; the schedule resumes on
-		// the first success.
-		delay := b.opt.Backoff
-		if shift := d.fails - 1; shift < 30 && iv<<shift < b.opt.Backoff {
-			delay = iv << shift
-		}
-		d.next = now.Add(delay)
+	if !ok && d.streak.fails > 1 {
+		// Back off; the schedule resumes on the first success.
+		d.next = now.Add(d.streak.backoff(iv))
 		d.due = d.next
 		return
 	}
@@ -327,39 +317,10 @@ func (b *Bus) record(d *device, start time.Time, sent uint64, err error) {
 	now := time.Now()
 	b.mu.Lock()
 	st := &d.status
-	prev := st.Health
-	st.Polls++
 	st.Requests += sent
 	st.LastDuration = now.Sub(start)
 	st.Busy += st.LastDuration
-	if err == nil {
-		d.fails = 0
-		st.Health = OK
-		st.LastOK = now
-		st.LastError = ""
-	} else {
-		d.fails++
-		st.Errors++
-		st.LastError = err.Error()
-		st.Health = Degraded
-		if d.fails >= b.opt.OfflineAfter {
-			st.Health = Offline
-		}
-	}
-	health, fails := st.Health, d.fails
+	line := d.streak.record(st, now, err)
 	b.mu.Unlock()
-
-	log := b.log.With("device", d.spec.Name, "slave", d.spec.Slave)
-	switch {
-	case err == nil && prev != OK && prev != Unknown:
-		log.Info("device answering again", "health", health, "was", prev)
-	case err != nil && health != prev:
-		log.Warn("device not answering", "health", health, "failures", fails, "err", err)
-		d.lastLog, d.suppress = now, 0
-	case err != nil && now.Sub(d.lastLog) >= time.Minute:
-		log.Warn("device still failing", "health", health, "failures", fails, "suppressed", d.suppress, "err", err)
-		d.lastLog, d.suppress = now, 0
-	case err != nil:
-		d.suppress++
-	}
+	line.to(b.log.With("device", d.spec.Name, "slave", d.spec.Slave))
 }

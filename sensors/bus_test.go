@@ -62,18 +62,28 @@ func startTCP(t testing.TB, emu *emulator.Emulator, rtu bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if rtu {
-			_ = emu.ServeRTUOverTCP(ctx, ln)
-		} else {
-			_ = emu.ServeTCP(ctx, ln)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	serve := emu.ServeTCP
+	if rtu {
+		serve = emu.ServeRTUOverTCP
+	}
+	testtool.Serve(t, func(ctx context.Context) error { return serve(ctx, ln) })
 	return ln.Addr().String()
+}
+
+// servePty serves emu on one end of a socat pty pair at baud with parity
+// (8 data bits, 1 stop bit) until the test ends, and returns the other end.
+func servePty(t testing.TB, emu *emulator.Emulator, baud int, parity byte) string {
+	t.Helper()
+	a, b := testtool.PtyPair(t)
+	port, err := emulator.OpenSerial(a, baud, parity, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { port.Close() }) // runs after ServeRTU has returned
+	testtool.Serve(t, func(ctx context.Context) error {
+		return emu.ServeRTU(ctx, port, baud, emulator.CharBits(parity, 8, 1))
+	})
+	return b
 }
 
 func open(t testing.TB, url string, timeout time.Duration) *modbus.Client {
@@ -299,22 +309,13 @@ func TestOverrunsAreCountedNotAccumulated(t *testing.T) {
 // The bus over a real serial line: the emulator on one end of a socat pty
 // pair at 9600 8E1 with wire timing, the gateway's RTU client on the other.
 func TestBusOverPtyRTU(t *testing.T) {
-	a, b := testtool.PtyPair(t)
 	devs, specs := modbusProfiles(t)
 	devs, specs = devs[:4], specs[:4]
 	emu, err := emulator.New(devs, emulator.Options{Now: func() time.Time { return fixed }, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := emulator.OpenSerial(a, 9600, 'E', 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = emu.ServeRTU(ctx, port, 9600, 11) }()
-	t.Cleanup(func() { cancel(); <-done; port.Close() })
-
+	b := servePty(t, emu, 9600, 'E')
 	client := open(t, fmt.Sprintf("rtu://%s?baud=9600&parity=E", b), time.Second)
 	bus, err := sensors.NewBus("pty", client, specs, sensors.BusOptions{Cost: plan.Serial(9600, 11, 0), MaxGap: -1})
 	if err != nil {

@@ -552,25 +552,22 @@ func runHostile(t *testing.T, url string, timeout time.Duration, cost plan.Cost,
 	}
 	defer stop()
 
-	// Phase 1: the hostile device misbehaves on every request.
-	start := time.Now()
-	testtool.WaitFor(t, misbehave+10*time.Second, "the run to last and the hostile device to fail twice", func() bool {
-		return time.Since(start) >= misbehave && bus.Status()[1].Errors >= 2
+	// Phase 1: the hostile device misbehaves on every request, long
+	// enough to be backed off.
+	testtool.WaitFor(t, misbehave+10*time.Second, "the hostile device to fail four times", func() bool {
+		return bus.Status()[1].Errors >= 4
 	})
-	elapsed := time.Since(start)
 	st := bus.Status()
 	good, bad := st[0], st[1]
 	if n := packets(specs[1].Name); n != 0 {
 		t.Errorf("the hostile device produced %d packets while misbehaving", n)
 	}
-	// The good device keeps its schedule: the hostile one holds the bus
-	// for at most a timeout (or two, for a stream that outlasts it) every
-	// second or less, so well over a quarter of the good device's slots
-	// must have been served.
-	expected := int(elapsed / goodEvery)
-	if n := packets(specs[0].Name); n < expected/4 {
-		t.Errorf("good device: %d packets in %v, expected about %d (at least %d); status %+v",
-			n, elapsed.Round(time.Millisecond), expected, expected/4, good)
+	// The good device is not starved: it is always due before the hostile
+	// one, which waits a second or more between polls, so the scheduler
+	// polls the good device between any two polls of the hostile one.
+	// Counted, not timed: a loaded machine slows both alike.
+	if good.Polls < bad.Polls {
+		t.Errorf("good device: %d polls while the hostile one had %d; status %+v", good.Polls, bad.Polls, good)
 	}
 	if good.Errors*5 > good.Polls {
 		t.Errorf("good device: %d of %d polls failed; last error: %s", good.Errors, good.Polls, good.LastError)
@@ -585,8 +582,8 @@ func runHostile(t *testing.T, url string, timeout time.Duration, cost plan.Cost,
 	if bad.Health == sensors.OK || bad.Errors < 2 {
 		t.Errorf("hostile device: %+v", bad)
 	}
-	t.Logf("misbehaving for %v: good %d/%d polls ok (expected ~%d), hostile %d errors, last: %s",
-		elapsed.Round(time.Millisecond), good.Polls-good.Errors, good.Polls, expected, bad.Errors, bad.LastError)
+	t.Logf("misbehaving: good %d/%d polls ok, hostile %d errors, last: %s",
+		good.Polls-good.Errors, good.Polls, bad.Errors, bad.LastError)
 
 	// Phase 2: it behaves again, and is read again within its backoff.
 	h.set(behaveWell)

@@ -28,15 +28,29 @@ type LineSpec struct {
 	// no data (as a serial port with a read timeout does), so that the
 	// sensor can notice cancellation.
 	Open func(ctx context.Context) (io.ReadCloser, error)
+	// Backoff caps the delay between reopening the port of a failing
+	// sensor; 0 = 1m.
+	Backoff time.Duration
+	// OfflineAfter failures in a row (bad lines, or a port that cannot be
+	// opened or read) mark the sensor offline; 0 = 3.
+	OfflineAfter int
 }
+
+// reopenAfter is the first delay before reopening a port that failed; it
+// doubles while the sensor goes on failing.
+const reopenAfter = time.Second
 
 // LineSensor reads a line-protocol sensor.
 type LineSensor struct {
 	spec LineSpec
 	log  *slog.Logger
+	// sleep waits d before the port is reopened, and reports false if ctx
+	// ended first; tests replace it to see the backoff without waiting.
+	sleep func(ctx context.Context, d time.Duration) bool
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards status and streak
 	status DeviceStatus
+	streak streak
 }
 
 // NewLineSensor returns a sensor ready to Run or ReadOne.
@@ -44,7 +58,23 @@ func NewLineSensor(spec LineSpec, log *slog.Logger) *LineSensor {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LineSensor{spec: spec, log: log.With("device", spec.Name), status: DeviceStatus{Name: spec.Name, Bus: "serial"}}
+	return &LineSensor{
+		spec: spec, log: log.With("device", spec.Name), sleep: sleepCtx,
+		status: DeviceStatus{Name: spec.Name, Bus: "serial"},
+		streak: newStreak(spec.OfflineAfter, spec.Backoff, defaultLineBackoff),
+	}
+}
+
+// sleepCtx waits d, or until ctx ends: then it reports false.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // SerialOpener opens a serial port with a short read timeout.
@@ -117,10 +147,11 @@ func (l *LineSensor) ReadOne(ctx context.Context) (*packet.Packet, error) {
 	return nil, err
 }
 
-// Run reads lines until ctx ends, reopening the port with backoff after an
-// error, and emits packets (at most one per Interval when set).
+// Run reads lines until ctx ends, reopening the port after an error with a
+// delay that doubles while the sensor keeps failing and starts again from
+// its first value after a good reading; it emits packets (at most one per
+// Interval when set).
 func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
-	backoff := time.Second
 	var last time.Time
 	for ctx.Err() == nil {
 		err := l.session(ctx, func(p *packet.Packet) bool {
@@ -136,12 +167,12 @@ func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
 		}
 		err = fmt.Errorf("sensor %s: %w", l.spec.Name, err)
 		l.record(err)
-		select {
-		case <-ctx.Done():
+		l.mu.Lock()
+		wait := l.streak.backoff(reopenAfter)
+		l.mu.Unlock()
+		if !l.sleep(ctx, wait) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, time.Minute)
 	}
 }
 
@@ -182,23 +213,10 @@ func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) e
 	}
 }
 
+// record counts a reading (err nil) or a failure; see streak.record.
 func (l *LineSensor) record(err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	st := &l.status
-	prev := st.Health
-	st.Polls++
-	if err == nil {
-		st.Health, st.LastOK, st.LastError = OK, time.Now(), ""
-		if prev != OK && prev != Unknown {
-			l.log.Info("sensor answering again")
-		}
-		return
-	}
-	st.Errors++
-	st.LastError = err.Error()
-	st.Health = Degraded
-	if prev != Degraded {
-		l.log.Warn("sensor failing", "err", err)
-	}
+	line := l.streak.record(&l.status, time.Now(), err)
+	l.mu.Unlock()
+	line.to(l.log)
 }

@@ -2,9 +2,12 @@ package sensors_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,5 +86,134 @@ func TestLineSensorMissingPort(t *testing.T) {
 	_, err := l.ReadOne(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "ws-9") || !strings.Contains(err.Error(), "/dev/does-not-exist-fieldlink") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// scriptedPort is a fake serial port opener: each Open takes the next step
+// of the script. A step "" fails the open; any other step opens a port that
+// yields that text and then fails (EOF, as a port unplugged). Past the end
+// of the script every open fails.
+func scriptedPort(steps ...string) func(context.Context) (io.ReadCloser, error) {
+	var mu sync.Mutex
+	return func(context.Context) (io.ReadCloser, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		step := ""
+		if len(steps) > 0 {
+			step, steps = steps[0], steps[1:]
+		}
+		if step == "" {
+			return nil, errors.New("open /dev/ttyFAKE: no such device")
+		}
+		return io.NopCloser(strings.NewReader(step)), nil
+	}
+}
+
+func goodSonicLine(t *testing.T) string {
+	prof := embedded(t)["gill-windsonic-nmea"]
+	return lineproto.Emit(prof.Line, map[string]float64{"WindDirection": 120, "WindSpeed": 2.1, "WindValid": 1}) + "\r\n"
+}
+
+// A port that fails to open is retried with a doubling delay, and the
+// sensor goes offline after three failures in a row, as a Modbus device
+// does; the first good reading resets both.
+func TestLineSensorBackoffResetsOnAGoodReading(t *testing.T) {
+	l := sensors.NewLineSensor(sensors.LineSpec{
+		Name: "sonic-2", Profile: embedded(t)["gill-windsonic-nmea"], DataType: "Wind",
+		Open: scriptedPort("", "", "", goodSonicLine(t), ""),
+	}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type attempt struct {
+		Wait   time.Duration
+		Health sensors.Health
+	}
+	var got []attempt
+	l.SetSleep(func(ctx context.Context, d time.Duration) bool {
+		got = append(got, attempt{d, l.Status().Health})
+		if len(got) == 5 {
+			cancel()
+			return false
+		}
+		return ctx.Err() == nil
+	})
+	packets := 0
+	l.Run(ctx, func(*packet.Packet) { packets++ })
+	want := []attempt{
+		{time.Second, sensors.Degraded},
+		{2 * time.Second, sensors.Degraded},
+		{4 * time.Second, sensors.Offline},
+		// A good reading, then the port fails: the backoff starts again.
+		{time.Second, sensors.Degraded},
+		{2 * time.Second, sensors.Degraded},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("waits and health before each reopen:\n got %v\nwant %v", got, want)
+	}
+	if packets != 1 {
+		t.Errorf("%d packets, want 1", packets)
+	}
+	if st := l.Status(); st.LastOK.IsZero() || st.Errors != 5 || !strings.Contains(st.LastError, "sonic-2") {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// failingReader fails the reads whose number (from 0) is in fail.
+type failingReader struct {
+	n    int
+	fail map[int]bool
+}
+
+func (r *failingReader) Read(_ context.Context, _, _ byte, _, qty uint16) ([]byte, error) {
+	defer func() { r.n++ }()
+	if r.fail[r.n] {
+		return nil, errors.New("timeout")
+	}
+	return make([]byte, 2*int(qty)), nil
+}
+
+// A line sensor's health follows the same failures as a Modbus device's:
+// degraded, offline after three failures in a row, OK on the first success.
+func TestLineSensorHealthMatchesBusDevice(t *testing.T) {
+	outcomes := []bool{false, false, false, false, true, false, true}
+	var steps []string
+	fail := map[int]bool{}
+	for i, ok := range outcomes {
+		if ok {
+			steps = append(steps, goodSonicLine(t))
+		} else {
+			steps = append(steps, "")
+			fail[i] = true
+		}
+	}
+	wind := embedded(t)["generic-wind-speed"]
+	if len(wind.Registers) == 0 {
+		t.Fatal("no registers")
+	}
+	bus, err := sensors.NewBus("b", &failingReader{fail: fail}, []sensors.DeviceSpec{
+		{Name: "w", Slave: 1, Profile: wind, Interval: time.Second},
+	}, sensors.BusOptions{MaxGap: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(bus.Requests()["w"]); n != 1 {
+		t.Fatalf("the device takes %d requests a poll; the test needs 1", n)
+	}
+	l := sensors.NewLineSensor(sensors.LineSpec{
+		Name: "sonic-3", Profile: embedded(t)["gill-windsonic-nmea"], Open: scriptedPort(steps...),
+	}, nil)
+	var busHealth, lineHealth []sensors.Health
+	for range outcomes {
+		bus.PollAll(context.Background(), func(*packet.Packet, error) {})
+		busHealth = append(busHealth, bus.Status()[0].Health)
+		_, _ = l.ReadOne(context.Background())
+		lineHealth = append(lineHealth, l.Status().Health)
+	}
+	want := []sensors.Health{sensors.Degraded, sensors.Degraded, sensors.Offline, sensors.Offline, sensors.OK, sensors.Degraded, sensors.OK}
+	if fmt.Sprint(busHealth) != fmt.Sprint(want) {
+		t.Errorf("bus device health %v, want %v", busHealth, want)
+	}
+	if fmt.Sprint(lineHealth) != fmt.Sprint(want) {
+		t.Errorf("line sensor health %v, want %v", lineHealth, want)
 	}
 }

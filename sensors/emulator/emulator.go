@@ -104,10 +104,10 @@ func New(devs []Device, opt Options) (*Emulator, error) {
 	e.origin = e.now().UTC().Truncate(24 * time.Hour)
 	for i, d := range devs {
 		if d.Slave < 1 || d.Slave > 247 {
-			return nil, fmt.Errorf("emulator: device %d: slave id %d outside 1..247", i, d.Slave)
+			return nil, fmt.Errorf("emulator: %s: slave id %d outside 1..247", d.describe(i), d.Slave)
 		}
-		if _, dup := e.devs[d.Slave]; dup {
-			return nil, fmt.Errorf("emulator: device %d: slave id %d used twice", i, d.Slave)
+		if other, dup := e.devs[d.Slave]; dup {
+			return nil, fmt.Errorf("emulator: %s: slave id %d already taken by profile %s", d.describe(i), d.Slave, other.prof.Name)
 		}
 		if d.Profile == nil {
 			return nil, fmt.Errorf("emulator: slave %d: no profile", d.Slave)
@@ -130,6 +130,15 @@ func New(devs []Device, opt Options) (*Emulator, error) {
 		e.devs[d.Slave] = e.newDevice(d, uint64(opt.Seed))
 	}
 	return e, nil
+}
+
+// describe names the i-th device of New's list by its profile, which says
+// more than its position.
+func (d Device) describe(i int) string {
+	if d.Profile == nil {
+		return fmt.Sprintf("device %d", i)
+	}
+	return fmt.Sprintf("device %d (profile %s)", i, d.Profile.Name)
 }
 
 func (e *Emulator) newDevice(d Device, seed uint64) *device {

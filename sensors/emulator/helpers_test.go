@@ -15,6 +15,7 @@ import (
 
 	gm "github.com/goburrow/modbus"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/sensors/profile"
 )
 
@@ -96,26 +97,6 @@ func newEmu(t testing.TB, devs []Device, opt Options) *Emulator {
 	return e
 }
 
-// serve runs fn (a Serve method) in a goroutine until the test ends and
-// checks that it returned nil.
-func serve(t testing.TB, fn func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve returned %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("serve did not return within 5s of cancel")
-		}
-	})
-}
-
 // listen starts fn (ServeTCP or ServeRTUOverTCP) on a loopback port and
 // returns its address.
 func listen(t testing.TB, fn func(context.Context, net.Listener) error) string {
@@ -124,7 +105,7 @@ func listen(t testing.TB, fn func(context.Context, net.Listener) error) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, func(ctx context.Context) error { return fn(ctx, ln) })
+	testtool.Serve(t, func(ctx context.Context) error { return fn(ctx, ln) })
 	return ln.Addr().String()
 }
 

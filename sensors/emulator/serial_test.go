@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 func pipeLine(t *testing.T, e *Emulator, baud int) net.Conn {
 	t.Helper()
 	master, slave := net.Pipe()
-	serve(t, func(ctx context.Context) error {
+	testtool.Serve(t, func(ctx context.Context) error {
 		err := e.ServeRTU(ctx, &pipePort{Conn: slave}, baud, 11)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
 			// The master's end closes first at the end of the test (the
@@ -88,7 +89,9 @@ func TestSerialFraming(t *testing.T) {
 	if _, err := c.Write(withCRC(2, 3, 2, 0, 5)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Millisecond) // the bus is silent after a reply
+	// The line falls silent for longer than t3.5 (1.75 ms): that ends the
+	// stray frame. (A write on net.Pipe returns once the emulator has read it.)
+	time.Sleep(10 * time.Millisecond)
 	checkRTU(t, pipeAsk(t, c, time.Second, rtuRequest(t, 1, 4, u16s(0, 1)...)))
 	// At least the bad-CRC frame, the noise and the stray reply went to
 	// garbage; a slow scheduler (qemu, a loaded machine) may split the
@@ -105,20 +108,18 @@ func TestServeRTUStops(t *testing.T) {
 	_, slave := net.Pipe()
 	defer slave.Close()
 	ctx, cancel := context.WithCancel(context.Background())
+	reading := make(chan struct{})
+	port := &signalPort{pipePort: pipePort{Conn: slave}, reading: reading}
 	done := make(chan error, 1)
-	go func() { done <- e.ServeRTU(ctx, &pipePort{Conn: slave}, 9600, 11) }()
-	time.Sleep(20 * time.Millisecond) // let it block in a read
-	start := time.Now()
+	go func() { done <- e.ServeRTU(ctx, port, 9600, 11) }()
+	<-reading // it waits for a request
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("ServeRTU returned %v", err)
 		}
-		if d := time.Since(start); d > 500*time.Millisecond {
-			t.Errorf("ServeRTU took %v to stop", d)
-		}
-	case <-time.After(2 * time.Second):
+	case <-time.After(10 * time.Second): // liveness only: it polls ctx every read timeout
 		t.Fatal("ServeRTU did not stop")
 	}
 	for _, c := range [][2]int{{0, 11}, {9600, 8}, {9600, 13}} {
@@ -126,6 +127,18 @@ func TestServeRTUStops(t *testing.T) {
 			t.Errorf("baud %d, %d bits: accepted", c[0], c[1])
 		}
 	}
+}
+
+// signalPort closes reading on its first Read.
+type signalPort struct {
+	pipePort
+	reading chan struct{}
+	once    sync.Once
+}
+
+func (p *signalPort) Read(b []byte) (int, error) {
+	p.once.Do(func() { close(p.reading) })
+	return p.pipePort.Read(b)
 }
 
 func TestLineTiming(t *testing.T) {
@@ -154,9 +167,10 @@ func TestLineTiming(t *testing.T) {
 // wire-time formula: (8 + 45)·tc + t3.5 + Ts.
 //
 // No exchange may be faster than the formula (that would be a bug in the
-// emulator); the fastest of a few must be within 3 % of it (socat's relay
-// adds about 0.3 ms each way). Slower outliers are the machine's load, not
-// the emulator's pacing, so only the fastest is held to the bound.
+// emulator). With -tags timing, the fastest of a few must also be within
+// 3 % of it (socat's relay adds about 0.3 ms each way): a performance check
+// for a quiet machine. Slower outliers are the machine's load, not the
+// emulator's pacing, so only the fastest is held to the bound.
 func TestSerialTiming(t *testing.T) {
 	a, b := testtool.PtyPair(t)
 	p20 := parse(t, "twenty", counterYAML())
@@ -169,7 +183,7 @@ func TestSerialTiming(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { port.Close() }) // runs after ServeRTU has returned
-	serve(t, func(ctx context.Context) error { return e.ServeRTU(ctx, port, 9600, CharBits('E', 8, 1)) })
+	testtool.Serve(t, func(ctx context.Context) error { return e.ServeRTU(ctx, port, 9600, CharBits('E', 8, 1)) })
 	master, err := serial.Open(a, &serial.Mode{BaudRate: 9600, DataBits: 8, Parity: serial.EvenParity, StopBits: serial.OneStopBit})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +219,7 @@ func TestSerialTiming(t *testing.T) {
 		// Batches of 7; another batch only if a loaded machine spoiled
 		// every exchange of the last one.
 		var got []time.Duration
-		for batch := 0; batch < 3 && (len(got) == 0 || pct(got[0]) > 3); batch++ {
+		for batch := 0; batch < 3 && (len(got) == 0 || checkWireTiming && pct(got[0]) > 3); batch++ {
 			for range 7 {
 				got = append(got, exchange(slave))
 			}
@@ -217,7 +231,7 @@ func TestSerialTiming(t *testing.T) {
 		if best < want-100*time.Microsecond {
 			t.Errorf("slave %d: a reply came after %v, before the wire allows (%v)", slave, best, want)
 		}
-		if pct(best) > 3 {
+		if checkWireTiming && pct(best) > 3 {
 			t.Errorf("slave %d: fastest request→reply %v, want %v within +3%% (all: %v)", slave, best, want, got)
 		}
 	}

@@ -60,18 +60,7 @@ func FuzzRTUResponse(f *testing.F) {
 		}
 		link := &replayLink{reply: reply, chunk: 1 + int(chunk)}
 		c := NewRTU(link, 115200, Options{Timeout: time.Second})
-		done := make(chan struct{})
-		var data []byte
-		var err error
-		go func() {
-			defer close(done)
-			data, err = c.Read(context.Background(), 1, fc, 0, qty)
-		}()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("Read hung on reply % x", reply)
-		}
+		data, err := readOrHang(t, c, fc, qty, reply)
 
 		var me *gm.ModbusError
 		switch {
@@ -205,18 +194,7 @@ func FuzzTCPResponse(f *testing.F) {
 		conn := &replayConn{replayLink{reply: reply, chunk: 1 + int(chunk)}}
 		c := newClient(Options{Timeout: time.Second}, false)
 		c.tr = newTCPTransport("fuzz", func(context.Context, time.Time) (net.Conn, error) { return conn, nil }, &c.stats, c.log)
-		done := make(chan struct{})
-		var data []byte
-		var err error
-		go func() {
-			defer close(done)
-			data, err = c.Read(context.Background(), 1, fc, 0, qty)
-		}()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("Read hung on reply % x", reply)
-		}
+		data, err := readOrHang(t, c, fc, qty, reply)
 
 		o := mbapOracle(reply, fc, want)
 		var me *gm.ModbusError
@@ -241,4 +219,27 @@ func FuzzTCPResponse(f *testing.F) {
 			t.Fatalf("unexpected error kind: %v", err)
 		}
 	})
+}
+
+// readOrHang reads qty items with fc from slave 1, failing the fuzz target
+// if the read does not return: a client fed reply must not wait past its
+// one-second timeout, and a fuzzer cannot wait for go test's own timeout.
+func readOrHang(t *testing.T, c *Client, fc byte, qty uint16, reply []byte) ([]byte, error) {
+	t.Helper()
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		data, err := c.Read(context.Background(), 1, fc, 0, qty)
+		done <- result{data, err}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-time.After(hangMargin):
+		t.Fatalf("Read hung on reply % x", reply)
+		return nil, nil
+	}
 }

@@ -175,13 +175,9 @@ func TestPymodbusRTU(t *testing.T) {
 
 	// The device dies; the line stays (socat keeps the pty open).
 	srv.kill()
-	start := time.Now()
 	_, err = c.Read(context.Background(), 1, 3, 0, 1)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("dead device: got %v, want ErrTimeout", err)
-	}
-	if d := time.Since(start); d > timeout+hangMargin {
-		t.Fatalf("dead device: took %v with a %v timeout", d, timeout)
 	}
 	st := c.Stats()
 	t.Logf("stats: %+v", st)
@@ -208,9 +204,8 @@ func TestPymodbusTCP(t *testing.T) {
 	checkPymodbusReads(t, c)
 
 	// The device dies: the open connection fails (reset or EOF; a timeout
-	// at worst), then redialing is refused. Nothing may hang.
+	// at worst), then redialing is refused.
 	srv.kill()
-	start := time.Now()
 	_, err = c.Read(context.Background(), 1, 3, 0, 1)
 	if err == nil {
 		t.Fatal("read from a killed server succeeded")
@@ -224,8 +219,5 @@ func TestPymodbusTCP(t *testing.T) {
 	_, err = c.Read(context.Background(), 1, 3, 0, 1)
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("second read after kill: got %v, want a refused dial", err)
-	}
-	if d := time.Since(start); d > 2*timeout+hangMargin {
-		t.Fatalf("two reads from a dead device took %v with a %v timeout", d, timeout)
 	}
 }

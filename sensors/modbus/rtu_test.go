@@ -95,11 +95,11 @@ func TestRTUFaults(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			// A fault that needs no deadline to be seen is judged at
-			// once: give it a long timeout, so that waiting for the
-			// deadline shows even on a loaded machine.
+			// once: with a deadline an hour away, a client that waited
+			// for it would hang, and go test's -timeout names the test.
 			tmo := timeout
 			if !tt.slow {
-				tmo = 10 * time.Second
+				tmo = time.Hour
 			}
 			c := pipeClient(t, 115200, tmo, firstThen(tt.fault))
 			start := time.Now()
@@ -127,11 +127,9 @@ func TestRTUFaults(t *testing.T) {
 					t.Errorf("message %q does not name %q", err, part)
 				}
 			}
-			if tt.slow && (elapsed < timeout-10*time.Millisecond || elapsed > timeout+hangMargin) {
-				t.Errorf("took %v, want about the %v timeout", elapsed, timeout)
-			}
-			if !tt.slow && elapsed > tmo/2 {
-				t.Errorf("took %v, want an immediate verdict, not the %v deadline", elapsed, tmo)
+			// A load can only make it later: no upper bound.
+			if tt.slow && elapsed < timeout-10*time.Millisecond {
+				t.Errorf("took %v, want at least the %v timeout", elapsed, timeout)
 			}
 			if n := tt.kind(c.Stats()); n != 1 {
 				t.Errorf("stats %+v: the fault's kind counted %d times, want 1", c.Stats(), n)
@@ -297,13 +295,11 @@ func TestRTUCancel(t *testing.T) {
 		<-received
 		cancel()
 	}()
-	start := time.Now()
+	// The deadline is 10 s away: only the cancellation ends the read
+	// with context.Canceled.
 	_, err := c.Read(ctx, 1, 3, 0, 1)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
-	}
-	if d := time.Since(start); d > hangMargin {
-		t.Fatalf("cancellation took %v", d)
 	}
 	if _, err := c.Read(context.Background(), 1, 3, 0, 1); err != nil {
 		t.Fatalf("after cancellation: %v", err)
@@ -320,13 +316,11 @@ func TestRTUContextDeadlineWins(t *testing.T) {
 	c := pipeClient(t, 115200, 10*time.Second, func(int, []byte) []byte { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	start := time.Now()
+	// The client's own timeout is 10 s away: only ctx's deadline ends
+	// the read with context.DeadlineExceeded.
 	_, err := c.Read(ctx, 1, 3, 0, 1)
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want ErrTimeout and context.DeadlineExceeded", err)
-	}
-	if d := time.Since(start); d > 100*time.Millisecond+hangMargin {
-		t.Fatalf("took %v, want about 100ms", d)
 	}
 }
 

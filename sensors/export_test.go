@@ -1,0 +1,9 @@
+package sensors
+
+import (
+	"context"
+	"time"
+)
+
+// SetSleep replaces the wait of l between reopening its port.
+func (l *LineSensor) SetSleep(f func(ctx context.Context, d time.Duration) bool) { l.sleep = f }
