@@ -1,7 +1,6 @@
 package testtool
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -77,7 +76,7 @@ type Mosquitto struct {
 	bin  string
 	conf string
 	port int
-	log  lockedBuffer
+	log  SyncBuffer
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -202,21 +201,4 @@ func listening(addr string, exited <-chan struct{}) bool {
 		}
 	}
 	return false
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

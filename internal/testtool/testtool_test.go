@@ -150,3 +150,23 @@ func TestMosquittoKillAndStartKeepThePort(t *testing.T) {
 	}
 	c.Close()
 }
+
+func TestSyncBufferConcurrentWriters(t *testing.T) {
+	var b SyncBuffer
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 100 {
+				_, _ = b.Write([]byte("x"))
+				_ = b.String()
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if n := len(b.String()); n != 400 {
+		t.Fatalf("%d bytes, want 400", n)
+	}
+}
