@@ -10,8 +10,8 @@ import (
 // then cancels its context and waits for it to return; it returns the
 // port's host:port. serve is typically an emulator's ServeTCP or
 // ServeRTUOverTCP (a method value), so that testtool needs no import of
-// the emulator, whose own tests use testtool. An error from serve fails
-// the test.
+// the emulator, whose own tests use testtool. serve must return nil once
+// its context ends; any error it returns fails the test.
 func ServeLoopback(t testing.TB, serve func(context.Context, net.Listener) error) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -22,7 +22,7 @@ func ServeLoopback(t testing.TB, serve func(context.Context, net.Listener) error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := serve(ctx, ln); err != nil && ctx.Err() == nil {
+		if err := serve(ctx, ln); err != nil {
 			t.Errorf("serving %s: %v", ln.Addr(), err)
 		}
 	}()
