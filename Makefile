@@ -14,22 +14,54 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab debs fuzz
+.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab debs fuzz
 
-all: vet test
+all: test
 
-## test: vet; every test (unit and integration) under the race detector; the field build; the ARM
-## binaries and tests under qemu; govulncheck; 5 s of fuzzing per fuzz target
-test: vet
+## test: every tier CI runs, fastest first so that a failure shows early; a line before each
+## tier says where the run is. About 13 minutes on 2 cores (see the README).
+test:
+	@echo "[1/7] vet (gofmt -l, go vet)"
+	@$(MAKE) --no-print-directory vet
+	@echo "[2/7] unit and integration tests (go test -race ./..., chaos apart)"
+	@$(MAKE) --no-print-directory test-unit
+	@echo "[3/7] the field build's tests (go test -race -tags field ./cmd/gateway)"
+	@$(MAKE) --no-print-directory test-field
+	@echo "[4/7] the chaos run, short (go test -race -v ./chaos/)"
+	@$(MAKE) --no-print-directory test-chaos
+	@echo "[5/7] govulncheck with the release toolchain"
+	@$(MAKE) --no-print-directory vulncheck
+	@echo "[6/7] fuzzing, 5 s per target (scripts/fuzz-all)"
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+	@echo "[7/7] ARM binaries and tests under qemu (go test -tags crosscheck ./scripts/cross-build/)"
+	@$(MAKE) --no-print-directory test-cross
+	@echo "make test: all 7 tiers passed"
+
+## test-fast: vet and the unit and integration tests only (a few minutes): the tiers to run while
+## working; make test (CI) adds the field build, chaos, govulncheck, fuzzing and qemu
+test-fast:
+	@echo "[1/2] vet (gofmt -l, go vet)"
+	@$(MAKE) --no-print-directory vet
+	@echo "[2/2] unit and integration tests (go test -race ./..., chaos apart)"
+	@$(MAKE) --no-print-directory test-unit
+
+## test-unit: every test of every package but chaos, under the race detector
+test-unit:
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v '/chaos$$')
-	@echo "go test -race -count=1 -v ./chaos/  (the chaos run's figures line follows)"
+
+## test-field: the field build (-tags field) says it has no demo and reloads
+test-field:
+	$(GO) test -race -count=1 -tags field -run 'TestUsageAndVersion|TestReload' ./cmd/gateway
+
+## test-chaos: the short chaos run (CHAOS_DURATION default 50 s); its figures line, or its log's tail
+test-chaos:
 	@$(GO) test -race -count=1 -v -timeout 15m ./chaos/ > .chaos.log 2>&1; rc=$$?; \
 	grep -E 'chaos: seed=|^(--- |ok|FAIL|PASS)' .chaos.log; \
 	if [ $$rc -ne 0 ]; then tail -200 .chaos.log; exit $$rc; fi
-	$(GO) test -race -count=1 -tags field -run 'TestUsageAndVersion|TestReload' ./cmd/gateway
+
+## test-cross: the ARM binaries built and the sensors, buffer and selector tests run under qemu
+test-cross:
 	$(GO) test -count=1 -tags crosscheck -timeout 40m ./scripts/cross-build/
-	$(MAKE) vulncheck
-	$(MAKE) fuzz FUZZTIME=5s
 
 ## vet: gofmt must have nothing to say, and go vet must pass
 vet:

@@ -52,8 +52,8 @@ type Options struct {
 type Agent struct {
 	log *slog.Logger
 	opt Options
-	q   *buffer.Buffer // nil without an uplink
-	in  *appender      // nil without an uplink
+	q   *buffer.Buffer   // nil without an uplink
+	in  *buffer.Appender // nil without an uplink
 
 	cur atomic.Pointer[parts]
 
@@ -104,8 +104,9 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			return nil, err
 		}
 		g.secrets = secretsDigest(c)
-		g.in = newAppender(g.q, g.log.With("component", "buffer"), g.fail)
-		g.in.onStored = opt.OnPacket
+		g.in = buffer.NewAppender(g.q, buffer.AppenderOptions{
+			Logger: g.log.With("component", "buffer"), OnFatal: g.fail, OnStored: opt.OnPacket,
+		})
 		go g.in.Run()
 	}
 	g.cur.Store(p)
@@ -213,7 +214,7 @@ func (g *Agent) Counts() (stored, failed uint64) {
 	if g.in == nil {
 		return 0, 0
 	}
-	return g.in.stored.Load(), g.in.failed.Load()
+	return g.in.Stored(), g.in.Failed()
 }
 
 // Delivery returns the delivery loop's counters; ok is false without an

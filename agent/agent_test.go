@@ -2,12 +2,10 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -44,15 +42,7 @@ func emulate(t *testing.T, names ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = emu.ServeTCP(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return ln.Addr().String()
+	return testtool.ServeLoopback(t, emu.ServeTCP)
 }
 
 // site writes a site file polling one methane sensor at addr every 100ms,

@@ -101,23 +101,7 @@ func startEmulator(t *testing.T, seed int64) (emu *emulator.Emulator, steady, fl
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	var addrs [2]string
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = ln.Addr().String()
-		wg.Go(func() {
-			if err := emu.ServeTCP(ctx, ln); err != nil {
-				t.Errorf("emulator: %v", err)
-			}
-		})
-	}
-	return emu, addrs[0], addrs[1]
+	return emu, testtool.ServeLoopback(t, emu.ServeTCP), testtool.ServeLoopback(t, emu.ServeTCP)
 }
 
 // link is one toxiproxy proxy between the gateway and a broker.

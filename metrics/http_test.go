@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/sensors"
 )
 
@@ -126,7 +128,7 @@ func TestServe(t *testing.T) {
 		t.Run(listen, func(t *testing.T) {
 			if listen == "[::1]:0" {
 				if ln, err := net.Listen("tcp", listen); err != nil {
-					t.Skipf("no IPv6 loopback: %v", err)
+					testtool.Unsupported(t, fmt.Sprintf("no IPv6 loopback: %v", err))
 				} else {
 					ln.Close()
 				}

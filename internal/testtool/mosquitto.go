@@ -1,91 +1,183 @@
 package testtool
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// FindMosquitto returns the mosquitto binary: in PATH, or where Debian
-// installs it (/usr/sbin, often not in PATH). Missing, it skips the test,
-// or fails it under CI=true.
-func FindMosquitto(t testing.TB) string {
-	t.Helper()
-	if p, err := exec.LookPath("mosquitto"); err == nil {
-		return p
+// sbinDirs are where Debian installs daemons and admin tools: often not in
+// PATH for a user.
+var sbinDirs = []string{"/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin"}
+
+// LookSbin finds binary in PATH, then in the sbin directories.
+func LookSbin(binary string) (string, error) {
+	if p, err := exec.LookPath(binary); err == nil {
+		return p, nil
 	}
-	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
+	for _, dir := range sbinDirs {
+		p := filepath.Join(dir, binary)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p
+			return p, nil
 		}
 	}
-	Missing(t, "mosquitto", "mosquitto")
-	return ""
+	return "", fmt.Errorf("%s not found in PATH or %s", binary, strings.Join(sbinDirs, ", "))
 }
 
-// StartMosquitto runs the mosquitto at bin on a free loopback port until the
-// test ends and returns its host:port. The broker is anonymous, keeps nothing
-// on disk and queues without limit (test subscribers take every QoS 1
-// message). extraConf lines are appended to its configuration.
-func StartMosquitto(t testing.TB, bin string, extraConf ...string) string {
+// RequireSbin is Require for a binary that may live in an sbin directory.
+func RequireSbin(t testing.TB, binary, pkg string) string {
 	t.Helper()
-	dir := t.TempDir()
-	var log lockedBuffer
+	p, err := LookSbin(binary)
+	if err != nil {
+		Missing(t, binary, pkg)
+	}
+	return p
+}
+
+// FindMosquitto returns the mosquitto binary, or skips the test (fails it
+// under CI).
+func FindMosquitto(t testing.TB) string {
+	t.Helper()
+	return RequireSbin(t, "mosquitto", "mosquitto")
+}
+
+// MosquittoConfig is the configuration of an anonymous broker on
+// 127.0.0.1:port that keeps nothing on disk and queues without limit (test
+// subscribers take every QoS 1 message); extra lines are appended, and a
+// later line overrides an earlier one (e.g. "allow_anonymous false").
+func MosquittoConfig(port int, extra ...string) string {
+	var c strings.Builder
+	fmt.Fprintf(&c, "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
+	c.WriteString("max_queued_messages 0\nmax_inflight_messages 100\n")
+	c.WriteString("log_dest stderr\nlog_type error\nlog_type warning\n")
+	if os.Geteuid() == 0 {
+		c.WriteString("user root\n") // else it drops to "mosquitto", who cannot read a temporary directory
+	}
+	for _, l := range extra {
+		c.WriteString(l + "\n")
+	}
+	return c.String()
+}
+
+// Mosquitto is a mosquitto process on a loopback port that the test owns:
+// Kill and Start stop it and run it again on the same port, for tests of
+// a broker that goes away. It is killed when the test ends, and its log
+// is printed if the test failed.
+type Mosquitto struct {
+	t    testing.TB
+	bin  string
+	conf string
+	port int
+	log  SyncBuffer
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+// NewMosquitto runs the mosquitto at bin (FindMosquitto) on a free loopback
+// port, configured by MosquittoConfig(port, extraConf...), until the test
+// ends.
+func NewMosquitto(t testing.TB, bin string, extraConf ...string) *Mosquitto {
+	t.Helper()
+	m := &Mosquitto{t: t, bin: bin, conf: filepath.Join(t.TempDir(), "mosquitto.conf")}
+	t.Cleanup(func() {
+		m.Kill()
+		if t.Failed() {
+			t.Logf("mosquitto %s log:\n%s", m.Addr(), m.log.String())
+		}
+	})
+	// The port was free a moment ago; should another process take it
+	// meanwhile, mosquitto exits and another port is tried.
 	for attempt := 1; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := ln.Addr().String()
-		port := ln.Addr().(*net.TCPAddr).Port
+		m.port = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
-		var c strings.Builder
-		fmt.Fprintf(&c, "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
-		c.WriteString("max_queued_messages 0\nmax_inflight_messages 100\n")
-		c.WriteString("log_dest stderr\nlog_type error\nlog_type warning\n")
-		if os.Geteuid() == 0 {
-			c.WriteString("user root\n") // else it drops to "mosquitto", who cannot read t.TempDir()
-		}
-		for _, l := range extraConf {
-			c.WriteString(l + "\n")
-		}
-		conf := filepath.Join(dir, "mosquitto.conf")
-		if err := os.WriteFile(conf, []byte(c.String()), 0o600); err != nil {
+		if err := os.WriteFile(m.conf, []byte(MosquittoConfig(m.port, extraConf...)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "-c", conf)
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start mosquitto: %v", err)
+		err = m.tryStart()
+		if err == nil {
+			return m
 		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if listening(addr, exited) {
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() {
-					t.Logf("mosquitto %s log:\n%s", addr, log.String())
-				}
-			})
-			return addr
-		}
-		stop()
-		// Another process may have taken the port meanwhile.
 		if attempt == 5 {
-			t.Fatalf("mosquitto did not start on a free port:\n%s", log.String())
+			t.Fatalf("mosquitto did not start on a free port: %v\n%s", err, m.log.String())
 		}
 	}
+}
+
+// StartMosquitto is NewMosquitto for a test that needs only the address.
+func StartMosquitto(t testing.TB, bin string, extraConf ...string) string {
+	t.Helper()
+	return NewMosquitto(t, bin, extraConf...).Addr()
+}
+
+// Addr is the broker's host:port.
+func (m *Mosquitto) Addr() string { return "127.0.0.1:" + strconv.Itoa(m.port) }
+
+// URL is the broker's mqtt:// URL.
+func (m *Mosquitto) URL() string { return "mqtt://" + m.Addr() }
+
+// Log is what the broker wrote so far.
+func (m *Mosquitto) Log() string { return m.log.String() }
+
+// Start runs the broker again on its port, after Kill.
+func (m *Mosquitto) Start() {
+	m.t.Helper()
+	var err error
+	for range 50 { // the port may take a moment to be free again
+		if err = m.tryStart(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m.t.Fatalf("mosquitto: %v\n%s", err, m.log.String())
+}
+
+// Kill stops the broker with SIGKILL (no clean close) and waits for it to
+// exit; it does nothing when the broker is not running.
+func (m *Mosquitto) Kill() {
+	m.mu.Lock()
+	cmd, exited := m.cmd, m.exited
+	m.cmd, m.exited = nil, nil
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// tryStart runs mosquitto and waits until its port accepts connections; it
+// fails if mosquitto exits first (the port taken meanwhile).
+func (m *Mosquitto) tryStart() error {
+	cmd := exec.Command(m.bin, "-c", m.conf)
+	cmd.Stdout, cmd.Stderr = &m.log, &m.log
+	dieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start mosquitto: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	m.mu.Lock()
+	m.cmd, m.exited = cmd, exited
+	m.mu.Unlock()
+	if listening(m.Addr(), exited) {
+		return nil
+	}
+	m.Kill()
+	return errors.New("mosquitto exited, or did not listen within 10s")
 }
 
 // listening waits until addr accepts connections, or the process behind it
@@ -109,21 +201,4 @@ func listening(addr string, exited <-chan struct{}) bool {
 		}
 	}
 	return false
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -2,6 +2,7 @@ package testtool
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 )
@@ -25,4 +26,18 @@ func Serve(t testing.TB, serve func(ctx context.Context) error) {
 			t.Error("serve did not return within 10s of cancel")
 		}
 	})
+}
+
+// ServeLoopback runs serve on a free 127.0.0.1 port until the test ends
+// (see [Serve]) and returns the port's host:port. serve is typically an
+// emulator's ServeTCP or ServeRTUOverTCP (a method value), so that testtool
+// needs no import of the emulator, whose own tests use testtool.
+func ServeLoopback(t testing.TB, serve func(context.Context, net.Listener) error) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	Serve(t, func(ctx context.Context) error { return serve(ctx, ln) })
+	return ln.Addr().String()
 }

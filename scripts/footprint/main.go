@@ -48,6 +48,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"fieldlink/internal/testtool"
 )
 
 type options struct {
@@ -219,7 +221,7 @@ func measureBoth(ctx context.Context, o options, root, tmp string, out io.Writer
 
 	broker, brokerAddr, err := serve("mosquitto", filepath.Join(tmp, "mosquitto.log"), func(port int) []string {
 		conf := filepath.Join(tmp, "mosquitto.conf")
-		_ = os.WriteFile(conf, []byte(mosquittoConf(port)), 0o600)
+		_ = os.WriteFile(conf, []byte(testtool.MosquittoConfig(port)), 0o600)
 		return []string{mosq, "-c", conf}
 	})
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"fieldlink/internal/testtool"
 )
 
 // child is a process this program started, in its own process group, with
@@ -126,32 +128,17 @@ func serve(name, logPath string, argv func(port int) []string) (*child, string, 
 
 func tailFile(path string, n int) string { return (&child{log: path}).tail(n) }
 
-// mosquittoConf is a local anonymous broker that keeps nothing on disk.
-func mosquittoConf(port int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
-	b.WriteString("max_queued_messages 0\nlog_dest stderr\nlog_type error\nlog_type warning\n")
-	if os.Geteuid() == 0 {
-		b.WriteString("user root\n") // else it drops to "mosquitto", who cannot read the temp dir
-	}
-	return b.String()
-}
-
 // findMosquitto returns the mosquitto binary: the flag, PATH, or where
 // Debian installs it.
 func findMosquitto(flag string) (string, error) {
 	if flag != "" {
 		return flag, nil
 	}
-	if p, err := exec.LookPath("mosquitto"); err == nil {
-		return p, nil
+	p, err := testtool.LookSbin("mosquitto")
+	if err != nil {
+		return "", fmt.Errorf("footprint: %w (Debian/Ubuntu: sudo apt-get install -y mosquitto)", err)
 	}
-	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-	}
-	return "", errors.New("footprint: mosquitto not found (Debian/Ubuntu: sudo apt-get install -y mosquitto)")
+	return p, nil
 }
 
 // installNodeRED makes sure cache holds the node_modules of

@@ -59,5 +59,6 @@
 // above the 99th percentile, which the lab's 30 s fault windows do not.
 //
 // Set LOOPBACK_LONG=1 for longer blocks, more rounds, more seeds and one
-// more strategy; that run also rewrites docs/selector-loopback.md.
+// more strategy; with -update as well, that run rewrites
+// docs/selector-loopback.md.
 package loopback
