@@ -45,7 +45,13 @@
 // and [MQTT.Kick] reconnects at once when a probe answers again). Servers
 // report their load on a retained MQTT topic ([MQTTConfig.OnLoad]) or an HTTP
 // endpoint ([LoadPoller]), read by [ParseLoad] into [selector.Table.Report].
-// A [Registry] may serve the list of upstreams itself.
+// A [Pool] owns the upstreams and what runs for each (publisher, probe, load
+// source): it registers each in the table and the delivery loop, knows each by
+// its credential-free name ([UpstreamName]), and closes them at Stop. A
+// [Registry] may serve the list of upstreams itself; [Pool.Reconcile] keeps the
+// pool in step with it (new names connected, weights applied, dropped names
+// retired after [RetireGrace]), and [SaveRegistryList] keeps its last good
+// answer for a restart without network.
 //
 // # Window and Retry-After
 //
