@@ -98,12 +98,6 @@ func (*LoadAware) Name() string { return "load_aware" }
 // candidate had no fresh load report.
 func (s *LoadAware) Fallbacks() uint64 { return s.fallbacks.Load() }
 
-// Fallback is the strategy picks fall back to.
-func (s *LoadAware) Fallback() Strategy { return s.fallback }
-
-// Lambda returns λ1, λ2, λ3 (disk, CPU, network) as used, summing to 1.
-func (s *LoadAware) Lambda() [3]float64 { return s.lambda }
-
 // load is U for one report.
 func (s *LoadAware) load(l *Load) float64 {
 	return s.lambda[0]*l.DiskIO + s.lambda[1]*l.CPU + s.lambda[2]*l.Network
