@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/bits"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -112,25 +111,23 @@ type CSWLCOptions struct {
 // per bucket of two or more upstreams, about 0.35 ms per such bucket on a
 // 2 GHz-class core, and a lock on each upstream to copy its load; raise
 // Period to spend less) runs on the pick that
-// first finds the table's latest time reading past the due time, or the set
-// of upstreams changed (Add, Retire, SetUp), under TryLock: other picks do
-// not wait and use the weights published before. Pick itself reads atomics
+// first finds the table's latest time reading past the due time, or the
+// table changed (Add, Retire, SetUp, a weight), under TryLock (see
+// refresher): other picks do not wait and use the weights published before. Pick itself reads atomics
 // only, takes no lock and does not allocate; a recomputation does not
 // allocate either once its buffers have grown.
 type CSWLC struct {
 	k           [5]float64
 	thresholds  []float64
 	tolerance   float64
-	period      int64
 	procLimit   float64
 	seed        uint64
 	ignoreUsage bool
 
-	// Published by refresh, read by Pick.
-	set atomic.Uint64               // the candidate set
-	w   [MaxUpstreams]atomic.Uint64 // float64 bits of W_s
+	ref refresher[cswlcPublished]
+	reportGate
 
-	mu      sync.Mutex // one refresh at a time; pickers do not wait for it
+	// The recomputation's own state, guarded by ref.mu.
 	cs      *cuckooSearch
 	runs    uint64
 	lastUp  [MaxUpstreams]*upstream
@@ -139,8 +136,13 @@ type CSWLC struct {
 	dims    []int   // buckets searched
 	lo, hi  []float64
 	g       [MaxUpstreams]float64
+}
 
-	reportGate
+// cswlcPublished is what a recomputation publishes for picks.
+type cswlcPublished struct {
+	set atomic.Uint64               // the candidate set
+	w   [MaxUpstreams]atomic.Uint64 // float64 bits of W_s
+	exp expiries
 }
 
 // NewCSWLC returns a cswlc strategy.
@@ -149,7 +151,6 @@ func NewCSWLC(opt CSWLCOptions) *CSWLC {
 		k:           cswlcWeights(opt.K),
 		thresholds:  cswlcThresholds(opt.Thresholds),
 		tolerance:   opt.Tolerance,
-		period:      int64(opt.Period),
 		procLimit:   float64(opt.ProcessLimit),
 		seed:        opt.Seed,
 		ignoreUsage: opt.IgnoreUsage,
@@ -159,16 +160,17 @@ func NewCSWLC(opt CSWLCOptions) *CSWLC {
 		s.tolerance = 0.02
 	}
 	s.tolerance = max(s.tolerance, 0)
-	if s.period <= 0 {
-		s.period = int64(time.Second)
+	period := int64(opt.Period)
+	if period <= 0 {
+		period = int64(time.Second)
+	}
+	s.ref.init(period, true)
+	for i := range s.ref.buf {
+		s.ref.buf[i].exp.init()
 	}
 	s.members = make([][]int, len(s.thresholds))
 	for j := range s.members {
 		s.members[j] = make([]int, 0, MaxUpstreams)
-	}
-	s.due.Store(math.MinInt64)
-	for i := range s.exp {
-		s.exp[i].Store(math.MinInt64)
 	}
 	return s
 }
@@ -218,15 +220,23 @@ func (s *CSWLC) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Pick picks as the type's doc describes.
 func (s *CSWLC) Pick(t *Table, skip uint64) (int, bool) {
-	cand, _, i, ok, done := s.front(t, skip, s)
-	if done {
-		return i, ok
+	cand := t.Candidates(skip)
+	switch {
+	case cand == 0:
+		return -1, false
+	case cand&(cand-1) == 0:
+		return trailingZeros(cand), true
 	}
-	set := cand & s.set.Load()
+	now := t.lastSeen()
+	p := s.ref.get(t, now, s)
+	if !p.exp.fresh(cand, now) {
+		return s.fallBack(t, skip)
+	}
+	set := cand & p.set.Load()
 	if set == 0 {
 		set = cand
 	}
-	return cswlcPickMin(t, set, &s.w)
+	return cswlcPickMin(t, set, &p.w)
 }
 
 // cswlcPickMin returns the upstream of the non-empty mask set with the
@@ -276,17 +286,10 @@ func cswlcFreshLoad(t *Table, u *upstream, now int64) (Load, int64, bool) {
 	return l, exp, now <= exp
 }
 
-// refresh recomputes and publishes the candidate set and the weights,
-// unless another goroutine is at it.
-func (s *CSWLC) refresh(t *Table, now int64) {
-	if !s.mu.TryLock() {
-		return
-	}
-	defer s.mu.Unlock()
-	cfg, live := t.cfg.Load(), t.live.Load()
-	if now < s.due.Load() && cfg == s.cfg.Load() && live == s.live.Load() {
-		return // another picker refreshed
-	}
+// recompute computes the candidate set and the weights into p, and carries
+// over the weights of the upstreams without a fresh report.
+func (s *CSWLC) recompute(t *Table, now int64, p *cswlcPublished) {
+	live := t.live.Load()
 	n := t.Len()
 	var loads [MaxUpstreams]Load
 	var used [MaxUpstreams]float64
@@ -300,7 +303,7 @@ func (s *CSWLC) refresh(t *Table, now int64) {
 		r := u.requests.Load()
 		used[i], s.lastReq[i] = float64(r-s.lastReq[i]), r
 		l, exp, ok := cswlcFreshLoad(t, u, now)
-		s.exp[i].Store(exp)
+		p.exp[i].Store(exp)
 		if live&(1<<i) != 0 {
 			total += used[i]
 			if ok {
@@ -315,18 +318,19 @@ func (s *CSWLC) refresh(t *Table, now int64) {
 		seed = t.rand64()
 	}
 	s.runs++
-	s.set.Store(s.candidates(fresh, seed))
-	for m := fresh; m != 0; m &= m - 1 {
-		i := trailingZeros(m)
+	p.set.Store(s.candidates(fresh, seed))
+	prev := s.ref.published()
+	for i := range MaxUpstreams {
+		if fresh&(1<<i) == 0 {
+			p.w[i].Store(prev.w[i].Load())
+			continue
+		}
 		w := float64(t.slots[i].weight.Load()) * h[i]
 		if !s.ignoreUsage && total > 0 {
 			w *= 1 + used[i]/total
 		}
-		s.w[i].Store(math.Float64bits(w))
+		p.w[i].Store(math.Float64bits(w))
 	}
-	s.cfg.Store(cfg)
-	s.live.Store(live)
-	s.due.Store(now + s.period)
 }
 
 // cswlcUtilisation computes, for every upstream in mask, its capacity H
@@ -377,7 +381,7 @@ func cswlcBucket(g float64, thresholds []float64) int {
 }
 
 // candidates buckets the upstreams of mask by s.g, runs the cuckoo search
-// over the buckets, and returns the candidate set (step 4). s.mu is held.
+// over the buckets, and returns the candidate set (step 4). s.ref.mu is held.
 func (s *CSWLC) candidates(mask uint64, seed uint64) uint64 {
 	for j := range s.members {
 		s.members[j] = s.members[j][:0]

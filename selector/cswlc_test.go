@@ -107,11 +107,11 @@ func TestCSWLCPick(t *testing.T) {
 			t.Fatalf("picked u%d, want u2", i)
 		}
 	}
-	if set := s.set.Load(); set != 0b0111 {
+	if set := s.ref.published().set.Load(); set != 0b0111 {
 		t.Fatalf("candidate set %#b, want 0b111", set)
 	}
 	for i, want := range []float64{1, 0.75, 0.72, 0.72} {
-		if w := math.Float64frombits(s.w[i].Load()); !cswlcNear(w, want) {
+		if w := math.Float64frombits(s.ref.published().w[i].Load()); !cswlcNear(w, want) {
 			t.Errorf("W_%d = %v, want %v", i, w, want)
 		}
 	}
@@ -151,12 +151,12 @@ func TestCSWLCUsage(t *testing.T) {
 	c.Advance(time.Second)
 	tb.Probe(0, time.Millisecond, nil) // a clock reading for the table
 	s.Pick(tb, 0)
-	if w0, w1 := math.Float64frombits(s.w[0].Load()), math.Float64frombits(s.w[1].Load()); !cswlcNear(w0, 3.5) || !cswlcNear(w1, 1.25) {
+	if w0, w1 := math.Float64frombits(s.ref.published().w[0].Load()), math.Float64frombits(s.ref.published().w[1].Load()); !cswlcNear(w0, 3.5) || !cswlcNear(w1, 1.25) {
 		t.Fatalf("W = %v, %v; want 3.5, 1.25", w0, w1)
 	}
 	s = NewCSWLC(CSWLCOptions{IgnoreUsage: true})
 	s.Pick(tb, 0)
-	if w0 := math.Float64frombits(s.w[0].Load()); !cswlcNear(w0, 2) {
+	if w0 := math.Float64frombits(s.ref.published().w[0].Load()); !cswlcNear(w0, 2) {
 		t.Fatalf("IgnoreUsage: W_0 = %v, want 2", w0)
 	}
 }

@@ -58,4 +58,21 @@
 // Each strategy's doc comment in the source gives its exact formula, its
 // source, and where and why it departs from it. Every strategy passes the
 // conformance suite in package selectortest.
+//
+// # What else lives here, and why
+//
+// Three helpers serve the lab or a command more than the daemon, and stay
+// in this package for a reason each:
+//
+//   - [WithOutlier] (Envoy's outlier ejection around any strategy) reads the
+//     table's own failure counter, generation and per-upstream statistics
+//     on the pick path, without the allocation of a [Table.Snapshot]; out
+//     of this package it would need them exported.
+//   - [Delphi] (seed 000's expert step) computes drf's TR and N as
+//     [DRFFactors] and checks its factors by drf's own names: it is drf's
+//     configuration, read by the "gateway delphi" command.
+//   - [LSTM] is irlb's predictor, used by the daemon ([IRLB.Train]).
+//
+// The recomputed strategies (soa, load_aware, drf, ribbon_wrt, cswlc, irlb)
+// share one refresher (refresh.go): one staleness rule, one double buffer.
 package selector

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -63,11 +62,11 @@ import (
 // Without TR and N (all zero) no factor dominates and every weight is 1.
 //
 // Re-scoring: the paper re-runs from the probing step every 5 min
-// (DRFOptions.Period), and whenever the server list changes; here also when
-// the set of live upstreams changes (one goes down or comes up). It is done
-// by the first pick that finds the table's latest time reading (Begin, End,
-// Probe, Report or Snapshot, to the millisecond) past the due time, under a
-// TryLock, into the buffer not being read; Pick itself does not read the
+// (DRFOptions.Period), and whenever the server list changes; here whenever
+// the table changes (an upstream added, retired, up, down or reweighted).
+// It is done by the first pick that finds the table's latest time reading
+// (Begin, End, Probe, Report or Snapshot, to the millisecond) past the due
+// time, under a TryLock, into the buffer not being read (see refresher); Pick itself does not read the
 // clock and does not allocate. Between re-scorings the order is stale, by
 // design of the paper: in-flight counts and failures of the last second
 // are those of the re-scoring instant.
@@ -76,10 +75,7 @@ type DRF struct {
 	period int64
 	lt     bool // lifetime response-time σ
 
-	mu  sync.Mutex   // one re-scoring at a time; pickers do not wait
-	due atomic.Int64 // table time of the next periodic re-scoring
-	cur atomic.Uint32
-	buf [2]drfOrder
+	ref refresher[drfOrder]
 }
 
 // DRFResponseTime says which response-time statistics the drf strategy's
@@ -182,8 +178,6 @@ func (o DRFOptions) Validate() error {
 
 // drfOrder is one scoring: the live upstreams by ascending score.
 type drfOrder struct {
-	gen   atomic.Uint64 // Table.gen it was computed for
-	live  atomic.Uint64 // the live mask it was computed for
 	n     atomic.Int32
 	order [MaxUpstreams]atomic.Uint32 // order[r] is the index of rank r
 	score [MaxUpstreams]atomic.Uint64 // float64 bits of its score
@@ -207,7 +201,7 @@ func NewDRF(opt DRFOptions) *DRF {
 	if d >= 0 {
 		s.w[d] = aw
 	}
-	s.due.Store(math.MinInt64)
+	s.ref.init(s.period, true)
 	return s
 }
 
@@ -290,13 +284,7 @@ func drfScore(x *[MaxUpstreams][drfFactors]float64, has *[MaxUpstreams][drfFacto
 }
 
 func (s *DRF) Pick(t *Table, skip uint64) (int, bool) {
-	now := t.lastSeen()
-	live := t.live.Load()
-	o := &s.buf[s.cur.Load()]
-	if now >= s.due.Load() || o.gen.Load() != t.gen.Load() || o.live.Load() != live {
-		s.rescore(t, now)
-		o = &s.buf[s.cur.Load()]
-	}
+	o := s.ref.get(t, t.lastSeen(), s)
 	cand := t.Candidates(skip)
 	if cand == 0 {
 		return -1, false
@@ -353,17 +341,9 @@ func drfIntN(t *Table, n int) int {
 	return int(hi)
 }
 
-// rescore recomputes the order, unless another goroutine is at it.
-func (s *DRF) rescore(t *Table, now int64) {
-	if !s.mu.TryLock() {
-		return
-	}
-	defer s.mu.Unlock()
-	cur := &s.buf[s.cur.Load()]
-	gen, live := t.gen.Load(), t.live.Load()
-	if now < s.due.Load() && cur.gen.Load() == gen && cur.live.Load() == live {
-		return // another goroutine just did it
-	}
+// recompute scores the live upstreams into o, in order.
+func (s *DRF) recompute(t *Table, now int64, o *drfOrder) {
+	live := t.live.Load()
 	var idx [MaxUpstreams]int
 	var x [MaxUpstreams][drfFactors]float64
 	var has [MaxUpstreams][drfFactors]bool
@@ -387,17 +367,11 @@ func (s *DRF) rescore(t *Table, now int64) {
 			ord[p], ord[p-1] = ord[p-1], ord[p]
 		}
 	}
-	next := 1 - s.cur.Load()
-	o := &s.buf[next]
 	for r := range k {
 		o.order[r].Store(uint32(idx[ord[r]]))
 		o.score[r].Store(math.Float64bits(score[ord[r]] + 0)) // + 0: −0 is 0
 	}
 	o.n.Store(int32(k))
-	o.live.Store(live)
-	o.gen.Store(gen)
-	s.cur.Store(next)
-	s.due.Store(now + s.period)
 }
 
 // factors reads the five factors of upstream i at table time now.

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/bits"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -98,9 +97,9 @@ type IRLBOptions struct {
 // model inference per upstream with a new report, about 8·H·(H+2)·Window
 // floating-point operations plus 5·H·Window exponentials: some 30 µs at
 // the defaults) runs on the pick that
-// first finds the table's latest time reading past the due time, or the set
-// of upstreams changed, under TryLock: other picks do not wait and use the
-// weights published before. Pick itself reads atomics only, takes no lock
+// first finds the table's latest time reading past the due time, or the
+// table changed, under TryLock (see refresher): other picks do not wait and
+// use the weights published before. Pick itself reads atomics only, takes no lock
 // and does not allocate.
 type IRLB struct {
 	perf, load       [3]float64
@@ -110,19 +109,24 @@ type IRLB struct {
 	history          int
 	modelOpt         LSTMOptions
 
-	// Published by refresh, read by Pick.
-	a [MaxUpstreams]atomic.Uint64 // float64 bits: P / (L + εL)
-	b [MaxUpstreams]atomic.Uint64 // float64 bits: α3·C + β3·Ĉ + εR
+	ref refresher[irlbWeights]
+	reportGate
 
 	model atomic.Pointer[LSTM]
 	dirty atomic.Bool // a new model: predict again for every upstream
 
-	mu      sync.Mutex // one refresh (or history copy) at a time; pickers do not wait for it
+	// The recomputation's own state, guarded by ref.mu (Train copies hist
+	// under it too).
 	hist    [MaxUpstreams]irlbHistory
 	work    *lstmWork
 	workFor *LSTM
+}
 
-	reportGate
+// irlbWeights is what a recomputation publishes for picks.
+type irlbWeights struct {
+	a   [MaxUpstreams]atomic.Uint64 // float64 bits: P / (L + εL)
+	b   [MaxUpstreams]atomic.Uint64 // float64 bits: α3·C + β3·Ĉ + εR
+	exp expiries
 }
 
 // irlbHistory is one upstream's recorded connection counts.
@@ -141,7 +145,6 @@ func NewIRLB(opt IRLBOptions) *IRLB {
 		load:     irlbCoefficients(opt.Load, [3]float64{0.3, 0.3, 0.4}),
 		epsLoad:  opt.LoadEpsilon,
 		epsRank:  opt.RankEpsilon,
-		period:   int64(opt.Period),
 		history:  opt.History,
 		modelOpt: opt.Model.withDefaults(),
 	}
@@ -153,17 +156,18 @@ func NewIRLB(opt IRLBOptions) *IRLB {
 	if s.epsRank <= 0 {
 		s.epsRank = 1
 	}
-	if s.period <= 0 {
-		s.period = int64(time.Second)
+	period := int64(opt.Period)
+	if period <= 0 {
+		period = int64(time.Second)
+	}
+	s.ref.init(period, true)
+	for i := range s.ref.buf {
+		s.ref.buf[i].exp.init()
 	}
 	if s.history <= 0 {
 		s.history = 1024
 	}
 	s.history = max(s.history, s.modelOpt.Window+1)
-	s.due.Store(math.MinInt64)
-	for i := range s.exp {
-		s.exp[i].Store(math.MinInt64)
-	}
 	return s
 }
 
@@ -215,13 +219,13 @@ func (s *IRLB) SetModel(m *LSTM) error {
 // the last to finish wins.
 func (s *IRLB) Train(ctx context.Context) error {
 	var series [][]LSTMPoint
-	s.mu.Lock()
+	s.ref.mu.Lock()
 	for i := range s.hist {
 		if pts := s.hist[i].pts; len(pts) > 0 {
 			series = append(series, slices.Clone(pts))
 		}
 	}
-	s.mu.Unlock()
+	s.ref.mu.Unlock()
 	m := NewLSTM(s.modelOpt)
 	if _, err := m.Fit(ctx, series...); err != nil {
 		return fmt.Errorf("selector: irlb: train: %w", err)
@@ -233,15 +237,23 @@ func (s *IRLB) Train(ctx context.Context) error {
 
 // Pick picks as the type's doc describes.
 func (s *IRLB) Pick(t *Table, skip uint64) (int, bool) {
-	cand, _, i, ok, done := s.front(t, skip, s)
-	if done {
-		return i, ok
+	cand := t.Candidates(skip)
+	switch {
+	case cand == 0:
+		return -1, false
+	case cand&(cand-1) == 0:
+		return trailingZeros(cand), true
+	}
+	now := t.lastSeen()
+	p := s.ref.get(t, now, s)
+	if !p.exp.fresh(cand, now) {
+		return s.fallBack(t, skip)
 	}
 	var ties uint64
 	best := -1.0
 	for m := cand; m != 0; m &= m - 1 {
 		i := trailingZeros(m) & (MaxUpstreams - 1)
-		a, b := math.Float64frombits(s.a[i].Load()), math.Float64frombits(s.b[i].Load())
+		a, b := math.Float64frombits(p.a[i].Load()), math.Float64frombits(p.b[i].Load())
 		w := a / (b + float64(inflight(t.slots[i].state.Load())))
 		if w > best {
 			best, ties = w, 1<<i
@@ -258,17 +270,10 @@ func (s *IRLB) Pick(t *Table, skip uint64) (int, bool) {
 	return trailingZeros(ties), true
 }
 
-// refresh records new samples, predicts, and recomputes and publishes the
-// weights, unless another goroutine is at it.
-func (s *IRLB) refresh(t *Table, now int64) {
-	if !s.mu.TryLock() {
-		return
-	}
-	defer s.mu.Unlock()
-	cfg, live := t.cfg.Load(), t.live.Load()
-	if now < s.due.Load() && cfg == s.cfg.Load() && live == s.live.Load() {
-		return
-	}
+// recompute records new samples, predicts, and computes the weights into
+// p, carrying over those of the upstreams without a fresh report.
+func (s *IRLB) recompute(t *Table, now int64, p *irlbWeights) {
+	live := t.live.Load()
 	model := s.model.Load()
 	if model != nil && s.workFor != model {
 		s.work, s.workFor = newLSTMWork(model.hidden, model.window), model
@@ -284,7 +289,7 @@ func (s *IRLB) refresh(t *Table, now int64) {
 			*hs = irlbHistory{u: u, lastAt: math.MinInt64, pts: hs.pts[:0]}
 		}
 		l, exp, ok := cswlcFreshLoad(t, u, now)
-		s.exp[i].Store(exp)
+		p.exp[i].Store(exp)
 		if !ok {
 			continue
 		}
@@ -305,15 +310,17 @@ func (s *IRLB) refresh(t *Table, now int64) {
 		}
 	}
 	var a, b [MaxUpstreams]float64
-	irlbWeights(s, &loads, fresh, &a, &b)
-	for m := fresh; m != 0; m &= m - 1 {
-		i := trailingZeros(m)
-		s.a[i].Store(math.Float64bits(a[i]))
-		s.b[i].Store(math.Float64bits(b[i]))
+	irlbWeigh(s, &loads, fresh, &a, &b)
+	prev := s.ref.published()
+	for i := range MaxUpstreams {
+		if fresh&(1<<i) == 0 {
+			p.a[i].Store(prev.a[i].Load())
+			p.b[i].Store(prev.b[i].Load())
+			continue
+		}
+		p.a[i].Store(math.Float64bits(a[i]))
+		p.b[i].Store(math.Float64bits(b[i]))
 	}
-	s.cfg.Store(cfg)
-	s.live.Store(live)
-	s.due.Store(now + s.period)
 }
 
 // add appends p, keeping at most n points (and at most 2n in memory).
@@ -328,9 +335,9 @@ func (hs *irlbHistory) add(p LSTMPoint, n int) {
 	hs.pts = append(hs.pts, p)
 }
 
-// irlbWeights computes, for every upstream in mask, a = P / (L + εL) and
+// irlbWeigh computes, for every upstream in mask, a = P / (L + εL) and
 // b = α3·C + β3·Ĉ + εR, so that W = a / (b + in_flight).
-func irlbWeights(s *IRLB, loads *[MaxUpstreams]Load, mask uint64, a, b *[MaxUpstreams]float64) {
+func irlbWeigh(s *IRLB, loads *[MaxUpstreams]Load, mask uint64, a, b *[MaxUpstreams]float64) {
 	var maxC, maxM, maxB float64
 	for m := mask; m != 0; m &= m - 1 {
 		l := &loads[trailingZeros(m)]

@@ -36,7 +36,7 @@ func TestIRLBArithmetic(t *testing.T) {
 		t.Fatalf("picks %s, want %s", letters(got), want)
 	}
 	for i, want := range [][2]float64{{1 / 0.51, 11}, {0.7 / 0.21, 11}} {
-		a, b := math.Float64frombits(s.a[i].Load()), math.Float64frombits(s.b[i].Load())
+		a, b := math.Float64frombits(s.ref.published().a[i].Load()), math.Float64frombits(s.ref.published().b[i].Load())
 		if !cswlcNear(a, want[0]) || !cswlcNear(b, want[1]) {
 			t.Errorf("u%d: a = %v, b = %v; want %v, %v", i, a, b, want[0], want[1])
 		}
@@ -47,7 +47,7 @@ func TestIRLBArithmetic(t *testing.T) {
 	s = NewIRLB(IRLBOptions{Perf: [3]float64{1}, Load: [3]float64{2}, Rank: [2]float64{1, 0}, LoadEpsilon: 0.1, RankEpsilon: 2})
 	s.Pick(tb, 0)
 	for i, want := range []float64{1 / 0.6, 0.5 / 0.3} {
-		if a, b := math.Float64frombits(s.a[i].Load()), math.Float64frombits(s.b[i].Load()); !cswlcNear(a, want) || !cswlcNear(b, 12) {
+		if a, b := math.Float64frombits(s.ref.published().a[i].Load()), math.Float64frombits(s.ref.published().b[i].Load()); !cswlcNear(a, want) || !cswlcNear(b, 12) {
 			t.Errorf("custom coefficients, u%d: a = %v, b = %v; want %v, 12", i, a, b, want)
 		}
 	}
@@ -75,7 +75,7 @@ func TestIRLBPredicts(t *testing.T) {
 		if n := len(s.hist[i].pts); n < 64 || n > 128 || s.hist[i].pts[n-1].Q != float64(conns(i, 99)) {
 			t.Fatalf("u%d: %d samples kept, last %v", i, n, s.hist[i].pts[n-1])
 		}
-		if b := math.Float64frombits(s.b[i].Load()); !cswlcNear(b, float64(conns(i, 99))+1) {
+		if b := math.Float64frombits(s.ref.published().b[i].Load()); !cswlcNear(b, float64(conns(i, 99))+1) {
 			t.Fatalf("u%d before training: b = %v, want C + 1 = %d", i, b, conns(i, 99)+1)
 		}
 	}
@@ -94,7 +94,7 @@ func TestIRLBPredicts(t *testing.T) {
 			t.Fatalf("u%d: the model predicts the last value exactly", i)
 		}
 		want := 0.5*float64(conns(i, 99)) + 0.5*pred + 1
-		if b := math.Float64frombits(s.b[i].Load()); !cswlcNear(b, want) {
+		if b := math.Float64frombits(s.ref.published().b[i].Load()); !cswlcNear(b, want) {
 			t.Fatalf("u%d: b = %v, want .5·%d + .5·%.3f + 1 = %v", i, b, conns(i, 99), pred, want)
 		}
 	}
@@ -115,7 +115,7 @@ func TestIRLBPredicts(t *testing.T) {
 	s2.hist = s.hist
 	s2.Pick(tb, 0)
 	for i := range 2 {
-		if b, b2 := s.b[i].Load(), s2.b[i].Load(); b != b2 {
+		if b, b2 := s.ref.published().b[i].Load(), s2.ref.published().b[i].Load(); b != b2 {
 			t.Fatalf("u%d: b = %v with the trained model, %v with it reloaded", i, math.Float64frombits(b), math.Float64frombits(b2))
 		}
 	}

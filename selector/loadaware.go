@@ -3,7 +3,6 @@ package selector
 import (
 	"math"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -30,7 +29,7 @@ import (
 // loads do not average to a finite number (a NaN in a report).
 //
 // Reports are read from the table every LoadAwareOptions.Interval (1 s)
-// and when the set of upstreams changes, by the first pick that finds the
+// and when the table changes (see refresher), by the first pick that finds the
 // table's latest time reading past the due time: a new report is seen at
 // most Interval late. Freshness is judged at every pick against that
 // latest time reading (Begin, End, Probe, Report or Snapshot, to the
@@ -43,10 +42,7 @@ type LoadAware struct {
 
 	fallbacks atomic.Uint64
 
-	mu  sync.Mutex
-	due atomic.Int64
-	cur atomic.Uint32
-	buf [2]loadAwareSnap
+	ref refresher[loadAwareSnap]
 }
 
 // LoadAwareOptions configures [NewLoadAware]. The zero value is the default.
@@ -64,7 +60,6 @@ type LoadAwareOptions struct {
 
 // loadAwareSnap is one reading of the reports.
 type loadAwareSnap struct {
-	gen    atomic.Uint64
 	has    atomic.Uint64               // bit i: upstream i had a report
 	u      [MaxUpstreams]atomic.Uint64 // float64 bits of U
 	expiry [MaxUpstreams]atomic.Int64  // table time after which the report is stale
@@ -72,10 +67,12 @@ type loadAwareSnap struct {
 
 // NewLoadAware returns a load_aware strategy.
 func NewLoadAware(opt LoadAwareOptions) *LoadAware {
-	s := &LoadAware{interval: int64(opt.Interval), fallback: opt.Fallback}
-	if s.interval <= 0 {
-		s.interval = int64(time.Second)
+	s := &LoadAware{fallback: opt.Fallback}
+	interval := int64(opt.Interval)
+	if interval <= 0 {
+		interval = int64(time.Second)
 	}
+	s.ref.init(interval, true)
 	if s.fallback == nil {
 		s.fallback = leastConn{}
 	}
@@ -92,7 +89,6 @@ func NewLoadAware(opt LoadAwareOptions) *LoadAware {
 	for k := range s.lambda {
 		s.lambda[k] /= sum
 	}
-	s.due.Store(math.MinInt64)
 	return s
 }
 
@@ -102,12 +98,6 @@ func (*LoadAware) Name() string { return "load_aware" }
 // candidate had no fresh load report.
 func (s *LoadAware) Fallbacks() uint64 { return s.fallbacks.Load() }
 
-// Fallback is the strategy picks fall back to.
-func (s *LoadAware) Fallback() Strategy { return s.fallback }
-
-// Lambda returns λ1, λ2, λ3 (disk, CPU, network) as used, summing to 1.
-func (s *LoadAware) Lambda() [3]float64 { return s.lambda }
-
 // load is U for one report.
 func (s *LoadAware) load(l *Load) float64 {
 	return s.lambda[0]*l.DiskIO + s.lambda[1]*l.CPU + s.lambda[2]*l.Network
@@ -115,11 +105,7 @@ func (s *LoadAware) load(l *Load) float64 {
 
 func (s *LoadAware) Pick(t *Table, skip uint64) (int, bool) {
 	now := t.lastSeen()
-	sn := &s.buf[s.cur.Load()]
-	if now >= s.due.Load() || sn.gen.Load() != t.gen.Load() {
-		s.reread(t, now)
-		sn = &s.buf[s.cur.Load()]
-	}
+	sn := s.ref.get(t, now, s)
 	cand := t.Candidates(skip)
 	if cand == 0 {
 		return -1, false
@@ -164,19 +150,8 @@ func (s *LoadAware) fallBack(t *Table, skip uint64) (int, bool) {
 	return s.fallback.Pick(t, skip)
 }
 
-// reread reads every upstream's latest report, unless another goroutine is
-// at it.
-func (s *LoadAware) reread(t *Table, now int64) {
-	if !s.mu.TryLock() {
-		return
-	}
-	defer s.mu.Unlock()
-	gen := t.gen.Load()
-	if now < s.due.Load() && s.buf[s.cur.Load()].gen.Load() == gen {
-		return
-	}
-	next := 1 - s.cur.Load()
-	sn := &s.buf[next]
+// recompute reads every upstream's latest report into sn.
+func (s *LoadAware) recompute(t *Table, _ int64, sn *loadAwareSnap) {
 	var has uint64
 	n := t.Len()
 	for i := range n {
@@ -193,7 +168,4 @@ func (s *LoadAware) reread(t *Table, now int64) {
 		u.mu.Unlock()
 	}
 	sn.has.Store(has)
-	sn.gen.Store(gen)
-	s.cur.Store(next)
-	s.due.Store(now + s.interval)
 }

@@ -44,7 +44,7 @@ func TestLoadAwareFilterByHand(t *testing.T) {
 	//   u0: 0.45 + 0.18 + 0.06 = 0.69; u1: 0.3; u2: 0.09; u3: 0.6;
 	//   average 1.68/4 = 0.42: u1 and u2.
 	w := NewLoadAware(LoadAwareOptions{Lambda: [3]float64{5, 3, 2}})
-	if l := w.Lambda(); !near(l[0], 0.5, 1e-12) || !near(l[1], 0.3, 1e-12) || !near(l[2], 0.2, 1e-12) {
+	if l := w.lambda; !near(l[0], 0.5, 1e-12) || !near(l[1], 0.3, 1e-12) || !near(l[2], 0.2, 1e-12) {
 		t.Fatalf("λ = %v, want 0.5, 0.3, 0.2", l)
 	}
 	if u := w.load(&Load{DiskIO: 0.9, CPU: 0.6, Network: 0.3}); !near(u, 0.69, 1e-12) {
@@ -59,8 +59,8 @@ func TestLoadAwareFilterByHand(t *testing.T) {
 func TestLoadAwareFallback(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1)
 	s := NewLoadAware(LoadAwareOptions{}) // LoadTTL is the table's default, 30 s
-	if s.Fallback().Name() != "least_conn" {
-		t.Fatalf("default fallback %q, want least_conn", s.Fallback().Name())
+	if s.fallback.Name() != "least_conn" {
+		t.Fatalf("default fallback %q, want least_conn", s.fallback.Name())
 	}
 	tb.Report(0, Load{CPU: 0.9})
 	tb.Report(1, Load{CPU: 0.1})

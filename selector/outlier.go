@@ -147,21 +147,6 @@ func WithOutlier(s Strategy, opt OutlierOptions) *Outlier {
 
 func (o *Outlier) Name() string { return o.inner.Name() + "+outlier" }
 
-// Inner is the strategy behind the layer.
-func (o *Outlier) Inner() Strategy { return o.inner }
-
-// Ejected is the mask of the upstreams ejected now (bit i: upstream i).
-func (o *Outlier) Ejected() uint64 { return o.ejected.Load() }
-
-// Ejections is how many ejections there were.
-func (o *Outlier) Ejections() uint64 { return o.ejections.Load() }
-
-// Overflows is how many ejections the max ejection percent prevented.
-func (o *Outlier) Overflows() uint64 { return o.overflows.Load() }
-
-// Panics is how many picks ignored ejections under the panic threshold.
-func (o *Outlier) Panics() uint64 { return o.panics.Load() }
-
 func (o *Outlier) Pick(t *Table, skip uint64) (int, bool) {
 	now := t.lastSeen()
 	if t.fail.Load() != o.seenFail.Load() || now >= o.nextDue.Load() || t.gen.Load() != o.seenGen.Load() {

@@ -25,28 +25,28 @@ func TestOutlierEjectionAndBackoff(t *testing.T) {
 	}
 	fail(tb, c, 1, 4)
 	o.Pick(tb, 0)
-	if o.Ejected() != 0 {
-		t.Fatalf("4 consecutive failures: ejected %#b, want none", o.Ejected())
+	if o.ejected.Load() != 0 {
+		t.Fatalf("4 consecutive failures: ejected %#b, want none", o.ejected.Load())
 	}
 	fail(tb, c, 1, 1)
 	at(tb, c, 0)
-	if got := letters(picks(t, o, tb, 6)); got != "cdacda" || o.Ejected() != 1<<1 || o.Ejections() != 1 {
-		t.Fatalf("5 consecutive failures: %s, ejected %#b; want cdacda (round robin, after one pick), u1", got, o.Ejected())
+	if got := letters(picks(t, o, tb, 6)); got != "cdacda" || o.ejected.Load() != 1<<1 || o.ejections.Load() != 1 {
+		t.Fatalf("5 consecutive failures: %s, ejected %#b; want cdacda (round robin, after one pick), u1", got, o.ejected.Load())
 	}
 	// First ejection: 30 s × 1.
 	at(tb, c, 30*time.Second-time.Millisecond)
-	if o.Pick(tb, 0); o.Ejected() != 1<<1 {
-		t.Fatalf("29.999 s later: ejected %#b, want u1", o.Ejected())
+	if o.Pick(tb, 0); o.ejected.Load() != 1<<1 {
+		t.Fatalf("29.999 s later: ejected %#b, want u1", o.ejected.Load())
 	}
 	at(tb, c, 30*time.Second)
-	if o.Pick(tb, 0); o.Ejected() != 0 {
-		t.Fatalf("30 s later: ejected %#b, want none", o.Ejected())
+	if o.Pick(tb, 0); o.ejected.Load() != 0 {
+		t.Fatalf("30 s later: ejected %#b, want none", o.ejected.Load())
 	}
 	// Back with its count reset (as Envoy): four more failures do not
 	// eject it, though the table counts 9 consecutive.
 	fail(tb, c, 1, 4)
-	if o.Pick(tb, 0); o.Ejected() != 0 || tb.Snapshot()[1].ConsecutiveFailures != 9 {
-		t.Fatalf("4 failures after return: ejected %#b, want none", o.Ejected())
+	if o.Pick(tb, 0); o.ejected.Load() != 0 || tb.Snapshot()[1].ConsecutiveFailures != 9 {
+		t.Fatalf("4 failures after return: ejected %#b, want none", o.ejected.Load())
 	}
 	// The fifth: ejected again, within 10 s of return, so the multiplier
 	// is 2: 60 s.
@@ -54,12 +54,12 @@ func TestOutlierEjectionAndBackoff(t *testing.T) {
 	at(tb, c, 35*time.Second)
 	o.Pick(tb, 0)
 	at(tb, c, 95*time.Second-time.Millisecond)
-	if o.Pick(tb, 0); o.Ejected() != 1<<1 {
-		t.Fatalf("second ejection, 59.999 s: ejected %#b, want u1", o.Ejected())
+	if o.Pick(tb, 0); o.ejected.Load() != 1<<1 {
+		t.Fatalf("second ejection, 59.999 s: ejected %#b, want u1", o.ejected.Load())
 	}
 	at(tb, c, 95*time.Second)
-	if o.Pick(tb, 0); o.Ejected() != 0 {
-		t.Fatalf("second ejection, 60 s: ejected %#b, want none", o.Ejected())
+	if o.Pick(tb, 0); o.ejected.Load() != 0 {
+		t.Fatalf("second ejection, 60 s: ejected %#b, want none", o.ejected.Load())
 	}
 	// 25 s healthy: the multiplier drops by 2 (one per 10 s) to 0, then
 	// goes to 1 at the next ejection: 30 s again.
@@ -68,12 +68,12 @@ func TestOutlierEjectionAndBackoff(t *testing.T) {
 	at(tb, c, 120*time.Second)
 	o.Pick(tb, 0)
 	at(tb, c, 150*time.Second-time.Millisecond)
-	if o.Pick(tb, 0); o.Ejected() != 1<<1 {
-		t.Fatalf("third ejection: ejected %#b, want u1", o.Ejected())
+	if o.Pick(tb, 0); o.ejected.Load() != 1<<1 {
+		t.Fatalf("third ejection: ejected %#b, want u1", o.ejected.Load())
 	}
 	at(tb, c, 150*time.Second)
-	if o.Pick(tb, 0); o.Ejected() != 0 || o.Ejections() != 3 {
-		t.Fatalf("third ejection after 30 s: ejected %#b (%d ejections), want none (3)", o.Ejected(), o.Ejections())
+	if o.Pick(tb, 0); o.ejected.Load() != 0 || o.ejections.Load() != 3 {
+		t.Fatalf("third ejection after 30 s: ejected %#b (%d ejections), want none (3)", o.ejected.Load(), o.ejections.Load())
 	}
 }
 
@@ -90,7 +90,7 @@ func TestOutlierMaxEjectionCap(t *testing.T) {
 		at(tb, c, now)
 		o.Pick(tb, 0)
 		start := now
-		for o.Ejected() != 0 {
+		for o.ejected.Load() != 0 {
 			now += time.Second
 			at(tb, c, now)
 			o.Pick(tb, 0)
@@ -112,8 +112,8 @@ func TestOutlierMaxEjectionPercent(t *testing.T) {
 	fail(tb, c, 2, 5)
 	fail(tb, c, 7, 5)
 	o.Pick(tb, 0)
-	if o.Ejected() != 1<<2 || o.Overflows() != 1 {
-		t.Fatalf("10%% of 10: ejected %#b, overflows %d; want u2, 1", o.Ejected(), o.Overflows())
+	if o.ejected.Load() != 1<<2 || o.overflows.Load() != 1 {
+		t.Fatalf("10%% of 10: ejected %#b, overflows %d; want u2, 1", o.ejected.Load(), o.overflows.Load())
 	}
 	// 20%: both.
 	tb, c = newTestTable(1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
@@ -122,8 +122,8 @@ func TestOutlierMaxEjectionPercent(t *testing.T) {
 	fail(tb, c, 7, 5)
 	fail(tb, c, 8, 5)
 	o.Pick(tb, 0)
-	if o.Ejected() != 1<<2|1<<7 || o.Overflows() != 1 {
-		t.Fatalf("20%% of 10: ejected %#b, overflows %d; want u2 and u7, 1", o.Ejected(), o.Overflows())
+	if o.ejected.Load() != 1<<2|1<<7 || o.overflows.Load() != 1 {
+		t.Fatalf("20%% of 10: ejected %#b, overflows %d; want u2 and u7, 1", o.ejected.Load(), o.overflows.Load())
 	}
 	// Three upstreams, 10% is a third of one: one may be ejected anyway.
 	tb, c = newTestTable(1, 1, 1)
@@ -131,8 +131,8 @@ func TestOutlierMaxEjectionPercent(t *testing.T) {
 	fail(tb, c, 0, 5)
 	fail(tb, c, 1, 5)
 	o.Pick(tb, 0)
-	if o.Ejected() != 1<<0 {
-		t.Fatalf("10%% of 3: ejected %#b, want u0 (at least one)", o.Ejected())
+	if o.ejected.Load() != 1<<0 {
+		t.Fatalf("10%% of 3: ejected %#b, want u0 (at least one)", o.ejected.Load())
 	}
 }
 
@@ -142,14 +142,14 @@ func TestOutlierPanicThreshold(t *testing.T) {
 	fail(tb, c, 0, 5)
 	fail(tb, c, 1, 5)
 	// 2 of 4 healthy: 50% is not below 50%, ejections hold.
-	if got := letters(picks(t, o, tb, 4)); got != "cdcd" || o.Panics() != 0 {
-		t.Fatalf("2 of 4 ejected: %s, %d panics; want cdcd, 0", got, o.Panics())
+	if got := letters(picks(t, o, tb, 4)); got != "cdcd" || o.panics.Load() != 0 {
+		t.Fatalf("2 of 4 ejected: %s, %d panics; want cdcd, 0", got, o.panics.Load())
 	}
 	// One more: 1 of 4 healthy, 25% < 50%: panic, every up upstream.
 	fail(tb, c, 2, 5)
 	got := letters(picks(t, o, tb, 4))
-	if o.Ejected() != 0b111 || got != "abcd" || o.Panics() != 4 {
-		t.Fatalf("3 of 4 ejected: ejected %#b, %s, %d panics; want 0b111, abcd, 4", o.Ejected(), got, o.Panics())
+	if o.ejected.Load() != 0b111 || got != "abcd" || o.panics.Load() != 4 {
+		t.Fatalf("3 of 4 ejected: ejected %#b, %s, %d panics; want 0b111, abcd, 4", o.ejected.Load(), got, o.panics.Load())
 	}
 	// Only up upstreams count: with u3 down, 0 of 3 healthy, still panic;
 	// and a down upstream is never picked.
@@ -164,7 +164,7 @@ func TestOutlierPanicThreshold(t *testing.T) {
 	fail(tb, c, 0, 5)
 	fail(tb, c, 1, 5)
 	fail(tb, c, 2, 5)
-	if got := letters(picks(t, o, tb, 3)); got != "ddd" || o.Panics() != 0 {
+	if got := letters(picks(t, o, tb, 3)); got != "ddd" || o.panics.Load() != 0 {
 		t.Fatalf("no panic mode: %s, want ddd", got)
 	}
 }
@@ -174,8 +174,8 @@ func TestOutlierRetryFallsBackToEjected(t *testing.T) {
 	o := WithOutlier(new(roundRobin), OutlierOptions{})
 	fail(tb, c, 1, 5)
 	o.Pick(tb, 0)
-	if o.Ejected() != 1<<1 {
-		t.Fatalf("ejected %#b, want u1", o.Ejected())
+	if o.ejected.Load() != 1<<1 {
+		t.Fatalf("ejected %#b, want u1", o.ejected.Load())
 	}
 	// A retry that tried u0 and u2: u1 is all that is left.
 	if i, ok := o.Pick(tb, 1<<0|1<<2); !ok || i != 1 {
@@ -193,12 +193,12 @@ func TestOutlierRetiredAndReused(t *testing.T) {
 	o.Pick(tb, 0)
 	tb.Retire(1)
 	o.Pick(tb, 0)
-	if o.Ejected() != 0 {
-		t.Fatalf("retired: ejected %#b, want none", o.Ejected())
+	if o.ejected.Load() != 0 {
+		t.Fatalf("retired: ejected %#b, want none", o.ejected.Load())
 	}
 	tb.Add("u1", 1) // back, with its history: the count was reset at ejection
-	if o.Pick(tb, 0); o.Ejected() != 0 {
-		t.Fatalf("back: ejected %#b, want none", o.Ejected())
+	if o.Pick(tb, 0); o.ejected.Load() != 0 {
+		t.Fatalf("back: ejected %#b, want none", o.ejected.Load())
 	}
 }
 

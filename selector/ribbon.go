@@ -2,7 +2,6 @@ package selector
 
 import (
 	"math"
-	"sync"
 	"sync/atomic"
 )
 
@@ -41,15 +40,14 @@ import (
 //
 // Ribbon refreshes from a timer thread. Here the refresh is made by the
 // first pick that finds the table's latest time reading (by Begin, End,
-// Probe, Report or Snapshot, to the millisecond) past the due time; Pick
-// itself does not read the clock.
+// Probe, Report or Snapshot, to the millisecond) past the due time (see
+// refresher, without its recomputation on a table change); Pick itself
+// does not read the clock.
 type ribbonWRT struct {
-	interval int64
-	rr       roundRobin
-	mu       sync.Mutex   // one refresh at a time; pickers do not wait for it
-	due      atomic.Int64 // table time of the next refresh
-	cur      atomic.Uint32
-	buf      [2]ribbonWeights // buf[cur] is published; a refresh fills the other, then flips cur
+	rr roundRobin
+	// Recomputed every WeightInterval only, not when the table changes:
+	// Ribbon's timer, and the round robin meanwhile, are the rule copied.
+	ref refresher[ribbonWeights]
 }
 
 // ribbonWeights is one computed weight table.
@@ -69,22 +67,19 @@ type ribbonWeights struct {
 }
 
 func newRibbonWRT(opt StrategyOptions) Strategy {
-	s := &ribbonWRT{interval: int64(opt.WeightInterval)}
-	s.due.Store(math.MinInt64)
+	s := new(ribbonWRT)
+	s.ref.init(int64(opt.WeightInterval), false)
 	return s
 }
 
 func (*ribbonWRT) Name() string { return "ribbon_wrt" }
 
 func (s *ribbonWRT) Pick(t *Table, skip uint64) (int, bool) {
-	if now := t.lastSeen(); now >= s.due.Load() {
-		s.refresh(t, now)
-	}
+	wt := s.ref.get(t, t.lastSeen(), s)
 	cand := t.Candidates(skip)
 	if cand == 0 {
 		return -1, false
 	}
-	wt := &s.buf[s.cur.Load()]
 	if math.Float64frombits(wt.total.Load()) < 0.001 || wt.gen.Load() != t.gen.Load() {
 		return s.rr.Pick(t, skip)
 	}
@@ -146,15 +141,8 @@ func searchAtomic(sums *[MaxUpstreams]atomic.Uint64, k int, r uint64) int {
 	return min(base, k-1)
 }
 
-// refresh recomputes the weights, unless another goroutine is at it.
-func (s *ribbonWRT) refresh(t *Table, now int64) {
-	if !s.mu.TryLock() {
-		return
-	}
-	defer s.mu.Unlock()
-	if now < s.due.Load() {
-		return
-	}
+// recompute computes the weights from the lifetime averages.
+func (s *ribbonWRT) recompute(t *Table, _ int64, wt *ribbonWeights) {
 	gen := t.gen.Load()
 	n := t.Len()
 	var avg [MaxUpstreams]float64
@@ -171,8 +159,6 @@ func (s *ribbonWRT) refresh(t *Table, now int64) {
 		avg[i], live[i] = m/1e6, true
 		sum += avg[i]
 	}
-	next := 1 - s.cur.Load()
-	wt := &s.buf[next]
 	var total float64
 	for i := range MaxUpstreams {
 		w := 0.0
@@ -198,6 +184,4 @@ func (s *ribbonWRT) refresh(t *Table, now int64) {
 	wt.mask.Store(mask)
 	wt.n.Store(k)
 	wt.gen.Store(gen)
-	s.cur.Store(next)
-	s.due.Store(now + s.interval)
 }

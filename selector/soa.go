@@ -3,7 +3,6 @@ package selector
 import (
 	"math"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -53,9 +52,9 @@ import (
 //
 // WN is read live at every pick (one atomic per candidate). WY', WT and WH
 // come from the monitor centre's cadence: they are recomputed every
-// SOAOptions.Interval (1 s), when the set of upstreams changes and after a
-// registry push, by the first pick that finds the table's latest time
-// reading past the due time. Pick does not read the clock, does not
+// SOAOptions.Interval (1 s), when the table changes (see refresher) and
+// after a registry push, by the first pick that finds the table's latest
+// time reading past the due time. Pick does not read the clock, does not
 // allocate and takes no lock.
 type SOA struct {
 	interval int64
@@ -64,11 +63,7 @@ type SOA struct {
 	timeout  float64 // ns
 
 	reg atomic.Pointer[map[string]float64]
-
-	mu  sync.Mutex
-	due atomic.Int64
-	cur atomic.Uint32
-	buf [2]soaKeys
+	ref refresher[soaKeys]
 }
 
 // SOAOptions configures [NewSOA]. The zero value is the default.
@@ -89,7 +84,6 @@ type SOAOptions struct {
 
 // soaKeys is one computation of the cached factors.
 type soaKeys struct {
-	gen atomic.Uint64
 	// key[i]: bit 62 overloaded, bits 0–7 the rank of (WT, WH) among the
 	// upstreams (0 best, ties share a rank). A pick adds min(n, 2⁴⁸−1) << 8.
 	key [MaxUpstreams]atomic.Uint64
@@ -105,14 +99,15 @@ const (
 // NewSOA returns an soa strategy.
 func NewSOA(opt SOAOptions) *SOA {
 	s := &SOA{
-		interval: int64(opt.Interval),
-		window:   int64(opt.OverloadWindow),
-		tref:     float64(opt.LatencyRef),
-		timeout:  float64(opt.Timeout),
+		window:  int64(opt.OverloadWindow),
+		tref:    float64(opt.LatencyRef),
+		timeout: float64(opt.Timeout),
 	}
-	if s.interval <= 0 {
-		s.interval = int64(time.Second)
+	interval := int64(opt.Interval)
+	if interval <= 0 {
+		interval = int64(time.Second)
 	}
+	s.ref.init(interval, true)
 	if s.window <= 0 {
 		s.window = int64(30 * time.Second)
 	}
@@ -122,7 +117,6 @@ func NewSOA(opt SOAOptions) *SOA {
 	if s.timeout <= 0 {
 		s.timeout = float64(10 * time.Second)
 	}
-	s.due.Store(math.MinInt64)
 	return s
 }
 
@@ -139,16 +133,11 @@ func (s *SOA) SetRegistryWeights(w map[string]float64) {
 		}
 	}
 	s.reg.Store(&c)
-	s.due.Store(math.MinInt64)
+	s.ref.expire()
 }
 
 func (s *SOA) Pick(t *Table, skip uint64) (int, bool) {
-	now := t.lastSeen()
-	k := &s.buf[s.cur.Load()]
-	if now >= s.due.Load() || k.gen.Load() != t.gen.Load() {
-		s.recompute(t, now)
-		k = &s.buf[s.cur.Load()]
-	}
+	k := s.ref.get(t, t.lastSeen(), s)
 	cand := t.Candidates(skip)
 	if cand == 0 {
 		return -1, false
@@ -237,16 +226,8 @@ func (s *SOA) factors(t *Table, u *upstream, n int64, now int64) soaFactors {
 	return f
 }
 
-// recompute refreshes the cached factors, unless another goroutine is at it.
-func (s *SOA) recompute(t *Table, now int64) {
-	if !s.mu.TryLock() {
-		return
-	}
-	defer s.mu.Unlock()
-	gen := t.gen.Load()
-	if now < s.due.Load() && s.buf[s.cur.Load()].gen.Load() == gen {
-		return
-	}
+// recompute computes the cached factors into k.
+func (s *SOA) recompute(t *Table, now int64, k *soaKeys) {
 	var reg map[string]float64
 	if p := s.reg.Load(); p != nil {
 		reg = *p
@@ -270,8 +251,6 @@ func (s *SOA) recompute(t *Table, now int64) {
 			has |= 1 << i
 		}
 	}
-	next := 1 - s.cur.Load()
-	k := &s.buf[next]
 	for i := range MaxUpstreams {
 		var key uint64
 		if i < n {
@@ -289,7 +268,4 @@ func (s *SOA) recompute(t *Table, now int64) {
 		k.reg[i].Store(math.Float64bits(regW[i]))
 	}
 	k.has.Store(has)
-	k.gen.Store(gen)
-	s.cur.Store(next)
-	s.due.Store(now + s.interval)
 }

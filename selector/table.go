@@ -108,6 +108,7 @@ type Table struct {
 	n    atomic.Int32  // slots ever used: every index below n has an upstream
 	gen  atomic.Uint64 // changes whenever the set of upstreams does (Add of a new or retired name, Retire)
 	cfg  atomic.Uint64 // changes whenever gen or a weight does
+	ver  atomic.Uint64 // changes whenever cfg or live does: see version
 
 	mu    sync.Mutex // serialises Add, Retire, SetUp
 	ups   [MaxUpstreams]atomic.Pointer[upstream]
@@ -193,6 +194,7 @@ func (t *Table) Add(name string, weight int) (int, error) {
 		}
 		t.slots[i].weight.Store(int64(weight))
 		t.cfg.Add(1)
+		t.ver.Add(1)
 		if u.retired.Load() {
 			u.retired.Store(false)
 			u.up.Store(true)
@@ -226,6 +228,7 @@ func (t *Table) Add(name string, weight int) (int, error) {
 	}
 	t.gen.Add(1)
 	t.cfg.Add(1)
+	t.ver.Add(1)
 	t.setLive(slot, true)
 	return slot, nil
 }
@@ -243,6 +246,7 @@ func (t *Table) Retire(i int) {
 	u.retired.Store(true)
 	t.gen.Add(1)
 	t.cfg.Add(1)
+	t.ver.Add(1)
 	t.setLive(i, false)
 }
 
@@ -259,14 +263,23 @@ func (t *Table) SetUp(i int, up bool) {
 
 // setLive sets or clears bit i of the live mask; t.mu is held.
 func (t *Table) setLive(i int, on bool) {
-	m := t.live.Load()
+	old := t.live.Load()
+	m := old
 	if on {
 		m |= 1 << i
 	} else {
 		m &^= 1 << i
 	}
-	t.live.Store(m)
+	if m != old {
+		t.live.Store(m)
+		t.ver.Add(1)
+	}
 }
+
+// version changes whenever an upstream is added or retired, a weight
+// changes, or an upstream goes up or down: whatever a strategy that
+// recomputes its weights off the pick path must not wait a period to see.
+func (t *Table) version() uint64 { return t.ver.Load() }
 
 // Ticket is one delivery in flight, from [Table.Begin] to [Table.End]. It is
 // a small value; copy it freely, End it exactly once.
