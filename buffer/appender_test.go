@@ -3,11 +3,9 @@ package buffer
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -124,12 +122,7 @@ func TestAppenderPutBlocksOnlyWhenFull(t *testing.T) {
 func TestAppenderFatal(t *testing.T) {
 	var eio atomic.Bool
 	path := filepath.Join(t.TempDir(), "buffer.db")
-	b, err := Open(path, Options{Logger: quietLogger(), failCommit: func() error {
-		if eio.Load() {
-			return &os.PathError{Op: "fdatasync", Path: path, Err: syscall.EIO}
-		}
-		return nil
-	}})
+	b, err := Open(path, Options{Logger: quietLogger(), failCommit: failWhen(&eio, eioAt(path))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -381,12 +381,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 	for _, d := range []Durability{Always, Interval} {
 		t.Run(d.String(), func(t *testing.T) {
 			var fail atomic.Bool
-			b, _ := newT(t, Options{Durability: d, SyncEvery: 10 * time.Millisecond, failCommit: func() error {
-				if fail.Load() {
-					return fmt.Errorf("write: %w", syscall.ENOSPC)
-				}
-				return nil
-			}})
+			b, _ := newT(t, Options{Durability: d, SyncEvery: 10 * time.Millisecond, failCommit: failWhen(&fail, errENOSPC)})
 			s1 := mustAppend(t, b, testPacket("one", false))
 			s2 := mustAppend(t, b, testPacket("two", false))
 			waitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
@@ -422,12 +417,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 func TestDeadLetterEIOIsFatal(t *testing.T) {
 	var fail atomic.Bool
 	path := filepath.Join(t.TempDir(), "buffer.db")
-	b, err := Open(path, Options{Logger: quietLogger(), failCommit: func() error {
-		if fail.Load() {
-			return &os.PathError{Op: "fdatasync", Path: path, Err: syscall.EIO}
-		}
-		return nil
-	}})
+	b, err := Open(path, Options{Logger: quietLogger(), failCommit: failWhen(&fail, eioAt(path))})
 	if err != nil {
 		t.Fatal(err)
 	}

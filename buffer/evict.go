@@ -24,26 +24,38 @@ func (t *wtx) makeRoom(over int64, alarm bool, when WhenFull) error {
 
 // evictOldest deletes the oldest records of queue q until want bytes are
 // freed, and returns the bytes freed.
-func (t *wtx) evictOldest(q int, want int64) (freed int64) {
+func (t *wtx) evictOldest(q int, want int64) int64 {
+	n, freed, err := t.deleteFirst(q, func(_, _ []byte, _ int, freed int64) bool { return freed < want })
+	if err != nil {
+		panic("buffer: delete: " + err.Error())
+	}
+	t.st.evictedMaxBytes += uint64(n)
+	return freed
+}
+
+// deleteFirst deletes records from the start of queue q (the oldest) for as
+// long as more, asked before each with the count and bytes taken so far,
+// says so. It keeps the counts and the leases to forget, and returns how
+// many records and bytes it deleted.
+func (t *wtx) deleteFirst(q int, more func(k, v []byte, n int, freed int64) bool) (n int, freed int64, err error) {
 	var keys [][]byte
 	c := t.q[q].Cursor()
 	// Collect first, delete after: Cursor.Next after Cursor.Delete can
 	// skip a key.
-	for k, v := c.First(); k != nil && freed < want; k, v = c.Next() {
+	for k, v := c.First(); k != nil && more(k, v, len(keys), freed); k, v = c.Next() {
 		keys = append(keys, append([]byte(nil), k...))
 		freed += recordSize(v)
 	}
 	for _, k := range keys {
 		if err := t.q[q].Delete(k); err != nil {
-			panic("buffer: delete: " + err.Error())
+			return 0, 0, err
 		}
 		t.gone = append(t.gone, btoi(k))
 	}
 	t.st.n[q] -= int64(len(keys))
 	t.st.bytes[q] -= freed
-	t.st.evictedMaxBytes += uint64(len(keys))
 	t.deletes += len(keys)
-	return freed
+	return len(keys), freed, nil
 }
 
 // evictAged deletes the records older than MaxAge, in transactions of at
@@ -65,27 +77,14 @@ func (w *writer) evictAged() {
 		full := false
 		err = w.contain(func() error {
 			for q := range t.q {
-				var keys [][]byte
-				var freed int64
-				c := t.q[q].Cursor()
-				for k, v := c.First(); k != nil && len(keys) < deleteChunk; k, v = c.Next() {
-					if !validRecord(k, v) || recordAt(v) >= cutoff {
-						break
-					}
-					keys = append(keys, append([]byte(nil), k...))
-					freed += recordSize(v)
+				n, _, err := t.deleteFirst(q, func(k, v []byte, n int, _ int64) bool {
+					return n < deleteChunk && validRecord(k, v) && recordAt(v) < cutoff
+				})
+				if err != nil {
+					return err
 				}
-				full = full || len(keys) == deleteChunk
-				for _, k := range keys {
-					if err := t.q[q].Delete(k); err != nil {
-						return err
-					}
-					t.gone = append(t.gone, btoi(k))
-				}
-				t.st.n[q] -= int64(len(keys))
-				t.st.bytes[q] -= freed
-				t.st.evictedMaxAge += uint64(len(keys))
-				t.deletes += len(keys)
+				full = full || n == deleteChunk
+				t.st.evictedMaxAge += uint64(n)
 			}
 			return nil
 		})

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -232,4 +234,23 @@ func containsAll(have, want []uint64) bool {
 		}
 	}
 	return true
+}
+
+// failWhen is a failCommit hook: every commit fails with err while fail is
+// set.
+func failWhen(fail *atomic.Bool, err error) func() error {
+	return func() error {
+		if fail.Load() {
+			return err
+		}
+		return nil
+	}
+}
+
+// errENOSPC is a commit failing as on a full disk.
+var errENOSPC = fmt.Errorf("write: %w", syscall.ENOSPC)
+
+// eioAt is an fsync of the file at path failing with EIO.
+func eioAt(path string) error {
+	return &os.PathError{Op: "fdatasync", Path: path, Err: syscall.EIO}
 }

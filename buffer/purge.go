@@ -31,22 +31,11 @@ func (w *writer) purge(r *request) {
 		}
 		err = w.contain(func() error {
 			for q := range t.q {
-				var keys [][]byte
-				var freed int64
-				c := t.q[q].Cursor()
-				for k, v := c.First(); k != nil && t.deletes+len(keys) < deleteChunk; k, v = c.Next() {
-					keys = append(keys, append([]byte(nil), k...))
-					freed += recordSize(v)
+				if _, _, err := t.deleteFirst(q, func(_, _ []byte, n int, _ int64) bool {
+					return t.deletes+n < deleteChunk
+				}); err != nil {
+					return err
 				}
-				for _, k := range keys {
-					if err := t.q[q].Delete(k); err != nil {
-						return err
-					}
-					t.gone = append(t.gone, btoi(k))
-				}
-				t.st.n[q] -= int64(len(keys))
-				t.st.bytes[q] -= freed
-				t.deletes += len(keys)
 			}
 			if t.st.n[0]+t.st.n[1] == 0 {
 				// The counts cannot drift, but if they did, this is the

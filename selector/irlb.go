@@ -105,7 +105,6 @@ type IRLB struct {
 	perf, load       [3]float64
 	rank             [2]float64
 	epsLoad, epsRank float64
-	period           int64
 	history          int
 	modelOpt         LSTMOptions
 

@@ -37,7 +37,6 @@ import (
 // no lock.
 type LoadAware struct {
 	lambda   [3]float64 // disk, CPU, network
-	interval int64
 	fallback Strategy
 
 	fallbacks atomic.Uint64

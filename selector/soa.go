@@ -57,10 +57,9 @@ import (
 // time reading past the due time. Pick does not read the clock, does not
 // allocate and takes no lock.
 type SOA struct {
-	interval int64
-	window   int64   // OverloadWindow, ns
-	tref     float64 // ns
-	timeout  float64 // ns
+	window  int64   // OverloadWindow, ns
+	tref    float64 // ns
+	timeout float64 // ns
 
 	reg atomic.Pointer[map[string]float64]
 	ref refresher[soaKeys]
