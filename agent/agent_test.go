@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,23 +90,6 @@ func newIngest(t *testing.T, status int) *ingest {
 	return in
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // stopWithin stops g, failing the test if Stop hangs (a hang detector, not
 // a performance bound).
 func stopWithin(t *testing.T, g *Agent, d time.Duration) error {
@@ -140,7 +122,7 @@ func TestRegistryOverTheCapKeepsDelivering(t *testing.T) {
 		_, _ = io.WriteString(w, b.String())
 	}))
 	defer reg.Close()
-	var log syncBuffer
+	var log testtool.SyncBuffer
 	c := site(t, emulate(t, "generic-mine-methane"), fmt.Sprintf(`uplink:
   probe: {interval: 200ms, timeout: 100ms}
   upstreams:

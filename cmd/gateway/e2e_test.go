@@ -437,7 +437,7 @@ func (in *e2eIngest) seqs() map[uint64]int {
 type e2eGateway struct {
 	cancel context.CancelFunc
 	done   chan error
-	stderr *syncBuffer
+	stderr *testtool.SyncBuffer
 	once   sync.Once
 	err    error
 }
@@ -447,7 +447,7 @@ type e2eGateway struct {
 func e2eStartGateway(t *testing.T, site string, stdout io.Writer, level string) *e2eGateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &e2eGateway{cancel: cancel, done: make(chan error, 1), stderr: &syncBuffer{}}
+	g := &e2eGateway{cancel: cancel, done: make(chan error, 1), stderr: &testtool.SyncBuffer{}}
 	go func() {
 		g.done <- cmdRun(ctx, []string{"-c", site, "-log-level", level, "-print"}, stdout, g.stderr)
 	}()

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -114,22 +113,10 @@ func serve(t *testing.T, rtu bool, names ...string) (*emulator.Emulator, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if rtu {
+		return emu, testtool.ServeLoopback(t, emu.ServeRTUOverTCP)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if rtu {
-			_ = emu.ServeRTUOverTCP(ctx, ln)
-		} else {
-			_ = emu.ServeTCP(ctx, ln)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return emu, ln.Addr().String()
+	return emu, testtool.ServeLoopback(t, emu.ServeTCP)
 }
 
 func writeSite(t *testing.T, src string) string {
@@ -274,17 +261,9 @@ registers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = emu.ServeTCP(ctx, ln) }()
-	defer func() { cancel(); <-done }()
-	port := ln.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(testtool.ServeLoopback(t, emu.ServeTCP))
 	// mbpoll numbers registers from 1: -r 1 is address 0.
-	out, err := exec.Command(mbpoll, "-m", "tcp", "-p", fmt.Sprint(port), "-a", "7", "-r", "1", "-c", "2", "-t", "4", "-1", "127.0.0.1").CombinedOutput()
+	out, err := exec.Command(mbpoll, "-m", "tcp", "-p", port, "-a", "7", "-r", "1", "-c", "2", "-t", "4", "-1", "127.0.0.1").CombinedOutput()
 	if err != nil {
 		t.Fatalf("mbpoll: %v\n%s", err, out)
 	}
@@ -371,7 +350,7 @@ func TestDemoPrintsFarmAndMinePackets(t *testing.T) {
 func TestEmulateServesASerialLine(t *testing.T) {
 	a, b := testtool.PtyPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	var errb syncBuffer
+	var errb testtool.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- cmdEmulate(ctx, []string{"--profile", "generic-mine-methane@5", "--serial", a, "--baud", "19200", "--parity", "E", "--log-level", "warn"}, &bytes.Buffer{}, &errb)
@@ -393,25 +372,6 @@ func TestEmulateServesASerialLine(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "slave 6") {
 		t.Fatalf("absent slave: %d %s", code, errOut)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe to write from one goroutine and read
-// from another.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The site file accepts exactly the strategies the selector has.
@@ -442,7 +402,7 @@ uplink:
 `, dir, addr))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var errb syncBuffer
+	var errb testtool.SyncBuffer
 	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, &errb) }()
 	time.Sleep(time.Second)
 	if code, _, errOut := gw(t, "buffer", "stats", "-c", site); code == 0 || !strings.Contains(errOut, "is the gateway running?") {

@@ -50,7 +50,7 @@ uplink:
 	}
 	run := func(until func() bool) string {
 		ctx, cancel := context.WithCancel(context.Background())
-		var errb syncBuffer
+		var errb testtool.SyncBuffer
 		done := make(chan error, 1)
 		go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "info"}, io.Discard, &errb) }()
 		testtool.WaitFor(t, 20*time.Second, "packets at the registry's upstream", until)
