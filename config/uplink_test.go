@@ -30,7 +30,7 @@ uplink:
 	}
 }
 
-func TestNorthErrors(t *testing.T) {
+func TestUplinkErrors(t *testing.T) {
 	t.Setenv("FIELDLINK_TEST_PW", "x")
 	for _, tc := range []struct{ add, want string }{
 		{"buffer: {durability: sometimes}", `buffer.durability: must be always or interval, got "sometimes"`},
