@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,28 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 	}
 	if !bytes.Contains(log.Bytes(), []byte("from=buffer")) {
 		t.Errorf("log does not say the model came from the buffer: %s", log.String())
+	}
+}
+
+// A saved model that cannot be used is logged with the reason, never with
+// a nil error.
+func TestIRLBUnusableModelSaysWhy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buf.db")
+	q, err := buffer.Open(path, buffer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.PutAux(irlbModelKey, []byte("not a model")); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	s := selector.NewIRLB(selector.IRLBOptions{})
+	restoreIRLB(&config.Config{Buffer: config.Buffer{Path: path}}, q, s, slog.New(slog.NewTextHandler(&log, nil)))
+	if s.Model() != nil {
+		t.Fatal("an unusable model was restored")
+	}
+	if !strings.Contains(log.String(), "unusable") || !strings.Contains(log.String(), "bad model") {
+		t.Errorf("log does not say why the model is unusable: %s", log.String())
 	}
 }

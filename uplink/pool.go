@@ -194,7 +194,7 @@ func (p *Pool) add(u UpstreamConfig, owner string) (int, error) {
 
 	m, run, err := p.connect(name, u)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
+		return 0, err // the constructors name the upstream
 	}
 	m.owner, m.weight, m.drain = owner, max(u.Weight, 1), u.Drain
 	p.mu.Lock()
@@ -205,9 +205,8 @@ func (p *Pool) add(u UpstreamConfig, owner string) (int, error) {
 	}
 	idx, err := p.cfg.Table.Add(name, m.weight)
 	if err != nil {
-		m.cancel()
 		p.closeMember(m)
-		return 0, fmt.Errorf("%s: %w", name, err)
+		return 0, err // names the upstream
 	}
 	m.index = idx
 	if m.drain {
@@ -253,7 +252,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 	if target == "" {
 		var err error
 		if target, err = ProbeTarget(u.URL); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	m := &member{name: name}
@@ -285,7 +284,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		})
 		if err != nil {
 			cancel()
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	var sender Sender

@@ -229,3 +229,23 @@ func mustStrategy(t *testing.T, name string) selector.Strategy {
 	}
 	return s
 }
+
+// An upstream that cannot be made is named once in the error, without its
+// credentials.
+func TestAddErrorNamesTheUpstreamOnce(t *testing.T) {
+	table := selector.NewTable(selector.Options{})
+	p := NewPool(PoolConfig{Table: table, Delivery: NewDelivery(nil, table, mustStrategy(t, "least_conn"), DeliveryOptions{})})
+	defer p.Stop()
+	for _, tc := range []struct{ url, name string }{
+		{"http://u:secret@127.0.0.1:9/api", "http://127.0.0.1:9/api"}, // no GatewayID: NewHTTP refuses
+		{"http://127.0.0.1:9/api", "http://127.0.0.1:9/api"},
+	} {
+		_, err := p.Add(UpstreamConfig{URL: tc.url, LoadURL: "http://127.0.0.1:9/load"})
+		if err == nil {
+			t.Fatalf("%s: accepted without a gateway id", tc.url)
+		}
+		if n := strings.Count(err.Error(), tc.name); n != 1 || strings.Contains(err.Error(), "secret") {
+			t.Errorf("error names %s %d times (want once, no password): %v", tc.name, n, err)
+		}
+	}
+}
