@@ -11,20 +11,14 @@ import (
 // OpenBuffer opens a site's buffer with its configured policies.
 func OpenBuffer(c *config.Config, log *slog.Logger) (*buffer.Buffer, error) {
 	opt := buffer.Options{
-		SyncEvery: c.Buffer.SyncEvery,
-		MaxBytes:  int64(c.Buffer.MaxBytes),
-		MaxAge:    c.Buffer.MaxAge,
-		Encoding:  Encoding(c),
-		Logger:    log.With("component", "buffer"),
-	}
-	if c.Buffer.Durability == "interval" {
-		opt.Durability = buffer.Interval
-	}
-	if c.Buffer.WhenFull == "reject_new" {
-		opt.WhenFull = buffer.RejectNew
-	}
-	if c.Buffer.Order == "newest_first" {
-		opt.Order = buffer.NewestFirst
+		SyncEvery:  c.Buffer.SyncEvery,
+		MaxBytes:   int64(c.Buffer.MaxBytes),
+		MaxAge:     c.Buffer.MaxAge,
+		Encoding:   c.Packet.Values,
+		Durability: c.Buffer.Durability,
+		WhenFull:   c.Buffer.WhenFull,
+		Order:      c.Buffer.Order,
+		Logger:     log.With("component", "buffer"),
 	}
 	b, err := buffer.Open(c.Buffer.Path, opt)
 	if err != nil {

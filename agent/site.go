@@ -42,18 +42,10 @@ func MaxGap(b config.Bus) int {
 	return -1
 }
 
-// Encoding is how a site's packets encode DataBody values.
-func Encoding(c *config.Config) packet.Encoding {
-	if c.Packet.Values == "number" {
-		return packet.Numbers
-	}
-	return packet.Strings
-}
-
 // OpenSite opens every bus of c and builds its line sensors. Nothing polls
 // until the site runs; Close closes the ports.
 func OpenSite(c *config.Config, log *slog.Logger) (*Site, error) {
-	s := &Site{cfg: c, enc: Encoding(c)}
+	s := &Site{cfg: c, enc: c.Packet.Values}
 	var buses []*sensors.Bus
 	for _, b := range c.Buses {
 		ep, err := modbus.ParseURL(b.URL)

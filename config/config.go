@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/packet"
 	"fieldlink/sensors/modbus"
 	"fieldlink/sensors/profile"
 	"fieldlink/yamlconf"
@@ -115,7 +116,7 @@ type Metrics struct {
 type Packet struct {
 	// Values: strings (default, as the platforms expect: "Rainfall":"0")
 	// or number.
-	Values string `yaml:"values"`
+	Values packet.Encoding `yaml:"values"`
 }
 
 // Load reads, decodes and validates a site file, and loads its profiles
@@ -174,9 +175,6 @@ func (c *Config) defaults() {
 	if c.Site.Timezone == "" {
 		c.Site.Timezone = "UTC"
 	}
-	if c.Packet.Values == "" {
-		c.Packet.Values = "strings"
-	}
 	if c.Metrics.Listen == "" {
 		c.Metrics.Listen = "127.0.0.1:9273"
 	}
@@ -202,9 +200,6 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 	c.Location = loc
 	if c.Gateway.ID == "" && doc.Has("gateway.id") {
 		doc.Errorf("gateway.id", "must not be empty (this gateway's id, such as gw-01)")
-	}
-	if c.Packet.Values != "strings" && c.Packet.Values != "number" {
-		doc.Errorf("packet.values", "must be strings or number, got %q", c.Packet.Values)
 	}
 	c.validateMetrics(doc)
 	if len(c.Buses) == 0 && len(c.SerialSensors) == 0 {

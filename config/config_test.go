@@ -66,7 +66,7 @@ func TestLoadGoodFillsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Site.IDField != "MineId" || c.Location.String() != "Asia/Shanghai" || c.Packet.Values != "strings" {
+	if c.Site.IDField != "MineId" || c.Location.String() != "Asia/Shanghai" || c.Packet.Values.String() != "strings" {
 		t.Fatalf("site: %+v values %q", c.Site, c.Packet.Values)
 	}
 	d := c.Buses[0].Devices[1]

@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+
+	"fieldlink/buffer"
 	"net/url"
 	"os"
 	"strconv"
@@ -20,17 +22,17 @@ type Buffer struct {
 	// Durability: always (default: fsync before a packet counts as taken)
 	// or interval (commit at least every sync_every; bounded loss window,
 	// far fewer writes to the SD card).
-	Durability string        `yaml:"durability"`
-	SyncEvery  time.Duration `yaml:"sync_every"`
+	Durability buffer.Durability `yaml:"durability"`
+	SyncEvery  time.Duration     `yaml:"sync_every"`
 	// MaxBytes bounds the live packets; default 256MiB.
 	MaxBytes ByteSize `yaml:"max_bytes"`
 	// MaxAge drops packets older than this; 0 keeps them until delivered.
 	MaxAge time.Duration `yaml:"max_age"`
 	// WhenFull: drop_oldest (default) or reject_new.
-	WhenFull string `yaml:"when_full"`
+	WhenFull buffer.WhenFull `yaml:"when_full"`
 	// Order of replay after an outage: oldest_first (default) or
 	// newest_first. Alarms always go first.
-	Order string `yaml:"order"`
+	Order buffer.Order `yaml:"order"`
 }
 
 // DefaultBufferPath is where the packaged gateway keeps its buffer.
@@ -165,16 +167,9 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			b.Path = c.File[:i+1] + b.Path
 		}
 	}
-	switch b.Durability {
-	case "":
-		b.Durability = "always"
-	case "always", "interval":
-	default:
-		doc.Errorf("buffer.durability", "must be always or interval, got %q", b.Durability)
-	}
 	if b.SyncEvery == 0 {
 		b.SyncEvery = time.Second
-	} else if b.Durability != "interval" {
+	} else if b.Durability != buffer.Interval {
 		doc.Errorf("buffer.sync_every", "applies only with durability: interval")
 	}
 	if b.SyncEvery < time.Millisecond || b.SyncEvery > time.Minute {
@@ -187,20 +182,6 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	}
 	if b.MaxAge < 0 {
 		doc.Errorf("buffer.max_age", "must be 0 (keep packets until delivered) or positive, got %v", b.MaxAge)
-	}
-	switch b.WhenFull {
-	case "":
-		b.WhenFull = "drop_oldest"
-	case "drop_oldest", "reject_new":
-	default:
-		doc.Errorf("buffer.when_full", "must be drop_oldest or reject_new, got %q", b.WhenFull)
-	}
-	switch b.Order {
-	case "":
-		b.Order = "oldest_first"
-	case "oldest_first", "newest_first":
-	default:
-		doc.Errorf("buffer.order", "must be oldest_first or newest_first, got %q", b.Order)
 	}
 
 	u := c.Uplink

@@ -17,7 +17,7 @@ uplink:
 		t.Fatal(err)
 	}
 	b := c.Buffer
-	if b.Path != "/etc/fieldlink/buf.db" || b.SyncEvery != time.Second || b.MaxBytes != 64<<20 || b.WhenFull != "drop_oldest" || b.Order != "oldest_first" {
+	if b.Path != "/etc/fieldlink/buf.db" || b.SyncEvery != time.Second || b.MaxBytes != 64<<20 || b.WhenFull.String() != "drop_oldest" || b.Order.String() != "oldest_first" {
 		t.Fatalf("buffer %+v", b)
 	}
 	u := c.Uplink
@@ -25,7 +25,7 @@ uplink:
 		t.Fatalf("uplink %+v %+v", u, u.Upstreams)
 	}
 	c, err = Parse("site.yaml", []byte(good), testProfiles)
-	if err != nil || c.Buffer.Path != DefaultBufferPath || c.Buffer.Durability != "always" || c.Uplink != nil {
+	if err != nil || c.Buffer.Path != DefaultBufferPath || c.Buffer.Durability.String() != "always" || c.Uplink != nil {
 		t.Fatalf("defaults without the sections: %+v %v", c.Buffer, err)
 	}
 }

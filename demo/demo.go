@@ -338,7 +338,7 @@ func Run(ctx context.Context, opt Options, stdout, stderr io.Writer) error {
 	}
 	r.start = time.Now()
 	for _, s := range r.sites {
-		enc := agent.Encoding(s.cfg)
+		enc := s.cfg.Packet.Values
 		buf := make([]byte, 0, 1024)
 		g, err := agent.Start(s.cfg, agent.Options{
 			Logger:   log,

@@ -145,7 +145,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	opt := agent.Options{Logger: log}
 	if *printAll || c.Uplink == nil {
-		enc := agent.Encoding(c)
+		enc := c.Packet.Values
 		var mu sync.Mutex
 		buf := make([]byte, 0, 1024)
 		opt.OnPacket = func(p *packet.Packet) {
