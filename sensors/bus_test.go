@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,20 +53,6 @@ func modbusProfiles(t testing.TB) ([]emulator.Device, []sensors.DeviceSpec) {
 		specs = append(specs, sensors.DeviceSpec{Name: name, Slave: slave, Profile: p, Interval: time.Second, DataType: p.DataType})
 	}
 	return devs, specs
-}
-
-func startTCP(t testing.TB, emu *emulator.Emulator, rtu bool) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve := emu.ServeTCP
-	if rtu {
-		serve = emu.ServeRTUOverTCP
-	}
-	testtool.Serve(t, func(ctx context.Context) error { return serve(ctx, ln) })
-	return ln.Addr().String()
 }
 
 // servePty serves emu on one end of a socat pty pair at baud with parity
@@ -150,8 +135,8 @@ func TestEveryProfileAgainstTheEmulator(t *testing.T) {
 		url  string
 		cost plan.Cost
 	}{
-		{"tcp", "tcp://" + startTCP(t, emu, false), plan.Cost{CharTime: 100 * time.Nanosecond, Turnaround: time.Millisecond}},
-		{"rtuovertcp", "rtuovertcp://" + startTCP(t, emu, true), plan.Serial(9600, 10, 10*time.Millisecond)},
+		{"tcp", "tcp://" + testtool.ServeLoopback(t, emu.ServeTCP), plan.Cost{CharTime: 100 * time.Nanosecond, Turnaround: time.Millisecond}},
+		{"rtuovertcp", "rtuovertcp://" + testtool.ServeLoopback(t, emu.ServeRTUOverTCP), plan.Serial(9600, 10, 10*time.Millisecond)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bus, err := sensors.NewBus(tc.name, open(t, tc.url, time.Second), specs, sensors.BusOptions{Cost: tc.cost, MaxGap: -1})
@@ -222,7 +207,7 @@ func TestDeadDeviceDoesNotStarveTheBus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := open(t, "rtuovertcp://"+startTCP(t, emu, true), 50*time.Millisecond)
+	client := open(t, "rtuovertcp://"+testtool.ServeLoopback(t, emu.ServeRTUOverTCP), 50*time.Millisecond)
 	specs := []sensors.DeviceSpec{
 		{Name: "wind", Slave: 1, Profile: wind, Interval: 20 * time.Millisecond},
 		{Name: "dead", Slave: 2, Profile: gas, Interval: 20 * time.Millisecond},

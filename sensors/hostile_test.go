@@ -339,7 +339,7 @@ func startHostileRTU(t *testing.T, h *hostile, emu *emulator.Emulator, baud int)
 // startHostileTCP serves units 1 and 2 on one TCP endpoint: requests are
 // relayed to the emulator, except those for unit 2 while it misbehaves.
 func startHostileTCP(t *testing.T, h *hostile, emu *emulator.Emulator) string {
-	upstream := startTCP(t, emu, false)
+	upstream := testtool.ServeLoopback(t, emu.ServeTCP)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
 )
 
 // httpTestRequest is what an httpTestServer saw of one request.
@@ -497,28 +498,10 @@ func TestHTTPTLS(t *testing.T) {
 	}
 }
 
-// httpTestLog is a concurrency-safe buffer for a slog handler.
-type httpTestLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *httpTestLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *httpTestLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 func TestHTTPSecretsNeverShown(t *testing.T) {
 	const user, password = "gateway-7", "S3cret-Pa55w0rd!"
 	token := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
-	var logs httpTestLog
+	var logs testtool.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	// The server echoes the request's credentials back in its error bodies.

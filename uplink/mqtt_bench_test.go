@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"context"
+	"fieldlink/internal/testtool"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,14 +71,14 @@ func mqttBenchRaw(b *testing.B, c paho.Client, n int) time.Duration {
 	return time.Since(start)
 }
 
-func mqttBenchUpstream(b *testing.B, br *mqttBroker) *MQTT {
-	m, _ := mqttRun(b, MQTTConfig{URL: br.url(), Window: mqttBenchWindow})
+func mqttBenchUpstream(b *testing.B, br *testtool.Mosquitto) *MQTT {
+	m, _ := mqttRun(b, MQTTConfig{URL: br.URL(), Window: mqttBenchWindow})
 	mqttWaitConnected(b, m, true)
 	return m
 }
 
-func mqttBenchPaho(b *testing.B, br *mqttBroker) paho.Client {
-	o := paho.NewClientOptions().AddBroker("tcp://" + br.addr()).SetClientID("bench-raw").
+func mqttBenchPaho(b *testing.B, br *testtool.Mosquitto) paho.Client {
+	o := paho.NewClientOptions().AddBroker("tcp://" + br.Addr()).SetClientID("bench-raw").
 		SetCleanSession(true).SetAutoReconnect(false).SetProtocolVersion(4)
 	c := paho.NewClient(o)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {

@@ -2,18 +2,12 @@ package uplink
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,24 +21,6 @@ import (
 // Test helpers for the MQTT upstream: a real mosquitto started per test, a
 // TCP relay that can swallow the broker's packets or cut the link, a paho
 // subscriber, and a captured log.
-
-// mqttFindTool returns the path of a mosquitto binary, looking in PATH and
-// then where Debian puts it (sbin is often not in PATH). It skips the test
-// (fails it under CI=true) when the binary is missing.
-func mqttFindTool(t testing.TB, binary string) string {
-	t.Helper()
-	if p, err := exec.LookPath(binary); err == nil {
-		return p
-	}
-	for _, dir := range []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"} {
-		p := filepath.Join(dir, binary)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	testtool.Missing(t, binary, "mosquitto")
-	return ""
-}
 
 // mqttFreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func mqttFreePort(t testing.TB) int {
@@ -66,160 +42,28 @@ type mqttBrokerOpts struct {
 	mtls bool
 }
 
-// mqttBroker is a mosquitto process listening on 127.0.0.1:port.
-type mqttBroker struct {
-	t    testing.TB
-	bin  string
-	conf string
-	port int
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has exited
-	log    *mqttSyncBuffer
-}
-
-func mqttStartBroker(t testing.TB, o mqttBrokerOpts) *mqttBroker {
+// mqttStartBroker runs a mosquitto configured by o until the test ends.
+func mqttStartBroker(t testing.TB, o mqttBrokerOpts) *testtool.Mosquitto {
 	t.Helper()
-	b := &mqttBroker{t: t, bin: mqttFindTool(t, "mosquitto"), log: &mqttSyncBuffer{}}
-	b.conf = filepath.Join(t.TempDir(), "mosquitto.conf")
-	t.Cleanup(func() {
-		b.kill()
-		if t.Failed() {
-			t.Logf("mosquitto log:\n%s", b.log.String())
-		}
-	})
-	// The port was free a moment ago; should another process take it
-	// meanwhile, try another.
-	for attempt := 1; ; attempt++ {
-		b.port = mqttFreePort(t)
-		var c strings.Builder
-		fmt.Fprintf(&c, "listener %d 127.0.0.1\n", b.port)
-		if o.tls != nil {
-			fmt.Fprintf(&c, "cafile %s\ncertfile %s\nkeyfile %s\n", o.tls.ca, o.tls.serverCert, o.tls.serverKey)
-			if o.mtls {
-				c.WriteString("require_certificate true\n")
-			}
-		}
-		if o.passwordFile != "" {
-			fmt.Fprintf(&c, "allow_anonymous false\npassword_file %s\n", o.passwordFile)
-		} else {
-			c.WriteString("allow_anonymous true\n")
-		}
-		c.WriteString("persistence false\n")
-		// The test subscribers read thousands of QoS 1 messages: no dropping.
-		c.WriteString("max_queued_messages 0\nmax_inflight_messages 100\n")
-		c.WriteString("log_dest stderr\nlog_type error\nlog_type warning\nlog_type notice\n")
-		if os.Geteuid() == 0 {
-			c.WriteString("user root\n") // else it drops to "mosquitto", who cannot read t.TempDir()
-		}
-		if err := os.WriteFile(b.conf, []byte(c.String()), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		err := b.tryStart()
-		if err == nil {
-			return b
-		}
-		if attempt == 5 {
-			t.Fatalf("mosquitto: %v\n%s", err, b.log.String())
+	var conf []string
+	if o.tls != nil {
+		conf = append(conf, "cafile "+o.tls.ca, "certfile "+o.tls.serverCert, "keyfile "+o.tls.serverKey)
+		if o.mtls {
+			conf = append(conf, "require_certificate true")
 		}
 	}
-}
-
-func (b *mqttBroker) addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
-func (b *mqttBroker) url() string  { return "mqtt://" + b.addr() }
-
-// start runs mosquitto again on the same port.
-func (b *mqttBroker) start() {
-	b.t.Helper()
-	var err error
-	for range 50 { // the port may take a moment to be free again
-		if err = b.tryStart(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if o.passwordFile != "" {
+		// Comes after testtool's "allow_anonymous true": the last one wins.
+		conf = append(conf, "allow_anonymous false", "password_file "+o.passwordFile)
 	}
-	b.t.Fatalf("mosquitto: %v\n%s", err, b.log.String())
-}
-
-// tryStart runs mosquitto and waits until its port accepts connections,
-// or fails if it exits first (the port taken meanwhile: "Address already
-// in use").
-func (b *mqttBroker) tryStart() error {
-	b.mu.Lock()
-	cmd := exec.Command(b.bin, "-c", b.conf)
-	cmd.Stdout, cmd.Stderr = b.log, b.log
-	mqttDieWithTest(cmd)
-	if err := cmd.Start(); err != nil {
-		b.mu.Unlock()
-		return fmt.Errorf("start: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	b.cmd, b.exited = cmd, exited
-	b.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if nc, err := net.DialTimeout("tcp", b.addr(), time.Second); err == nil {
-			nc.Close()
-			// Someone else may own the port: mosquitto then exits at once.
-			select {
-			case <-exited:
-			case <-time.After(50 * time.Millisecond):
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			b.mu.Lock()
-			b.cmd, b.exited = nil, nil
-			b.mu.Unlock()
-			return errors.New("exited at start")
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.kill()
-			return fmt.Errorf("not listening on %s within 10s", b.addr())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// kill stops mosquitto with SIGKILL (no clean close) and waits for it.
-func (b *mqttBroker) kill() {
-	b.mu.Lock()
-	cmd, exited := b.cmd, b.exited
-	b.cmd, b.exited = nil, nil
-	b.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-}
-
-// mqttSyncBuffer is a bytes.Buffer safe for concurrent writers.
-type mqttSyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *mqttSyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *mqttSyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	conf = append(conf, "log_type notice")
+	return testtool.NewMosquitto(t, testtool.FindMosquitto(t), conf...)
 }
 
 // mqttLogger returns a logger that writes everything, debug included, to
 // the returned buffer (and to the test log on failure).
-func mqttLogger(t testing.TB) (*slog.Logger, *mqttSyncBuffer) {
-	buf := &mqttSyncBuffer{}
+func mqttLogger(t testing.TB) (*slog.Logger, *testtool.SyncBuffer) {
+	buf := &testtool.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("uplink log:\n%s", buf.String())

@@ -190,8 +190,8 @@ func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
 // through a window of 64 and checks a subscriber gets every one.
 func TestMQTTPipelined(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	sub := mqttSubscribe(t, b.addr(), "fieldlink/s1/gw1/gas")
-	m, _ := mqttRun(t, MQTTConfig{URL: b.url()})
+	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/gas")
+	m, _ := mqttRun(t, MQTTConfig{URL: b.URL()})
 	mqttWaitConnected(t, m, true)
 
 	const workers, each = 100, 20
@@ -237,8 +237,8 @@ func TestMQTTPipelined(t *testing.T) {
 // 8 packets leave while no PUBACK comes back.
 func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	sub := mqttSubscribe(t, b.addr(), "fieldlink/s1/gw1/t")
-	relay := mqttStartRelay(t, b.addr())
+	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/t")
+	relay := mqttStartRelay(t, b.Addr())
 	const window, n = 8, 20
 	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), Window: window, PublishTimeout: 30 * time.Second})
 	mqttWaitConnected(t, m, true)
@@ -306,7 +306,7 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 // publishing works on the new one.
 func TestMQTTAckTimeout(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	relay := mqttStartRelay(t, b.addr())
+	relay := mqttStartRelay(t, b.Addr())
 	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), PublishTimeout: 300 * time.Millisecond})
 	mqttWaitConnected(t, m, true)
 	relay.swallow.Store(true)
@@ -329,7 +329,7 @@ func TestMQTTAckTimeout(t *testing.T) {
 // of them return nil than PUBACKs reached the upstream.
 func TestMQTTBrokerKilled(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	relay := mqttStartRelay(t, b.addr()) // only to count PUBACKs
+	relay := mqttStartRelay(t, b.Addr()) // only to count PUBACKs
 	// PublishTimeout bounds how long paho may hold Run's pump after the loss.
 	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), PublishTimeout: 2 * time.Second})
 	mqttWaitConnected(t, m, true)
@@ -358,7 +358,7 @@ func TestMQTTBrokerKilled(t *testing.T) {
 		})
 	}
 	testtool.WaitFor(t, 10*time.Second, "1,000 PUBACKs", func() bool { return relay.pubacks.Load()-base >= 1000 })
-	b.kill()
+	b.Kill()
 	killed := time.Now()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -382,13 +382,13 @@ func TestMQTTBrokerKilled(t *testing.T) {
 // again on the same port and checks Run reconnects by itself.
 func TestMQTTReconnect(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	m, _ := mqttRun(t, MQTTConfig{URL: b.url()})
+	m, _ := mqttRun(t, MQTTConfig{URL: b.URL()})
 	mqttWaitConnected(t, m, true)
 	vars := map[string]string{"data_type": "r"}
 	if err := m.Publish(context.Background(), vars, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	b.kill()
+	b.Kill()
 	mqttWaitConnected(t, m, false)
 	start := time.Now()
 	err := m.Publish(context.Background(), vars, []byte("during"))
@@ -396,7 +396,7 @@ func TestMQTTReconnect(t *testing.T) {
 		t.Fatalf("Publish with the broker down = %v after %v, want ErrMQTTNotConnected at once", err, time.Since(start))
 	}
 	t.Logf("with the broker down: %v", err)
-	b.start()
+	b.Start()
 	mqttWaitConnected(t, m, true)
 	if err := m.Publish(context.Background(), vars, []byte("after")); err != nil {
 		t.Fatalf("Publish after the broker came back: %v", err)
@@ -408,27 +408,27 @@ func TestMQTTReconnect(t *testing.T) {
 // the reconnect, and "offline" published by Run as it ends.
 func TestMQTTStatusTopic(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	relay := mqttStartRelay(t, b.addr())
+	relay := mqttStartRelay(t, b.Addr())
 	logger, logs := mqttLogger(t)
 	m, stop := mqttRun(t, MQTTConfig{URL: relay.url(), Logger: logger})
 	const topic = "fieldlink/s1/gw1/status"
 	mqttWaitConnected(t, m, true)
-	if got := mqttRetained(t, b.addr(), topic); got != "online" {
+	if got := mqttRetained(t, b.Addr(), topic); got != "online" {
 		t.Fatalf("retained status after connect = %q, want online", got)
 	}
 
 	relay.refuse.Store(true)
 	relay.cut()
-	testtool.WaitFor(t, 10*time.Second, "the last will", func() bool { return mqttRetained(t, b.addr(), topic) == "offline" })
+	testtool.WaitFor(t, 10*time.Second, "the last will", func() bool { return mqttRetained(t, b.Addr(), topic) == "offline" })
 
 	relay.refuse.Store(false)
 	mqttWaitConnected(t, m, true)
-	if got := mqttRetained(t, b.addr(), topic); got != "online" {
+	if got := mqttRetained(t, b.Addr(), topic); got != "online" {
 		t.Fatalf("retained status after reconnect = %q, want online", got)
 	}
 
 	stop() // Run returns only after the broker acknowledged "offline"
-	if got := mqttRetained(t, b.addr(), topic); got != "offline" {
+	if got := mqttRetained(t, b.Addr(), topic); got != "offline" {
 		t.Fatalf("retained status after Run returned = %q, want offline", got)
 	}
 	if !strings.Contains(logs.String(), "mqtt disconnected") || strings.Contains(logs.String(), "last will") {
@@ -444,12 +444,12 @@ func TestMQTTStatusTopic(t *testing.T) {
 func TestMQTTLoadTopic(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	const topic = "$load/ingest-1"
-	pub := mqttClient(t, b.addr(), "test-load-publisher")
+	pub := mqttClient(t, b.Addr(), "test-load-publisher")
 	if tok := pub.Publish(topic, 1, true, `{"load":0.25}`); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish load report: %v", tok.Error())
 	}
 	loads := make(chan string, 10)
-	m, _ := mqttRun(t, MQTTConfig{URL: b.url(), LoadTopic: topic, OnLoad: func(p []byte) { loads <- string(p) }})
+	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), LoadTopic: topic, OnLoad: func(p []byte) { loads <- string(p) }})
 	want := func(p string) {
 		t.Helper()
 		select {
@@ -473,7 +473,7 @@ func TestMQTTLoadTopic(t *testing.T) {
 // password gives a clear error that does not show it; the right one
 // works; and no log line ever shows a password.
 func TestMQTTCredentials(t *testing.T) {
-	passwd := mqttFindTool(t, "mosquitto_passwd")
+	passwd := testtool.RequireSbin(t, "mosquitto_passwd", "mosquitto")
 	const user, secret, wrong = "gw1", "Pa55-w0rd-QX7", "Wr0ng-pa55-ZK9"
 	file := filepath.Join(t.TempDir(), "passwd")
 	if out, err := exec.Command(passwd, "-b", "-c", file, user, secret).CombinedOutput(); err != nil {
@@ -484,7 +484,7 @@ func TestMQTTCredentials(t *testing.T) {
 	vars := map[string]string{"data_type": "c"}
 
 	t.Run("wrong password", func(t *testing.T) {
-		cfg := MQTTConfig{URL: b.url(), Username: user, Password: wrong, Logger: logger}
+		cfg := MQTTConfig{URL: b.URL(), Username: user, Password: wrong, Logger: logger}
 		m, stop := mqttRun(t, cfg)
 		var err error
 		testtool.WaitFor(t, 10*time.Second, "a connect error", func() bool {
@@ -503,7 +503,7 @@ func TestMQTTCredentials(t *testing.T) {
 		}
 	})
 	t.Run("right password", func(t *testing.T) {
-		m, stop := mqttRun(t, MQTTConfig{URL: b.url(), Username: user, Password: secret, Logger: logger})
+		m, stop := mqttRun(t, MQTTConfig{URL: b.URL(), Username: user, Password: secret, Logger: logger})
 		mqttWaitConnected(t, m, true)
 		if err := m.Publish(context.Background(), vars, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -523,8 +523,8 @@ func TestMQTTCredentials(t *testing.T) {
 // TestMQTTAtMostOnce: QoS 0 publishes arrive; nil means written, not acked.
 func TestMQTTAtMostOnce(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	sub := mqttSubscribe(t, b.addr(), "fieldlink/s1/gw1/q0")
-	m, _ := mqttRun(t, MQTTConfig{URL: b.url(), AtMostOnce: true})
+	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/q0")
+	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), AtMostOnce: true})
 	mqttWaitConnected(t, m, true)
 	for i := range 100 {
 		if err := m.Publish(context.Background(), map[string]string{"data_type": "q0"}, fmt.Appendf(nil, "%d", i)); err != nil {
@@ -570,7 +570,7 @@ func TestMQTTRunStops(t *testing.T) {
 	}{
 		{"backing off", "mqtt://127.0.0.1:" + fmt.Sprint(mqttFreePort(t)), func(m *MQTT) bool { return m.lastErr.Load() != nil }},
 		{"waiting for CONNACK", "mqtt://" + silent.Addr().String(), func(m *MQTT) bool { mu.Lock(); defer mu.Unlock(); return len(held) > 0 }},
-		{"connected", b.url(), func(m *MQTT) bool { return m.Connected() }},
+		{"connected", b.URL(), func(m *MQTT) bool { return m.Connected() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -594,7 +594,7 @@ func TestMQTTRunStops(t *testing.T) {
 // them returned nil than PUBACKs reached the upstream.
 func TestMQTTStopWhilePublishing(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	relay := mqttStartRelay(t, b.addr())
+	relay := mqttStartRelay(t, b.Addr())
 	m, stop := mqttRun(t, MQTTConfig{URL: relay.url()})
 	mqttWaitConnected(t, m, true)
 	base := relay.pubacks.Load()
@@ -625,7 +625,7 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 		t.Fatalf("%d publishes returned nil but only %d data PUBACKs reached the upstream", got, max)
 	}
 	t.Logf("stopped in %v; %d acked", time.Since(start), acked.Load())
-	if got := mqttRetained(t, b.addr(), "fieldlink/s1/gw1/status"); got != "offline" {
+	if got := mqttRetained(t, b.Addr(), "fieldlink/s1/gw1/status"); got != "offline" {
 		t.Fatalf("retained status = %q, want offline", got)
 	}
 }
@@ -652,7 +652,7 @@ func BenchmarkMQTTTopic(b *testing.B) {
 func TestMQTTKickReconnectsAtOnce(t *testing.T) {
 	br := mqttStartBroker(t, mqttBrokerOpts{})
 	log, _ := mqttLogger(t)
-	m, err := NewMQTT(MQTTConfig{URL: br.url(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	m, err := NewMQTT(MQTTConfig{URL: br.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,10 +662,10 @@ func TestMQTTKickReconnectsAtOnce(t *testing.T) {
 	go func() { defer close(done); m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	mqttWaitConnected(t, m, true)
-	br.kill()
+	br.Kill()
 	mqttWaitConnected(t, m, false)
 	time.Sleep(200 * time.Millisecond) // Run is now in a wait of 15 s or more
-	br.start()
+	br.Start()
 	m.Kick()
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for !m.Connected() {

@@ -202,13 +202,13 @@ func TestMQTTTLS(t *testing.T) {
 	certs := mqttMakeCerts(t)
 	plain := mqttStartBroker(t, mqttBrokerOpts{tls: certs})
 	mutual := mqttStartBroker(t, mqttBrokerOpts{tls: certs, mtls: true})
-	withCert := func(cert string) *mqttBroker {
+	withCert := func(cert string) *testtool.Mosquitto {
 		c := *certs
 		c.serverCert = cert
 		return mqttStartBroker(t, mqttBrokerOpts{tls: &c})
 	}
 	expired, wrongName := withCert(certs.expiredCert), withCert(certs.wrongNameCert)
-	tlsURL := func(b *mqttBroker) string { return "mqtts://" + b.addr() }
+	tlsURL := func(b *testtool.Mosquitto) string { return "mqtts://" + b.Addr() }
 
 	mustTLS := func(ca, cert, key string, insecure bool) *tls.Config {
 		t.Helper()
@@ -226,13 +226,13 @@ func TestMQTTTLS(t *testing.T) {
 		errHas string // in the error of a failing Publish
 	}{
 		{"server verified by our CA", tlsURL(plain), mustTLS(certs.ca, "", "", false), true, ""},
-		{"server verified by host name localhost", "mqtts://localhost:" + strings.Split(plain.addr(), ":")[1], mustTLS(certs.ca, "", "", false), true, ""},
+		{"server verified by host name localhost", "mqtts://localhost:" + strings.Split(plain.Addr(), ":")[1], mustTLS(certs.ca, "", "", false), true, ""},
 		{"wrong CA", tlsURL(plain), mustTLS(certs.otherCA, "", "", false), false, "certificate"},
 		{"system roots do not know the test CA", tlsURL(plain), nil, false, "certificate"},
 		{"wrong CA, verification off", tlsURL(plain), mustTLS(certs.otherCA, "", "", true), true, ""},
 		{"expired server certificate", tlsURL(expired), mustTLS(certs.ca, "", "", false), false, "expired"},
 		{"server certificate for another host name", tlsURL(wrongName), mustTLS(certs.ca, "", "", false), false, "127.0.0.1"},
-		{"server certificate for another host name, by name", "mqtts://localhost:" + strings.Split(wrongName.addr(), ":")[1], mustTLS(certs.ca, "", "", false), false, "not localhost"},
+		{"server certificate for another host name, by name", "mqtts://localhost:" + strings.Split(wrongName.Addr(), ":")[1], mustTLS(certs.ca, "", "", false), false, "not localhost"},
 		{"mutual TLS with client certificate", tlsURL(mutual), mustTLS(certs.ca, certs.clientCert, certs.clientKey, false), true, ""},
 		{"mutual TLS without client certificate", tlsURL(mutual), mustTLS(certs.ca, "", "", false), false, ""},
 	}

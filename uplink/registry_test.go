@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/selector"
 )
 
@@ -376,7 +377,7 @@ func TestRegistryETag(t *testing.T) {
 func TestRegistryRun(t *testing.T) {
 	srv := registryTestNewServer(t, registryTestList)
 	changes := make(chan []RegistryUpstream, 10)
-	var logs httpTestLog
+	var logs testtool.SyncBuffer
 	r, err := NewRegistry(RegistryConfig{
 		URL:      srv.URL,
 		Interval: 30 * time.Millisecond,

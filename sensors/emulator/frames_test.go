@@ -13,6 +13,7 @@ import (
 
 	gm "github.com/goburrow/modbus"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/sensors/profile"
 )
 
@@ -25,7 +26,7 @@ type rtuConn struct {
 func newRTUConn(t testing.TB, devs []Device, opt Options) (*Emulator, *rtuConn) {
 	t.Helper()
 	e := newEmu(t, devs, opt)
-	addr := listen(t, e.ServeRTUOverTCP)
+	addr := testtool.ServeLoopback(t, e.ServeRTUOverTCP)
 	return e, &rtuConn{t: t, c: dial(t, addr)}
 }
 
@@ -345,7 +346,7 @@ func countByte(s, b string) int {
 func TestTCP(t *testing.T) {
 	dev := weather(t, 5, Faults{Turnaround: 2 * time.Millisecond})
 	e := newEmu(t, []Device{dev}, Options{Seed: 3})
-	addr := listen(t, e.ServeTCP)
+	addr := testtool.ServeLoopback(t, e.ServeTCP)
 	want := e.Values(5, fixedNow)
 
 	const conns, reqs = 8, 20
@@ -406,7 +407,7 @@ func TestTCP(t *testing.T) {
 // not apply there.
 func TestTCPBadCRCIgnored(t *testing.T) {
 	e := newEmu(t, []Device{weather(t, 5, Faults{BadCRC: 1})}, Options{})
-	h := gm.NewTCPClientHandler(listen(t, e.ServeTCP))
+	h := gm.NewTCPClientHandler(testtool.ServeLoopback(t, e.ServeTCP))
 	h.SlaveId = 5
 	h.Timeout = time.Second
 	defer h.Close()

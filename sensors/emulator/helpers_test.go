@@ -1,12 +1,10 @@
 package emulator
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -71,42 +69,19 @@ var fixedNow = time.Date(2025, 6, 1, 15, 4, 5, 0, time.UTC)
 
 func fixedClock() time.Time { return fixedNow }
 
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 func newEmu(t testing.TB, devs []Device, opt Options) *Emulator {
 	t.Helper()
 	if opt.Now == nil {
 		opt.Now = fixedClock
 	}
 	if opt.Logger == nil {
-		opt.Logger = testLogger(t)
+		opt.Logger = testtool.Logger(t)
 	}
 	e, err := New(devs, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
-}
-
-// listen starts fn (ServeTCP or ServeRTUOverTCP) on a loopback port and
-// returns its address.
-func listen(t testing.TB, fn func(context.Context, net.Listener) error) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testtool.Serve(t, func(ctx context.Context) error { return fn(ctx, ln) })
-	return ln.Addr().String()
 }
 
 func dial(t testing.TB, addr string) net.Conn {

@@ -1,14 +1,12 @@
 package modbus
 
 import (
-	"bytes"
 	"encoding/binary"
+	"fieldlink/internal/testtool"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -113,7 +111,7 @@ func serveRTU(t *testing.T, conn io.ReadWriter, h handler) {
 func pipeClient(t *testing.T, baud int, timeout time.Duration, h handler) *Client {
 	t.Helper()
 	ours, theirs := net.Pipe()
-	c := NewRTU(ours, baud, Options{Timeout: timeout, Logger: testLogger(t)})
+	c := NewRTU(ours, baud, Options{Timeout: timeout, Logger: testtool.Logger(t)})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -173,33 +171,11 @@ func bufferedLine(t *testing.T) (master, slave pipeLink) {
 	return pipeLink{r: r1, w: w2}, pipeLink{r: r2, w: w1}
 }
 
-// testLogger logs to the test's output at debug level.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
+// tWriter writes a child process's output into the test's own output.
 type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
-}
-
-// logBuffer is a goroutine-safe buffer for capturing log output.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fieldlink/internal/testtool"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // still talks is not sent (ErrLineBusy); once it stops, requests work again.
 func TestRTUBabblerIsCutOffAndLineBusyIsReported(t *testing.T) {
 	master, slave := bufferedLine(t)
-	c := NewRTU(master, 115200, Options{Timeout: 100 * time.Millisecond, Logger: testLogger(t)})
+	c := NewRTU(master, 115200, Options{Timeout: 100 * time.Millisecond, Logger: testtool.Logger(t)})
 	var requests atomic.Int32
 	done := make(chan struct{})
 	go func() {

@@ -157,7 +157,7 @@ func TestPymodbusRTU(t *testing.T) {
 	ours, theirs := testtool.PtyPair(t)
 	srv := startPymodbus(t, "--rtu", theirs, "--baud", "19200")
 	const timeout = 300 * time.Millisecond
-	c, err := Open("rtu://"+ours+"?baud=19200", Options{Timeout: timeout, Logger: testLogger(t)})
+	c, err := Open("rtu://"+ours+"?baud=19200", Options{Timeout: timeout, Logger: testtool.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestPymodbusTCP(t *testing.T) {
 	ln.Close()
 	srv := startPymodbus(t, "--tcp", strconv.Itoa(port))
 	const timeout = 300 * time.Millisecond
-	c, err := Open("tcp://127.0.0.1:"+strconv.Itoa(port), Options{Timeout: timeout, Logger: testLogger(t)})
+	c, err := Open("tcp://127.0.0.1:"+strconv.Itoa(port), Options{Timeout: timeout, Logger: testtool.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fieldlink/internal/testtool"
 	"fmt"
 	"strings"
 	"sync"
@@ -173,7 +174,7 @@ func TestRTUGarbageTail(t *testing.T) {
 // as the next reply.
 func TestRTUStaleInputDiscarded(t *testing.T) {
 	master, slave := bufferedLine(t)
-	c := NewRTU(master, 115200, Options{Timeout: 100 * time.Millisecond, Logger: testLogger(t)})
+	c := NewRTU(master, 115200, Options{Timeout: 100 * time.Millisecond, Logger: testtool.Logger(t)})
 	timedOut := make(chan struct{})
 	lateWritten := make(chan struct{})
 	lateReply := withCRC(1, 3, 2, 0xde, 0xad)

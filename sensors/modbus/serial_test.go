@@ -2,6 +2,7 @@ package modbus
 
 import (
 	"errors"
+	"fieldlink/internal/testtool"
 	"io"
 	"log/slog"
 	"os"
@@ -61,7 +62,7 @@ func TestTuneLatencyTimer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sysRoot, byID := fakeUSBSerial(t, "ttyUSB0", tt.latency)
-			var logs logBuffer
+			var logs testtool.SyncBuffer
 			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			tuneLatencyTimer(log, sysRoot, byID)
 			if tt.latency != "" {
@@ -88,7 +89,7 @@ func TestTuneLatencyTimerNotWritable(t *testing.T) {
 	if err := os.Chmod(latencyFile(sysRoot, "ttyUSB1"), 0o444); err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs testtool.SyncBuffer
 	tuneLatencyTimer(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), sysRoot, byID)
 	if !strings.Contains(logs.String(), "level=DEBUG") || !strings.Contains(logs.String(), "cannot lower latency timer") {
 		t.Errorf("log %q, want a debug line saying why", logs.String())
@@ -96,7 +97,7 @@ func TestTuneLatencyTimerNotWritable(t *testing.T) {
 }
 
 func TestTuneLatencyTimerBrokenSymlink(t *testing.T) {
-	var logs logBuffer
+	var logs testtool.SyncBuffer
 	tuneLatencyTimer(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		t.TempDir(), filepath.Join(t.TempDir(), "missing"))
 	if !strings.Contains(logs.String(), "cannot resolve port") {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fieldlink/internal/testtool"
 	"io"
 	"net"
 	"strings"
@@ -108,7 +109,7 @@ func tcpModel(_ int, req []byte) []byte {
 
 func openTCP(t *testing.T, url string, timeout time.Duration) *Client {
 	t.Helper()
-	c, err := Open(url, Options{Timeout: timeout, Logger: testLogger(t)})
+	c, err := Open(url, Options{Timeout: timeout, Logger: testtool.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
