@@ -172,14 +172,15 @@ func TestMQTTTopicTemplate(t *testing.T) {
 }
 
 func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
-	m, err := NewMQTT(MQTTConfig{URL: "mqtt://127.0.0.1:1", Vars: mqttVars})
+	// An hour's publish timeout: a Publish that waited for it instead of
+	// failing at once would hang the test.
+	m, err := NewMQTT(MQTTConfig{URL: "mqtt://127.0.0.1:1", Vars: mqttVars, PublishTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	err = m.Publish(context.Background(), map[string]string{"data_type": "x"}, []byte("p"))
-	if !errors.Is(err, ErrMQTTNotConnected) || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("Publish = %v after %v, want ErrMQTTNotConnected at once", err, time.Since(start))
+	if !errors.Is(err, ErrMQTTNotConnected) {
+		t.Fatalf("Publish = %v, want ErrMQTTNotConnected", err)
 	}
 	if m.Connected() {
 		t.Fatal("Connected() before Run")
@@ -315,8 +316,8 @@ func TestMQTTAckTimeout(t *testing.T) {
 	if !errors.Is(err, ErrMQTTAckTimeout) {
 		t.Fatalf("Publish = %v, want ErrMQTTAckTimeout", err)
 	}
-	if d := time.Since(start); d < 250*time.Millisecond || d > 3*time.Second {
-		t.Fatalf("timed out after %v, want about 300ms", d)
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("timed out after %v, before its 300ms", d)
 	}
 	relay.swallow.Store(false)
 	testtool.WaitFor(t, 10*time.Second, "a working new connection", func() bool {
@@ -390,10 +391,9 @@ func TestMQTTReconnect(t *testing.T) {
 	}
 	b.Kill()
 	mqttWaitConnected(t, m, false)
-	start := time.Now()
 	err := m.Publish(context.Background(), vars, []byte("during"))
-	if !errors.Is(err, ErrMQTTNotConnected) || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("Publish with the broker down = %v after %v, want ErrMQTTNotConnected at once", err, time.Since(start))
+	if !errors.Is(err, ErrMQTTNotConnected) {
+		t.Fatalf("Publish with the broker down = %v, want ErrMQTTNotConnected", err)
 	}
 	t.Logf("with the broker down: %v", err)
 	b.Start()
@@ -574,13 +574,11 @@ func TestMQTTRunStops(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, stop := mqttRun(t, MQTTConfig{URL: tt.url, ConnectTimeout: 20 * time.Second})
+			// An hour's connect timeout: a Run that waited for it would
+			// hang the test (go test -timeout).
+			m, stop := mqttRun(t, MQTTConfig{URL: tt.url, ConnectTimeout: time.Hour})
 			testtool.WaitFor(t, 10*time.Second, tt.name, func() bool { return tt.ready(m) })
-			start := time.Now()
 			stop()
-			if d := time.Since(start); d > time.Second {
-				t.Fatalf("Run took %v to return", d)
-			}
 			testtool.WaitFor(t, 2*time.Second, "no goroutine of MQTT left", func() bool {
 				buf := make([]byte, 1<<20)
 				return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "uplink.(*MQTT).")
@@ -595,7 +593,7 @@ func TestMQTTRunStops(t *testing.T) {
 func TestMQTTStopWhilePublishing(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	relay := mqttStartRelay(t, b.Addr())
-	m, stop := mqttRun(t, MQTTConfig{URL: relay.url()})
+	m, stop := mqttRun(t, MQTTConfig{URL: relay.url(), PublishTimeout: time.Hour})
 	mqttWaitConnected(t, m, true)
 	base := relay.pubacks.Load()
 	var acked atomic.Int64
@@ -614,17 +612,13 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 		})
 	}
 	testtool.WaitFor(t, 10*time.Second, "1,000 PUBACKs", func() bool { return relay.pubacks.Load()-base >= 1000 })
-	start := time.Now()
-	stop()
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("Run took %v to return", d)
-	}
+	stop() // a stop that waited for the PUBACKs' timeout would hang the test
 	wg.Wait()
 	// The last PUBACK counted is the one of "offline".
 	if got, max := acked.Load(), relay.pubacks.Load()-base-1; got > max {
 		t.Fatalf("%d publishes returned nil but only %d data PUBACKs reached the upstream", got, max)
 	}
-	t.Logf("stopped in %v; %d acked", time.Since(start), acked.Load())
+	t.Logf("%d acked", acked.Load())
 	if got := mqttRetained(t, b.Addr(), "fieldlink/s1/gw1/status"); got != "offline" {
 		t.Fatalf("retained status = %q, want offline", got)
 	}
