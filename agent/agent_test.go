@@ -18,8 +18,8 @@ import (
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
-	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
 )
 
@@ -28,20 +28,8 @@ func profiles(string) (profile.Set, error) { return profile.Load(firmwareprofile
 // emulate serves the named profiles as slaves 1, 2, … over Modbus TCP on a
 // loopback port until the test ends.
 func emulate(t *testing.T, names ...string) string {
-	t.Helper()
-	set, err := profiles("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var devs []emulator.Device
-	for i, n := range names {
-		devs = append(devs, emulator.Device{Slave: byte(i + 1), Profile: set[n]})
-	}
-	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testtool.ServeLoopback(t, emu.ServeTCP)
+	_, addr := emutest.Serve(t, false, names...)
+	return addr
 }
 
 // site writes a site file polling one methane sensor at addr every 100ms,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -161,8 +162,8 @@ func TestAppenderFatal(t *testing.T) {
 // nor stores: it is counted as failed and logged.
 func TestAppenderPutAfterClose(t *testing.T) {
 	b, _ := newT(t, Options{})
-	logs := &logSink{}
-	a := NewAppender(b, AppenderOptions{Logger: logs.logger()})
+	logs := &testtool.SyncBuffer{}
+	a := NewAppender(b, AppenderOptions{Logger: logTo(logs)})
 	go a.Run()
 	a.Put(testPacket("before", false))
 	a.Close()

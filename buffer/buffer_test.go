@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -574,8 +575,8 @@ func TestAppendContext(t *testing.T) {
 func TestCommitEIOIsFatal(t *testing.T) {
 	var fail atomic.Bool
 	path := filepath.Join(t.TempDir(), "buffer.db")
-	logs := &logSink{}
-	b, err := Open(path, Options{Logger: logs.logger(), failCommit: failWhen(&fail, eioAt(path))})
+	logs := &testtool.SyncBuffer{}
+	b, err := Open(path, Options{Logger: logTo(logs), failCommit: failWhen(&fail, eioAt(path))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,8 +658,8 @@ func TestCorruptRecordIsSkippedAndCounted(t *testing.T) {
 	}
 	b.Close()
 	flipAll(t, path, []byte(`"FLIPME"`), 3)
-	logs := &logSink{}
-	b = openT(t, path, Options{Logger: logs.logger()})
+	logs := &testtool.SyncBuffer{}
+	b = openT(t, path, Options{Logger: logTo(logs)})
 	recs, err := b.Next(10)
 	if err != nil {
 		t.Fatal(err)

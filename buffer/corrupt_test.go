@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -135,8 +136,8 @@ func TestOpenEmptyFile(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logSink{}
-	b := openT(t, path, Options{Logger: logs.logger()})
+	logs := &testtool.SyncBuffer{}
+	b := openT(t, path, Options{Logger: logTo(logs)})
 	if b.Len() != 0 || len(b.Epoch()) != 8 || !logged(logs, "WARN", "empty") {
 		t.Fatalf("Len %d, epoch %q; log:\n%s", b.Len(), b.Epoch(), logs)
 	}
@@ -173,8 +174,8 @@ func TestOpenNotABuffer(t *testing.T) {
 			if err := os.WriteFile(path, content, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			logs := &logSink{}
-			b := openT(t, path, Options{Logger: logs.logger()})
+			logs := &testtool.SyncBuffer{}
+			b := openT(t, path, Options{Logger: logTo(logs)})
 			st := b.Stats()
 			if b.Len() != 0 || st.Salvages != 1 || !logged(logs, "ERROR", "moved aside") {
 				t.Fatalf("Len %d, salvages %d; log:\n%s", b.Len(), st.Salvages, logs)
@@ -285,8 +286,8 @@ func TestOpenOneBadMetaPage(t *testing.T) {
 			if err := os.WriteFile(path, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			logs := &logSink{}
-			b = openT(t, path, Options{Logger: logs.logger()})
+			logs := &testtool.SyncBuffer{}
+			b = openT(t, path, Options{Logger: logTo(logs)})
 			recs := fx.verify(t, b)
 			if b.Epoch() != fx.epoch || b.Stats().Salvages != 0 {
 				t.Fatalf("one bad meta page: epoch %s → %s, salvages %d", fx.epoch, b.Epoch(), b.Stats().Salvages)
@@ -369,8 +370,8 @@ func TestOpenBadPageHeader(t *testing.T) {
 			page := leaves[len(leaves)/2]
 			data[page+tc.at] = tc.val
 			path := fx.write(t, data)
-			logs := &logSink{}
-			b := openT(t, path, Options{Logger: logs.logger()})
+			logs := &testtool.SyncBuffer{}
+			b := openT(t, path, Options{Logger: logTo(logs)})
 			recs := fx.verify(t, b)
 			st := b.Stats()
 			if st.Salvages != 1 || b.Epoch() == fx.epoch || !logged(logs, "ERROR", "salvage done") {

@@ -18,6 +18,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -248,8 +249,8 @@ func TestDeadLetterBound(t *testing.T) {
 		{"bytes", Options{deadMaxBytes: 3*one + one/2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			logs := &logSink{}
-			c.opt.Logger = logs.logger()
+			logs := &testtool.SyncBuffer{}
+			c.opt.Logger = logTo(logs)
 			b, path := newT(t, c.opt)
 			for range 9 { // two-digit seqs from here on, as recordSizeOf counts them
 				if err := b.Ack(mustAppend(t, b, testPacket("pad", false))); err != nil {
@@ -459,8 +460,8 @@ func TestDeadLetterCorruptIsSkippedAndCounted(t *testing.T) {
 	b.Close()
 	flipAll(t, path, []byte(`"FLIPME"`), 3)
 	flipAll(t, path, []byte(`FLIPTHIS`), 2)
-	logs := &logSink{}
-	b = openT(t, path, Options{Logger: logs.logger()})
+	logs := &testtool.SyncBuffer{}
+	b = openT(t, path, Options{Logger: logTo(logs)})
 	if dead := allDead(t, b); !slices.Equal(deadSeqs(dead), []uint64{s[2]}) {
 		t.Fatalf("EachDead: %v", deadSeqs(dead))
 	}

@@ -1,7 +1,6 @@
 package buffer
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -24,27 +22,10 @@ import (
 // longMode reports whether the long versions of the slow tests run.
 func longMode() bool { return os.Getenv("FIELDLINK_LONG") == "1" }
 
-// logSink collects a buffer's log lines, for tests that check that a loss
-// was logged loudly.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logSink) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// logTo logs at debug level into w, for tests that check that a loss was
+// logged loudly.
+func logTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // quietLogger drops everything.
@@ -211,8 +192,8 @@ func ids(prefix string, n int) []string {
 	return s
 }
 
-// contains reports whether the log has a line at level with msg in it.
-func logged(l *logSink, level, msg string) bool {
+// logged reports whether the log has a line at level with msg in it.
+func logged(l fmt.Stringer, level, msg string) bool {
 	for _, line := range strings.Split(l.String(), "\n") {
 		if strings.Contains(line, "level="+level) && strings.Contains(line, msg) {
 			return true

@@ -1,24 +1,23 @@
 package uplink
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/selector"
 )
 
 // newTestPool is a pool on a fresh table whose upstreams are HTTP ingest
 // servers that ack everything; its log is returned too.
-func newTestPool(t *testing.T) (*Pool, *selector.Table, *syncLog) {
+func newTestPool(t *testing.T) (*Pool, *selector.Table, *testtool.SyncBuffer) {
 	t.Helper()
 	table := selector.NewTable(selector.Options{})
-	var log syncLog
+	var log testtool.SyncBuffer
 	p := NewPool(PoolConfig{
 		Table: table, Delivery: NewDelivery(nil, table, mustStrategy(t, "least_conn"), DeliveryOptions{}),
 		Window: 8, Batch: 10, ProbeInterval: time.Hour, ProbeTimeout: time.Second, GatewayID: "gw-test", Epoch: "e1",
@@ -26,23 +25,6 @@ func newTestPool(t *testing.T) (*Pool, *selector.Table, *syncLog) {
 	})
 	t.Cleanup(p.Stop)
 	return p, table, &log
-}
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func ingest(t *testing.T) string {

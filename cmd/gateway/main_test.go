@@ -19,6 +19,7 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/sensors/emulator"
@@ -100,23 +101,7 @@ buses:
 
 // serve starts the emulator with the named profiles as slaves 1, 2, ...
 func serve(t *testing.T, rtu bool, names ...string) (*emulator.Emulator, string) {
-	t.Helper()
-	set, err := loadProfiles("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var devs []emulator.Device
-	for i, n := range names {
-		devs = append(devs, emulator.Device{Slave: byte(i + 1), Profile: set[n]})
-	}
-	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rtu {
-		return emu, testtool.ServeLoopback(t, emu.ServeRTUOverTCP)
-	}
-	return emu, testtool.ServeLoopback(t, emu.ServeTCP)
+	return emutest.Serve(t, rtu, names...)
 }
 
 func writeSite(t *testing.T, src string) string {

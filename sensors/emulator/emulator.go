@@ -497,3 +497,17 @@ func (d *device) bits(area profile.Area, start, qty int, t time.Time) []byte {
 	}
 	return out
 }
+
+// Slaves returns one device for each named profile of set, as slaves 1,
+// 2, …: the usual bench of a test or a demo.
+func Slaves(set profile.Set, names ...string) ([]Device, error) {
+	devs := make([]Device, len(names))
+	for i, n := range names {
+		p, ok := set[n]
+		if !ok {
+			return nil, fmt.Errorf("emulator: no profile %q", n)
+		}
+		devs[i] = Device{Slave: byte(i + 1), Profile: p}
+	}
+	return devs, nil
+}
