@@ -156,7 +156,7 @@ type Registry struct {
 const DefaultSelector = "soa"
 
 var SelectorNames = []string{"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt",
-	"drf", "soa", "cswlc", "irlb", "load_aware"}
+	"drf", "soa", "cswlc", "irlb", "load_aware", "prequal"}
 
 func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	b := &c.Buffer

@@ -61,6 +61,11 @@ var seedStrategies = []struct {
 		return selector.NewCSWLC(selector.CSWLCOptions{Tolerance: -1, Seed: 9, Thresholds: []float64{0.3, 0.6}})
 	}},
 	{"irlb", func() selector.Strategy { return selector.NewIRLB(selector.IRLBOptions{}) }},
+	// The Prequal anchor, with Q_RIF at 0 (RIF first) and a pool smaller
+	// than the suite's 16 and 64 upstreams, so that eviction runs.
+	{"prequal/rif-only", func() selector.Strategy {
+		return selector.NewPrequal(selector.PrequalOptions{QRIF: -1, Pool: 4})
+	}},
 	// Ejecting at the first failure, so that the suite runs with ejections.
 	{"p2c_ewma+outlier/eager", func() selector.Strategy {
 		s, _ := selector.New("p2c_ewma", selector.StrategyOptions{})

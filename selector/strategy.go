@@ -58,6 +58,7 @@ var strategies = map[string]func(opt StrategyOptions) Strategy{
 	"load_aware": func(StrategyOptions) Strategy { return NewLoadAware(LoadAwareOptions{Fallback: leastConn{}}) },
 	"cswlc":      func(StrategyOptions) Strategy { return NewCSWLC(CSWLCOptions{}) },
 	"irlb":       func(StrategyOptions) Strategy { return NewIRLB(IRLBOptions{}) },
+	"prequal":    func(StrategyOptions) Strategy { return NewPrequal(PrequalOptions{}) },
 }
 
 // New returns a fresh strategy by its config name (see [Names]).
