@@ -39,9 +39,9 @@ import (
 //     median is over all of them. The median, not the EWMA: it is the
 //     paper's statistic, and one outlier does not move it.
 //   - RIF: the upstream's Load.Connections when it has a fresh report, plus
-//     one for every pick of the probe (the paper's bump: our deliveries the
-//     report has not seen; a new probe of the same report keeps the bumps),
-//     otherwise the gateway's own in-flight count, read live at each pick as
+//     one for every pick of a probe of that report (the paper's bump: our
+//     deliveries the report has not seen; every probe of one report is the
+//     same information, so they share the bumps), otherwise the gateway's own in-flight count, read live at each pick as
 //     p2c_ewma does (Begin counts our deliveries: no bump to add).
 //
 // Taking only the table's events (delivery ends, probe round-trips) as
@@ -98,7 +98,9 @@ type Prequal struct {
 	pool        uint64 // bit i: upstream i has a probe in the pool
 	probes      [MaxUpstreams]prequalProbe
 	owner       [MaxUpstreams]*upstream // whose probe probes[i] is
-	removeWorst bool                    // the next removal takes the worst, not the oldest
+	bumps       [MaxUpstreams]int64     // picks of upstream i since its report of time bumpRep[i]
+	bumpRep     [MaxUpstreams]int64
+	removeWorst bool // the next removal takes the worst, not the oldest
 }
 
 // PrequalOptions configures [NewPrequal]. The zero value is the default.
@@ -210,6 +212,12 @@ func (s *Prequal) Pick(t *Table, skip uint64) (int, bool) {
 		i = s.choose(t, now, usable)
 		p := &s.probes[i]
 		p.uses++
+		if p.conns >= 0 {
+			if s.bumpRep[i] != p.repAt {
+				s.bumpRep[i], s.bumps[i] = p.repAt, 0
+			}
+			s.bumps[i]++
+		}
 		if p.uses >= s.reuse {
 			s.pool &^= 1 << i
 		}
@@ -228,11 +236,7 @@ func (s *Prequal) probe(t *Table, i int, obs *prequalObs, now int64) {
 	if np.lat == 0 {
 		np.lat = u.probeRTT.Load()
 	}
-	in := s.pool&(1<<i) != 0
-	if in && np.conns >= 0 && p.conns >= 0 && np.repAt == p.repAt {
-		np.uses = p.uses // the same report: our picks since are still unseen by it
-	}
-	if !in && bits.OnesCount64(s.pool) >= s.size {
+	if s.pool&(1<<i) == 0 && bits.OnesCount64(s.pool) >= s.size {
 		s.pool &^= 1 << s.oldest(t)
 	}
 	*p = np
@@ -243,7 +247,10 @@ func (s *Prequal) probe(t *Table, i int, obs *prequalObs, now int64) {
 // rif is the RIF of probe i at table time now; s.mu is held.
 func (s *Prequal) rif(t *Table, i int, now int64) int64 {
 	if p := &s.probes[i]; p.conns >= 0 && p.until >= now {
-		return p.conns + int64(p.uses)
+		if s.bumpRep[i] == p.repAt {
+			return p.conns + s.bumps[i]
+		}
+		return p.conns
 	}
 	return inflight(t.slots[i].state.Load())
 }
