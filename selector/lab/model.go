@@ -43,6 +43,7 @@ type packet struct {
 	z        float64 // standard normal draw of its service time, the same on every attempt
 	skip     uint64  // servers that failed it in the current round
 	done     bool    // acknowledged, or given up at its deadline
+	end      int64   // when it was acknowledged or given up
 	measured bool
 }
 
@@ -566,7 +567,7 @@ func (s *sim) settle(p *packet, now int64, ok bool) {
 	if p.done {
 		return
 	}
-	p.done = true
+	p.done, p.end = true, now
 	if !p.measured {
 		return
 	}

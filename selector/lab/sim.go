@@ -87,8 +87,17 @@ type sim struct {
 // on sc and seed, not on the strategy (common random numbers). The same
 // arguments give the same Trial.
 func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
-	if err := sc.validate(); err != nil {
+	s, err := simulate(sc, strategy, seed)
+	if err != nil {
 		return Trial{}, err
+	}
+	return s.result(), nil
+}
+
+// simulate runs the simulation and returns its state at the end.
+func simulate(sc Scenario, strategy string, seed uint64) (*sim, error) {
+	if err := sc.validate(); err != nil {
+		return nil, err
 	}
 	s := &sim{sc: &sc, single: sc.SingleAttempt, seed: seed}
 	ng, ns := sc.Gateways, len(sc.Servers)
@@ -108,13 +117,13 @@ func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
 	for range ng {
 		st, err := NewStrategy(strategy)
 		if err != nil {
-			return Trial{}, err
+			return nil, err
 		}
 		t := selector.NewTable(selector.Options{Now: s.clk.now, Seed: seed*1_000_003 + uint64(len(s.tables)) + 1})
 		for i, sv := range sc.Servers {
 			if sv.JoinAt == 0 {
 				if _, err := t.Add(fmt.Sprintf("s%d", i), sv.Workers); err != nil {
-					return Trial{}, fmt.Errorf("lab: scenario %s: %w", sc.Name, err)
+					return nil, fmt.Errorf("lab: scenario %s: %w", sc.Name, err)
 				}
 			}
 		}
@@ -197,5 +206,5 @@ func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
 	for k := range s.pkts {
 		s.settle(&s.pkts[k], end, false)
 	}
-	return s.result(), nil
+	return s, nil
 }
