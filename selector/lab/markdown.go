@@ -371,16 +371,16 @@ var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#
 func colour(k int) string { return palette[k%len(palette)] }
 
 // percentileSVG draws p50, p99 (with its CI) and p99.9 per strategy on a
-// log axis from 1 ms to 10 s.
+// log axis from 1 ms to 30 s (the deadline).
 func percentileSVG(res Result) []byte {
 	const (
 		left, right, top, row = 190.0, 30.0, 40.0, 22.0
 		width                 = 760.0
 	)
 	height := top + row*float64(len(res.Cells)) + 50
-	lo, hi := math.Log10(1e-3), math.Log10(10)
+	lo, hi := math.Log10(1e-3), math.Log10(30)
 	x := func(s float64) float64 {
-		s = min(max(s, 1e-3), 10)
+		s = min(max(s, 1e-3), 30)
 		return left + (math.Log10(s)-lo)/(hi-lo)*(width-left-right)
 	}
 	var b bytes.Buffer
@@ -388,7 +388,7 @@ func percentileSVG(res Result) []byte {
 	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	w(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
 	w(`<text x="%.0f" y="20" font-size="14">%s: latency percentiles (mean over seeds; p99 bar = 95%% CI)</text>`+"\n", left, res.Scenario.Name)
-	for _, t := range []float64{1e-3, 1e-2, 1e-1, 1, 10} {
+	for _, t := range []float64{1e-3, 1e-2, 1e-1, 1, 10, 30} {
 		xt := x(t)
 		w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", xt, top-5, xt, height-40)
 		w(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", xt, height-25, ms(t))
