@@ -14,7 +14,7 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab debs fuzz
+.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz
 
 all: test
 
@@ -112,9 +112,14 @@ dist:
 cross-check: dist
 	VERSION=$(VERSION) scripts/cross-build/qemu-check
 
-## lab: rerun the selector lab (20 seeds) and regenerate docs/selector-lab.md and docs/lab/*.svg (about 15-20 minutes on 2 cores)
+## lab: rerun the selector lab (20 seeds) and regenerate docs/selector-lab.md and docs/lab/*.svg (under 20 minutes on 2 cores)
 lab:
 	$(GO) run ./cmd/gateway lab -o docs/selector-lab.md
+
+## lab-quick: one seed of every scenario and strategy, report in $(LAB_QUICK_OUT) (not docs/; a few minutes)
+LAB_QUICK_OUT ?= $(or $(TMPDIR),/tmp)/selector-lab-quick.md
+lab-quick:
+	$(GO) run ./cmd/gateway lab -seeds 1 -o $(LAB_QUICK_OUT)
 
 ## chaos: the long chaos run for a release (CHAOS_DURATION, default 10m; CHAOS_SEED=N replays a fault
 ## schedule): emulator, three mosquitto behind toxiproxy, the gateway as a process, seeded faults,

@@ -25,13 +25,14 @@ func cmdLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	seeds := fs.Int("seeds", 20, "seeds per scenario and strategy")
 	parallel := fs.Int("parallel", 0, "simulations at once (default GOMAXPROCS; does not change the results)")
 	out := fs.String("o", "docs/selector-lab.md", `report file; "-" for stdout (then no charts)`)
+	single := fs.Bool("single-attempt", false, "no retries: a failed attempt fails its packet (the default retries as the uplink does)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *seeds <= 0 {
 		return fmt.Errorf("-seeds must be positive")
 	}
-	cfg := lab.Config{Seeds: *seeds, Parallel: *parallel, Progress: stderr}
+	cfg := lab.Config{Seeds: *seeds, Parallel: *parallel, Progress: stderr, SingleAttempt: *single}
 	if *scenarios != "" {
 		cfg.Scenarios = strings.Split(*scenarios, ",")
 	}

@@ -4,20 +4,28 @@
 //
 // Upstreams are FIFO queues in front of c workers with lognormal service
 // times; each (gateway, upstream) pair has its own round trip; gateways send
-// open-loop Poisson arrivals and time requests out. Each gateway keeps its
-// own [selector.Table] on the simulated clock and feeds it as the uplink
-// does (Begin/End, Probe, Report, SetUp). Latency is measured from when a
-// request should have been sent, so stalls are not hidden (no coordinated
-// omission). Arrivals and service draws come from streams that do not
-// depend on the strategy (common random numbers).
+// open-loop Poisson arrivals of packets and time attempts out. Each gateway
+// keeps its own [selector.Table] on the simulated clock and feeds it as the
+// uplink does (Begin/End, Probe, Report, SetUp), and retries as
+// uplink.Delivery does: a failed attempt rests its upstream on that gateway
+// and the packet is tried on another (Pick with the skip mask), and when
+// none can take it, it waits in the buffer for the loop's backoff. Latency
+// is measured per packet from when it should have been sent to its final
+// acknowledgement, retries included, so stalls are not hidden (no
+// coordinated omission); success is an acknowledgement within the
+// scenario's deadline. Arrivals and service draws come from streams that do
+// not depend on the strategy (common random numbers).
 //
-// Scenarios S1–S6 pick per request and make the verdict; S7 adds a server
-// to every table mid-run (a cold join), and S8 is MQTT placement: each of
-// 1,000 gateways picks a broker once per connection ([Placement]) and
-// reconnects when its broker dies. Besides latency and success, a [Trial]
-// measures convergence after faults and recoveries, oscillation of the
-// servers' shares, how a joining server is taken up, and the balance of a
-// placement.
+// Every scenario picks per packet except S8, MQTT placement: each of 1,000
+// gateways picks a broker once per connection ([Placement]) and reconnects
+// when its broker dies. S7 adds a server to every table mid-run (a cold
+// join), S9 and S10 are high load on 16 varied servers and low load on 4
+// equal ones, S11 a sinkhole that fails fast while staying up, S12 the
+// MQTT shape at fleet scale (500 gateways picking a broker per message).
+// Every scenario counts in the verdict, on p99 and success. Besides those,
+// a [Trial] measures the first attempts' success, convergence after faults
+// and recoveries, oscillation of the servers' shares, how a joining server
+// is taken up, and the balance of a placement.
 //
 // [Simulate] runs one strategy in one [Scenario] with one seed; [Run] runs
 // a set of scenarios × strategies × seeds and returns a [Report], with

@@ -184,8 +184,15 @@ func TestSlowNode(t *testing.T) {
 	if p2c.P99 >= rr.P99 {
 		t.Errorf("p2c_ewma p99 %v not below round_robin's %v", p2c.P99, rr.P99)
 	}
+	// Without retries, nothing rests a slow server: a blind strategy
+	// keeps sending it its share.
+	sc.SingleAttempt = true
+	rr, err = Simulate(sc, "round_robin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n := float64(len(sc.Servers)); math.Abs(rr.FaultyShare-1/n) > 0.01 {
-		t.Errorf("round_robin sent %.3f to the slow node, want about %.3f", rr.FaultyShare, 1/n)
+		t.Errorf("round_robin sent %.3f to the slow node with one attempt, want about %.3f", rr.FaultyShare, 1/n)
 	}
 }
 
@@ -259,15 +266,102 @@ func TestScenariosValid(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, err := Select([]string{"S9"}); err == nil {
-		t.Error("S9 selected something")
+	if _, err := Select([]string{"S99"}); err == nil {
+		t.Error("S99 selected something")
 	}
 	if scs, err := Select([]string{"s4c"}); err != nil || len(scs) != 1 || scs[0].Name != "S4c" {
 		t.Errorf("s4c selected %v, %v", scs, err)
 	}
-	for _, sc := range Scenarios() {
-		if in := sc.Name < "S7"; sc.Verdict != in {
-			t.Errorf("%s: in the verdict %v, want %v (S1–S6 only)", sc.Name, sc.Verdict, in)
+	if scs, err := Select([]string{"S1"}); err != nil || len(scs) != 1 || scs[0].Name != "S1" {
+		t.Errorf("S1 selected %d scenarios, want S1 alone (not S10…), %v", len(scs), err)
+	}
+	if scs, err := Select([]string{"S4"}); err != nil || len(scs) != 6 {
+		t.Errorf("S4 selected %d scenarios, want S4a to S4f, %v", len(scs), err)
+	}
+}
+
+func TestRetryOnAnotherServer(t *testing.T) {
+	// Two servers of one worker, a fixed service time of 20 ms and round
+	// trips of 4 ms; server 0 is a sinkhole from the start. A packet sent
+	// to it first gets its error after 4 ms and is sent at once to server
+	// 1: 4 + 4 + 20 = 28 ms, counted once; a packet sent to server 1 first
+	// (server 0 resting) takes 24 ms.
+	const rtt, service = 4 * time.Millisecond, 20 * time.Millisecond
+	sc := Scenario{
+		Name: "retry", Servers: []Server{{Workers: 1, Service: service}, {Workers: 1, Service: service}},
+		Gateways: 1, RTT: uniformRTT(rtt, rtt), Load: 0.01,
+		Duration: 20 * time.Second, Timeout: 10 * time.Second, Deadline: 30 * time.Second, ProbeInterval: 5 * time.Second,
+		Faults: []Fault{{Server: 0, Kind: Sinkhole}}, Faulty: 0,
+	}
+	s, err := simulate(sc, "round_robin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.pkts) < 5 || len(s.lat) != len(s.pkts) || s.ok != len(s.pkts) {
+		t.Fatalf("%d packets, %d latencies, %d acknowledged: want each packet counted once, and acknowledged", len(s.pkts), len(s.lat), s.ok)
+	}
+	retried := 0
+	for k, p := range s.pkts {
+		want := 2*rtt/2 + service
+		if p.attempts == 2 {
+			want += rtt
+			retried++
 		}
+		if got := time.Duration(p.end - p.t0); !p.done || got != want || p.attempts > 2 {
+			t.Errorf("packet %d: %d attempts, latency %v (done %v), want %v", k, p.attempts, got, p.done, want)
+		}
+	}
+	if retried == 0 {
+		t.Fatal("no packet went to the sinkhole first")
+	}
+	tr := s.result()
+	if tr.Retried != float64(retried)/float64(len(s.pkts)) || tr.FirstSuccess >= 1 || tr.Success != 1 {
+		t.Errorf("retried %v, first success %v, success %v", tr.Retried, tr.FirstSuccess, tr.Success)
+	}
+	// Without retries, the same packets fail on the sinkhole.
+	sc.SingleAttempt = true
+	one, err := Simulate(sc, "round_robin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Requests != len(s.pkts) || one.Success >= 1 || one.Retried != 0 || one.P99 != sc.Timeout.Seconds() {
+		t.Errorf("single attempt: %d packets (want %d), success %v, retried %v, p99 %vs (want the timeout)", one.Requests, len(s.pkts), one.Success, one.Retried, one.P99)
+	}
+}
+
+func TestSinkholeStaysUp(t *testing.T) {
+	sc := scenario(t, "S11")
+	// One attempt: nothing rests the sinkhole and the table never sees it
+	// down, so a round robin keeps sending it its share, and loses it.
+	sc.SingleAttempt = true
+	one, err := Simulate(sc, "round_robin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := float64(len(sc.Servers))
+	if math.Abs(one.FaultyShare-1/n) > 0.01 || one.Success > 1-0.5/n*15/25 {
+		t.Errorf("single attempt: sinkhole share %.3f (want about %.3f), success %.4f", one.FaultyShare, 1/n, one.Success)
+	}
+	// Retries: every packet it failed is delivered elsewhere, and rests
+	// keep it to a small share.
+	sc.SingleAttempt = false
+	tr, err := Simulate(sc, "round_robin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sinkhole share %.4f, first try %.4f, retried %.4f, p99 %.3fs", tr.FaultyShare, tr.FirstSuccess, tr.Retried, tr.P99)
+	if tr.Success != 1 || !(tr.FaultyShare > 0 && tr.FaultyShare < 0.1/n) || !(tr.Retried > 0) || tr.FirstSuccess >= 1 {
+		t.Errorf("retries: success %v, sinkhole share %v, retried %v, first try %v", tr.Success, tr.FaultyShare, tr.Retried, tr.FirstSuccess)
+	}
+}
+
+func TestFleetMQTTShape(t *testing.T) {
+	sc := Scenarios()[len(Scenarios())-1]
+	if sc.Name != "S12" || sc.Gateways != 500 || sc.Placement != nil || len(sc.Servers) != 4 || sc.ReconnectSpread <= 0 {
+		t.Fatalf("%s: %d gateways, placement %v, %d brokers, reconnect spread %v; want S12: 500 gateways picking per message over 4 brokers, spread reconnections",
+			sc.Name, sc.Gateways, sc.Placement, len(sc.Servers), sc.ReconnectSpread)
+	}
+	if len(sc.Faults) != 1 || sc.Faults[0].Kind != FastFail || sc.Faults[0].To == 0 {
+		t.Fatalf("faults %v: want one broker dying and returning", sc.Faults)
 	}
 }

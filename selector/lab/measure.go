@@ -9,16 +9,24 @@ import (
 // Trial is what one simulation of one strategy in one scenario with one seed
 // measured, over the requests that arrived in the measured window
 // [Warmup, Duration).
+//
+// Latencies are per packet, from its arrival to its acknowledgement,
+// retries included; a packet never acknowledged within the scenario's
+// Deadline counts as the deadline (with SingleAttempt: a failed packet
+// counts as the timeout).
 type Trial struct {
-	Requests    int
-	Mean        float64 // seconds; a failed request counts as the timeout
-	P50         float64
-	P99         float64
-	P999        float64
-	Success     float64 // fraction answered without error within the timeout
-	Success1s   float64 // fraction answered without error within 1 s
-	FaultyShare float64 // fraction of the fault window's requests sent to the faulty server; NaN when the scenario has none
-	Jain        float64 // Jain's index over capacity-normalised utilisation
+	Requests     int     // packets
+	Mean         float64 // seconds
+	P50          float64
+	P99          float64
+	P999         float64
+	Success      float64 // fraction acknowledged within the deadline
+	Success10s   float64 // fraction acknowledged within 10 s
+	Success1s    float64 // fraction acknowledged within 1 s
+	FirstSuccess float64 // fraction whose first attempt succeeded (the single-attempt view)
+	Retried      float64 // fraction sent more than once
+	FaultyShare  float64 // fraction of the fault window's requests sent to the faulty server; NaN when the scenario has none
+	Jain         float64 // Jain's index over capacity-normalised utilisation
 	// Share is the faulty server's share of each second's requests, by
 	// second of the run (nil when the scenario has no faulty server).
 	Share []float64
@@ -70,7 +78,13 @@ func (s *sim) result() Trial {
 	r.P99 = quantile(s.lat, 0.99)
 	r.P999 = quantile(s.lat, 0.999)
 	r.Success = float64(s.ok) / float64(n)
+	r.Success10s = float64(s.ok10s) / float64(n)
 	r.Success1s = float64(s.ok1s) / float64(n)
+	r.Retried = float64(s.retried) / float64(n)
+	r.FirstSuccess = math.NaN()
+	if s.first > 0 {
+		r.FirstSuccess = float64(s.firstOK) / float64(s.first)
+	}
 	if sc.Faulty >= 0 && s.faultN > 0 {
 		r.FaultyShare = float64(s.faultHit) / float64(s.faultN)
 	}

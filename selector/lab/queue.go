@@ -2,18 +2,20 @@ package lab
 
 // event kinds.
 const (
-	evArrival   = iota // a = gateway: a request should be sent now
-	evReach            // a = request: it reaches its server
-	evDone             // a = request: its server finished serving it
-	evResponse         // a = request, b = 1 when failed: the gateway hears back
-	evTimeout          // a = request: the gateway gives up on it
-	evProbe            // a = gateway: probe every upstream
-	evRefresh          // a = gateway: read every upstream's load report
-	evSample           // servers record their state, for aged reports
-	evFault            // a = index into the scenario's faults, b = 1 at its end
-	evReconnect        // a = server: gateways see it up again
-	evJoin             // a = server: it joins every gateway's table
-	evConnect          // a = gateway: it connects (Placement scenarios)
+	evArrival      = iota // a = gateway: a request should be sent now
+	evReach               // a = request: it reaches its server
+	evDone                // a = request: its server finished serving it
+	evResponse            // a = request, b = respOK, respRefused or respRejected: the gateway hears back
+	evTimeout             // a = request: the gateway gives up on it
+	evProbe               // a = gateway: probe every upstream
+	evRefresh             // a = gateway: read every upstream's load report
+	evSample              // servers record their state, for aged reports
+	evFault               // a = index into the scenario's faults, b = 1 at its end
+	evReconnect           // a = server: gateways see it up again
+	evJoin                // a = server: it joins every gateway's table
+	evConnect             // a = gateway: it connects (Placement scenarios)
+	evWake                // a = gateway: its delivery loop looks at its buffer after a backoff
+	evReconnectOne        // a = gateway<<8 | server: that gateway sees the server up again
 )
 
 // event is one thing that happens at a virtual time. Events at the same

@@ -15,7 +15,7 @@ import (
 // Config says what [Run] runs.
 type Config struct {
 	// Scenarios selects scenarios by name or name prefix ("S4" is S4a to
-	// S4f). Empty: all of [Scenarios].
+	// S4f; "S1" is S1, not S10). Empty: all of [Scenarios].
 	Scenarios []string
 	// Strategies to compare. Empty: [DefaultStrategies].
 	Strategies []string
@@ -28,6 +28,9 @@ type Config struct {
 	// Progress, when set, gets a line per finished scenario (written from
 	// the simulating goroutines).
 	Progress io.Writer
+	// SingleAttempt runs every scenario without retries (see
+	// Scenario.SingleAttempt): today's view of a single attempt.
+	SingleAttempt bool
 
 	adjust func(Scenario) Scenario // tests shorten scenarios with it
 }
@@ -37,6 +40,9 @@ type Cell struct {
 	Strategy             string
 	Mean, P50, P99, P999 Estimate // seconds
 	Success, Success1s   Estimate
+	Success10s           Estimate
+	FirstSuccess         Estimate
+	Retried              Estimate
 	FaultyShare, Jain    Estimate
 	Share                []float64 // mean over seeds of the faulty server's share, by second
 	Runs                 []Trial
@@ -66,9 +72,10 @@ type Result struct {
 
 // Report is a whole lab run.
 type Report struct {
-	Seeds      int
-	Strategies []string
-	Results    []Result
+	Seeds         int
+	Strategies    []string
+	SingleAttempt bool // see Config.SingleAttempt
+	Results       []Result
 }
 
 // Select returns the scenarios that names select (see Config.Scenarios).
@@ -80,7 +87,7 @@ func Select(names []string) ([]Scenario, error) {
 	var out []Scenario
 	for _, sc := range all {
 		for _, n := range names {
-			if n != "" && strings.HasPrefix(strings.ToUpper(sc.Name), strings.ToUpper(n)) {
+			if selects(n, sc.Name) {
 				out = append(out, sc)
 				break
 			}
@@ -90,6 +97,14 @@ func Select(names []string) ([]Scenario, error) {
 		return nil, fmt.Errorf("lab: no scenario matches %s", strings.Join(names, ","))
 	}
 	return out, nil
+}
+
+// selects reports whether n names scenario name or is its prefix short
+// of a digit: "S4" is S4a to S4f, "S1" is S1 but not S10.
+func selects(n, name string) bool {
+	n, name = strings.ToUpper(n), strings.ToUpper(name)
+	rest, ok := strings.CutPrefix(name, n)
+	return n != "" && ok && (rest == "" || rest[0] < '0' || rest[0] > '9')
 }
 
 // Run runs every selected scenario × strategy × seed. The Report depends
@@ -116,9 +131,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if par <= 0 {
 		par = runtime.GOMAXPROCS(0)
 	}
-	rep := &Report{Seeds: seeds, Strategies: strats}
-	if cfg.adjust != nil {
-		for i := range scs {
+	rep := &Report{Seeds: seeds, Strategies: strats, SingleAttempt: cfg.SingleAttempt}
+	for i := range scs {
+		scs[i].SingleAttempt = cfg.SingleAttempt
+		if cfg.adjust != nil {
 			scs[i] = cfg.adjust(scs[i])
 		}
 	}
@@ -199,6 +215,9 @@ func summarise(name string, rs []Trial) Cell {
 	c.P999 = pick(func(r Trial) float64 { return r.P999 })
 	c.Success = pick(func(r Trial) float64 { return r.Success })
 	c.Success1s = pick(func(r Trial) float64 { return r.Success1s })
+	c.Success10s = pick(func(r Trial) float64 { return r.Success10s })
+	c.FirstSuccess = pick(func(r Trial) float64 { return r.FirstSuccess })
+	c.Retried = pick(func(r Trial) float64 { return r.Retried })
 	c.FaultyShare = pick(func(r Trial) float64 { return r.FaultyShare })
 	c.Jain = pick(func(r Trial) float64 { return r.Jain })
 	c.Osc = pick(func(r Trial) float64 { return r.Osc })
@@ -256,6 +275,9 @@ func summarise(name string, rs []Trial) Cell {
 // still not count as losing it: 0.1 percentage point.
 const successSlack = 0.001
 
+// nearBest is how far above the best p99 a p99 may be and count as near it.
+const nearBest = 1.05
+
 // Standing is one strategy's overall result for the verdict.
 type Standing struct {
 	Strategy string
@@ -265,23 +287,19 @@ type Standing struct {
 	// Losses lists the scenarios where its success rate was more than 0.1
 	// point below the best one.
 	Losses []string
+	// Near is how many scenarios its p99 is within 5% of the best in.
+	Near int
 }
 
-// Standings ranks the strategies over the scenarios that count in the
-// verdict (S1–S6, Scenario.Verdict): those that never lose success first,
-// then by Score.
+// Standings ranks the strategies over every scenario that ran: those that
+// never lose success first, then by Score.
 func (r *Report) Standings() []Standing {
 	st := make([]Standing, len(r.Strategies))
 	logs := make([]float64, len(r.Strategies))
 	for k, s := range r.Strategies {
 		st[k].Strategy = s
 	}
-	n := 0
 	for _, res := range r.Results {
-		if !res.Scenario.Verdict {
-			continue
-		}
-		n++
 		best, bestOK := math.Inf(1), 0.0
 		for _, c := range res.Cells {
 			best = min(best, c.P99.Mean)
@@ -289,13 +307,16 @@ func (r *Report) Standings() []Standing {
 		}
 		for k, c := range res.Cells {
 			logs[k] += math.Log(c.P99.Mean / best)
+			if c.P99.Mean <= nearBest*best {
+				st[k].Near++
+			}
 			if c.Success.Mean < bestOK-successSlack {
 				st[k].Losses = append(st[k].Losses, res.Scenario.Name)
 			}
 		}
 	}
 	for k := range st {
-		st[k].Score = math.Exp(logs[k] / float64(max(n, 1)))
+		st[k].Score = math.Exp(logs[k] / float64(max(len(r.Results), 1)))
 	}
 	slices.SortStableFunc(st, func(a, b Standing) int {
 		if a.Losses == nil != (b.Losses == nil) {

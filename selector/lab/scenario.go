@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"fieldlink/selector"
@@ -28,6 +29,11 @@ const (
 	// SlowDeath: service times grow from 1 to Factor times longer over
 	// Ramp, and stay there.
 	SlowDeath
+	// Sinkhole: the server answers every request with an error at once
+	// (an HTTP 503, a broker that drops every publish) while it stays up:
+	// it answers probes, refuses no connection (no Table.SetUp false) and
+	// reports no load, since it serves nothing.
+	Sinkhole
 )
 
 // Fault is one fault of one server, in [From, To); To = 0 is permanent.
@@ -95,7 +101,17 @@ type Scenario struct {
 
 	Duration time.Duration // arrivals stop then
 	Warmup   time.Duration // requests arriving before are not measured
-	Timeout  time.Duration // the gateway gives up on a request
+	Timeout  time.Duration // the gateway gives up on an attempt
+	// Deadline is how long after its arrival a packet may be acknowledged
+	// and still count as a success; the run goes on that long after the
+	// last arrival. A packet not acknowledged by then counts as the
+	// deadline in the percentiles.
+	Deadline time.Duration
+	// SingleAttempt is the model without retries: a failed attempt (or no
+	// server to pick) is the packet's failure, counted as the timeout.
+	// Without it a failed packet is tried on another server and goes
+	// back to the buffer, as uplink.Delivery does.
+	SingleAttempt bool
 
 	ProbeInterval   time.Duration // each gateway probes every server
 	Reports         bool          // servers report their load
@@ -108,13 +124,26 @@ type Scenario struct {
 	StartSpread time.Duration
 
 	Faults []Fault
-	Faulty int // the server whose share is reported (the joining one in S7); -1 for none
+	// ReconnectSpread, when set, has each gateway see a server that
+	// failed fast up again 1 s plus a uniform draw in [0, ReconnectSpread)
+	// after it recovers (each client's reconnect backoff); without it
+	// every gateway sees it up 1 s after.
+	ReconnectSpread time.Duration
+	Faulty          int // the server whose share is reported (the joining one in S7); -1 for none
 
 	// Placement, when set, makes the gateways hold one connection each
 	// (see [Placement]); nil is one pick per request.
 	Placement *Placement
-	// Verdict says whether the scenario counts in the verdict (S1–S6).
-	Verdict bool
+}
+
+// hasFault reports whether any of the scenario's faults is of kind k.
+func (sc *Scenario) hasFault(k FaultKind) bool {
+	for _, f := range sc.Faults {
+		if f.Kind == k {
+			return true
+		}
+	}
+	return false
 }
 
 // baseService is the median service time of a standard server.
@@ -146,6 +175,8 @@ func (sc *Scenario) validate() error {
 		return fmt.Errorf("lab: scenario %s: no gateways", sc.Name)
 	case sc.Load <= 0 || sc.Duration <= sc.Warmup || sc.Timeout <= 0 || sc.ProbeInterval <= 0:
 		return fmt.Errorf("lab: scenario %s: load, duration, timeout and probe interval must be positive, warmup below duration", sc.Name)
+	case sc.Deadline < sc.Timeout:
+		return fmt.Errorf("lab: scenario %s: deadline %v below the timeout %v", sc.Name, sc.Deadline, sc.Timeout)
 	case sc.Reports && sc.RefreshInterval <= 0:
 		return fmt.Errorf("lab: scenario %s: reports need a refresh interval", sc.Name)
 	case sc.RTT == nil:
@@ -215,6 +246,29 @@ func equal(n int) []Server {
 	return s
 }
 
+// nWorkers returns n servers of w workers each.
+func nWorkers(n, w int) []Server {
+	s := equal(n)
+	for i := range s {
+		s[i].Workers = w
+	}
+	return s
+}
+
+// varied returns n servers of 8, 4, 2 and 1 workers in turn, with median
+// service times of 10, 20 and 40 ms in turn: every pairing of size and
+// speed in 12 servers, from 8 workers at 10 ms to 1 at 40 ms, 32 times
+// less capacity.
+func varied(n int) []Server {
+	ws := []int{8, 4, 2, 1}
+	ts := []time.Duration{baseService / 2, baseService, 2 * baseService}
+	s := make([]Server, n)
+	for i := range s {
+		s[i] = Server{Workers: ws[i%len(ws)], Service: ts[i%len(ts)], Sigma: 0.5}
+	}
+	return s
+}
+
 // mixed returns 8 servers of capacities 8, 8, 4, 4, 2, 2, 1 and 1 workers,
 // interleaved so that each half of the cluster holds one of each.
 func mixed() []Server {
@@ -227,15 +281,15 @@ func mixed() []Server {
 }
 
 // base is the common part of every scenario: 10 gateways, a 10 s timeout
-// (the uplink's DefaultHTTPTimeout), probes every 5 s, load reports read
+// (the uplink's DefaultHTTPTimeout), a 30 s deadline, probes every 5 s, load reports read
 // every second, 1 s old, jittered phases, 60 s with 10 s of warm-up.
 func base(name, title string) Scenario {
 	return Scenario{
 		Name: name, Title: title,
 		Servers: equal(8), Gateways: 10, RTT: uniformRTT(2*time.Millisecond, 10*time.Millisecond),
-		Load: 0.6, Duration: 60 * time.Second, Warmup: 10 * time.Second, Timeout: 10 * time.Second,
+		Load: 0.6, Duration: 60 * time.Second, Warmup: 10 * time.Second, Timeout: 10 * time.Second, Deadline: 30 * time.Second,
 		ProbeInterval: 5 * time.Second, Reports: true, RefreshInterval: time.Second, ReportAge: time.Second,
-		Jitter: true, StartSpread: 0, Faulty: -1, Verdict: true,
+		Jitter: true, StartSpread: 0, Faulty: -1,
 	}
 }
 
@@ -319,7 +373,7 @@ func Scenarios() []Scenario {
 
 	s = base("S7", "a node joining cold: server 8 (4 workers, like the others) added to every gateway's table at 20 s with no statistics; 20 gateways, 70% of the first eight's capacity")
 	s.Servers = append(equal(8), Server{Workers: 4, Service: baseService, Sigma: 0.5, JoinAt: 20 * time.Second})
-	s.Gateways, s.Load, s.Faulty, s.Verdict = 20, 0.7, 8, false
+	s.Gateways, s.Load, s.Faulty = 20, 0.7, 8
 	out = append(out, s)
 
 	for k, backoff := range []time.Duration{0, 10 * time.Second} {
@@ -332,18 +386,50 @@ func Scenarios() []Scenario {
 		s.Servers, s.Gateways, s.Load = mixed(), 1000, 0.5
 		s.Duration, s.Warmup, s.StartSpread = 45*time.Second, 20*time.Second, 15*time.Second
 		s.Faults = []Fault{{Server: 0, Kind: FastFail, From: 25 * time.Second}}
-		s.Placement, s.Verdict = &Placement{Backoff: backoff}, false
+		s.Placement = &Placement{Backoff: backoff}
 		out = append(out, s)
 	}
+
+	s = base("S9", "high load: 90% on 16 heterogeneous servers (1, 2, 4 or 8 workers; median service 10, 20 or 40 ms)")
+	s.Servers, s.Load = varied(16), 0.9
+	out = append(out, s)
+
+	s = base("S10", "low load: 20% on 4 equal servers (4 workers each)")
+	s.Servers, s.Load = equal(4), 0.2
+	out = append(out, s)
+
+	s = base("S11", "sinkhole: server 2 answers every request with an error at once from 15 s to 45 s, stays up (answers probes) and reports no load; 60% load")
+	s.Faults, s.Faulty = []Fault{{Server: 2, Kind: Sinkhole, From: 15 * time.Second, To: 45 * time.Second}}, 2
+	out = append(out, s)
+
+	s = base("S12", "MQTT at fleet scale: 500 gateways, each connected to all 4 brokers (8 workers each) and picking one per message; broker 0 dies (fast failure) from 20 s to 35 s, and each gateway reconnects to it 1–6 s after it returns; 60% load; 45 s")
+	s.Servers, s.Gateways = nWorkers(4, 8), 500
+	// 45 s with 10 s of warm-up: 500 gateways cost as much as S6's.
+	s.Duration, s.StartSpread = 45*time.Second, 10*time.Second
+	s.Faults, s.Faulty = []Fault{{Server: 0, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 0
+	s.ReconnectSpread = 5 * time.Second
+	out = append(out, s)
 	return out
 }
 
 // DefaultStrategies is every strategy of the selector package, and the
-// two that the uplink would most likely run behind the outlier layer.
-func DefaultStrategies() []string {
-	return []string{
-		"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt",
-		"drf", "drf/5s", "soa", "cswlc", "irlb", "load_aware",
-		"least_conn+outlier", "p2c_ewma+outlier",
-	}
+// two that the uplink would most likely run behind the outlier layer, in
+// report order: a new strategy is one more line of defaultStrategies.
+func DefaultStrategies() []string { return slices.Clone(defaultStrategies) }
+
+var defaultStrategies = []string{
+	"round_robin",
+	"weighted_round_robin",
+	"random",
+	"least_conn",
+	"p2c_ewma",
+	"ribbon_wrt",
+	"drf",
+	"drf/5s",
+	"soa",
+	"cswlc",
+	"irlb",
+	"load_aware",
+	"least_conn+outlier",
+	"p2c_ewma+outlier",
 }

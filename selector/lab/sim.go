@@ -38,41 +38,48 @@ func NewStrategy(name string) (selector.Strategy, error) {
 
 // sim is one run in progress.
 type sim struct {
-	sc       *Scenario
-	clk      clock
-	q        eventQueue
-	tables   []*selector.Table
-	strats   []selector.Strategy
-	rngs     []*rand.Rand // per gateway: arrivals and service draws only
-	servers  []server
-	reqs     []request
-	rtt      [][]int64 // [gateway][server], round trip in ns
-	lat      []int64   // measured latencies, ns; failures count as Timeout
-	latJoin  []int64   // latencies of the requests that arrived in the 10 s after a join
-	ok, ok1s int
-	sent     []int   // measured requests sent to each server
-	faultN   int     // requests picked within a fault window
-	faultHit int     // of which to the faulty server
-	perSec   []int   // requests by second of the run
-	perSrv   [][]int // [second][server] requests sent
-	maxRate  float64
-	baseRate float64   // offered rate per gateway outside phases
-	caps     []float64 // each server's capacity, requests per second
-	events   int
+	sc              *Scenario
+	clk             clock
+	q               eventQueue
+	tables          []*selector.Table
+	strats          []selector.Strategy
+	rngs            []*rand.Rand // per gateway: arrivals and service draws only
+	servers         []server
+	pkts            []packet
+	reqs            []request
+	rtt             [][]int64 // [gateway][server], round trip in ns
+	lat             []int64   // measured latencies, ns; failures count as Timeout
+	latJoin         []int64   // latencies of the requests that arrived in the 10 s after a join
+	ok, ok10s, ok1s int
+	first, firstOK  int // measured packets whose first attempt ended, and of which succeeded
+	retried         int // measured packets sent more than once
+	single          bool
+	seed            uint64
+
+	// The delivery loop's state, per gateway (see uplink.Delivery).
+	jit       []*rand.Rand // jitter of rests and backoffs
+	cool      [][]int64    // [gateway][server]: resting until
+	failRun   [][]int      // [gateway][server]: failures in a row
+	buffered  [][]int32    // packets back in the buffer, waiting for a wake
+	waking    []bool       // a wake is scheduled
+	gwBackoff []int64      // the next backoff
+	sent      []int        // measured requests sent to each server
+	faultN    int          // requests picked within a fault window
+	faultHit  int          // of which to the faulty server
+	perSec    []int        // requests by second of the run
+	perSrv    [][]int      // [second][server] requests sent
+	maxRate   float64
+	baseRate  float64   // offered rate per gateway outside phases
+	caps      []float64 // each server's capacity, requests per second
+	events    int
 
 	// Placement scenarios.
-	conn      []int32     // per gateway: the server it is connected to, or -1
-	pending   [][]pending // per gateway: messages waiting for a connection
+	conn      []int32   // per gateway: the server it is connected to, or -1
+	pending   [][]int32 // per gateway: packets waiting for a connection
 	backoff   []*rand.Rand
 	orphan    []bool // per gateway: it lost its connection to a fault
 	lastConn  int64  // time of the latest reconnection of an orphan
 	beforeMax float64
-}
-
-// pending is a message that waits for its gateway to connect.
-type pending struct {
-	t0 int64
-	z  float64
 }
 
 // Simulate runs strategy (see [NewStrategy]) through scenario sc with seed.
@@ -80,10 +87,19 @@ type pending struct {
 // on sc and seed, not on the strategy (common random numbers). The same
 // arguments give the same Trial.
 func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
-	if err := sc.validate(); err != nil {
+	s, err := simulate(sc, strategy, seed)
+	if err != nil {
 		return Trial{}, err
 	}
-	s := &sim{sc: &sc}
+	return s.result(), nil
+}
+
+// simulate runs the simulation and returns its state at the end.
+func simulate(sc Scenario, strategy string, seed uint64) (*sim, error) {
+	if err := sc.validate(); err != nil {
+		return nil, err
+	}
+	s := &sim{sc: &sc, single: sc.SingleAttempt, seed: seed}
 	ng, ns := sc.Gateways, len(sc.Servers)
 	topo := rand.New(rand.NewPCG(seed, 0x70b0))
 	s.rtt = sc.RTT(topo, ng, ns)
@@ -101,20 +117,27 @@ func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
 	for range ng {
 		st, err := NewStrategy(strategy)
 		if err != nil {
-			return Trial{}, err
+			return nil, err
 		}
 		t := selector.NewTable(selector.Options{Now: s.clk.now, Seed: seed*1_000_003 + uint64(len(s.tables)) + 1})
 		for i, sv := range sc.Servers {
 			if sv.JoinAt == 0 {
 				if _, err := t.Add(fmt.Sprintf("s%d", i), sv.Workers); err != nil {
-					return Trial{}, fmt.Errorf("lab: scenario %s: %w", sc.Name, err)
+					return nil, fmt.Errorf("lab: scenario %s: %w", sc.Name, err)
 				}
 			}
 		}
 		s.tables = append(s.tables, t)
 		s.strats = append(s.strats, st)
 		s.rngs = append(s.rngs, rand.New(rand.NewPCG(seed, uint64(len(s.rngs))+1)))
+		// Jitter draws depend on the strategy's failures: their own stream.
+		s.jit = append(s.jit, rand.New(rand.NewPCG(seed, 0x717e<<20|uint64(len(s.jit)))))
+		s.cool = append(s.cool, make([]int64, ns))
+		s.failRun = append(s.failRun, make([]int, ns))
+		s.gwBackoff = append(s.gwBackoff, int64(firstBackoff))
 	}
+	s.buffered = make([][]int32, ng)
+	s.waking = make([]bool, ng)
 	for i, sv := range sc.Servers {
 		if sv.JoinAt > 0 {
 			s.q.push(event{at: int64(sv.JoinAt), kind: evJoin, a: int32(i)})
@@ -122,7 +145,7 @@ func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
 	}
 	if sc.Placement != nil {
 		s.conn = make([]int32, ng)
-		s.pending = make([][]pending, ng)
+		s.pending = make([][]int32, ng)
 		s.orphan = make([]bool, ng)
 		for g := range ng {
 			s.conn[g] = -1
@@ -169,7 +192,7 @@ func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
 			s.q.push(event{at: int64(f.To), kind: evFault, a: int32(k), b: 1})
 		}
 	}
-	end := int64(sc.Duration + sc.Timeout + time.Second)
+	end := int64(sc.Duration + sc.Deadline + sc.Timeout + time.Second)
 	for s.q.len() > 0 {
 		e := s.q.pop()
 		if e.at > end {
@@ -179,5 +202,9 @@ func Simulate(sc Scenario, strategy string, seed uint64) (Trial, error) {
 		s.events++
 		s.handle(e)
 	}
-	return s.result(), nil
+	// What is still undelivered missed its deadline.
+	for k := range s.pkts {
+		s.settle(&s.pkts[k], end, false)
+	}
+	return s, nil
 }
