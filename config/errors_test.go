@@ -48,7 +48,7 @@ var errorClasses = []struct {
 	{class: "bad enum: id_field", old: "id_field: MineId", new: "id_field: PlantId", pos: "1:29", field: "site.id_field", valid: `must be FarmId or MineId, got "PlantId"`},
 	{class: "bad enum: packet.values", new: "packet: {values: numbers}", pos: "16:18", field: "packet.values", valid: `must be strings or number, got "numbers"`},
 	{class: "bad enum: buffer.durability", new: "buffer: {durability: sometimes}", pos: "16:22", field: "buffer.durability", valid: `must be always or interval, got "sometimes"`},
-	{class: "bad enum: uplink.selector", new: "uplink: {selector: fastest, upstreams: [{url: 'mqtt://h'}]}", pos: "16:20", field: "uplink.selector", valid: `(valid: round_robin, weighted_round_robin, random, least_conn, p2c_ewma`},
+	{class: "bad enum: uplink.selector", new: "uplink: {selector: fastest, upstreams: [{url: 'mqtt://h'}]}", pos: "16:20", field: "uplink.selector", valid: `(valid: cswlc, drf, drf_cswlc, irlb, least_conn, load_aware, p2c_ewma, prequal`},
 	{class: "unknown time zone", old: "Asia/Shanghai", new: "Asia/Shanghia", pos: "1:47", field: "site.timezone", valid: "use an IANA name such as Asia/Shanghai or UTC"},
 	{class: "bad bus URL: scheme", old: "tcp://127.0.0.1:1502", new: "udp://127.0.0.1:1502", pos: "11:10", field: "buses[1].url", valid: `unknown scheme "udp" (valid: rtu, tcp, rtuovertcp)`},
 	{class: "bad bus URL: setting", old: "stop_bits=1", new: "stopbits=1", pos: "5:10", field: "buses[0].url", valid: `unknown query key "stopbits" (valid keys: baud, parity, data_bits, stop_bits)`},

@@ -148,15 +148,13 @@ type Registry struct {
 	Refresh time.Duration `yaml:"refresh"` // default 5m
 }
 
-// SelectorNames are the strategies the selector knows; set by the wiring so
-// that config need not import the selector.
 // DefaultSelector is the selector lab's verdict (docs/selector-lab.md):
 // soa has the best p99 over scenarios S1–S6 without losing success rate in
 // any, and needs nothing from the servers (it falls back on nothing).
 const DefaultSelector = "soa"
 
-var SelectorNames = []string{"round_robin", "weighted_round_robin", "random", "least_conn", "p2c_ewma", "ribbon_wrt",
-	"drf", "soa", "cswlc", "irlb", "load_aware", "prequal"}
+// SelectorNames are the strategies a site file may name: the selector's.
+var SelectorNames = selector.Names()
 
 func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	b := &c.Buffer

@@ -39,7 +39,7 @@ func TestUplinkErrors(t *testing.T) {
 		{"buffer: {max_bytes: 1KiB}", `buffer.max_bytes: must be at least 64KiB`},
 		{"buffer: {when_full: explode}", `buffer.when_full: must be drop_oldest or reject_new`},
 		{"buffer: {order: random}", `buffer.order: must be oldest_first or newest_first`},
-		{"uplink: {selector: fastest, upstreams: [{url: 'mqtt://h'}]}", `uplink.selector: unknown selector "fastest" (valid: round_robin,`},
+		{"uplink: {selector: fastest, upstreams: [{url: 'mqtt://h'}]}", `uplink.selector: unknown selector "fastest" (valid: cswlc, drf, drf_cswlc,`},
 		{"uplink: {upstreams: []}", `uplink.upstreams: give at least one upstream, or a registry`},
 		{"uplink: {upstreams: [{url: 'ftp://h'}]}", `uplink.upstreams[0].url: unknown scheme "ftp"`},
 		{"uplink: {upstreams: [{url: 'mqtt://u:p@h'}]}", `put credentials in username and password_file, not in the URL`},

@@ -22,8 +22,9 @@ import (
 // rewritten: W's fields are atomics, and a pick must still return a
 // candidate whatever it reads.
 type refresher[W any] struct {
-	period   int64 // table time between recomputations, ns
-	onChange bool  // also recompute when the table's version changed
+	period   int64   // table time between recomputations, ns
+	onChange bool    // also recompute when the table's version changed
+	jitter   float64 // each period is drawn from period·(1 ± jitter)
 
 	mu  sync.Mutex    // one recomputation at a time; guards the recomputer's own state
 	due atomic.Int64  // table time of the next recomputation
@@ -80,7 +81,11 @@ func (r *refresher[W]) refresh(t *Table, now int64, c recomputer[W]) {
 	c.recompute(t, now, next)
 	r.cur.Store(next)
 	r.ver.Store(ver)
-	r.due.Store(now + r.period)
+	d := r.period
+	if r.jitter > 0 {
+		d = int64(float64(d) * (1 + r.jitter*(2*t.float01()-1)))
+	}
+	r.due.Store(now + d)
 }
 
 // published returns the weights picks read now. Under mu, a recomputer

@@ -58,7 +58,10 @@ var strategies = map[string]func(opt StrategyOptions) Strategy{
 	"load_aware": func(StrategyOptions) Strategy { return NewLoadAware(LoadAwareOptions{Fallback: leastConn{}}) },
 	"cswlc":      func(StrategyOptions) Strategy { return NewCSWLC(CSWLCOptions{}) },
 	"irlb":       func(StrategyOptions) Strategy { return NewIRLB(IRLBOptions{}) },
-	"prequal":    func(StrategyOptions) Strategy { return NewPrequal(PrequalOptions{}) },
+	// An anchor: Google's Prequal (docs/algorithms.md, Anchors).
+	"prequal": func(StrategyOptions) Strategy { return NewPrequal(PrequalOptions{}) },
+	// The gateway's own: the papers' structure with the anchors' lessons.
+	"drf_cswlc": func(StrategyOptions) Strategy { return NewDRFCSWLC(DRFCSWLCOptions{}) },
 }
 
 // New returns a fresh strategy by its config name (see [Names]).

@@ -52,7 +52,7 @@ func feed(tb *Table, c *testClock, i, n int, lat, step time.Duration, err error)
 }
 
 func TestNewAndNames(t *testing.T) {
-	want := []string{"cswlc", "drf", "irlb", "least_conn", "load_aware", "p2c_ewma", "prequal", "random", "ribbon_wrt", "round_robin", "soa", "weighted_round_robin"}
+	want := []string{"cswlc", "drf", "drf_cswlc", "irlb", "least_conn", "load_aware", "p2c_ewma", "prequal", "random", "ribbon_wrt", "round_robin", "soa", "weighted_round_robin"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}

@@ -12,16 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"fieldlink/config"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
-	"fieldlink/selector"
 	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
 )
@@ -360,14 +357,6 @@ func TestEmulateServesASerialLine(t *testing.T) {
 }
 
 // The site file accepts exactly the strategies the selector has.
-func TestSelectorNamesAgree(t *testing.T) {
-	got := slices.Clone(config.SelectorNames)
-	slices.Sort(got)
-	if !slices.Equal(got, selector.Names()) {
-		t.Fatalf("config accepts %v, selector has %v", got, selector.Names())
-	}
-}
-
 // gateway buffer stats|export|purge on a buffer left by a run whose only
 // upstream was down.
 func TestBufferCommands(t *testing.T) {

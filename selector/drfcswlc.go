@@ -1,0 +1,409 @@
+package selector
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// DRFCSWLC is "drf_cswlc", the gateway's own selector: the multi-factor
+// dynamic weight of DRF (docs/algorithms.md § 000) and the weighted least
+// connections pick of CS-WLC (§ 002), with what production balancers learnt
+// since (§ Anchors). Which part comes from where:
+//
+//   - Weight (DRF's factors, refreshed every Interval and at every table
+//     change, off the pick path): for each upstream
+//
+//     W = weight · (ℓ_best + c)/(ℓ + c) ^ Latency · (1 − U + ε) ^ Load · warm
+//
+//     ℓ is the upstream's delivery latency (a peak-then-smooth estimate of
+//     the latest deliveries; probes when it has none), ℓ_best the lowest
+//     among the upstreams, U the utilisation it reports (when it reports),
+//     and the exponents are the factor weights (the Delphi step's
+//     priorities; see [DRFCSWLCOptions]). Without a new delivery the
+//     latency decays toward the probe round trip, so that an upstream that
+//     was slow is tried again (the way back Elasticsearch's adaptive replica
+//     selection gives its losers).
+//
+//   - Pick (CS-WLC): among the upstreams that are not hot, two are drawn
+//     with probability proportional to W and the one with the lower
+//     (in-flight + 1 + Reported · connections) / W wins: weighted least
+//     connections without every gateway herding to the same one (power of
+//     two choices, as p2c). connections is the count a fresh load report
+//     gives: the other gateways' load that this one cannot see (C3's
+//     correction).
+//
+//   - Hot (Prequal's cold-before-hot; Envoy's outlier ejection): an
+//     upstream whose delivery timed out, or that failed FailuresToEject
+//     times in a row, is ejected for Eject·2^(k−1), k its ejections in a
+//     row, at most MaxEject, jittered ±20%; at most half the upstreams at
+//     once. A timeout or a fast error is never fast: both eject.
+//
+//   - Warm-up (Envoy's slow start): an upstream that joins, comes back up or
+//     back from an ejection has its W scaled by max(0.1, t/WarmUp).
+//
+// Pick reads the weights and hot mask the refresher published, the in-flight
+// counts live and the table's random source; it does not allocate or lock.
+type DRFCSWLC struct {
+	opt DRFCSWLCOptions
+	ref refresher[dcWeights]
+
+	// The recomputer's own state, guarded by ref.mu.
+	st [MaxUpstreams]dcState
+}
+
+// DRFCSWLCOptions configures [NewDRFCSWLC]. The zero value is the default;
+// the defaults are the lab's tuned constants (docs/selector-lab.md).
+type DRFCSWLCOptions struct {
+	// Interval between recomputations of the weights. Default 250 ms.
+	Interval time.Duration
+	// Latency and Load are the factor weights (exponents) of the latency and
+	// utilisation factors. Defaults 1 and 0.5.
+	Latency, Load float64
+	// Reported scales the connection count of a fresh load report in the
+	// pick's load. Default 0.5.
+	Reported float64
+	// Decay is the time constant with which an upstream's latency estimate
+	// returns to its probe round trip without deliveries. Default 1 s.
+	Decay time.Duration
+	// FailuresToEject is how many failures in a row eject an upstream; a
+	// timeout ejects at once. Default 2.
+	FailuresToEject int
+	// Eject is the first ejection; each one in a row doubles it up to
+	// MaxEject. Defaults 1 s and 30 s.
+	Eject, MaxEject time.Duration
+	// WarmUp is how long an upstream takes to reach its full weight after
+	// it joins or comes back. Default 3 s.
+	WarmUp time.Duration
+	// Stall and MinStall: deliveries pending with none ending for Stall
+	// times the latency estimate, and at least MinStall, eject. Defaults 10
+	// and 1 s.
+	Stall    float64
+	MinStall time.Duration
+	// Fall is how far a faster batch of deliveries moves the latency
+	// estimate toward itself (a slower one replaces it). Default 1: replaces it too.
+	Fall float64
+	// Choices is how many candidates a pick draws and compares. Default 2.
+	Choices int
+	// SampleByCapacity draws the two candidates by static weight (and
+	// warm-up) alone, not by W.
+	SampleByCapacity bool
+}
+
+func (o *DRFCSWLCOptions) defaults() {
+	if o.Interval <= 0 {
+		o.Interval = 250 * time.Millisecond
+	}
+	if o.Latency == 0 {
+		o.Latency = 1
+	}
+	if o.Decay <= 0 {
+		o.Decay = 3 * time.Second
+	}
+	if o.Fall <= 0 || o.Fall > 1 {
+		o.Fall = 1
+	}
+	if o.Reported == 0 {
+		o.Reported = 0.2
+	}
+	if o.FailuresToEject <= 0 {
+		o.FailuresToEject = 2
+	}
+	if o.Eject <= 0 {
+		o.Eject = time.Second
+	}
+	if o.MaxEject <= 0 {
+		o.MaxEject = 30 * time.Second
+	}
+	if o.WarmUp <= 0 {
+		o.WarmUp = 3 * time.Second
+	}
+	if o.Choices <= 1 {
+		o.Choices = MaxUpstreams
+	}
+	if o.Stall <= 0 {
+		o.Stall = 5
+	}
+	if o.MinStall <= 0 {
+		o.MinStall = 250 * time.Millisecond
+	}
+}
+
+// dcWeights is what a pick reads: one recomputation's weights.
+type dcWeights struct {
+	w   [MaxUpstreams]atomic.Uint64 // float64 bits of W (> 0)
+	inv [MaxUpstreams]atomic.Uint64 // float64 bits of 1/W
+	sw  [MaxUpstreams]atomic.Uint64 // float64 bits of the sampling weight (> 0)
+	rep [MaxUpstreams]atomic.Uint64 // float64 bits of Reported · connections
+	hot atomic.Uint64               // bit i: upstream i is ejected
+}
+
+// dcState is the recomputer's memory of one upstream.
+type dcState struct {
+	gen       uint64 // the slot generation it describes
+	seen      uint64 // deliveries ended when last read
+	failures  uint64 // failures when last read
+	timeouts  uint64 // timeouts when last read
+	est       float64
+	estAt     int64 // table time of est
+	hasEst    bool
+	wasUp     bool
+	warmFrom  int64 // table time the warm-up started
+	ejectTill int64 // table time the ejection ends
+	ejections int   // ejections in a row
+	okSince   int64 // table time of the first success after an ejection
+	endedAt   int64 // table time a delivery to it last ended (or it was last idle)
+	pending   bool  // deliveries were pending at the last recomputation
+}
+
+// NewDRFCSWLC returns a drf_cswlc strategy.
+func NewDRFCSWLC(opt DRFCSWLCOptions) *DRFCSWLC {
+	opt.defaults()
+	s := &DRFCSWLC{opt: opt}
+	s.ref.init(int64(opt.Interval), true)
+	// Gateways that start together must not recompute together: a shared
+	// rhythm is a shared herd (the lab's S6a).
+	s.ref.jitter = 0.5
+	return s
+}
+
+func (*DRFCSWLC) Name() string { return "drf_cswlc" }
+
+// Pick picks as the type's doc describes.
+func (s *DRFCSWLC) Pick(t *Table, skip uint64) (int, bool) {
+	cand := t.Candidates(skip)
+	switch {
+	case cand == 0:
+		return -1, false
+	case cand&(cand-1) == 0:
+		return trailingZeros(cand), true
+	}
+	p := s.ref.get(t, t.lastSeen(), s)
+	if cold := cand &^ p.hot.Load(); cold != 0 {
+		cand = cold
+		if cand&(cand-1) == 0 {
+			return trailingZeros(cand), true
+		}
+	}
+	if s.opt.Choices >= MaxUpstreams {
+		return s.scan(t, p, cand), true
+	}
+	var total float64
+	for m := cand; m != 0; m &= m - 1 {
+		total += math.Float64frombits(p.sw[trailingZeros(m)&(MaxUpstreams-1)].Load())
+	}
+	best := s.draw(p, cand, total*t.float01())
+	bestLoad := s.load(t, p, best)
+	rest, last := cand, best
+	for range s.opt.Choices - 1 {
+		rest &^= 1 << last
+		total -= math.Float64frombits(p.sw[last].Load())
+		if rest == 0 {
+			break
+		}
+		last = s.draw(p, rest, total*t.float01())
+		if l := s.load(t, p, last); l < bestLoad {
+			best, bestLoad = last, l
+		}
+	}
+	return best, true
+}
+
+// scan returns the member of cand with the lowest weighted load; ties go to
+// one of them at random.
+func (s *DRFCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
+	var ties uint64
+	best := math.Inf(1)
+	for m := cand; m != 0; m &= m - 1 {
+		i := trailingZeros(m) & (MaxUpstreams - 1)
+		switch l := s.load(t, p, i); {
+		case l < best:
+			best, ties = l, 1<<i
+		case l == best:
+			ties |= 1 << i
+		}
+	}
+	if ties&(ties-1) != 0 {
+		return nthBit(ties, t.intN(popcount(ties)))
+	}
+	return trailingZeros(ties)
+}
+
+// draw returns the member of m at which the cumulative weight passes x.
+func (s *DRFCSWLC) draw(p *dcWeights, m uint64, x float64) int {
+	last := 0
+	for ; m != 0; m &= m - 1 {
+		last = trailingZeros(m) & (MaxUpstreams - 1)
+		x -= math.Float64frombits(p.sw[last].Load())
+		if x < 0 {
+			return last
+		}
+	}
+	return last
+}
+
+// load is upstream i's weighted load, as the pick compares it.
+func (s *DRFCSWLC) load(t *Table, p *dcWeights, i int) float64 {
+	n := float64(inflight(t.slots[i].state.Load()))
+	return (n + 1 + math.Float64frombits(p.rep[i].Load())) * math.Float64frombits(p.inv[i].Load())
+}
+
+// recompute computes the weights and the hot mask at table time now.
+func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
+	o := &s.opt
+	n := t.Len()
+	var lat [MaxUpstreams]float64
+	var util [MaxUpstreams]float64
+	var hasUtil, live, hot uint64
+	best := math.Inf(1)
+	for i := range n {
+		u := t.ups[i].Load()
+		st := &s.st[i]
+		if st.gen != u.gen {
+			*st = dcState{gen: u.gen, warmFrom: now}
+		}
+		if u.retired.Load() {
+			st.wasUp = false
+			continue
+		}
+		up := u.up.Load()
+		if up && !st.wasUp {
+			st.warmFrom = now // joined or back up: warm up again
+		}
+		st.wasUp = up
+		if !up {
+			continue
+		}
+		live |= 1 << i
+		u.mu.Lock()
+		count, fails, touts := u.count, u.failures.Load(), u.timeouts
+		consec := u.consecutive.Load()
+		probe := float64(u.probeRTT.Load())
+		var recent float64
+		if k := min(int(count-st.seen), u.ringLen); k > 0 {
+			for j := 1; j <= k; j++ {
+				recent += float64(u.ring[(u.ringNext-j+len(u.ring))%len(u.ring)])
+			}
+			recent /= float64(k)
+		}
+		load, hasLoad := u.load, u.hasLoad
+		u.mu.Unlock()
+
+		newFails, newTouts := fails-st.failures, touts-st.timeouts
+		newCount := count - st.seen
+		// A stall is timed from the later of the last delivery that ended
+		// and the first recomputation that saw deliveries pending.
+		pending := inflight(t.slots[i].state.Load())
+		if newCount > 0 || pending == 0 || !st.pending {
+			st.endedAt = now
+		}
+		st.pending = pending > 0
+		st.seen, st.failures, st.timeouts = count, fails, touts
+		// Latency: a slower batch replaces the estimate at once (peak),
+		// a faster one halves the distance; none decays toward the probe.
+		switch {
+		case newCount > newFails && recent > 0:
+			if !st.hasEst || recent > st.est {
+				st.est = recent
+			} else {
+				st.est = st.est + (recent-st.est)*o.Fall
+			}
+			st.hasEst, st.estAt = true, now
+		case st.hasEst && probe > 0:
+			w := decay(now-st.estAt, float64(o.Decay))
+			st.est = probe + (st.est-probe)*w
+			st.estAt = now
+		}
+		// Ejection: a timeout, FailuresToEject failures in a row, or
+		// deliveries pending with none ending for Stall times the latency
+		// (at least MinStall): a black hole is found before its timeouts.
+		stall := max(float64(o.MinStall), o.Stall*st.est)
+		stalled := pending > 0 && float64(now-st.endedAt) > stall
+		if now >= st.ejectTill && (newTouts > 0 || stalled || newFails > 0 && consec >= uint64(o.FailuresToEject)) {
+			st.ejections++
+			d := float64(o.Eject) * math.Pow(2, float64(st.ejections-1))
+			d = min(d, float64(o.MaxEject)) * (0.8 + 0.4*t.float01())
+			st.ejectTill, st.okSince = now+int64(d), 0
+			st.warmFrom, st.endedAt = st.ejectTill, st.ejectTill
+		}
+		if now < st.ejectTill {
+			hot |= 1 << i
+		} else if st.ejections > 0 && newCount > newFails && consec == 0 {
+			if st.okSince == 0 {
+				st.okSince = now
+			} else if now-st.okSince > int64(o.MaxEject) {
+				st.ejections = 0 // healthy for a while: forgive
+			}
+		}
+		switch {
+		case st.hasEst:
+			lat[i] = st.est
+		case probe > 0:
+			lat[i] = probe
+		}
+		if lat[i] > 0 {
+			best = min(best, lat[i])
+		}
+		out.rep[i].Store(0)
+		if hasLoad && int64(load.At.Sub(t.epoch))+int64(t.loadTTL) > now {
+			util[i] = min(max(load.CPU, load.Network, 0), 1)
+			hasUtil |= 1 << i
+			// Another gateway's load counts only where this one has no
+			// measure of its own: a report is stale, and read alike by every
+			// gateway, which would all herd on it; its own deliveries are
+			// fresh and its own.
+			if !st.hasEst {
+				out.rep[i].Store(math.Float64bits(o.Reported * float64(max(load.Connections, 0))))
+			}
+		}
+	}
+	// At most half the live upstreams hot: the longest ejected come back.
+	for popcount(hot) > popcount(live)/2 {
+		j, till := -1, int64(math.MinInt64)
+		for m := hot; m != 0; m &= m - 1 {
+			i := trailingZeros(m)
+			if s.st[i].ejectTill > till {
+				j, till = i, s.st[i].ejectTill
+			}
+		}
+		hot &^= 1 << j
+	}
+	const c = float64(5 * time.Millisecond)
+	for i := range n {
+		if live&(1<<i) == 0 {
+			out.w[i].Store(math.Float64bits(1))
+			out.inv[i].Store(math.Float64bits(1))
+			out.sw[i].Store(math.Float64bits(1))
+			continue
+		}
+		w := float64(t.slots[i].weight.Load())
+		sw := w
+		if lat[i] > 0 && best < math.Inf(1) {
+			w *= math.Pow((best+c)/(lat[i]+c), o.Latency)
+		}
+		if hasUtil&(1<<i) != 0 {
+			w *= math.Pow(1-util[i]+0.05, o.Load)
+		}
+		if age := now - s.st[i].warmFrom; age < int64(o.WarmUp) {
+			f := max(0.1, float64(max(age, 0))/float64(o.WarmUp))
+			w *= f
+			sw *= f
+		}
+		if !o.SampleByCapacity {
+			sw = w
+		}
+		w = max(w, 1e-9)
+		out.w[i].Store(math.Float64bits(w))
+		out.inv[i].Store(math.Float64bits(1 / w))
+		out.sw[i].Store(math.Float64bits(max(sw, 1e-9)))
+	}
+	out.hot.Store(hot)
+}
+
+func popcount(m uint64) int {
+	n := 0
+	for ; m != 0; m &= m - 1 {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,186 @@
+package selector
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// timeoutErr is a delivery that timed out, as the uplink's errors say.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// dcTable is four upstreams of equal weight that each answered 20
+// deliveries in 20 ms, and a fresh drf_cswlc.
+func dcTable(t *testing.T, opt DRFCSWLCOptions) (*Table, *testClock, *DRFCSWLC) {
+	t.Helper()
+	tb, c := newTestTable(1, 1, 1, 1)
+	for i := range 4 {
+		feed(tb, c, i, 20, 20*time.Millisecond, time.Millisecond, nil)
+	}
+	s := NewDRFCSWLC(opt)
+	s.Pick(tb, 0) // it sees them: their warm-up starts
+	tick(tb, c, 10*time.Second)
+	return tb, c, s
+}
+
+// dcPicks counts the picks of each upstream over n picks, ending each at once
+// so that in-flight counts stay as they are.
+func dcPicks(tb *Table, s Strategy, n int) [4]int {
+	var got [4]int
+	for range n {
+		i, ok := s.Pick(tb, 0)
+		if ok {
+			got[i]++
+		}
+	}
+	return got
+}
+
+// tick advances the clock and lets the table see it (a probe of every
+// upstream, 20 ms like their deliveries), so that the strategy's next pick
+// recomputes.
+func tick(tb *Table, c *testClock, d time.Duration) {
+	c.Advance(d)
+	for i := range tb.Len() {
+		tb.Probe(i, 20*time.Millisecond, nil)
+	}
+}
+
+func TestDRFCSWLCSpreadsEqualUpstreams(t *testing.T) {
+	tb, _, s := dcTable(t, DRFCSWLCOptions{})
+	got := dcPicks(tb, s, 4000)
+	for i, n := range got {
+		if n < 700 || n > 1300 {
+			t.Errorf("upstream %d got %d of 4000 picks of four equal upstreams: %v", i, n, got)
+		}
+	}
+}
+
+// Deliveries pending with none ending (a black hole) eject the upstream
+// long before the first timeout.
+func TestDRFCSWLCEjectsAStall(t *testing.T) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	// u2 has two deliveries pending and none ending; the others three each,
+	// but theirs keep ending: by in-flight alone, u2 would be the pick.
+	tb.Begin(2)
+	tb.Begin(2)
+	for i := range 4 {
+		if i != 2 {
+			tb.Begin(i)
+			tb.Begin(i)
+			tb.Begin(i)
+		}
+	}
+	for range 2 {
+		tick(tb, c, 500*time.Millisecond) // > MinStall (250 ms), > 5 × 20 ms, > the interval
+		for _, i := range []int{0, 1, 3} {
+			feed(tb, c, i, 1, 20*time.Millisecond, time.Millisecond, nil)
+		}
+		s.Pick(tb, 0) // recomputes
+	}
+	if got := dcPicks(tb, s, 1000); got[2] != 0 {
+		t.Errorf("a stalled upstream still got %d of 1000 picks: %v", got[2], got)
+	}
+}
+
+// An upstream that answers errors at once (a sinkhole) is ejected after
+// FailuresToEject of them: a fast failure is never fast.
+func TestDRFCSWLCEjectsASinkhole(t *testing.T) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	feed(tb, c, 1, 2, time.Millisecond, time.Millisecond, errors.New("500"))
+	tick(tb, c, 500*time.Millisecond)
+	if got := dcPicks(tb, s, 1000); got[1] != 0 {
+		t.Errorf("a sinkhole still got %d of 1000 picks: %v", got[1], got)
+	}
+	// The ejection ends (1 s ± 20%), and the upstream warms up again.
+	tick(tb, c, 1500*time.Millisecond)
+	tick(tb, c, 10*time.Second)
+	if got := dcPicks(tb, s, 4000); got[1] < 500 {
+		t.Errorf("after its ejection the upstream got %d of 4000 picks: %v", got[1], got)
+	}
+}
+
+// A timeout ejects at once; at most half the upstreams are ejected.
+func TestDRFCSWLCEjectsAtMostHalf(t *testing.T) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	for i := range 3 {
+		feed(tb, c, i, 1, 10*time.Second, time.Millisecond, timeoutErr{})
+	}
+	tick(tb, c, 500*time.Millisecond)
+	s.Pick(tb, 0)
+	if hot := s.ref.published().hot.Load(); popcount(hot) != 2 || hot&(1<<3) != 0 {
+		t.Errorf("three of four timed out: ejected %04b, want two of u0–u2", hot)
+	}
+}
+
+// An upstream that joins starts at a tenth of its weight and ramps up over
+// WarmUp: no stampede onto the newcomer.
+func TestDRFCSWLCWarmsUpAJoiner(t *testing.T) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	j, err := tb.Add("joiner", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick(tb, c, 500*time.Millisecond)
+	// In flight one each on the others: the joiner, idle, would win every
+	// pick of a plain least-connections scan.
+	for i := range 4 {
+		tb.Begin(i)
+	}
+	var early int
+	for range 1000 {
+		if i, _ := s.Pick(tb, 0); i == j {
+			early++
+		}
+	}
+	if early != 0 {
+		t.Errorf("the joiner got %d of 1000 picks in its first 500 ms", early)
+	}
+	tick(tb, c, 5*time.Second)
+	var late int
+	for range 1000 {
+		if i, _ := s.Pick(tb, 0); i == j {
+			late++
+		}
+	}
+	if late != 1000 {
+		t.Errorf("once warm, the idle joiner got %d of 1000 picks, want all (the others have one in flight)", late)
+	}
+}
+
+// A slower upstream weighs less, and its estimate returns toward its probe
+// round trip without deliveries, so that it is tried again.
+func TestDRFCSWLCLatencyWeighsAndDecays(t *testing.T) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	feed(tb, c, 0, 20, 2*time.Second, time.Millisecond, nil)
+	tick(tb, c, 500*time.Millisecond)
+	for i := 1; i < 4; i++ {
+		tb.Begin(i) // the fast ones busier than the slow one
+	}
+	if got := dcPicks(tb, s, 1000); got[0] != 0 {
+		t.Errorf("a 100× slower upstream got %d of 1000 picks against one in flight elsewhere: %v", got[0], got)
+	}
+	for range 20 {
+		tick(tb, c, time.Second) // 20 decay constants of 3 s... almost 7
+	}
+	if got := dcPicks(tb, s, 1000); got[0] != 1000 {
+		t.Errorf("after its estimate decayed the idle upstream got %d of 1000 picks: %v", got[0], got)
+	}
+}
+
+func TestDRFCSWLCPickDoesNotAllocate(t *testing.T) {
+	tb, _, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	if n := testing.AllocsPerRun(1000, func() { s.Pick(tb, 0) }); n != 0 {
+		t.Errorf("Pick allocates %v times", n)
+	}
+}
