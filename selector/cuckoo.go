@@ -198,3 +198,11 @@ func (c *cuckooSearch) permute(p []int) {
 
 // cuckooClamp returns x within [lo, hi].
 func cuckooClamp(x, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, x)) }
+
+// Minimize runs a cuckoo search of nests nests for generations generations
+// (≤ 0: the defaults above) and returns the best point of the box [lo, hi]
+// for f and its value. The selector lab tunes drf_cswlc's constants with it
+// offline; f is called 2 · nests · generations times, one call at a time.
+func Minimize(f func(x []float64) float64, lo, hi []float64, nests, generations int, seed uint64) ([]float64, float64) {
+	return newCuckooSearch(nests, generations, 0).minimize(f, lo, hi, seed)
+}

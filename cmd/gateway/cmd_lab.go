@@ -26,8 +26,18 @@ func cmdLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	parallel := fs.Int("parallel", 0, "simulations at once (default GOMAXPROCS; does not change the results)")
 	out := fs.String("o", "docs/selector-lab.md", `report file; "-" for stdout (then no charts)`)
 	single := fs.Bool("single-attempt", false, "no retries: a failed attempt fails its packet (the default retries as the uplink does)")
+	tune := fs.Bool("tune", false, "tune drf_cswlc's constants by cuckoo search on training scenarios and seeds, check them on held-out ones, print the result (about 15 minutes on 2 cores)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *tune {
+		t, err := lab.Tune(ctx, lab.TuneConfig{Progress: stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "tuned:    %s\n  training %+.4f, held out %+.4f (mean ln of p99 ÷ the best baseline's; below 0 beats it)\n", t.Name, t.TrainScore, t.HeldScore)
+		fmt.Fprintf(stdout, "defaults: training %+.4f, held out %+.4f\n", t.DefaultTrainScore, t.DefaultHeldScore)
+		return nil
 	}
 	if *seeds <= 0 {
 		return fmt.Errorf("-seeds must be positive")

@@ -19,9 +19,12 @@ type Config struct {
 	Scenarios []string
 	// Strategies to compare. Empty: [DefaultStrategies].
 	Strategies []string
-	// Seeds is how many seeds (1, 2, …) each scenario × strategy runs.
-	// Default 20.
+	// Seeds is how many seeds (FirstSeed, FirstSeed+1, …) each scenario ×
+	// strategy runs. Default 20.
 	Seeds int
+	// FirstSeed is the first seed; 0 means 1. The tuner holds out seeds
+	// with it.
+	FirstSeed int
 	// Parallel is how many simulations run at once. Default GOMAXPROCS.
 	// It does not change the results.
 	Parallel int
@@ -154,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		wg.Go(func() {
 			for j := range jobs {
 				k := j % per
-				runs[j], errs[j] = Simulate(scs[j/per], strats[k/seeds], uint64(k%seeds)+1)
+				runs[j], errs[j] = Simulate(scs[j/per], strats[k/seeds], uint64(k%seeds)+uint64(max(cfg.FirstSeed, 1)))
 				if left[j/per].Add(-1) == 0 && cfg.Progress != nil {
 					progress.Lock()
 					fmt.Fprintf(cfg.Progress, "lab: %s done (%d runs)\n", scs[j/per].Name, per)

@@ -432,4 +432,6 @@ var defaultStrategies = []string{
 	"load_aware",
 	"least_conn+outlier",
 	"p2c_ewma+outlier",
+	"prequal",
+	"drf_cswlc",
 }

@@ -19,8 +19,16 @@ func (c *clock) now() time.Time { return epoch.Add(time.Duration(c.ns)) }
 
 // NewStrategy returns a strategy by name: any of selector.Names(), or one
 // of them followed by "+outlier" for it behind selector.WithOutlier with
-// Envoy's defaults.
+// Envoy's defaults, or "drf_cswlc:knob=value,…" for drf_cswlc with some of
+// its constants set (see knobs; durations in milliseconds).
 func NewStrategy(name string) (selector.Strategy, error) {
+	if spec, ok := strings.CutPrefix(name, "drf_cswlc:"); ok {
+		o, err := parseKnobs(spec)
+		if err != nil {
+			return nil, err
+		}
+		return selector.NewDRFCSWLC(o), nil
+	}
 	if name == "drf/5s" {
 		// The paper re-scores every 5 minutes, longer than a lab run: this
 		// variant re-scores every 5 s so that its factors get a say.
