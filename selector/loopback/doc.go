@@ -32,21 +32,41 @@
 // and each packet's latency runs from its intended arrival time to the
 // upstream's ack, so that a stall is measured, not hidden.
 //
-// Strategies run in blocks, alternated A-B-C then C-B-A, round after round,
-// so that drift on a shared machine hits every strategy alike. Each block
-// starts afresh (buffer, table, strategy, connections), runs a warm-up on
-// healthy upstreams, then the fault, then drains.
+// Strategies run in blocks, alternated A-B-C-D then D-C-B-A, round after
+// round, so that drift on a shared machine hits every strategy alike. Each
+// block starts afresh (buffer, table, strategy, connections), runs a
+// warm-up on healthy upstreams, then the fault, then drains. The default
+// run alternates drf_cswlc, prequal, soa and p2c_ewma; the long one adds
+// least_conn and round_robin.
 //
 // # Scenarios
 //
-// Three, each mirroring one of the lab's:
+// Each mirrors one of the lab's:
+//
+//   - S2, slow node: upstream 2 answers 300 ms late during the fault (the
+//     lab's S2 makes it 100× slower).
+//   - S4c, black hole: upstream 2's proxy accepts and never answers during
+//     the fault (toxiproxy's timeout toxic with timeout 0, on open
+//     connections too); posts wait for the HTTP timeout (1 s by default, 3
+//     s in the long mode) and the delivery retries them elsewhere. Unlike
+//     the lab's black hole, a TCP probe still connects to it.
+//   - S11, sinkhole: upstream 2's handler answers every batch with HTTP 500
+//     at once during the fault, while its proxy stays up.
+//   - S7, cold join: three upstreams at first; upstream 3 enters the table
+//     and the delivery (Table.Add, then Delivery.Add, as the registry
+//     does) when the fault window starts. Its share of the window's sends
+//     is reported, and its peak share over five equal parts of the window,
+//     over its fair share of 1/4 (the lab's JoinPeak). The peak is shown,
+//     not asserted: lower is not better (a strategy that never uses the
+//     joiner has peak 0).
+//
+// The long mode adds:
 //
 //   - S1, far site: two upstreams 1–2 ms away, two 80 ms away (the lab's
 //     S1 also mixes capacities; only its round trips are mirrored here).
-//   - S2, slow node: upstream 2 answers 300 ms late during the fault (the
-//     lab's S2 makes it 100× slower).
 //   - S4a, outage: upstream 2's proxy is stopped during the fault, so that
-//     connections are refused (the lab's fast failure).
+//     connections are refused (the lab's fast failure). The lab orders
+//     none of the default strategies there.
 //
 // For every pair of strategies and every metric (mean latency; the share
 // of the fault window's sends that went to the faulty upstream), the test
@@ -54,11 +74,19 @@
 // (the simulator is the costly part under -race), five in the long mode.
 // When the lab is clear (the same direction on every seed, by a factor of
 // two at least, and for the share by 3 points), the loopback must agree,
-// on its figures pooled over the rounds. Percentiles are reported too; p99 is not asserted, because a block
-// of a few seconds puts the sends made before a strategy notices the fault
-// above the 99th percentile, which the lab's 30 s fault windows do not.
+// on its figures pooled over the rounds. The test logs, per scenario and in
+// all, how many of the lab's clear orderings the loopback agrees with
+// ("N of M clear lab orderings agree"). Percentiles are reported too; p99
+// is not asserted, because a block of a few seconds puts the sends made
+// before a strategy notices the fault above the 99th percentile, which the
+// lab's 30 s fault windows do not.
 //
-// Set LOOPBACK_LONG=1 for longer blocks, more rounds, more seeds and one
-// more strategy; with -update as well, that run rewrites
+// The upstreams answer at once after their round trip: they have no
+// service time and no queue, so a lab ordering that comes from queueing
+// at 50–70% load (where a strategy spreads load less evenly) has nothing
+// here to show itself in.
+//
+// Set LOOPBACK_LONG=1 for longer blocks, more rounds, more seeds, two more
+// strategies and two more scenarios; with -update as well, that run rewrites
 // docs/selector-loopback.md.
 package loopback

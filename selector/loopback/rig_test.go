@@ -34,6 +34,7 @@ type rig struct {
 	t       *testing.T
 	proxies []*toxiproxy.Proxy
 	posts   atomic.Uint64 // batches the upstreams acked, all blocks
+	sink    []atomic.Bool // upstream i answers 500 at once while sink[i] is set
 	dir     string
 	blocks  int
 }
@@ -41,10 +42,14 @@ type rig struct {
 // newRig starts n upstreams and their proxies, stopped when the test ends.
 func newRig(t *testing.T, n int) *rig {
 	t.Helper()
-	r := &rig{t: t, dir: t.TempDir()}
+	r := &rig{t: t, dir: t.TempDir(), sink: make([]atomic.Bool, n)}
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	for i := range n {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if r.sink[i].Load() {
+				http.Error(w, "sinkhole", http.StatusInternalServerError)
+				return
+			}
 			if _, err := io.Copy(io.Discard, req.Body); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
@@ -77,6 +82,23 @@ func (r *rig) setLatency(i int, d time.Duration) {
 	}
 }
 
+// setBlackHole makes upstream i's proxy accept and never answer (the
+// timeout toxic with timeout 0 drops every byte upstream, on open
+// connections too, and closes none), or answer again.
+func (r *rig) setBlackHole(i int, on bool) {
+	p := r.proxies[i]
+	if !on {
+		if err := p.Toxics.RemoveToxic(context.Background(), "hole"); err != nil {
+			r.t.Fatalf("toxiproxy %s: remove black hole: %v", p.Name, err)
+		}
+		return
+	}
+	const toxic = `{"name":"hole","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`
+	if _, err := p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+		r.t.Fatalf("toxiproxy %s: add black hole: %v", p.Name, err)
+	}
+}
+
 // setDown stops (connections refused) or restarts upstream i's proxy, on
 // the same port.
 func (r *rig) setDown(i int, down bool) {
@@ -98,6 +120,7 @@ type blockPlan struct {
 	warmup, fault time.Duration
 	drain         time.Duration
 	probeEvery    time.Duration
+	timeout       time.Duration // of one HTTP post (HTTPConfig.Timeout)
 }
 
 // arrivals is how many packets the block offers.
@@ -116,7 +139,15 @@ type blockResult struct {
 	faultyHits int             // of which to the faulty upstream
 	sends      int             // every send of the block
 	failed     int             // sends that failed
+	// binPicks and binHits split faultPicks and faultyHits over joinBins
+	// equal parts of the fault window: the joiner's share as it ramps up.
+	binPicks, binHits [joinBins]int
 }
+
+// joinBins is how many parts of the fault window the joiner's share is
+// measured over: the lab's S7 takes its peak over the five 1 s bins after
+// the join.
+const joinBins = 5
 
 // meter records, for one block, each packet's latency from its intended
 // arrival (start + k·gap) to the first ack of it, and the sends made in the
@@ -133,6 +164,8 @@ type meter struct {
 	failed     atomic.Int64
 	faultPicks atomic.Int64
 	faultyHits atomic.Int64
+	binPicks   [joinBins]atomic.Int64
+	binHits    [joinBins]atomic.Int64
 }
 
 func (m *meter) intended(k int) time.Time { return m.start.Add(time.Duration(k) * m.gap) }
@@ -172,8 +205,11 @@ func (s *meteredSender) Send(ctx context.Context, batch []buffer.Record) error {
 	m.sends.Add(1)
 	if !now.Before(m.from) && now.Before(m.to) {
 		m.faultPicks.Add(1)
+		bin := min(int(int64(joinBins)*int64(now.Sub(m.from))/int64(m.to.Sub(m.from))), joinBins-1)
+		m.binPicks[bin].Add(1)
 		if s.idx == m.faulty {
 			m.faultyHits.Add(1)
+			m.binHits[bin].Add(1)
 		}
 	}
 	err := s.Sender.Send(ctx, batch)
@@ -198,12 +234,14 @@ func (s *meteredSender) Send(ctx context.Context, batch []buffer.Record) error {
 // fault is what a scenario does to the rig while its fault lasts.
 type fault func(r *rig, on bool)
 
-// runBlock runs strategy over the rig for one block: base round trips,
-// warm-up, fault, drain.
-func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty int, plan blockPlan) blockResult {
+// runBlock runs strategy over the rig for one block of sc: base round
+// trips, warm-up, fault, drain. In a join scenario the faulty upstream is
+// the joiner: it enters the table and the delivery (Table.Add, then
+// Delivery.Add, as the registry does) when the fault starts.
+func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult {
 	t := r.t
 	t.Helper()
-	for i, d := range base {
+	for i, d := range sc.base {
 		r.setLatency(i, d)
 	}
 	r.blocks++
@@ -224,19 +262,28 @@ func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty 
 		t.Fatal(err)
 	}
 	n := plan.arrivals()
-	m := &meter{gap: plan.gap(), faulty: faulty, lat: make([]atomic.Int64, n), all: make(chan struct{})}
+	m := &meter{gap: plan.gap(), faulty: sc.faulty, lat: make([]atomic.Int64, n), all: make(chan struct{})}
 	d := uplink.NewDelivery(buf, table, strat, uplink.DeliveryOptions{DeadLetters: buf})
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		https []*uplink.HTTP
+	)
+	defer func() { // after wg.Wait: the delivery may post until it returns
+		for _, h := range https {
+			h.Close()
+		}
+	}()
 	defer wg.Wait()
 	defer cancel()
-	for i, p := range r.proxies {
-		h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Listen + "/ingest", GatewayID: "gw-loopback", Epoch: buf.Epoch()})
+	// attach adds upstream i to the table and the delivery, with its prober.
+	attach := func(i int) {
+		p := r.proxies[i]
+		h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Listen + "/ingest", GatewayID: "gw-loopback", Epoch: buf.Epoch(), Timeout: plan.timeout})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer h.Close()
 		idx, err := table.Add(p.Name, 1)
 		if err != nil || idx != i {
 			t.Fatalf("table index %d (%v) for upstream %d", idx, err, i)
@@ -252,7 +299,14 @@ func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty 
 			table.Probe(idx, rtt, err)
 			hs.ProbeResult(err)
 		})
+		https = append(https, h)
 		wg.Go(func() { pr.Run(ctx) })
+	}
+	for i := range r.proxies {
+		if sc.join && i == sc.faulty {
+			continue
+		}
+		attach(i)
 	}
 	wg.Go(func() { d.Run(ctx) })
 
@@ -264,8 +318,13 @@ func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty 
 	appended := make([]time.Duration, n)
 	for k := 0; k < n; {
 		now := time.Now()
-		if !faultOn && !now.Before(m.from) && flt != nil {
-			flt(r, true)
+		if !faultOn && !now.Before(m.from) {
+			if sc.fault != nil {
+				sc.fault(r, true)
+			}
+			if sc.join {
+				attach(sc.faulty)
+			}
 			faultOn = true
 		}
 		var due []*packet.Packet
@@ -293,14 +352,17 @@ func (r *rig) runBlock(strategy string, base []time.Duration, flt fault, faulty 
 	}
 	timer.Stop()
 	end := time.Now()
-	if flt != nil && faultOn {
-		flt(r, false)
+	if sc.fault != nil && faultOn {
+		sc.fault(r, false)
 	}
 	cancel()
 	wg.Wait()
 
 	res := blockResult{faultPicks: int(m.faultPicks.Load()), faultyHits: int(m.faultyHits.Load()),
 		sends: int(m.sends.Load()), failed: int(m.failed.Load())}
+	for b := range joinBins {
+		res.binPicks[b], res.binHits[b] = int(m.binPicks[b].Load()), int(m.binHits[b].Load())
+	}
 	for k := range n {
 		at := m.intended(k)
 		if at.Before(m.from) || !at.Before(m.to) {
@@ -323,24 +385,39 @@ type summary struct {
 	mean, p50, p99 float64 // seconds
 	appendP99      float64 // seconds: p99 of the time packets took to be stored, a measure of the machine's noise
 	share          float64 // faulty share; NaN without a faulty upstream
-	lost           int
+	// joinPeak is the faulty upstream's largest share of a bin of the
+	// fault window (see joinBins), over its fair share 1/upstreams: S7's
+	// JoinPeak. NaN without a faulty upstream.
+	joinPeak float64
+	lost     int
 }
 
-// summarise pools blocks.
-func summarise(blocks []blockResult, faulty int) summary {
+// summarise pools blocks; upstreams is how many there are at the end.
+func summarise(blocks []blockResult, faulty, upstreams int) summary {
 	var lat, lag []time.Duration
-	s := summary{share: math.NaN()}
+	s := summary{share: math.NaN(), joinPeak: math.NaN()}
 	picks, hits := 0, 0
+	var binPicks, binHits [joinBins]int
 	for _, b := range blocks {
 		lat = append(lat, b.lat...)
 		lag = append(lag, b.appendLag...)
 		s.lost += b.lost
 		picks += b.faultPicks
 		hits += b.faultyHits
+		for k := range joinBins {
+			binPicks[k] += b.binPicks[k]
+			binHits[k] += b.binHits[k]
+		}
 	}
 	s.n = len(lat)
 	if faulty >= 0 && picks > 0 {
 		s.share = float64(hits) / float64(picks)
+		s.joinPeak = 0
+		for k := range joinBins {
+			if binPicks[k] > 0 {
+				s.joinPeak = max(s.joinPeak, float64(binHits[k])/float64(binPicks[k])*float64(upstreams))
+			}
+		}
 	}
 	if len(lat) == 0 {
 		return s
