@@ -7,43 +7,31 @@ import (
 )
 
 // DRFCSWLC is "drf_cswlc", the gateway's own selector: the multi-factor
-// dynamic weight of DRF (docs/algorithms.md § 000) and the weighted least
+// weight of DRF (docs/algorithms.md § 000) and the weighted least
 // connections pick of CS-WLC (§ 002), with what production balancers learnt
-// since (§ Anchors). Which part comes from where:
+// since (docs/algorithms.md, drf_cswlc, says which part comes from where):
 //
-//   - Weight (DRF's factors, refreshed every Interval and at every table
-//     change, off the pick path): for each upstream
-//
-//     W = weight · (ℓ_best + c)/(ℓ + c) ^ Latency · (1 − U + ε) ^ Load · warm
-//
-//     ℓ is the upstream's delivery latency (a peak-then-smooth estimate of
-//     the latest deliveries; probes when it has none), ℓ_best the lowest
-//     among the upstreams, U the utilisation it reports (when it reports),
-//     and the exponents are the factor weights (the Delphi step's
-//     priorities; see [DRFCSWLCOptions]). Without a new delivery the
-//     latency decays toward the probe round trip, so that an upstream that
-//     was slow is tried again (the way back Elasticsearch's adaptive replica
-//     selection gives its losers).
-//
-//   - Pick (CS-WLC): among the upstreams that are not hot, two are drawn
-//     with probability proportional to W and the one with the lower
-//     (in-flight + 1 + Reported · connections) / W wins: weighted least
-//     connections without every gateway herding to the same one (power of
-//     two choices, as p2c). connections is the count a fresh load report
-//     gives: the other gateways' load that this one cannot see (C3's
-//     correction).
-//
-//   - Hot (Prequal's cold-before-hot; Envoy's outlier ejection): an
-//     upstream whose delivery timed out, or that failed FailuresToEject
-//     times in a row, is ejected for Eject·2^(k−1), k its ejections in a
+//   - Weight, recomputed every Interval (jittered) and at every table change,
+//     off the pick path: W = weight · ((ℓ_best + 5 ms)/(ℓ + 5 ms))^Latency ·
+//     warm, ℓ the upstream's delivery latency (a slower batch replaces the
+//     estimate, a faster one moves it by Fall, none lets it decay toward the
+//     probe round trip with time constant Decay), ℓ_best the lowest.
+//   - Pick: among the upstreams that are not hot, the least
+//     (in-flight + 1 + Reported · connections) / W, a full scan, exact ties
+//     at random; connections is a fresh load report's count, counted only
+//     for an upstream this gateway has no delivery measure of (C3's
+//     correction where the gateway is blind, without herding on stale
+//     reports where it is not).
+//   - Hot: a timeout, FailuresToEject failures in a row, or deliveries
+//     pending with none ending for Stall times the latency estimate (at least
+//     MinStall) eject the upstream for Eject·2^(k−1), k its ejections in a
 //     row, at most MaxEject, jittered ±20%; at most half the upstreams at
-//     once. A timeout or a fast error is never fast: both eject.
+//     once. A timeout or a fast error is never fast.
+//   - Warm-up: an upstream that joins, comes back up or back from an
+//     ejection has W scaled by max(0.1, t/WarmUp).
 //
-//   - Warm-up (Envoy's slow start): an upstream that joins, comes back up or
-//     back from an ejection has its W scaled by max(0.1, t/WarmUp).
-//
-// Pick reads the weights and hot mask the refresher published, the in-flight
-// counts live and the table's random source; it does not allocate or lock.
+// Pick reads the published weights, the hot mask and the live in-flight
+// counts; it does not allocate or lock.
 type DRFCSWLC struct {
 	opt DRFCSWLCOptions
 	ref refresher[dcWeights]
@@ -57,9 +45,9 @@ type DRFCSWLC struct {
 type DRFCSWLCOptions struct {
 	// Interval between recomputations of the weights. Default 250 ms.
 	Interval time.Duration
-	// Latency and Load are the factor weights (exponents) of the latency and
-	// utilisation factors. Defaults 1 and 0.5.
-	Latency, Load float64
+	// Latency is the factor weight (exponent) of the latency factor.
+	// Default 1.
+	Latency float64
 	// Reported scales the connection count of a fresh load report in the
 	// pick's load. Default 0.5.
 	Reported float64
@@ -83,11 +71,13 @@ type DRFCSWLCOptions struct {
 	// Fall is how far a faster batch of deliveries moves the latency
 	// estimate toward itself (a slower one replaces it). Default 1: replaces it too.
 	Fall float64
-	// Choices is how many candidates a pick draws and compares. Default 2.
-	Choices int
-	// SampleByCapacity draws the two candidates by static weight (and
-	// warm-up) alone, not by W.
-	SampleByCapacity bool
+}
+
+// WithDefaults returns o with every zero field set to its default: the
+// constants a strategy made from o runs with.
+func (o DRFCSWLCOptions) WithDefaults() DRFCSWLCOptions {
+	o.defaults()
+	return o
 }
 
 func (o *DRFCSWLCOptions) defaults() {
@@ -118,9 +108,6 @@ func (o *DRFCSWLCOptions) defaults() {
 	if o.WarmUp <= 0 {
 		o.WarmUp = 3 * time.Second
 	}
-	if o.Choices <= 1 {
-		o.Choices = MaxUpstreams
-	}
 	if o.Stall <= 0 {
 		o.Stall = 5
 	}
@@ -133,7 +120,6 @@ func (o *DRFCSWLCOptions) defaults() {
 type dcWeights struct {
 	w   [MaxUpstreams]atomic.Uint64 // float64 bits of W (> 0)
 	inv [MaxUpstreams]atomic.Uint64 // float64 bits of 1/W
-	sw  [MaxUpstreams]atomic.Uint64 // float64 bits of the sampling weight (> 0)
 	rep [MaxUpstreams]atomic.Uint64 // float64 bits of Reported · connections
 	hot atomic.Uint64               // bit i: upstream i is ejected
 }
@@ -185,28 +171,7 @@ func (s *DRFCSWLC) Pick(t *Table, skip uint64) (int, bool) {
 			return trailingZeros(cand), true
 		}
 	}
-	if s.opt.Choices >= MaxUpstreams {
-		return s.scan(t, p, cand), true
-	}
-	var total float64
-	for m := cand; m != 0; m &= m - 1 {
-		total += math.Float64frombits(p.sw[trailingZeros(m)&(MaxUpstreams-1)].Load())
-	}
-	best := s.draw(p, cand, total*t.float01())
-	bestLoad := s.load(t, p, best)
-	rest, last := cand, best
-	for range s.opt.Choices - 1 {
-		rest &^= 1 << last
-		total -= math.Float64frombits(p.sw[last].Load())
-		if rest == 0 {
-			break
-		}
-		last = s.draw(p, rest, total*t.float01())
-		if l := s.load(t, p, last); l < bestLoad {
-			best, bestLoad = last, l
-		}
-	}
-	return best, true
+	return s.scan(t, p, cand), true
 }
 
 // scan returns the member of cand with the lowest weighted load; ties go to
@@ -229,19 +194,6 @@ func (s *DRFCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
 	return trailingZeros(ties)
 }
 
-// draw returns the member of m at which the cumulative weight passes x.
-func (s *DRFCSWLC) draw(p *dcWeights, m uint64, x float64) int {
-	last := 0
-	for ; m != 0; m &= m - 1 {
-		last = trailingZeros(m) & (MaxUpstreams - 1)
-		x -= math.Float64frombits(p.sw[last].Load())
-		if x < 0 {
-			return last
-		}
-	}
-	return last
-}
-
 // load is upstream i's weighted load, as the pick compares it.
 func (s *DRFCSWLC) load(t *Table, p *dcWeights, i int) float64 {
 	n := float64(inflight(t.slots[i].state.Load()))
@@ -253,8 +205,7 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 	o := &s.opt
 	n := t.Len()
 	var lat [MaxUpstreams]float64
-	var util [MaxUpstreams]float64
-	var hasUtil, live, hot uint64
+	var live, hot uint64
 	best := math.Inf(1)
 	for i := range n {
 		u := t.ups[i].Load()
@@ -346,8 +297,6 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		}
 		out.rep[i].Store(0)
 		if hasLoad && int64(load.At.Sub(t.epoch))+int64(t.loadTTL) > now {
-			util[i] = min(max(load.CPU, load.Network, 0), 1)
-			hasUtil |= 1 << i
 			// Another gateway's load counts only where this one has no
 			// measure of its own: a report is stale, and read alike by every
 			// gateway, which would all herd on it; its own deliveries are
@@ -373,29 +322,18 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		if live&(1<<i) == 0 {
 			out.w[i].Store(math.Float64bits(1))
 			out.inv[i].Store(math.Float64bits(1))
-			out.sw[i].Store(math.Float64bits(1))
 			continue
 		}
 		w := float64(t.slots[i].weight.Load())
-		sw := w
 		if lat[i] > 0 && best < math.Inf(1) {
 			w *= math.Pow((best+c)/(lat[i]+c), o.Latency)
 		}
-		if hasUtil&(1<<i) != 0 {
-			w *= math.Pow(1-util[i]+0.05, o.Load)
-		}
 		if age := now - s.st[i].warmFrom; age < int64(o.WarmUp) {
-			f := max(0.1, float64(max(age, 0))/float64(o.WarmUp))
-			w *= f
-			sw *= f
-		}
-		if !o.SampleByCapacity {
-			sw = w
+			w *= max(0.1, float64(max(age, 0))/float64(o.WarmUp))
 		}
 		w = max(w, 1e-9)
 		out.w[i].Store(math.Float64bits(w))
 		out.inv[i].Store(math.Float64bits(1 / w))
-		out.sw[i].Store(math.Float64bits(max(sw, 1e-9)))
 	}
 	out.hot.Store(hot)
 }

@@ -18,6 +18,10 @@ type knob struct {
 	set      func(o *selector.DRFCSWLCOptions, v float64)
 	get      func(o *selector.DRFCSWLCOptions) float64
 	duration bool // v is in milliseconds
+	// fixed: set by a target of its own, not by the tuner's p99 score
+	// (warm-up by the cold join's first use; stall detection by the black
+	// hole's faulty share): the tuner leaves it at its default.
+	fixed bool
 }
 
 func msOf(d time.Duration) float64  { return float64(d) / float64(time.Millisecond) }
@@ -30,16 +34,16 @@ var knobs = []knob{
 	{name: "decay", lo: 300, hi: 20000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Decay = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.Decay) }},
 	{name: "fall", lo: 0.1, hi: 1, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Fall = v }, get: func(o *selector.DRFCSWLCOptions) float64 { return o.Fall }},
 	{name: "eject", lo: 200, hi: 5000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Eject = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.Eject) }},
-	{name: "warmup", lo: 500, hi: 10000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.WarmUp = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.WarmUp) }},
-	{name: "stall", lo: 2, hi: 20, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Stall = v }, get: func(o *selector.DRFCSWLCOptions) float64 { return o.Stall }},
-	{name: "minstall", lo: 100, hi: 2000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.MinStall = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.MinStall) }},
+	{name: "warmup", fixed: true, lo: 500, hi: 10000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.WarmUp = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.WarmUp) }},
+	{name: "stall", fixed: true, lo: 2, hi: 20, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Stall = v }, get: func(o *selector.DRFCSWLCOptions) float64 { return o.Stall }},
+	{name: "minstall", fixed: true, lo: 100, hi: 2000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.MinStall = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.MinStall) }},
 	{name: "interval", lo: 50, hi: 1000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Interval = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.Interval) }},
 }
 
-// parseKnobs reads "name=value,…" (durations in milliseconds) into options.
+// parseKnobs reads "name=value;…" (durations in milliseconds) into options.
 func parseKnobs(s string) (selector.DRFCSWLCOptions, error) {
 	var o selector.DRFCSWLCOptions
-	for kv := range strings.SplitSeq(s, ",") {
+	for kv := range strings.SplitSeq(s, ";") {
 		if kv == "" {
 			continue
 		}
@@ -64,9 +68,10 @@ func parseKnobs(s string) (selector.DRFCSWLCOptions, error) {
 
 // knobString is the strategy name that gives options o.
 func knobString(o selector.DRFCSWLCOptions) string {
+	o = o.WithDefaults()
 	parts := make([]string, len(knobs))
 	for i, kn := range knobs {
 		parts[i] = kn.name + "=" + strconv.FormatFloat(kn.get(&o), 'g', 4, 64)
 	}
-	return "drf_cswlc:" + strings.Join(parts, ",")
+	return "drf_cswlc:" + strings.Join(parts, ";")
 }

@@ -19,7 +19,7 @@ func (c *clock) now() time.Time { return epoch.Add(time.Duration(c.ns)) }
 
 // NewStrategy returns a strategy by name: any of selector.Names(), or one
 // of them followed by "+outlier" for it behind selector.WithOutlier with
-// Envoy's defaults, or "drf_cswlc:knob=value,…" for drf_cswlc with some of
+// Envoy's defaults, or "drf_cswlc:knob=value;…" for drf_cswlc with some of
 // its constants set (see knobs; durations in milliseconds).
 func NewStrategy(name string) (selector.Strategy, error) {
 	if spec, ok := strings.CutPrefix(name, "drf_cswlc:"); ok {
