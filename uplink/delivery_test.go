@@ -322,18 +322,7 @@ func TestDeliveryShutdownWhileHTTPRefusesReturns(t *testing.T) {
 
 	const n = 60
 	q := newMemQueue(n)
-	table := selector.NewTable(selector.Options{Seed: 1})
-	strat, err := selector.New("round_robin", selector.StrategyOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
-	hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), 10, 2)
-	idx, err := table.Add(hs.Name(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Add(idx, hs)
+	d, _ := httpDelivery(t, q, srv.URL, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
@@ -374,18 +363,7 @@ func TestDeliveryHonoursRetryAfter(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			q := newMemQueue(5)
-			table := selector.NewTable(selector.Options{Seed: 1})
-			strat, err := selector.New("round_robin", selector.StrategyOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
-			hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/ingest"}), 10, 1)
-			idx, err := table.Add(hs.Name(), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d.Add(idx, hs)
+			d, idx := httpDelivery(t, q, srv.URL, 1)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { defer close(done); d.Run(ctx) }()
@@ -402,4 +380,24 @@ func TestDeliveryHonoursRetryAfter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// httpDelivery is a round-robin delivery loop over q to one HTTP upstream
+// at url (batches of 10, the given window), dead letters into q; it returns
+// the loop and the upstream's index.
+func httpDelivery(t *testing.T, q *memQueue, url string, window int) (*Delivery, int) {
+	t.Helper()
+	table := selector.NewTable(selector.Options{Seed: 1})
+	strat, err := selector.New("round_robin", selector.StrategyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
+	hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: url + "/ingest"}), 10, window)
+	idx, err := table.Add(hs.Name(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Add(idx, hs)
+	return d, idx
 }
