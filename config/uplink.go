@@ -149,9 +149,10 @@ type Registry struct {
 }
 
 // DefaultSelector is the selector lab's verdict (docs/selector-lab.md):
-// soa has the best p99 over scenarios S1–S6 without losing success rate in
-// any, and needs nothing from the servers (it falls back on nothing).
-const DefaultSelector = "soa"
+// drf_cswlc, the gateway's own DRF/CS-WLC selector, loses success rate in
+// no scenario and has the best p99 over all of them, and needs nothing from
+// the servers.
+const DefaultSelector = "drf_cswlc"
 
 // SelectorNames are the strategies a site file may name: the selector's.
 var SelectorNames = selector.Names()

@@ -21,7 +21,7 @@ uplink:
 		t.Fatalf("buffer %+v", b)
 	}
 	u := c.Uplink
-	if u.Selector != "soa" || u.Window != 64 || u.Probe.Interval != 10*time.Second || u.Upstreams[0].Topic != "fieldlink/{site}/{gateway}/{data_type}" || *u.Upstreams[0].QoS != 1 || u.Upstreams[1].Weight != 3 {
+	if u.Selector != "drf_cswlc" || u.Window != 64 || u.Probe.Interval != 10*time.Second || u.Upstreams[0].Topic != "fieldlink/{site}/{gateway}/{data_type}" || *u.Upstreams[0].QoS != 1 || u.Upstreams[1].Weight != 3 {
 		t.Fatalf("uplink %+v %+v", u, u.Upstreams)
 	}
 	c, err = Parse("site.yaml", []byte(good), testProfiles)

@@ -356,7 +356,6 @@ func TestEmulateServesASerialLine(t *testing.T) {
 	}
 }
 
-// The site file accepts exactly the strategies the selector has.
 // gateway buffer stats|export|purge on a buffer left by a run whose only
 // upstream was down.
 func TestBufferCommands(t *testing.T) {
@@ -462,8 +461,8 @@ uplink:
 		return strings.Contains(body, `fieldlink_device_health{bus="face",device="ch4-1",state="ok"} 1`) &&
 			strings.Contains(body, `fieldlink_buffer_records{kind="normal"}`) &&
 			strings.Contains(body, `fieldlink_upstream_up{upstream=`) &&
-			strings.Contains(body, `fieldlink_selector_info{selector="soa"} 1`) &&
-			strings.Contains(body, `fieldlink_selector_fallbacks_total{selector="soa"} 0`)
+			strings.Contains(body, `fieldlink_selector_info{selector="drf_cswlc"} 1`) &&
+			strings.Contains(body, `fieldlink_selector_fallbacks_total{selector="drf_cswlc"} 0`)
 	})
 }
 
