@@ -377,10 +377,13 @@ uplink:
 	done := make(chan error, 1)
 	var errb testtool.SyncBuffer
 	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, &errb) }()
-	time.Sleep(time.Second)
-	if code, _, errOut := gw(t, "buffer", "stats", "-c", site); code == 0 || !strings.Contains(errOut, "is the gateway running?") {
-		t.Fatalf("stats while running: %d %s", code, errOut)
-	}
+	// Once the daemon holds the buffer, stats refuses and says why.
+	var code int
+	var errOut string
+	testtool.WaitFor(t, 20*time.Second, "buffer stats to refuse while the daemon runs", func() bool {
+		code, _, errOut = gw(t, "buffer", "stats", "-c", site)
+		return code != 0 && strings.Contains(errOut, "is the gateway running?")
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())

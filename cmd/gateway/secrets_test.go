@@ -286,7 +286,9 @@ uplink:
 		testtool.WaitFor(t, 20*time.Second, "the HTTPS ingest to refuse a request", func() bool {
 			return ingestRequests.Load() > 0
 		})
-		time.Sleep(2 * time.Second) // more failures, for the metrics to count
+		testtool.WaitFor(t, 20*time.Second, "more refusals, for the metrics to count", func() bool {
+			return ingestRequests.Load() >= 3
+		})
 		for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
 			body, _ := get(p)
 			scraped = append(scraped, body)
