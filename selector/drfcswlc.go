@@ -2,6 +2,7 @@ package selector
 
 import (
 	"math"
+	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -189,7 +190,7 @@ func (s *DRFCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
 		}
 	}
 	if ties&(ties-1) != 0 {
-		return nthBit(ties, t.intN(popcount(ties)))
+		return nthBit(ties, t.intN(bits.OnesCount64(ties)))
 	}
 	return trailingZeros(ties)
 }
@@ -307,7 +308,7 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		}
 	}
 	// At most half the live upstreams hot: the longest ejected come back.
-	for popcount(hot) > popcount(live)/2 {
+	for bits.OnesCount64(hot) > bits.OnesCount64(live)/2 {
 		j, till := -1, int64(math.MinInt64)
 		for m := hot; m != 0; m &= m - 1 {
 			i := trailingZeros(m)
@@ -336,12 +337,4 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		out.inv[i].Store(math.Float64bits(1 / w))
 	}
 	out.hot.Store(hot)
-}
-
-func popcount(m uint64) int {
-	n := 0
-	for ; m != 0; m &= m - 1 {
-		n++
-	}
-	return n
 }

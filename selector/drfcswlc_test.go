@@ -2,6 +2,7 @@ package selector
 
 import (
 	"errors"
+	"math/bits"
 	"testing"
 	"time"
 )
@@ -115,7 +116,7 @@ func TestDRFCSWLCEjectsAtMostHalf(t *testing.T) {
 	}
 	tick(tb, c, 500*time.Millisecond)
 	s.Pick(tb, 0)
-	if hot := s.ref.published().hot.Load(); popcount(hot) != 2 || hot&(1<<3) != 0 {
+	if hot := s.ref.published().hot.Load(); bits.OnesCount64(hot) != 2 || hot&(1<<3) != 0 {
 		t.Errorf("three of four timed out: ejected %04b, want two of u0–u2", hot)
 	}
 }

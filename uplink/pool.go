@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,56 +116,26 @@ func NewPool(cfg PoolConfig) *Pool {
 // the URL without credentials or query for HTTP. It is what logs and
 // metrics show, and the upstream's identity in a [Pool] and the table.
 func UpstreamName(raw string) (string, error) {
-	scheme, _, ok := cutScheme(raw)
-	if !ok {
-		return "", fmt.Errorf("uplink: %q: no scheme (mqtt, mqtts, http or https)", redactRaw(raw))
-	}
-	switch scheme {
-	case "mqtt", "mqtts":
+	scheme, _, ok := strings.Cut(raw, "://")
+	switch {
+	case !ok:
+		// Not echoed: without a scheme, what could be a password is not
+		// where a parser would find it.
+		return "", errors.New("uplink: an upstream URL needs a scheme: mqtt://, mqtts://, http:// or https://")
+	case scheme == "mqtt" || scheme == "mqtts":
 		addr, _, err := mqttParseURL(raw)
 		if err != nil {
 			return "", fmt.Errorf("uplink: mqtt: %w", err)
 		}
 		return scheme + "://" + addr, nil
-	case "http", "https":
+	case scheme == "http" || scheme == "https":
 		u, err := httpParseURL(raw)
 		if err != nil {
 			return "", fmt.Errorf("uplink: http: %w", err)
 		}
 		return httpRedactURL(u), nil
 	}
-	return "", fmt.Errorf("uplink: %s: scheme %q is not mqtt, mqtts, http or https", redactRaw(raw), scheme)
-}
-
-// cutScheme splits "scheme://rest".
-func cutScheme(raw string) (scheme, rest string, ok bool) {
-	for i := 0; i+2 < len(raw); i++ {
-		if raw[i] == ':' {
-			if raw[i+1] == '/' && raw[i+2] == '/' && i > 0 {
-				return raw[:i], raw[i+3:], true
-			}
-			return "", "", false
-		}
-	}
-	return "", "", false
-}
-
-// redactRaw shows a URL that did not parse without what could be a
-// password: everything between "//" and "@" goes.
-func redactRaw(raw string) string {
-	_, rest, ok := cutScheme(raw)
-	if !ok {
-		return "(unparsable URL)"
-	}
-	for i := range len(rest) {
-		switch rest[i] {
-		case '/', '?', '#':
-			return raw
-		case '@':
-			return raw[:len(raw)-len(rest)] + "…@" + rest[i+1:]
-		}
-	}
-	return raw
+	return "", fmt.Errorf("uplink: scheme %q is not mqtt, mqtts, http or https", scheme)
 }
 
 // ErrPoolStopped is returned by Add after Stop.
@@ -289,7 +260,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 	}
 	var sender Sender
 	var hs *HTTPSender
-	scheme, _, _ := cutScheme(u.URL)
+	scheme, _, _ := strings.Cut(u.URL, "://")
 	switch scheme {
 	case "mqtt", "mqtts":
 		mc := MQTTConfig{
