@@ -159,17 +159,14 @@ func (*DRFCSWLC) Name() string { return "drf_cswlc" }
 // Pick picks as the type's doc describes.
 func (s *DRFCSWLC) Pick(t *Table, skip uint64) (int, bool) {
 	cand := t.Candidates(skip)
-	switch {
-	case cand == 0:
-		return -1, false
-	case cand&(cand-1) == 0:
-		return trailingZeros(cand), true
+	if i, ok, done := atMostOne(cand); done {
+		return i, ok
 	}
 	p := s.ref.get(t, t.lastSeen(), s)
 	if cold := cand &^ p.hot.Load(); cold != 0 {
 		cand = cold
-		if cand&(cand-1) == 0 {
-			return trailingZeros(cand), true
+		if i, ok, done := atMostOne(cand); done {
+			return i, ok
 		}
 	}
 	return s.scan(t, p, cand), true

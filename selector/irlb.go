@@ -237,11 +237,8 @@ func (s *IRLB) Train(ctx context.Context) error {
 // Pick picks as the type's doc describes.
 func (s *IRLB) Pick(t *Table, skip uint64) (int, bool) {
 	cand := t.Candidates(skip)
-	switch {
-	case cand == 0:
-		return -1, false
-	case cand&(cand-1) == 0:
-		return trailingZeros(cand), true
+	if i, ok, done := atMostOne(cand); done {
+		return i, ok
 	}
 	now := t.lastSeen()
 	p := s.ref.get(t, now, s)

@@ -98,5 +98,17 @@ func nthBit(m uint64, k int) int {
 	return bits.TrailingZeros64(m)
 }
 
+// atMostOne decides a pick with no candidate or one: done is false when
+// cand has two or more, and the strategy must choose.
+func atMostOne(cand uint64) (i int, ok, done bool) {
+	switch {
+	case cand == 0:
+		return -1, false, true
+	case cand&(cand-1) == 0:
+		return trailingZeros(cand), true, true
+	}
+	return 0, false, false
+}
+
 // trailingZeros is the index of the lowest set bit of m.
 func trailingZeros(m uint64) int { return bits.TrailingZeros64(m) }
