@@ -94,6 +94,10 @@ type device struct {
 	due    time.Time // slot of the schedule the next poll belongs to
 	streak streak    // written under Bus.mu by the polling goroutine only
 	status DeviceStatus
+	last   reading    // under Bus.mu
+	// replies holds the current poll's reply bytes, by request; only the
+	// polling goroutine touches it.
+	replies [][]byte
 }
 
 // Bus polls the devices of one line or endpoint.
@@ -127,7 +131,7 @@ func NewBus(name string, r Reader, specs []DeviceSpec, opt BusOptions) (*Bus, er
 			return nil, fmt.Errorf("sensors: device %s: %w", s.Name, err)
 		}
 		b.devs = append(b.devs, &device{
-			spec: s, reqs: reqs, status: DeviceStatus{Name: s.Name, Bus: name},
+			spec: s, reqs: reqs, status: DeviceStatus{Name: s.Name, Bus: name}, replies: make([][]byte, len(reqs)),
 			streak: newStreak(opt.OfflineAfter, opt.Backoff, defaultBusBackoff),
 		})
 	}
@@ -259,10 +263,11 @@ func (b *Bus) poll(ctx context.Context, d *device) (*packet.Packet, error) {
 	p.Fields = make([]packet.Field, len(d.spec.Profile.Registers))
 	var err error
 	var sent uint64
-	for _, req := range d.reqs {
+	for i, req := range d.reqs {
 		var data []byte
 		sent++
 		data, err = b.r.Read(ctx, d.spec.Slave, req.Area.FunctionCode(), req.Start, req.Count)
+		d.replies[i] = data
 		if err != nil {
 			err = fmt.Errorf("device %s (slave %d on bus %s): read %s: %w", d.spec.Name, d.spec.Slave, b.name, req, err)
 			break
@@ -276,7 +281,7 @@ func (b *Bus) poll(ctx context.Context, d *device) (*packet.Packet, error) {
 		// Cut off by shutdown: not the device's fault.
 		return nil, err
 	}
-	b.record(d, start, sent, err)
+	b.record(d, start, sent, p, err)
 	if err != nil {
 		return nil, err
 	}
@@ -313,9 +318,12 @@ func decodeInto(p *packet.Packet, prof *profile.Profile, req plan.Request, data 
 
 // record updates counters and health, and logs state changes; repeated
 // errors of a device are logged at most once a minute.
-func (b *Bus) record(d *device, start time.Time, sent uint64, err error) {
+func (b *Bus) record(d *device, start time.Time, sent uint64, p *packet.Packet, err error) {
 	now := time.Now()
 	b.mu.Lock()
+	if err == nil {
+		d.last.keep(p, d.replies)
+	}
 	st := &d.status
 	st.Requests += sent
 	st.LastDuration = now.Sub(start)

@@ -48,9 +48,10 @@ type LineSensor struct {
 	// ended first; tests replace it to see the backoff without waiting.
 	sleep func(ctx context.Context, d time.Duration) bool
 
-	mu     sync.Mutex // guards status and streak
+	mu     sync.Mutex // guards status, streak and last
 	status DeviceStatus
 	streak streak
+	last   reading
 }
 
 // NewLineSensor returns a sensor ready to Run or ReadOne.
@@ -205,8 +206,11 @@ func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) e
 			l.record(fmt.Errorf("sensor %s: %w", l.spec.Name, err))
 			continue
 		}
-		l.record(nil)
 		p := &packet.Packet{At: time.Now(), DeviceID: l.spec.Name, DataType: l.spec.DataType, Fields: fields, AlarmFields: alarmed}
+		l.mu.Lock()
+		l.last.keep(p, nil)
+		l.mu.Unlock()
+		l.record(nil)
 		if !f(p) {
 			return nil
 		}

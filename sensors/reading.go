@@ -1,0 +1,204 @@
+package sensors
+
+import (
+	"time"
+
+	"fieldlink/packet"
+	"fieldlink/sensors/plan"
+	"fieldlink/sensors/profile"
+)
+
+// Quality says how far a point's shown value can be trusted.
+type Quality uint8
+
+// Point qualities. A point is never shown as a number it did not read: a
+// point that was never read has no value, and one whose device stopped
+// answering keeps its last value only with the quality that says so.
+const (
+	// Bad: never read, or its device is offline.
+	Bad Quality = iota
+	// Stale: the device's last poll failed, or the value is older than two
+	// intervals.
+	Stale
+	// Good: read by the device's last poll, within two intervals.
+	Good
+)
+
+func (q Quality) String() string { return [...]string{"bad", "stale", "good"}[q] }
+
+// MarshalText writes the quality's name.
+func (q Quality) MarshalText() ([]byte, error) { return []byte(q.String()), nil }
+
+// Point is the last reading of one point of a device.
+type Point struct {
+	Device string
+	Name   string
+	Unit   string
+	// Value is the last value read; the zero Value when never read.
+	Value packet.Value
+	// At is when Value was read; zero when never.
+	At time.Time
+	// Raw is the wire bytes Value was decoded from: two per register, or
+	// one byte (0 or 1) for a coil or discrete input; nil for a line
+	// sensor's field or a point never read.
+	Raw     []byte
+	Quality Quality
+}
+
+// reading keeps the last good poll of a device, under Bus.mu (or
+// LineSensor.mu): the values by field, and each request's reply bytes.
+type reading struct {
+	at     time.Time
+	fields []packet.Field
+	raw    [][]byte // by request, reused
+}
+
+// keep copies p's fields and the replies of a successful poll.
+func (r *reading) keep(p *packet.Packet, replies [][]byte) {
+	r.at = p.At
+	r.fields = append(r.fields[:0], p.Fields...)
+	if len(r.raw) != len(replies) {
+		r.raw = make([][]byte, len(replies))
+	}
+	for i, b := range replies {
+		r.raw[i] = append(r.raw[i][:0], b...)
+	}
+}
+
+// quality of a point last read at at by a device whose health is h.
+func quality(at time.Time, h Health, interval time.Duration, now time.Time) Quality {
+	switch {
+	case at.IsZero() || h == Offline:
+		return Bad
+	case h != OK || (interval > 0 && now.Sub(at) > 2*interval):
+		return Stale
+	}
+	return Good
+}
+
+// points lists a Modbus device's points from its last reading.
+func (d *device) points(now time.Time) []Point {
+	regs := d.spec.Profile.Registers
+	out := make([]Point, len(regs))
+	q := quality(d.last.at, d.status.Health, d.spec.Interval, now)
+	for i := range regs {
+		r := &regs[i]
+		out[i] = Point{Device: d.spec.Name, Name: r.Name, Unit: r.Unit, Quality: q}
+		if d.last.at.IsZero() {
+			out[i].Quality = Bad
+			continue
+		}
+		out[i].At = d.last.at
+		if i < len(d.last.fields) {
+			out[i].Value = d.last.fields[i].Value
+		}
+		out[i].Raw = rawOf(r, d.reqs, d.last.raw)
+	}
+	return out
+}
+
+// rawOf cuts register r's bytes out of the replies to reqs.
+func rawOf(r *profile.Register, reqs []plan.Request, replies [][]byte) []byte {
+	for i, req := range reqs {
+		if i >= len(replies) || req.Area != r.Area || r.Address < req.Start || int(r.Address) >= int(req.Start)+int(req.Count) {
+			continue
+		}
+		off := int(r.Address - req.Start)
+		data := replies[i]
+		if r.Area.IsBit() {
+			if off/8 < len(data) {
+				return []byte{data[off/8] >> (off % 8) & 1}
+			}
+			return nil
+		}
+		if end := 2 * (off + r.Words()); end <= len(data) {
+			return append([]byte(nil), data[2*off:end]...)
+		}
+	}
+	return nil
+}
+
+// Points lists the last reading of every point of the bus's devices, in
+// configuration order.
+func (b *Bus) Points(now time.Time) []Point {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Point
+	for _, d := range b.devs {
+		out = append(out, d.points(now)...)
+	}
+	return out
+}
+
+// Latest returns the last reading of one point of a device of the bus.
+func (b *Bus) Latest(device, point string, now time.Time) (Point, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range b.devs {
+		if d.spec.Name != device {
+			continue
+		}
+		for _, p := range d.points(now) {
+			if p.Name == point {
+				return p, true
+			}
+		}
+	}
+	return Point{}, false
+}
+
+// Points lists the sensor's fields from its last reading.
+func (l *LineSensor) Points(now time.Time) []Point {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fields := l.spec.Profile.Line.Fields
+	q := quality(l.last.at, l.status.Health, l.spec.Interval, now)
+	out := make([]Point, len(fields))
+	for i, f := range fields {
+		out[i] = Point{Device: l.spec.Name, Name: f.Name, Unit: f.Unit, Quality: q}
+		if l.last.at.IsZero() {
+			out[i].Quality = Bad
+			continue
+		}
+		out[i].At = l.last.at
+		for _, lf := range l.last.fields {
+			if lf.Name == f.Name {
+				out[i].Value = lf.Value
+			}
+		}
+	}
+	return out
+}
+
+// Points lists the last reading of every point of the site, buses first.
+func (s *Site) Points(now time.Time) []Point {
+	var out []Point
+	for _, b := range s.buses {
+		out = append(out, b.Points(now)...)
+	}
+	for _, l := range s.lines {
+		out = append(out, l.Points(now)...)
+	}
+	return out
+}
+
+// Latest returns the last reading of one point, for interlocks: false
+// when the site has no such device or point.
+func (s *Site) Latest(device, point string, now time.Time) (Point, bool) {
+	for _, b := range s.buses {
+		if p, ok := b.Latest(device, point, now); ok {
+			return p, true
+		}
+	}
+	for _, l := range s.lines {
+		if l.spec.Name != device {
+			continue
+		}
+		for _, p := range l.Points(now) {
+			if p.Name == point {
+				return p, true
+			}
+		}
+	}
+	return Point{}, false
+}
