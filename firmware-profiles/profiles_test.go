@@ -111,7 +111,31 @@ func measurementNames(p *profile.Profile) []string {
 	return names
 }
 
-var dataTypes = []string{"Wind", "Rain", "Gas", "Weather", "Soil", "Light"}
+var dataTypes = []string{"Wind", "Rain", "Gas", "Weather", "Soil", "Light", "Irrigation"}
+
+// The gateway is never part of a mine's safety function: every register of
+// a mine profile that is a cut-off relay, its lockout or its setting is
+// marked safety, and nothing marked safety is writable.
+func TestMineSafetyRegistersAreNeverWritable(t *testing.T) {
+	safety := regexp.MustCompile(`(?i)relay|lockout|cut-?off|breaker`)
+	seen := 0
+	for name, p := range load(t) {
+		for _, r := range p.Registers {
+			if strings.HasPrefix(name, "generic-mine-") && safety.MatchString(r.Name) {
+				seen++
+				if !r.Safety {
+					t.Errorf("%s: %s is part of the safety function but not marked safety: true", name, r.Name)
+				}
+			}
+			if r.Safety && r.Writable() {
+				t.Errorf("%s: %s is safety and writable", name, r.Name)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no mine profile has a cut-off relay or lockout register: the rule checks nothing")
+	}
+}
 
 func TestMetadata(t *testing.T) {
 	for name, p := range load(t) {

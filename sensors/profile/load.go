@@ -202,6 +202,7 @@ func (r *Register) validate(doc *yamlconf.Doc, f string) {
 	if r.Alarm != nil && (r.Type == Bool || r.Type == String) {
 		doc.Errorf(f+".alarm", "alarm thresholds need a numeric type, not %s", r.Type)
 	}
+	r.validateWrite(doc, f)
 	if e := r.Emulate; e != nil {
 		if !slices.Contains(emulateModels, e.Model) {
 			doc.Errorf(f+".emulate.model", "unknown model %q (valid: %s)", e.Model, strings.Join(emulateModels, ", "))

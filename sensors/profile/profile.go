@@ -209,6 +209,39 @@ type Register struct {
 	Emulate   *Emulate `yaml:"emulate"`
 	// Description is free text for people.
 	Description string `yaml:"description"`
+	// Write makes the register writable by a command, when a site allows
+	// it for a device; nil means read-only.
+	Write *Write `yaml:"write"`
+	// Safety marks a register that belongs to a safety function (a
+	// methane power cut-off relay, its lockout): it can never be written,
+	// whatever a site file says.
+	Safety bool `yaml:"safety"`
+}
+
+// Write says how a register is written. Devices may take writes in
+// another word order than they answer reads in.
+type Write struct {
+	// Function is 5 or 15 for a coil, 6 or 16 for a holding register;
+	// default 5 for a coil, 6 for one register, 16 for more.
+	Function byte `yaml:"function"`
+	// Order of the written words; default the register's read order.
+	Order *Order `yaml:"order"`
+}
+
+// Writable reports whether a command may write the register at all.
+func (r *Register) Writable() bool { return r.Write != nil && !r.Safety }
+
+// WriteFunction is the Modbus function that writes the register.
+func (r *Register) WriteFunction() byte {
+	switch {
+	case r.Write != nil && r.Write.Function != 0:
+		return r.Write.Function
+	case r.Area == Coil:
+		return 5
+	case r.Words() == 1:
+		return 6
+	}
+	return 16
 }
 
 // Words is the number of 16-bit registers (or bits, in a bit area) the
