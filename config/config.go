@@ -35,6 +35,7 @@ type Config struct {
 	Buffer        Buffer         `yaml:"buffer"`
 	Metrics       Metrics        `yaml:"metrics"`
 	Uplink        *Uplink        `yaml:"uplink"`
+	Downlink      Downlink       `yaml:"downlink"`
 
 	// File is the path the config was loaded from.
 	File string `yaml:"-"`
@@ -90,6 +91,8 @@ type Device struct {
 	Interval time.Duration `yaml:"interval"`
 	// DataType of the packets; default the profile's.
 	DataType string `yaml:"data_type"`
+	// Writable lists the points commands may write (see Downlink).
+	Writable []Writable `yaml:"writable"`
 }
 
 // SerialSensor is a non-Modbus sensor that prints lines on a serial port.
@@ -162,6 +165,7 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 	c.Profiles = set
 	c.validate(doc)
 	c.validateNorth(doc)
+	c.validateDownlink(doc)
 	if err := doc.Err(); err != nil {
 		return nil, err
 	}
