@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"fieldlink/packet"
@@ -80,6 +81,7 @@ type DeviceStatus struct {
 	Errors    uint64 // failed polls
 	Requests  uint64 // read requests sent
 	Overruns  uint64 // scheduled polls skipped because the bus was late
+	Writes    uint64 // writes sent by commands
 	// LastDuration is how long the last poll took on the wire.
 	LastDuration time.Duration
 	// Busy is the time spent polling the device so far; summed over a
@@ -109,6 +111,12 @@ type Bus struct {
 
 	mu   sync.Mutex // guards devs[i].status
 	devs []*device
+
+	// writes hands writes to the polling goroutine while Run runs
+	// (running); inline serialises them when it does not.
+	writes  chan *writeJob
+	running atomic.Bool
+	inline  sync.Mutex
 }
 
 // NewBus plans the requests of every device. It fails only when a profile
@@ -117,7 +125,7 @@ func NewBus(name string, r Reader, specs []DeviceSpec, opt BusOptions) (*Bus, er
 	if opt.Cost == (plan.Cost{}) {
 		opt.Cost = plan.Serial(9600, 10, 10*time.Millisecond)
 	}
-	b := &Bus{name: name, r: r, opt: opt, log: opt.Logger}
+	b := &Bus{name: name, r: r, opt: opt, log: opt.Logger, writes: make(chan *writeJob)}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -190,6 +198,10 @@ func (b *Bus) PollAll(ctx context.Context, emit func(*packet.Packet, error)) {
 // next one back, and slots missed entirely are counted as overruns, never
 // made up in a burst.
 func (b *Bus) Run(ctx context.Context, emit func(*packet.Packet)) {
+	b.inline.Lock() // a write in progress inline ends first
+	b.running.Store(true)
+	b.inline.Unlock()
+	defer b.running.Store(false)
 	now := time.Now()
 	for i, d := range b.devs {
 		// Spread first polls a little so devices with equal intervals do
@@ -205,11 +217,22 @@ func (b *Bus) Run(ctx context.Context, emit func(*packet.Packet)) {
 			<-ctx.Done()
 			return
 		}
+		// A write waiting goes before the next poll.
+		select {
+		case j := <-b.writes:
+			b.write(j)
+			continue
+		default:
+		}
 		if wait := time.Until(d.next); wait > 0 {
 			timer.Reset(wait)
 			select {
 			case <-ctx.Done():
 				return
+			case j := <-b.writes:
+				timer.Stop()
+				b.write(j)
+				continue
 			case <-timer.C:
 			}
 		} else if ctx.Err() != nil {
