@@ -115,6 +115,13 @@ type MQTTConfig struct {
 	// payload means the retained report was cleared.
 	LoadTopic string
 	OnLoad    func(payload []byte)
+	// CommandTopic, if set, is subscribed to (QoS 1) after each connect;
+	// each message on it is handed to OnCommand, one at a time, on a
+	// goroutine owned by Run. Retained messages are dropped: a command
+	// kept by the broker through an outage is a late command. Messages
+	// that arrive while CommandQueue are waiting are dropped and logged.
+	CommandTopic string
+	OnCommand    func(payload []byte)
 	// Logger gets connects, losses and retries; nil means slog.Default().
 	Logger *slog.Logger
 	// Vars are the template values of this gateway: site, gateway, ….
@@ -158,6 +165,7 @@ type MQTT struct {
 	lastErr atomic.Pointer[error] // why there is no connection
 	running atomic.Bool
 	loads   chan []byte   // latest load report, for Run's dispatcher
+	cmds    chan []byte   // commands waiting for OnCommand
 	kick    chan struct{} // ends a reconnect wait early (see Kick)
 }
 
@@ -186,6 +194,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		backoffMin: mqttBackoffMin,
 		backoffMax: mqttBackoffMax,
 		loads:      make(chan []byte, 1),
+		cmds:       make(chan []byte, CommandQueue),
 		kick:       make(chan struct{}, 1),
 	}
 	if useTLS {
@@ -249,6 +258,21 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 	}
 	if cfg.OnLoad != nil && cfg.LoadTopic == "" {
 		return fail("OnLoad is set but LoadTopic is empty")
+	}
+	if (cfg.OnCommand != nil) != (cfg.CommandTopic != "") {
+		return fail("OnCommand and CommandTopic go together")
+	}
+	if cfg.CommandTopic != "" {
+		t, err := mqttParseTemplate(cfg.CommandTopic)
+		if err == nil {
+			t, err = t.bind(cfg.Vars)
+		}
+		if err == nil {
+			cfg.CommandTopic, err = t.render(nil)
+		}
+		if err != nil {
+			return fail("command topic: %v", err)
+		}
 	}
 	for _, d := range []struct {
 		v   *time.Duration
@@ -622,6 +646,9 @@ func (m *MQTT) Run(ctx context.Context) {
 	if m.cfg.OnLoad != nil {
 		wg.Go(func() { m.dispatchLoads(ctx) })
 	}
+	if m.cfg.OnCommand != nil {
+		wg.Go(func() { m.dispatchCommands(ctx) })
+	}
 	attempt := 0
 	for {
 		c, err := m.connect(ctx)
@@ -788,6 +815,15 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 			m.log.Warn("mqtt broker refused the load topic subscription", "upstream", m.name, "topic", m.cfg.LoadTopic)
 		}
 	}
+	if m.cfg.CommandTopic != "" {
+		st := c.cl.Subscribe(m.cfg.CommandTopic, 1, m.onCommandMessage)
+		if err := m.await(ctx, c, st, m.cfg.PublishTimeout); err != nil {
+			return fail(fmt.Errorf("subscribe to command topic: %w", err))
+		}
+		if code := st.(*paho.SubscribeToken).Result()[m.cfg.CommandTopic]; code == 0x80 {
+			m.log.Error("mqtt broker refused the command topic subscription: no command can arrive through it", "upstream", m.name, "topic", m.cfg.CommandTopic)
+		}
+	}
 	if err := m.await(ctx, c, c.cl.Publish(m.status, 1, true, mqttStatusOnline), m.cfg.PublishTimeout); err != nil {
 		return fail(fmt.Errorf("publish %q on the status topic: %w", mqttStatusOnline, err))
 	}
@@ -864,4 +900,45 @@ func (m *MQTT) dispatchLoads(ctx context.Context) {
 			m.cfg.OnLoad(p)
 		}
 	}
+}
+
+// CommandQueue is how many commands may wait for OnCommand per upstream.
+const CommandQueue = 16
+
+// onCommandMessage runs on paho's router goroutine: it must not block.
+func (m *MQTT) onCommandMessage(_ paho.Client, msg paho.Message) {
+	if msg.Retained() {
+		m.log.Warn("retained command dropped: commands are never run late (clear the retained message on the broker)", "upstream", m.name, "topic", msg.Topic())
+		return
+	}
+	select {
+	case m.cmds <- append([]byte(nil), msg.Payload()...):
+	default:
+		m.log.Warn("command dropped: too many commands waiting", "upstream", m.name, "waiting", CommandQueue)
+	}
+}
+
+func (m *MQTT) dispatchCommands(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-m.cmds:
+			m.cfg.OnCommand(p)
+		}
+	}
+}
+
+// PublishTo publishes payload on topic at QoS 1, outside the packet
+// stream (command results, state reports), and returns once the broker
+// acknowledged it, or with the error that stopped it.
+func (m *MQTT) PublishTo(ctx context.Context, topic string, payload []byte, retained bool) error {
+	c := m.conn()
+	if c == nil {
+		return m.notConnected()
+	}
+	if err := m.await(ctx, c, c.cl.Publish(topic, 1, retained, payload), m.cfg.PublishTimeout); err != nil {
+		return fmt.Errorf("uplink: mqtt %s: publish on %s: %w", m.name, topic, err)
+	}
+	return nil
 }

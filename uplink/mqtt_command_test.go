@@ -1,0 +1,62 @@
+package uplink
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"fieldlink/internal/testtool"
+)
+
+// Commands published on the command topic of a real mosquitto reach
+// OnCommand; a retained one (kept by the broker through an outage) never
+// does; results go out with PublishTo.
+func TestMQTTCommandTopic(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	var mu sync.Mutex
+	var got []string
+	pub := mqttClient(t, b.Addr(), "platform")
+	// Retained before the gateway connects: a command queued by the broker.
+	if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, true, "stale"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), CommandTopic: "fieldlink/{site}/{gateway}/cmd", OnCommand: func(p []byte) {
+		mu.Lock()
+		got = append(got, string(p))
+		mu.Unlock()
+	}})
+	mqttWaitConnected(t, m, true)
+	results := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/cmd/result")
+	if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, false, "live"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	testtool.WaitFor(t, 10*time.Second, "the live command", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0
+	})
+	if err := m.PublishTo(context.Background(), "fieldlink/s1/gw1/cmd/result", []byte("done"), false); err != nil {
+		t.Fatal(err)
+	}
+	testtool.WaitFor(t, 10*time.Second, "the result", func() bool { return results.has("done") })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "live" {
+		t.Errorf("OnCommand got %q, want only the live command", got)
+	}
+}
+
+func TestMQTTCommandConfig(t *testing.T) {
+	for _, cfg := range []MQTTConfig{
+		{URL: "mqtt://h", CommandTopic: "a/b"},
+		{URL: "mqtt://h", OnCommand: func([]byte) {}},
+		{URL: "mqtt://h", CommandTopic: "a/+/b", OnCommand: func([]byte) {}},
+		{URL: "mqtt://h", CommandTopic: "a/{nope}", OnCommand: func([]byte) {}},
+	} {
+		cfg.Vars = map[string]string{"site": "s", "gateway": "g"}
+		if _, err := NewMQTT(cfg); err == nil {
+			t.Errorf("%+v: accepted", cfg)
+		}
+	}
+}
