@@ -21,7 +21,7 @@ const compactSettle = time.Second
 const compactBackoff = 10 * time.Minute
 
 // maybeCompact compacts the file when it is larger than CompactMinSize and
-// than CompactRatio times the live bytes (dead letters included). It runs in
+// than CompactRatio times the live bytes (dead letters and aux included). It runs in
 // the writer between transactions: appends made meanwhile wait in the queue.
 func (w *writer) maybeCompact() {
 	b := w.b
@@ -34,6 +34,14 @@ func (w *writer) maybeCompact() {
 		return
 	}
 	size, live := fi.Size(), w.st.bytes[0]+w.st.bytes[1]+w.st.deadBytes
+	if size > b.opt.CompactMinSize && size > int64(b.opt.CompactRatio)*live {
+		// The aux bucket is live too (megabytes with the downlink's audit
+		// log): weighed only now, as it takes a walk of its pages.
+		live += w.auxBytes()
+	}
+	if hook := b.opt.compactCheck; hook != nil {
+		hook(size, live)
+	}
 	if size <= b.opt.CompactMinSize || size <= int64(b.opt.CompactRatio)*live {
 		w.markAt = time.Time{}
 		return

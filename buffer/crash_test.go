@@ -49,6 +49,10 @@ func TestCrashChild(t *testing.T) {
 		defer mu.Unlock()
 		fmt.Fprintf(os.Stdout, format, args...) // one write(2) per line; os.Stdout is unbuffered
 	}
+	if mode == "aux" {
+		auxCrashChild(path, say)
+		select {}
+	}
 	b, err := Open(path, opt)
 	if err != nil {
 		say("e open: %v\n", err)

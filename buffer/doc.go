@@ -59,6 +59,16 @@
 // longer accept (the dead bucket, the state's format): a downgrade salvages
 // it. Other files stay as they were.
 //
+// # Aux
+//
+// Beside the records, the file keeps small state that the gateway wants
+// back after a restart, in the bucket "aux": [Buffer.PutAux],
+// [Buffer.UpdateAux] (sets and deletes in one transaction) and
+// [Buffer.DeleteAux] return once committed; [Buffer.Aux] reads a key and
+// [Buffer.ScanAux] the keys under a prefix, in order. Aux values count as
+// live bytes for compaction, which keeps them; salvage does not (they carry
+// no checksum).
+//
 // # Bounds
 //
 // Options.MaxBytes bounds the live records and Options.WhenFull decides what

@@ -157,7 +157,8 @@ type Options struct {
 
 	// CompactMinSize and CompactRatio decide when the file is compacted:
 	// when it is larger than CompactMinSize and than CompactRatio times the
-	// live bytes (bbolt files never shrink by themselves). Zero means
+	// live bytes: records, dead letters and aux values (bbolt files never
+	// shrink by themselves). Zero means
 	// DefaultCompactMinSize (4 MiB) and DefaultCompactRatio (4). A negative
 	// CompactRatio turns compaction off.
 	CompactMinSize int64
@@ -172,12 +173,13 @@ type Options struct {
 	Now func() time.Time
 
 	// Test hooks.
-	maxFileSize    int          // bbolt's MaxSize: disk-full tests where mounts are refused
-	failCommit     func() error // a non-nil result abandons the commit with that error
-	noFreelistSync bool         // measure bbolt's NoFreelistSync
-	deadMax        int64        // maxDead, when not zero
-	deadMaxBytes   int64        // maxDeadBytes, when not zero
-	waiting        func()       // Wait found nothing and is about to block
+	maxFileSize    int                    // bbolt's MaxSize: disk-full tests where mounts are refused
+	failCommit     func() error           // a non-nil result abandons the commit with that error
+	noFreelistSync bool                   // measure bbolt's NoFreelistSync
+	deadMax        int64                  // maxDead, when not zero
+	deadMaxBytes   int64                  // maxDeadBytes, when not zero
+	waiting        func()                 // Wait found nothing and is about to block
+	compactCheck   func(size, live int64) // maybeCompact weighs a file of size bytes against live ones
 }
 
 // withDefaults returns o with its zero fields set to the defaults.

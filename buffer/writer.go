@@ -25,20 +25,21 @@ const (
 	opDropCorrupt        // delete seqs (and dead letters) that fail their CRC; nobody waits
 	opDeadLetter         // move seqs to the dead bucket
 	opPurgeDead          // delete every dead letter
-	opPutAux             // set one key of the aux bucket
+	opUpdateAux          // set and delete keys of the aux bucket
 )
 
 // request is one call's work for the writer. The caller fills it in and
 // queues it; the writer takes it, fills in the results and closes done.
 type request struct {
 	op       opKind
-	recs     []pending // opAppend
-	seqs     []uint64  // opAck, opDropCorrupt, opDeadLetter
-	reason   string    // opDeadLetter; opPutAux: the key
-	aux      []byte    // opPutAux: the value
-	dead     [][]byte  // opDropCorrupt: keys of dead letters
-	n        int       // opPurge, opPurgeDead: records deleted
-	err      error     // the whole request failed
+	recs     []pending         // opAppend
+	seqs     []uint64          // opAck, opDropCorrupt, opDeadLetter
+	reason   string            // opDeadLetter
+	auxPut   map[string][]byte // opUpdateAux
+	auxDel   []string          // opUpdateAux
+	dead     [][]byte          // opDropCorrupt: keys of dead letters
+	n        int               // opPurge, opPurgeDead: records deleted
+	err      error             // the whole request failed
 	state    atomic.Int32
 	done     chan struct{} // nil for opDropCorrupt
 	answered bool          // the writer replied (writer only)
@@ -388,8 +389,8 @@ func (w *writer) apply(t *wtx, r *request, interval bool) {
 		}
 	case opPurgeDead:
 		r.n = t.purgeDead()
-	case opPutAux:
-		t.putAux(r.reason, r.aux)
+	case opUpdateAux:
+		t.updateAux(r.auxPut, r.auxDel)
 	case opPurge:
 		t.purge = r
 		return

@@ -1,0 +1,522 @@
+// Package downlink is the gateway's side of commands from the platform:
+// writes to actuators (valves, pumps, setpoints) that arrive over MQTT.
+// This file is the command and its result as they travel; store.go keeps
+// them, so that a command runs at most once and leaves an audit trail.
+package downlink
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"fieldlink/signing"
+)
+
+// Bounds of a command, generous for what it carries.
+const (
+	// MaxCommandSize bounds a command's JSON.
+	MaxCommandSize = 4 << 10
+	// MaxIDLength bounds an id: letters, digits and "._:-".
+	MaxIDLength = 64
+	// maxNameLength bounds device, point and actor.
+	maxNameLength = 128
+	// maxValueLength bounds the text of a value.
+	maxValueLength = 64
+	// maxTimeLength bounds the text of a timestamp.
+	maxTimeLength = 64
+)
+
+// SigningContext is the use a command signature is made for (see package
+// signing): a command signature is good for nothing else.
+const SigningContext = "fieldlink command v1"
+
+// Command is one write to an actuator, as the platform sends it:
+//
+//	{"id":"…","device":"valve-1","point":"Setpoint","value":42.5,
+//	 "issued_at":"RFC 3339","expires_at":"RFC 3339","actor":"ops:alice",
+//	 "signature":"base64"}
+//
+// id, device, point, value and issued_at are required. Values and
+// timestamps keep their text as sent, so that the command re-encodes to
+// what was signed. Commands are comparable with ==.
+type Command struct {
+	ID        string
+	Device    string
+	Point     string
+	Value     Value
+	IssuedAt  Timestamp
+	ExpiresAt Timestamp // zero: no expiry
+	Actor     string    // who asked, for the audit log; may be empty
+	Signature string    // base64 Ed25519 over SignedMessage; empty: unsigned
+}
+
+// ParseCommand reads a command strictly: one JSON object of at most
+// MaxCommandSize bytes, valid UTF-8, no unknown or repeated fields, every
+// field of its kind and within its bounds. Its errors name the field.
+func ParseCommand(data []byte) (Command, error) {
+	c, err := parseCommand(data)
+	if err != nil {
+		return Command{}, err
+	}
+	return c, nil
+}
+
+func parseCommand(data []byte) (Command, error) {
+	var c Command
+	if len(data) > MaxCommandSize {
+		return c, fmt.Errorf("command: %d bytes, over %d", len(data), MaxCommandSize)
+	}
+	if !utf8.Valid(data) {
+		return c, errors.New("command: not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil {
+		return c, fmt.Errorf("command: not JSON: %w", err)
+	} else if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return c, errors.New("command: not a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return c, fmt.Errorf("command: not JSON: %w", err)
+		}
+		key := tok.(string) // an object's keys are strings, or Token fails
+		if seen[key] {
+			return c, fmt.Errorf("command: %q given twice", key)
+		}
+		seen[key] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return c, fmt.Errorf("command: %s: not JSON: %w", key, err)
+		}
+		if err := c.setField(key, raw); err != nil {
+			return c, fmt.Errorf("command: %s: %w", key, err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return c, fmt.Errorf("command: not JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return c, errors.New("command: data after the object")
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"id", c.ID != ""}, {"device", c.Device != ""}, {"point", c.Point != ""}, {"value", !c.Value.IsZero()}, {"issued_at", !c.IssuedAt.IsZero()}} {
+		if !f.set {
+			return c, fmt.Errorf("command: %s: missing", f.name)
+		}
+	}
+	if !c.ExpiresAt.IsZero() && !c.ExpiresAt.Time().After(c.IssuedAt.Time()) {
+		return c, fmt.Errorf("command: expires_at: %s is not after issued_at %s", c.ExpiresAt, c.IssuedAt)
+	}
+	return c, nil
+}
+
+// setField sets the field key of c from its JSON text.
+func (c *Command) setField(key string, raw json.RawMessage) error {
+	null := string(raw) == "null"
+	switch key {
+	case "id":
+		s, err := jsonString(raw)
+		if err == nil {
+			err = checkID(s)
+		}
+		c.ID = s
+		return err
+	case "device", "point":
+		s, err := jsonString(raw)
+		if err == nil {
+			err = checkName(s, false)
+		}
+		if key == "device" {
+			c.Device = s
+		} else {
+			c.Point = s
+		}
+		return err
+	case "actor":
+		if null {
+			return nil
+		}
+		s, err := jsonString(raw)
+		if err == nil {
+			err = checkName(s, true)
+		}
+		c.Actor = s
+		return err
+	case "value":
+		v, err := parseValue(raw)
+		c.Value = v
+		return err
+	case "issued_at", "expires_at":
+		if null && key == "expires_at" {
+			return nil
+		}
+		s, err := jsonString(raw)
+		if err != nil {
+			return err
+		}
+		t, err := ParseTimestamp(s)
+		if key == "issued_at" {
+			c.IssuedAt = t
+		} else {
+			c.ExpiresAt = t
+		}
+		return err
+	case "signature":
+		if null {
+			return nil
+		}
+		s, err := jsonString(raw)
+		if err != nil {
+			return err
+		}
+		sig, err := base64.StdEncoding.DecodeString(s)
+		switch {
+		case err != nil || base64.StdEncoding.EncodeToString(sig) != s:
+			return errors.New("not standard base64")
+		case len(sig) != ed25519.SignatureSize:
+			return fmt.Errorf("%d bytes, want an Ed25519 signature of %d", len(sig), ed25519.SignatureSize)
+		}
+		c.Signature = s
+		return nil
+	}
+	return errors.New("unknown field (known: id, device, point, value, issued_at, expires_at, actor, signature)")
+}
+
+// jsonString decodes a JSON string; null or another kind is an error.
+func jsonString(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", fmt.Errorf("%s, want a string", kindOf(raw))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// kindOf names the kind of a JSON value, for errors.
+func kindOf(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// checkID accepts 1 to MaxIDLength letters, digits and "._:-": safe in a
+// key, a topic and a log line.
+func checkID(s string) error {
+	if s == "" || len(s) > MaxIDLength {
+		return fmt.Errorf("%d characters, want 1 to %d", len(s), MaxIDLength)
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !('a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '.' || ch == '_' || ch == ':' || ch == '-') {
+			return fmt.Errorf("character %q at %d: want letters, digits and ._:-", ch, i)
+		}
+	}
+	return nil
+}
+
+// checkName accepts up to maxNameLength bytes of printable text (empty only
+// when allowed).
+func checkName(s string, emptyOK bool) error {
+	if (s == "" && !emptyOK) || len(s) > maxNameLength {
+		return fmt.Errorf("%d bytes, want 1 to %d", len(s), maxNameLength)
+	}
+	for i, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' || r == utf8.RuneError {
+			return fmt.Errorf("character %U at %d: want printable text", r, i)
+		}
+	}
+	return nil
+}
+
+// JSON returns the command as one line of JSON, fields in the documented
+// order, values and timestamps as they were given: ParseCommand reads it
+// back to the same command.
+func (c Command) JSON() []byte {
+	b := make([]byte, 0, 256)
+	field := func(key string) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, key...)
+		b = append(b, '"', ':')
+	}
+	str := func(key, v string) {
+		field(key)
+		b = appendString(b, v)
+	}
+	b = append(b, '{')
+	str("id", c.ID)
+	str("device", c.Device)
+	str("point", c.Point)
+	field("value")
+	b, _ = c.Value.appendJSON(b)
+	str("issued_at", c.IssuedAt.String())
+	if !c.ExpiresAt.IsZero() {
+		str("expires_at", c.ExpiresAt.String())
+	}
+	if c.Actor != "" {
+		str("actor", c.Actor)
+	}
+	if c.Signature != "" {
+		str("signature", c.Signature)
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string, without encoding/json's HTML
+// escapes: a command reads as it was sent.
+func appendString(b []byte, s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+}
+
+// MarshalJSON is JSON, for a command inside other JSON (the audit log).
+func (c Command) MarshalJSON() ([]byte, error) { return c.JSON(), nil }
+
+// UnmarshalJSON is ParseCommand.
+func (c *Command) UnmarshalJSON(data []byte) error {
+	x, err := ParseCommand(data)
+	if err != nil {
+		return err
+	}
+	*c = x
+	return nil
+}
+
+// SignedMessage returns what a command signature signs (under
+// SigningContext): the fields id, device, point, value, issued_at,
+// expires_at and actor, in that order, each as a netstring
+// "<length in bytes>:<bytes>," of its text as sent (strings unescaped, the
+// value as its JSON text, absent fields empty). A signer builds it from the
+// strings it puts in the JSON, with nothing to canonicalise.
+func (c Command) SignedMessage() []byte {
+	b := make([]byte, 0, 192)
+	for _, f := range []string{c.ID, c.Device, c.Point, c.Value.String(), c.IssuedAt.String(), c.ExpiresAt.String(), c.Actor} {
+		b = strconv.AppendInt(b, int64(len(f)), 10)
+		b = append(b, ':')
+		b = append(b, f...)
+		b = append(b, ',')
+	}
+	return b
+}
+
+// Sign returns c signed with key.
+func Sign(c Command, key ed25519.PrivateKey) Command {
+	c.Signature = base64.StdEncoding.EncodeToString(signing.Sign(key, SigningContext, c.SignedMessage()))
+	return c
+}
+
+// Verify checks c's signature against keys: nil if one of them signed it.
+// With no keys it fails: a site without keys does not call it.
+func (c Command) Verify(keys []ed25519.PublicKey) error {
+	if c.Signature == "" {
+		return fmt.Errorf("command %s: unsigned, and this gateway runs signed commands only", c.ID)
+	}
+	sig, err := base64.StdEncoding.DecodeString(c.Signature)
+	if err != nil {
+		return fmt.Errorf("command %s: signature: not base64", c.ID)
+	}
+	if err := signing.Verify(keys, SigningContext, c.SignedMessage(), sig); err != nil {
+		return fmt.Errorf("command %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// Value is a command's value: a finite JSON number, kept as its text (42.50
+// stays 42.50), or a boolean (a coil). The zero Value is no value.
+type Value struct{ text string }
+
+// Number returns the value f, or no value if f is NaN or infinite (JSON has
+// no text for them).
+func Number(f float64) Value {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return Value{}
+	}
+	return Value{string(b)}
+}
+
+// Bool returns the boolean value b.
+func Bool(b bool) Value { return Value{strconv.FormatBool(b)} }
+
+// parseValue reads a value from its JSON text.
+func parseValue(raw []byte) (Value, error) {
+	s := string(raw)
+	switch {
+	case s == "true" || s == "false":
+		return Value{s}, nil
+	case kindOf(raw) != "a number":
+		return Value{}, fmt.Errorf("%s, want a number or true/false", kindOf(raw))
+	case len(s) > maxValueLength:
+		return Value{}, fmt.Errorf("a number of %d characters, at most %d", len(s), maxValueLength)
+	case !json.Valid(raw):
+		return Value{}, fmt.Errorf("%q is not a JSON number", s)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return Value{}, fmt.Errorf("%s is out of range", s)
+	}
+	return Value{s}, nil
+}
+
+// IsZero reports whether v is no value.
+func (v Value) IsZero() bool { return v.text == "" }
+
+// Bool returns v as a boolean; ok is false unless v is one.
+func (v Value) Bool() (b, ok bool) {
+	switch v.text {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	return false, false
+}
+
+// Float returns v as a number; ok is false unless v is one.
+func (v Value) Float() (f float64, ok bool) {
+	if _, isBool := v.Bool(); isBool || v.text == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v.text, 64)
+	return f, err == nil
+}
+
+// String returns v's JSON text, "" for no value.
+func (v Value) String() string { return v.text }
+
+func (v Value) appendJSON(b []byte) ([]byte, error) {
+	if v.text == "" {
+		return append(b, "null"...), nil
+	}
+	return append(b, v.text...), nil
+}
+
+// MarshalJSON writes v's text, or null for no value.
+func (v Value) MarshalJSON() ([]byte, error) { return v.appendJSON(nil) }
+
+// UnmarshalJSON reads a value; null is no value.
+func (v *Value) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		*v = Value{}
+		return nil
+	}
+	x, err := parseValue(bytes.TrimSpace(data))
+	if err != nil {
+		return err
+	}
+	*v = x
+	return nil
+}
+
+// Timestamp is an RFC 3339 time kept as the text it was given, so that a
+// signature over it does not depend on how the platform formats times. The
+// zero Timestamp is no time.
+type Timestamp struct{ text string }
+
+// NewTimestamp returns t as a Timestamp, in UTC to the nanosecond.
+func NewTimestamp(t time.Time) Timestamp { return Timestamp{t.UTC().Format(time.RFC3339Nano)} }
+
+// ParseTimestamp reads an RFC 3339 time.
+func ParseTimestamp(s string) (Timestamp, error) {
+	if len(s) > maxTimeLength {
+		return Timestamp{}, fmt.Errorf("%d characters: not an RFC 3339 time", len(s))
+	}
+	if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+		return Timestamp{}, fmt.Errorf("%q: not an RFC 3339 time", s)
+	}
+	return Timestamp{s}, nil
+}
+
+// Time returns the time, the zero time for no time.
+func (t Timestamp) Time() time.Time {
+	if t.text == "" {
+		return time.Time{}
+	}
+	tt, _ := time.Parse(time.RFC3339Nano, t.text) // checked when made
+	return tt
+}
+
+// IsZero reports whether t is no time.
+func (t Timestamp) IsZero() bool { return t.text == "" }
+
+// String returns the text, "" for no time.
+func (t Timestamp) String() string { return t.text }
+
+// Status is what became of a command.
+type Status string
+
+// The statuses of a result. Pending is the one answer that is not final:
+// a duplicate of a command still running gets it, and the final result
+// follows.
+const (
+	StatusDone           Status = "done"            // written (and read back, where the engine does)
+	StatusRejected       Status = "rejected"        // refused before any write: bad signature, unknown point...
+	StatusExpired        Status = "expired"         // arrived or came up after its expires_at: not written
+	StatusFailed         Status = "failed"          // the write failed: the device did not take it
+	StatusUnknownOutcome Status = "unknown_outcome" // the write may or may not have happened
+	StatusPending        Status = "pending"         // still running
+)
+
+// Final reports whether s is the last word on a command.
+func (s Status) Final() bool {
+	switch s {
+	case StatusDone, StatusRejected, StatusExpired, StatusFailed, StatusUnknownOutcome:
+		return true
+	}
+	return false
+}
+
+// Result is the answer to a command, as the gateway publishes it.
+type Result struct {
+	ID       string    `json:"id"`
+	Status   Status    `json:"status"`
+	Reason   string    `json:"reason,omitempty"`  // why, for anything but done
+	Value    Value     `json:"value,omitzero"`    // the value commanded
+	Readback Value     `json:"readback,omitzero"` // the value read back after the write
+	At       time.Time `json:"at"`                // when the result was reached
+}
+
+// JSON returns r as one line of JSON, its time in UTC.
+func (r Result) JSON() []byte {
+	r.At = r.At.UTC()
+	b, err := json.Marshal(r)
+	if err != nil {
+		// Only a time outside years 0 to 9999 fails: not one a clock gives.
+		r.At = time.Time{}
+		b, _ = json.Marshal(r)
+	}
+	return b
+}
