@@ -1,0 +1,449 @@
+package downlink
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"fieldlink/config"
+	"fieldlink/packet"
+	"fieldlink/sensors"
+	"fieldlink/sensors/profile"
+)
+
+// Engine defaults.
+const (
+	// WriteTimeout bounds one command on the bus: waiting for its turn,
+	// the write and its read-back, retries included.
+	WriteTimeout = 10 * time.Second
+	// MaxAttempts is how often an idempotent point is written when the
+	// outcome stays unknown; other points are written once.
+	MaxAttempts = 3
+	// FutureSkew is how far ahead of the gateway's clock issued_at may be.
+	FutureSkew = 30 * time.Second
+	// recentKept is how many results Recent remembers.
+	recentKept = 20
+	// DataType is the packets' DataType for the record of a command.
+	DataType = "Command"
+)
+
+// Site is the part of the sensors the engine writes through.
+type Site interface {
+	Write(ctx context.Context, device, point string, v float64) (sensors.WriteResult, error)
+	Latest(device, point string, now time.Time) (sensors.Point, bool)
+}
+
+// Ledger keeps command ids and the audit log (a [Store] in production).
+type Ledger interface {
+	// Begin records cmd as running, or returns the result of the command
+	// with the same id seen before (which must not run again).
+	Begin(cmd Command, now time.Time) (*Result, error)
+	// Finish records cmd's result and audits it.
+	Finish(res Result) error
+}
+
+// Errors tells the engine what a failed write means; the modbus package
+// gives the production predicates.
+type Errors struct {
+	// Refused: the device answered with an exception; nothing was written.
+	Refused func(error) bool
+	// NotSent: the request never reached the line.
+	NotSent func(error) bool
+}
+
+// Options wire an Engine.
+type Options struct {
+	Site   Site
+	Ledger Ledger
+	Errors Errors
+	// Keys: when set, only commands signed by one of them run.
+	Keys []ed25519.PublicKey
+	// Emit hands the record of a command to the buffer, as a packet with
+	// DataType Command; nil drops it.
+	Emit func(*packet.Packet)
+	// Publish sends a result to the platform; nil drops it.
+	Publish func(Result)
+	Now     func() time.Time
+	Log     *slog.Logger
+}
+
+// point is a writable point of a device, as the site file allows it.
+type point struct {
+	device string
+	reg    *profile.Register
+	rule   config.Writable
+}
+
+// Engine runs commands: it checks each against the site file's rules,
+// runs it at most once through the bus's own schedule, settles its outcome
+// by reading the point back, and reports it three ways: the result topic,
+// the audit log and a Command packet in the buffer.
+type Engine struct {
+	opt    Options
+	maxAge time.Duration
+	points map[[2]string]*point // by device, point
+
+	run sync.Mutex // one command on the bus at a time
+
+	mu     sync.Mutex
+	counts map[Status]uint64
+	recent []Result
+}
+
+// NewEngine returns an engine for the writable points of c.
+func NewEngine(c *config.Config, opt Options) *Engine {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{opt: opt, maxAge: c.Downlink.MaxAge, points: map[[2]string]*point{}, counts: map[Status]uint64{}}
+	for _, b := range c.Buses {
+		for _, d := range b.Devices {
+			p := c.Profiles[d.Profile]
+			for _, w := range d.Writable {
+				if reg, ok := p.Register(w.Point); ok && reg.Writable() {
+					e.points[[2]string{d.Name, w.Point}] = &point{device: d.Name, reg: reg, rule: w}
+				}
+			}
+		}
+	}
+	return e
+}
+
+// Handle runs one command as received (JSON) and returns its result, which
+// it has already published, audited and buffered.
+func (e *Engine) Handle(ctx context.Context, payload []byte) Result {
+	now := e.opt.Now()
+	cmd, err := ParseCommand(payload)
+	if err != nil {
+		// Without a valid command there is no id to keep: answer and log.
+		res := Result{ID: idOf(payload), Status: StatusRejected, Reason: err.Error(), At: now}
+		e.report(nil, res, false)
+		return res
+	}
+	return e.Run(ctx, cmd)
+}
+
+// Run runs a parsed command; see Handle.
+func (e *Engine) Run(ctx context.Context, cmd Command) Result {
+	now := e.opt.Now()
+	if len(e.opt.Keys) > 0 {
+		// Checked before the id is kept: a forged command must not take
+		// the id of a real one.
+		if err := cmd.Verify(e.opt.Keys); err != nil {
+			res := Result{ID: cmd.ID, Status: StatusRejected, Reason: err.Error(), Value: cmd.Value, At: now}
+			e.report(&cmd, res, false)
+			return res
+		}
+	}
+	e.run.Lock()
+	defer e.run.Unlock()
+	prior, err := e.opt.Ledger.Begin(cmd, now)
+	if err != nil {
+		// Cannot promise "at most once": do not run it.
+		res := Result{ID: cmd.ID, Status: StatusRejected, Reason: "cannot record the command id: " + err.Error(), Value: cmd.Value, At: now}
+		e.report(&cmd, res, false)
+		return res
+	}
+	if prior != nil {
+		e.opt.Log.Info("duplicate command: answered with its first result, not run again", "id", cmd.ID, "status", prior.Status)
+		if e.opt.Publish != nil {
+			e.opt.Publish(*prior)
+		}
+		return *prior
+	}
+	res := e.execute(ctx, cmd, now)
+	if err := e.opt.Ledger.Finish(res); err != nil {
+		e.opt.Log.Error("command result not recorded in the audit log", "id", cmd.ID, "err", err)
+	}
+	e.report(&cmd, res, true)
+	return res
+}
+
+// execute checks and runs cmd; the id is already kept.
+func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result {
+	res := Result{ID: cmd.ID, Value: cmd.Value, At: now}
+	end := func(st Status, format string, a ...any) Result {
+		res.Status, res.Reason, res.At = st, fmt.Sprintf(format, a...), e.opt.Now()
+		return res
+	}
+	issued := cmd.IssuedAt.Time()
+	switch {
+	case !cmd.ExpiresAt.IsZero() && !now.Before(cmd.ExpiresAt.Time()):
+		return end(StatusExpired, "expired at %s", cmd.ExpiresAt)
+	case now.Sub(issued) > e.maxAge:
+		return end(StatusExpired, "issued %s ago, more than max_age %v", now.Sub(issued).Round(time.Second), e.maxAge)
+	case issued.Sub(now) > FutureSkew:
+		return end(StatusRejected, "issued_at %s is %s ahead of the gateway's clock", cmd.IssuedAt, issued.Sub(now).Round(time.Second))
+	}
+	p := e.points[[2]string{cmd.Device, cmd.Point}]
+	if p == nil {
+		return end(StatusRejected, "%s.%s is not writable on this gateway (the site file lists the writable points of each device)", cmd.Device, cmd.Point)
+	}
+	v, err := p.value(cmd.Value)
+	if err != nil {
+		return end(StatusRejected, "%s.%s: %v", cmd.Device, cmd.Point, err)
+	}
+	if why := e.interlocked(p, now); why != "" {
+		return end(StatusRejected, "interlock: %s", why)
+	}
+	deadline := now.Add(WriteTimeout)
+	if !cmd.ExpiresAt.IsZero() && cmd.ExpiresAt.Time().Before(deadline) {
+		deadline = cmd.ExpiresAt.Time()
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	attempts := 1
+	if p.rule.Idempotent {
+		attempts = MaxAttempts
+	}
+	for n := 1; ; n++ {
+		out, err := e.opt.Site.Write(ctx, p.device, p.reg.Name, v)
+		if err != nil {
+			if errors.Is(err, profile.ErrNotWritable) {
+				return end(StatusRejected, "%v", err)
+			}
+			if ctx.Err() != nil && !cmd.ExpiresAt.IsZero() && !e.opt.Now().Before(cmd.ExpiresAt.Time()) {
+				return end(StatusExpired, "not written before it expired: %v", err)
+			}
+			return end(StatusFailed, "not written: %v", err)
+		}
+		if out.ReadErr == nil {
+			res.Readback = fromPacket(out.Readback)
+		}
+		matched := out.ReadErr == nil && p.matches(out.Readback, v)
+		switch {
+		case out.Err == nil && matched:
+			return end(StatusDone, "")
+		case out.Err == nil && out.ReadErr == nil:
+			return end(StatusFailed, "the device took the write but reads back %s, not %s (clamped or ignored)", out.Readback, cmd.Value)
+		case out.Err == nil:
+			return end(StatusUnknownOutcome, "the device took the write but the read-back failed: %v", out.ReadErr)
+		case e.opt.Errors.Refused != nil && e.opt.Errors.Refused(out.Err):
+			return end(StatusFailed, "the device refused the write: %v", out.Err)
+		case matched:
+			res.Reason = "no reply to the write; settled by reading the point back"
+			res.Status, res.At = StatusDone, e.opt.Now()
+			return res
+		}
+		notSent := e.opt.Errors.NotSent != nil && e.opt.Errors.NotSent(out.Err)
+		if n < attempts && ctx.Err() == nil {
+			e.opt.Log.Warn("command write retried (idempotent point)", "id", cmd.ID, "device", p.device, "point", p.reg.Name, "attempt", n, "err", out.Err)
+			continue
+		}
+		if notSent {
+			return end(StatusFailed, "not written: %v", out.Err)
+		}
+		if out.ReadErr != nil {
+			return end(StatusUnknownOutcome, "no reply to the write (%v) and the read-back failed (%v)", out.Err, out.ReadErr)
+		}
+		return end(StatusUnknownOutcome, "no reply to the write (%v); the point reads back %s", out.Err, out.Readback)
+	}
+}
+
+// value checks a command's value against the point's rules and returns it
+// as a number (coils: 0 or 1).
+func (p *point) value(v Value) (float64, error) {
+	isBool := p.reg.Area.IsBit() || p.reg.Type == profile.Bool
+	if b, ok := v.Bool(); ok {
+		if !isBool {
+			return 0, fmt.Errorf("takes a number, not %s", v)
+		}
+		if b {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	f, ok := v.Float()
+	if !ok || isBool {
+		return 0, fmt.Errorf("takes true or false, not %s", v)
+	}
+	r := p.rule
+	if r.Min != nil && f < *r.Min {
+		return 0, fmt.Errorf("%v is below min %v", f, *r.Min)
+	}
+	if r.Max != nil && f > *r.Max {
+		return 0, fmt.Errorf("%v is above max %v", f, *r.Max)
+	}
+	if r.Step > 0 {
+		base := 0.0
+		if r.Min != nil {
+			base = *r.Min
+		}
+		n := (f - base) / r.Step
+		if math.Abs(n-math.Round(n)) > 1e-9*math.Max(1, math.Abs(n)) {
+			return 0, fmt.Errorf("%v is not %v plus a whole number of steps of %v", f, base, r.Step)
+		}
+	}
+	return f, nil
+}
+
+// matches reports whether a read-back agrees with the value written:
+// within one step (or one raw unit, for an integer register).
+func (p *point) matches(rb packet.Value, v float64) bool {
+	got, ok := rb.Float64()
+	if rb.Kind() == packet.KindBool {
+		got, ok = 0, true
+		if rb.String() == "True" {
+			got = 1
+		}
+	}
+	if !ok {
+		return false
+	}
+	tol := p.rule.Step
+	if tol == 0 {
+		switch p.reg.Type {
+		case profile.Float32:
+			tol = math.Abs(v) * 1e-6
+		case profile.Float64:
+			tol = math.Abs(v) * 1e-12
+		default:
+			tol = math.Abs(p.reg.ScaleOr1()) * 1e-6 // exact, but for the binary fraction
+		}
+	}
+	return math.Abs(got-v) <= tol
+}
+
+// interlocked returns why an interlock denies the write, "" when none does.
+func (e *Engine) interlocked(p *point, now time.Time) string {
+	for _, il := range p.rule.Interlock {
+		pt, ok := e.opt.Site.Latest(il.Device, il.Point, now)
+		if !ok || pt.At.IsZero() {
+			return fmt.Sprintf("%s.%s has no reading", il.Device, il.Point)
+		}
+		if age := now.Sub(pt.At); age > il.MaxAge || pt.Quality == sensors.Bad {
+			return fmt.Sprintf("%s.%s was read %s ago (max_age %v): too old to rely on", il.Device, il.Point, age.Round(time.Second), il.MaxAge)
+		}
+		f, ok := pt.Value.Float64()
+		if pt.Value.Kind() == packet.KindBool {
+			f, ok = 0, true
+			if pt.Value.String() == "True" {
+				f = 1
+			}
+		}
+		if !ok {
+			return fmt.Sprintf("%s.%s is not a number (%s)", il.Device, il.Point, pt.Value)
+		}
+		if il.Above != nil && !(f > *il.Above) {
+			return fmt.Sprintf("%s.%s is %v, not above %v", il.Device, il.Point, pt.Value, *il.Above)
+		}
+		if il.Below != nil && !(f < *il.Below) {
+			return fmt.Sprintf("%s.%s is %v, not below %v", il.Device, il.Point, pt.Value, *il.Below)
+		}
+	}
+	return ""
+}
+
+// report publishes, counts and (for a command with an id kept) buffers a
+// result, and logs it for the technician.
+func (e *Engine) report(cmd *Command, res Result, buffered bool) {
+	e.mu.Lock()
+	e.counts[res.Status]++
+	e.recent = append(e.recent, res)
+	if len(e.recent) > recentKept {
+		e.recent = e.recent[1:]
+	}
+	e.mu.Unlock()
+	args := []any{"id", res.ID, "status", res.Status}
+	if cmd != nil {
+		args = append(args, "device", cmd.Device, "point", cmd.Point, "value", cmd.Value.String(), "actor", cmd.Actor)
+	}
+	if res.Reason != "" {
+		args = append(args, "reason", res.Reason)
+	}
+	level := slog.LevelInfo
+	if res.Status != StatusDone {
+		level = slog.LevelWarn
+	}
+	e.opt.Log.Log(context.Background(), level, "command", args...)
+	if e.opt.Publish != nil {
+		e.opt.Publish(res)
+	}
+	if buffered && cmd != nil && e.opt.Emit != nil {
+		e.opt.Emit(recordOf(cmd, res))
+	}
+}
+
+// recordOf is the packet that carries a command and its outcome upstream,
+// through the buffer, so the platform's record survives outages.
+func recordOf(cmd *Command, res Result) *packet.Packet {
+	f := []packet.Field{
+		{Name: "CommandId", Value: packet.String(cmd.ID)},
+		{Name: "Point", Value: packet.String(cmd.Point)},
+		{Name: "Value", Value: packet.String(cmd.Value.String())},
+		{Name: "Status", Value: packet.String(string(res.Status))},
+		{Name: "Readback", Value: packet.String(res.Readback.String())},
+		{Name: "Actor", Value: packet.String(cmd.Actor)},
+		{Name: "Reason", Value: packet.String(res.Reason)},
+	}
+	return &packet.Packet{At: res.At, DeviceID: cmd.Device, DataType: DataType, Fields: f}
+}
+
+// fromPacket turns a read-back into a result value.
+func fromPacket(v packet.Value) Value {
+	if v.Kind() == packet.KindBool {
+		return Bool(v.String() == "True")
+	}
+	if f, ok := v.Float64(); ok {
+		return Number(f)
+	}
+	return Value{}
+}
+
+// idOf digs the id out of a command that did not parse, so that the
+// platform can match the rejection; "" when there is none to trust.
+func idOf(payload []byte) string {
+	var probe struct {
+		ID string `json:"id"`
+	}
+	if err := jsonUnmarshalLenient(payload, &probe); err != nil || checkID(probe.ID) != nil {
+		return ""
+	}
+	return probe.ID
+}
+
+// Counts returns how many commands ended in each status.
+func (e *Engine) Counts() map[Status]uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[Status]uint64, len(e.counts))
+	for k, v := range e.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Recent returns the last results, oldest first.
+func (e *Engine) Recent() []Result {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Result(nil), e.recent...)
+}
+
+// Describe is a one-line summary of the writable points, for logs.
+func (e *Engine) Describe() string {
+	var s []string
+	for k := range e.points {
+		s = append(s, k[0]+"."+k[1])
+	}
+	slices.Sort(s)
+	return strings.Join(s, ", ")
+}
+
+func jsonUnmarshalLenient(b []byte, v any) error {
+	if len(b) > MaxCommandSize {
+		return errors.New("too large")
+	}
+	return json.Unmarshal(b, v)
+}
