@@ -16,7 +16,8 @@ type Change struct {
 	// identity and time zone, buses, devices, serial sensors, the packet
 	// encoding, or a firmware profile's content.
 	Sensors bool
-	// Uplink: the uplink's settings, or the site and gateway ids its topics
+	// Uplink: the uplink's settings, the downlink's (its topics are
+	// subscribed by the upstreams), or the site and gateway ids the topics
 	// use. Passwords behind password_file and password_env are not part of
 	// a Config; the caller compares those.
 	Uplink bool
@@ -39,7 +40,7 @@ func Diff(a, b *Config) Change {
 	}
 	c.Sensors = a.Site != b.Site || a.Gateway != b.Gateway || a.Packet != b.Packet ||
 		!same(a.Buses, b.Buses) || !same(a.SerialSensors, b.SerialSensors) || !same(a.Profiles, b.Profiles)
-	c.Uplink = a.Site.ID != b.Site.ID || a.Gateway.ID != b.Gateway.ID || !same(a.Uplink, b.Uplink)
+	c.Uplink = a.Site.ID != b.Site.ID || a.Gateway.ID != b.Gateway.ID || !same(a.Uplink, b.Uplink) || !same(a.Downlink, b.Downlink)
 	return c
 }
 

@@ -142,7 +142,10 @@ func (c *Config) validateDownlink(doc *yamlconf.Doc) {
 			}
 		}
 	}
-	if d.Enabled && !hasMQTT {
+	if d.Enabled && c.Uplink == nil {
+		doc.Errorf("downlink.enabled", "the downlink needs an uplink: commands arrive from its MQTT upstreams, and their ids and audit log are kept in its buffer file")
+	}
+	if d.Enabled && !hasMQTT && c.Uplink != nil {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%s: downlink is enabled but no upstream is MQTT: commands arrive only by gateway write", c.File))
 	}
 	if d.Enabled && writable == 0 {

@@ -89,9 +89,8 @@ type point struct {
 type Engine struct {
 	opt    Options
 	maxAge time.Duration
+	run    sync.Mutex           // one command on the bus at a time; guards the settings
 	points map[[2]string]*point // by device, point
-
-	run sync.Mutex // one command on the bus at a time
 
 	mu     sync.Mutex
 	counts map[Status]uint64
@@ -106,18 +105,28 @@ func NewEngine(c *config.Config, opt Options) *Engine {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{opt: opt, maxAge: c.Downlink.MaxAge, points: map[[2]string]*point{}, counts: map[Status]uint64{}}
+	e := &Engine{opt: opt, counts: map[Status]uint64{}}
+	e.Configure(c, opt.Keys)
+	return e
+}
+
+// Configure applies a site file's writable points, max_age and keys, for
+// the next command (a reload).
+func (e *Engine) Configure(c *config.Config, keys []ed25519.PublicKey) {
+	points := map[[2]string]*point{}
 	for _, b := range c.Buses {
 		for _, d := range b.Devices {
 			p := c.Profiles[d.Profile]
 			for _, w := range d.Writable {
 				if reg, ok := p.Register(w.Point); ok && reg.Writable() {
-					e.points[[2]string{d.Name, w.Point}] = &point{device: d.Name, reg: reg, rule: w}
+					points[[2]string{d.Name, w.Point}] = &point{device: d.Name, reg: reg, rule: w}
 				}
 			}
 		}
 	}
-	return e
+	e.run.Lock()
+	defer e.run.Unlock()
+	e.points, e.maxAge, e.opt.Keys = points, c.Downlink.MaxAge, keys
 }
 
 // Handle runs one command as received (JSON) and returns its result, which
@@ -136,6 +145,8 @@ func (e *Engine) Handle(ctx context.Context, payload []byte) Result {
 
 // Run runs a parsed command; see Handle.
 func (e *Engine) Run(ctx context.Context, cmd Command) Result {
+	e.run.Lock()
+	defer e.run.Unlock()
 	now := e.opt.Now()
 	if len(e.opt.Keys) > 0 {
 		// Checked before the id is kept: a forged command must not take
@@ -146,8 +157,6 @@ func (e *Engine) Run(ctx context.Context, cmd Command) Result {
 			return res
 		}
 	}
-	e.run.Lock()
-	defer e.run.Unlock()
 	prior, err := e.opt.Ledger.Begin(cmd, now)
 	if err != nil {
 		// Cannot promise "at most once": do not run it.

@@ -40,6 +40,7 @@ buses:
       - name: th-1
         profile: renke-rs-ws-n01
         slave: 5
+uplink: {upstreams: [{url: 'mqtt://127.0.0.1:1883'}]}
 downlink: {enabled: true}
 `
 

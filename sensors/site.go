@@ -78,3 +78,7 @@ func (s *Site) Status() []DeviceStatus {
 	}
 	return out
 }
+
+// Stamp gives a packet built outside the pollers (a command's record) the
+// site's identity and the next sequence number.
+func (s *Site) Stamp(p *packet.Packet) { s.stamper.Stamp(p) }

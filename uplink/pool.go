@@ -57,7 +57,11 @@ type PoolConfig struct {
 	Vars map[string]string
 	// GatewayID and Epoch go with every HTTP batch (see [HTTPConfig]).
 	GatewayID, Epoch string
-	Logger           *slog.Logger // nil discards
+	// CommandTopic and OnCommand, when set, subscribe every MQTT upstream
+	// (the site's and the registry's) to the downlink's commands.
+	CommandTopic string
+	OnCommand    func(payload []byte)
+	Logger       *slog.Logger // nil discards
 }
 
 // Pool owns the connections to the upstreams and what runs for each: the
@@ -266,6 +270,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		mc := MQTTConfig{
 			URL: u.URL, Topic: u.Topic, Window: cfg.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
 			Logger: p.log, Vars: cfg.Vars, AtMostOnce: u.AtMostOnce,
+			CommandTopic: cfg.CommandTopic, OnCommand: cfg.OnCommand,
 		}
 		if u.LoadTopic != "" {
 			mc.LoadTopic = u.LoadTopic
@@ -383,6 +388,30 @@ func (p *Pool) Names() map[string]string {
 		out[n] = m.owner
 	}
 	return out
+}
+
+// PublishAll publishes payload on topic through every connected MQTT
+// upstream and returns how many took it: a command's result goes out on
+// every broker it may have come through.
+func (p *Pool) PublishAll(ctx context.Context, topic string, payload []byte) (int, error) {
+	p.mu.Lock()
+	var mqs []*MQTT
+	for _, m := range p.live {
+		if m.mqtt != nil && m.mqtt.Connected() {
+			mqs = append(mqs, m.mqtt)
+		}
+	}
+	p.mu.Unlock()
+	n := 0
+	var errs []error
+	for _, mq := range mqs {
+		if err := mq.PublishTo(ctx, topic, payload, false); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // Stop disconnects every upstream, retiring ones included, and waits for

@@ -139,3 +139,16 @@ func headField(data []byte, key string) string {
 	}
 	return string(rest[:j])
 }
+
+// ExpandTopic fills in a topic template's {names} from vars: every name
+// must have a value.
+func ExpandTopic(tmpl string, vars map[string]string) (string, error) {
+	t, err := mqttParseTemplate(tmpl)
+	if err == nil {
+		t, err = t.bind(vars)
+	}
+	if err != nil {
+		return "", err
+	}
+	return t.render(nil)
+}
