@@ -239,7 +239,7 @@ func TestEngineSignedMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, payload := range map[string][]byte{
-		"unsigned": []byte(unsigned),
+		"unsigned":  []byte(unsigned),
 		"wrong key": Sign(cmd, other).JSON(),
 		"altered":   []byte(strings.Replace(string(Sign(cmd, priv).JSON()), `"value":true`, `"value":false`, 1)),
 	} {
