@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +51,7 @@ type descs struct {
 	upLatency, upEWMA, upPeakEWMA, upStdDev           *desc
 	upProbeRTT, upProbeAge, upProbeFailures           *desc
 	selectorInfo, selectorFallbacks                   *desc
+	commands                                          *desc
 }
 
 func newDescs() descs {
@@ -126,6 +129,7 @@ func newDescs() descs {
 	d.upProbeFailures = n("upstream_probe_failures_total", "Probes of the upstream that failed.", up)
 	d.selectorInfo = n("selector_info", "The selection strategy in use, in the selector label; always 1.", "selector")
 	d.selectorFallbacks = n("selector_fallbacks_total", "Picks the strategy made by its fallback (least_conn) because no fresh server load report existed.", "selector")
+	d.commands = n("commands_total", "Downlink commands by outcome: done, rejected, expired, failed, unknown_outcome.", "status")
 	return d
 }
 
@@ -150,6 +154,12 @@ func (c *Collector) collect(ch *scrape) {
 	c.collectBuffer(ch)
 	c.collectDelivery(ch)
 	c.collectUpstreams(ch)
+	if c.src.Commands != nil {
+		byStatus := c.src.Commands()
+		for _, status := range slices.Sorted(maps.Keys(byStatus)) {
+			counter(ch, c.d.commands, float64(byStatus[status]), status)
+		}
+	}
 	if c.src.Selector != nil {
 		if name := c.src.Selector(); name != "" {
 			gauge(ch, c.d.selectorInfo, 1, name)

@@ -45,6 +45,9 @@ type Sources struct {
 	// named fallback because no fresh server load report existed (cswlc,
 	// irlb, load_aware); nil for a strategy without one.
 	SelectorFallbacks func() uint64
+	// Commands returns how many downlink commands ended in each status;
+	// nil without a downlink.
+	Commands func() map[string]uint64
 	// Ready reports whether the gateway is ready, and why not when it is
 	// not. Nil means always ready. See [DevicesAnswering].
 	Ready func() (ready bool, why string)
