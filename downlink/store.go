@@ -1,0 +1,596 @@
+package downlink
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Aux is what the store needs of the buffer file's aux bucket
+// (*buffer.Buffer has it): the one file the gateway already writes safely.
+type Aux interface {
+	AuxReader
+	UpdateAux(put map[string][]byte, del []string) error
+}
+
+// AuxReader is what reading the audit log needs.
+type AuxReader interface {
+	Aux(key string) ([]byte, error)
+	ScanAux(prefix string, fn func(key string, value []byte) error) error
+}
+
+// Defaults of StoreOptions.
+const (
+	// DefaultKeep is how long a command id is remembered, and the least
+	// a store is given: a platform may redeliver within a day.
+	DefaultKeep = 24 * time.Hour
+	// DefaultMaxAuditEntries is how many audit entries are kept, the
+	// newest: a few megabytes of the buffer file.
+	DefaultMaxAuditEntries = 20000
+)
+
+// StoreOptions tune a Store. The zero value is the defaults.
+type StoreOptions struct {
+	// Keep is how long an id is remembered after the command arrived (or
+	// after its issued_at, if later). Under DefaultKeep means DefaultKeep.
+	Keep time.Duration
+	// MaxAuditEntries bounds the audit log: the oldest entries go. Zero
+	// or less means DefaultMaxAuditEntries.
+	MaxAuditEntries int
+	// Now is the clock for opening (restart recovery, pruning); Begin and
+	// Finish are given their times. Nil means time.Now.
+	Now func() time.Time
+}
+
+func (o StoreOptions) withDefaults() StoreOptions {
+	o.Keep = max(o.Keep, DefaultKeep)
+	if o.MaxAuditEntries <= 0 {
+		o.MaxAuditEntries = DefaultMaxAuditEntries
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Keys in the aux bucket.
+const (
+	keySince     = "downlink.since"      // when the id table began: commands issued before may have run
+	prefixID     = "downlink.id/"        // + id: an idRecord
+	prefixAudit  = "downlink.audit/"     // + 16 hex digits of seq: an audit entry
+	keyAuditHead = "downlink.audit-head" // the auditHead
+)
+
+// Audit entry kinds.
+const (
+	KindStart     = "start"     // the log and the id table begin (new or salvaged buffer file)
+	KindReceived  = "received"  // a command accepted to run: its id is recorded, the write follows
+	KindResult    = "result"    // what became of a command
+	KindDuplicate = "duplicate" // a command received again, answered without running it
+)
+
+// Reasons the store gives.
+const (
+	ReasonRestarted = "gateway restarted while the command ran"
+	reasonRunning   = "a duplicate of a command still running: its result follows"
+)
+
+// Store makes commands run at most once: it remembers their ids and
+// results durably, in the buffer file, and keeps a hash-chained audit log
+// of every command and its outcome. It is safe for concurrent use.
+//
+// A command that reaches Begin is never run twice: its id is recorded
+// before it runs, a duplicate gets the recorded result (or StatusPending),
+// and after a restart a command that was running is closed as
+// StatusUnknownOutcome, never run again. Ids are forgotten Keep after the
+// command arrived; a command issued longer ago than Keep is refused, so
+// that it cannot run again once forgotten. A buffer file that is new or
+// was salvaged (salvage does not keep the aux bucket) has forgotten
+// everything: commands issued before it began are refused too.
+type Store struct {
+	aux Aux
+	opt StoreOptions
+
+	mu    sync.Mutex
+	ids   map[string]*idRecord
+	since time.Time
+	head  auditHead
+}
+
+// idRecord is what the store keeps of a command, under prefixID+id.
+type idRecord struct {
+	ID       string    `json:"id"`
+	Command  *Command  `json:"command,omitempty"` // nil: the record was unreadable
+	Received time.Time `json:"received"`
+	Result   *Result   `json:"result,omitempty"` // nil while the command runs
+}
+
+// keepUntil is when r may be forgotten.
+func (r *idRecord) keepUntil(keep time.Duration) time.Time {
+	t := r.Received
+	if r.Command != nil && r.Command.IssuedAt.Time().After(t) {
+		t = r.Command.IssuedAt.Time()
+	}
+	return t.Add(keep)
+}
+
+// OpenStore opens the store kept in aux. Commands that were running when
+// the gateway stopped are closed as StatusUnknownOutcome, ids past Keep
+// are forgotten, and a new id table starts the audit log with KindStart.
+func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
+	s := &Store{aux: aux, opt: opt.withDefaults(), ids: map[string]*idRecord{}}
+	now := s.opt.Now().UTC()
+	if err := s.loadHead(); err != nil {
+		return nil, err
+	}
+	b := s.newBatch()
+	raw, err := aux.Aux(keySince)
+	if err != nil {
+		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+	}
+	if err := s.since.UnmarshalText(raw); raw == nil || err != nil {
+		s.since = now
+		b.put[keySince], _ = now.MarshalText()
+		b.audit(now, KindStart, nil, nil, "the command record begins: a new buffer file, or the old one's records were lost (salvage)")
+	}
+	s.sinceNoLater(b, now)
+	err = aux.ScanAux(prefixID, func(key string, v []byte) error {
+		id := strings.TrimPrefix(key, prefixID)
+		var r idRecord
+		if err := json.Unmarshal(v, &r); err != nil || r.ID != id || (r.Result == nil && r.Command == nil) ||
+			(r.Result != nil && !r.Result.Status.Final()) {
+			// Known, so never run again; what it was is lost.
+			r = idRecord{ID: id, Received: now, Result: &Result{ID: id, Status: StatusUnknownOutcome,
+				Reason: "the gateway's record of the command is unreadable", At: now}}
+			b.putID(&r)
+			b.audit(now, KindResult, nil, r.Result, "")
+		}
+		if r.Result == nil {
+			r.Result = &Result{ID: id, Status: StatusUnknownOutcome, Reason: ReasonRestarted, Value: r.Command.Value, At: now}
+			b.putID(&r)
+			b.audit(now, KindResult, r.Command, r.Result, "")
+		}
+		s.ids[id] = &r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+	}
+	gone := s.prune(b, now)
+	if err := s.commit(b); err != nil {
+		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+	}
+	for _, id := range gone {
+		delete(s.ids, id)
+	}
+	return s, nil
+}
+
+// Begin records cmd as running, durably, unless its id is known. It
+// returns nil when the command is to run: the caller writes to the device
+// only then, and reports with Finish. Otherwise it returns the answer
+// without running it: the recorded result of a duplicate (StatusPending
+// while the first still runs), or a rejection when the command was issued
+// before the store can tell whether it ran (more than Keep ago, or before
+// the buffer file began). On error nothing is recorded and the command
+// must not run.
+//
+// Call it after checking the signature: an id that reached Begin is never
+// run again, whoever sent it.
+func (s *Store) Begin(cmd Command, now time.Time) (*Result, error) {
+	if back, err := ParseCommand(cmd.JSON()); err != nil {
+		return nil, fmt.Errorf("downlink: begin: %w", err)
+	} else if back != cmd {
+		return nil, fmt.Errorf("downlink: begin command %q: it does not read back from its JSON", cmd.ID)
+	}
+	now = now.UTC()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.newBatch()
+	s.sinceNoLater(b, now)
+	gone := s.prune(b, now)
+	rec, known := s.ids[cmd.ID]
+	var answer *Result
+	switch {
+	case known:
+		res := rec.answer(now)
+		answer = &res
+		b.audit(now, KindDuplicate, &cmd, answer, "")
+	case cmd.IssuedAt.Time().Before(s.floor(b, now)):
+		answer = &Result{ID: cmd.ID, Status: StatusRejected, Reason: s.tooOld(cmd, s.floor(b, now), now), Value: cmd.Value, At: now}
+		rec = &idRecord{ID: cmd.ID, Command: &cmd, Received: now, Result: answer}
+		b.putID(rec)
+		b.audit(now, KindResult, &cmd, answer, "")
+	default:
+		rec = &idRecord{ID: cmd.ID, Command: &cmd, Received: now}
+		b.putID(rec)
+		b.audit(now, KindReceived, &cmd, nil, "")
+	}
+	if err := s.commit(b); err != nil {
+		return nil, fmt.Errorf("downlink: begin command %s: %w", cmd.ID, err)
+	}
+	for _, id := range gone {
+		delete(s.ids, id)
+	}
+	s.ids[cmd.ID] = rec
+	if answer != nil {
+		a := *answer
+		return &a, nil
+	}
+	return nil, nil
+}
+
+// answer is what a duplicate of r's command gets.
+func (r *idRecord) answer(now time.Time) Result {
+	if r.Result != nil {
+		return *r.Result
+	}
+	return Result{ID: r.ID, Status: StatusPending, Reason: reasonRunning, Value: r.Command.Value, At: now}
+}
+
+// sinceNoLater moves the start of the id table back to now if it is later:
+// the clock was ahead when it began (a gateway without a real-time clock,
+// before NTP), and every command since would look issued before it.
+// Commands received since it began are all remembered, so any time after
+// it began in truth will do; now is one.
+func (s *Store) sinceNoLater(b *batch, now time.Time) {
+	if now.Before(s.since) {
+		b.since = now
+		b.put[keySince], _ = now.MarshalText()
+	}
+}
+
+// floor is the oldest issued_at the store can vouch for with b: the id of
+// every command issued since is remembered.
+func (s *Store) floor(b *batch, now time.Time) time.Time {
+	f := s.since
+	if !b.since.IsZero() {
+		f = b.since
+	}
+	if old := now.Add(-s.opt.Keep); old.After(f) {
+		f = old
+	}
+	return f
+}
+
+// tooOld says why a command issued before the floor is refused.
+func (s *Store) tooOld(cmd Command, floor, now time.Time) string {
+	if cmd.IssuedAt.Time().Before(now.Add(-s.opt.Keep)) {
+		return fmt.Sprintf("issued at %s, more than %v ago: too old to tell whether it ran already", cmd.IssuedAt, s.opt.Keep)
+	}
+	return fmt.Sprintf("issued at %s, before the gateway's record of commands begins (%s, a new or salvaged buffer file): cannot tell whether it ran already",
+		cmd.IssuedAt, floor.Format(time.RFC3339))
+}
+
+// Finish records the final result of a command that Begin let run, and
+// its audit entry. On error the command stays recorded as running: a retry
+// may record it; a restart closes it as StatusUnknownOutcome.
+func (s *Store) Finish(res Result) error {
+	if !res.Status.Final() {
+		return fmt.Errorf("downlink: finish command %s: status %q is not a final one", res.ID, res.Status)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.ids[res.ID]
+	switch {
+	case !ok:
+		return fmt.Errorf("downlink: finish command %s: it was not begun", res.ID)
+	case rec.Result != nil:
+		return fmt.Errorf("downlink: finish command %s: already finished (%s)", res.ID, rec.Result.Status)
+	}
+	if res.At.IsZero() {
+		res.At = s.opt.Now()
+	}
+	res.At = res.At.UTC()
+	done := *rec
+	done.Result = &res
+	b := s.newBatch()
+	b.putID(&done)
+	b.audit(res.At, KindResult, done.Command, &res, "")
+	if err := s.commit(b); err != nil {
+		return fmt.Errorf("downlink: finish command %s: %w", res.ID, err)
+	}
+	s.ids[res.ID] = &done
+	return nil
+}
+
+// prune adds to b the deletion of every finished id past Keep and returns
+// them, to forget once b is committed.
+func (s *Store) prune(b *batch, now time.Time) []string {
+	var gone []string
+	for id, r := range s.ids {
+		if r.Result != nil && r.keepUntil(s.opt.Keep).Before(now) {
+			gone = append(gone, id)
+			b.del = append(b.del, prefixID+id)
+		}
+	}
+	return gone
+}
+
+// Audit calls fn for every entry of the audit log, oldest first, until fn
+// returns an error.
+func (s *Store) Audit(fn func(AuditEntry) error) error { return ReadAudit(s.aux, fn) }
+
+// Verify checks the audit log's chain: see VerifyAudit.
+func (s *Store) Verify() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return VerifyAudit(s.aux)
+}
+
+// batch is one update of the aux bucket: records and audit entries that
+// are committed together.
+type batch struct {
+	s     *Store
+	put   map[string][]byte
+	del   []string
+	head  auditHead
+	since time.Time // the id table's new start, if it moves
+}
+
+func (s *Store) newBatch() *batch {
+	return &batch{s: s, put: map[string][]byte{}, head: s.head}
+}
+
+func (b *batch) putID(r *idRecord) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		panic("downlink: marshal a command record: " + err.Error()) // only strings, times and valid values
+	}
+	b.put[prefixID+r.ID] = data
+}
+
+// commit writes b, then makes its audit head the store's.
+func (s *Store) commit(b *batch) error {
+	if len(b.put) == 0 && len(b.del) == 0 {
+		return nil
+	}
+	b.trim(s.opt.MaxAuditEntries)
+	if b.head != s.head {
+		b.put[keyAuditHead], _ = json.Marshal(b.head)
+	}
+	if err := s.aux.UpdateAux(b.put, b.del); err != nil {
+		return err
+	}
+	s.head = b.head
+	if !b.since.IsZero() {
+		s.since = b.since
+	}
+	return nil
+}
+
+// AuditEntry is one entry of the audit log. Hash is the SHA-256 of the
+// previous entry's hash (32 bytes; zeros before the first entry ever) and
+// the entry's JSON without its hash; Prev is the previous entry's hash. An
+// edited or deleted entry breaks the chain at that entry or the next.
+type AuditEntry struct {
+	Seq     uint64    `json:"seq"`
+	At      time.Time `json:"at"`
+	Kind    string    `json:"kind"`
+	Command *Command  `json:"command,omitempty"`
+	Result  *Result   `json:"result,omitempty"`
+	Note    string    `json:"note,omitempty"`
+	Prev    string    `json:"prev"`
+	Hash    string    `json:"hash"`
+}
+
+// auditBody is an AuditEntry without its hash: what the hash covers.
+type auditBody struct {
+	Seq     uint64    `json:"seq"`
+	At      time.Time `json:"at"`
+	Kind    string    `json:"kind"`
+	Command *Command  `json:"command,omitempty"`
+	Result  *Result   `json:"result,omitempty"`
+	Note    string    `json:"note,omitempty"`
+	Prev    string    `json:"prev"`
+}
+
+// auditHead, under keyAuditHead, is where the log stands: the oldest entry
+// kept and the hash before it, the newest and its hash. It catches entries
+// deleted at either end.
+type auditHead struct {
+	First uint64 `json:"first"` // the oldest entry kept (Last+1 when none)
+	Base  string `json:"base"`  // the hash before First
+	Last  uint64 `json:"last"`  // the newest entry (0 when none ever)
+	Hash  string `json:"hash"`  // its hash (Base when none)
+}
+
+var zeroHash = strings.Repeat("0", 2*sha256.Size)
+
+// hashSuffixLen is the length of how a stored entry ends: its hash, last.
+const hashSuffixLen = len(`,"hash":""}`) + 2*sha256.Size
+
+// audit adds an entry to b.
+func (b *batch) audit(at time.Time, kind string, cmd *Command, res *Result, note string) {
+	if res != nil {
+		r := *res
+		r.At = r.At.UTC()
+		res = &r
+	}
+	body, err := json.Marshal(auditBody{Seq: b.head.Last + 1, At: at.UTC(), Kind: kind, Command: cmd, Result: res, Note: note, Prev: b.head.Hash})
+	if err != nil {
+		panic("downlink: marshal an audit entry: " + err.Error())
+	}
+	hash := chainHash(b.head.Hash, body)
+	entry := append(body[:len(body)-1:len(body)-1], `,"hash":"`...)
+	entry = append(append(entry, hash...), `"}`...)
+	b.head.Last++
+	b.head.Hash = hash
+	b.put[auditKey(b.head.Last)] = entry
+}
+
+// trim adds to b the deletion of the oldest entries beyond max (a thousand
+// at a time), moving the head's base to the hash before the new oldest.
+func (b *batch) trim(max int) {
+	over := int64(b.head.Last) - int64(b.head.First) + 1 - int64(max)
+	if over <= 0 {
+		return
+	}
+	first := b.head.First + uint64(min(over, 1000))
+	data, ok := b.put[auditKey(first)]
+	if !ok {
+		var err error
+		if data, err = b.s.aux.Aux(auditKey(first)); err != nil || data == nil {
+			return // the next update tries again
+		}
+	}
+	var e AuditEntry
+	if json.Unmarshal(data, &e) != nil {
+		return
+	}
+	for seq := b.head.First; seq < first; seq++ {
+		if _, ours := b.put[auditKey(seq)]; ours {
+			delete(b.put, auditKey(seq)) // written and gone in one update
+			continue
+		}
+		b.del = append(b.del, auditKey(seq))
+	}
+	b.head.First, b.head.Base = first, e.Prev
+}
+
+func auditKey(seq uint64) string { return fmt.Sprintf("%s%016x", prefixAudit, seq) }
+
+// chainHash is the hash of an entry whose JSON without its hash is body,
+// after the entry whose hash is prev (hex).
+func chainHash(prev string, body []byte) string {
+	p, _ := hex.DecodeString(prev) // ours, or checked by VerifyAudit
+	h := sha256.New()
+	h.Write(p)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// loadHead reads the audit head, or starts one.
+func (s *Store) loadHead() error {
+	h, ok, err := readHead(s.aux)
+	if err != nil {
+		return fmt.Errorf("downlink: open the command store: %w", err)
+	}
+	if !ok {
+		h = auditHead{First: 1, Base: zeroHash, Hash: zeroHash}
+	}
+	s.head = h
+	return nil
+}
+
+func readHead(aux AuxReader) (h auditHead, ok bool, err error) {
+	raw, err := aux.Aux(keyAuditHead)
+	if err != nil || raw == nil {
+		return h, false, err
+	}
+	if json.Unmarshal(raw, &h) != nil || !isHash(h.Base) || !isHash(h.Hash) {
+		return h, false, &AuditError{Reason: "the log's head is unreadable (edited?)"}
+	}
+	return h, true, nil
+}
+
+func isHash(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil && len(s) == 2*sha256.Size
+}
+
+// ReadAudit calls fn for every entry of the audit log kept in aux, oldest
+// first, until fn returns an error. An entry that does not read comes as
+// one of kind "unreadable" with the reason in Note. It reads only.
+func ReadAudit(aux AuxReader, fn func(AuditEntry) error) error {
+	return aux.ScanAux(prefixAudit, func(key string, v []byte) error {
+		seq, _ := strconv.ParseUint(strings.TrimPrefix(key, prefixAudit), 16, 64)
+		var e AuditEntry
+		if err := json.Unmarshal(v, &e); err != nil {
+			e = AuditEntry{Seq: seq, Kind: "unreadable", Note: err.Error()}
+		}
+		return fn(e)
+	})
+}
+
+// AuditError says where the audit log's chain breaks.
+type AuditError struct {
+	Seq    uint64 // the first entry that does not check out; 0: the log as a whole
+	Reason string
+}
+
+func (e *AuditError) Error() string {
+	if e.Seq == 0 {
+		return "audit log: " + e.Reason
+	}
+	return fmt.Sprintf("audit log: entry %d: %s", e.Seq, e.Reason)
+}
+
+// VerifyAudit checks the audit log kept in aux: every entry's hash, every
+// link to the entry before, no entry missing in the middle or at either
+// end. It returns an *AuditError naming the first entry that breaks the
+// chain. It reads only. (Whoever can rewrite the file can rewrite the whole
+// chain from an entry on; the log shows edits, it cannot prevent them.)
+func VerifyAudit(aux AuxReader) error {
+	h, ok, err := readHead(aux)
+	if err != nil {
+		return err
+	}
+	var n int
+	var next uint64
+	prev := ""
+	if ok {
+		next, prev = h.First, h.Base
+	}
+	err = aux.ScanAux(prefixAudit, func(key string, v []byte) error {
+		seq, err := strconv.ParseUint(strings.TrimPrefix(key, prefixAudit), 16, 64)
+		if err != nil || auditKey(seq) != key {
+			return &AuditError{Reason: fmt.Sprintf("a stray key %q among the entries", key)}
+		}
+		if !ok {
+			return &AuditError{Seq: seq, Reason: "the log's head is missing (deleted?)"}
+		}
+		if seq != next {
+			if seq > next && n == 0 {
+				return &AuditError{Seq: next, Reason: fmt.Sprintf("missing: the log starts at entry %d (deleted?)", seq)}
+			}
+			if seq > next {
+				return &AuditError{Seq: next, Reason: fmt.Sprintf("missing: entry %d follows entry %d (deleted?)", seq, next-1)}
+			}
+			return &AuditError{Seq: seq, Reason: fmt.Sprintf("kept before the oldest entry, %d", h.First)}
+		}
+		n++
+		var e AuditEntry
+		if err := json.Unmarshal(v, &e); err != nil || len(v) < hashSuffixLen || e.Seq != seq {
+			return &AuditError{Seq: seq, Reason: "unreadable (edited?)"}
+		}
+		if e.Prev != prev {
+			return &AuditError{Seq: seq, Reason: fmt.Sprintf("does not follow entry %d: its prev is not that entry's hash", seq-1)}
+		}
+		suffix := v[len(v)-hashSuffixLen:]
+		if !bytes.Equal(suffix, []byte(`,"hash":"`+e.Hash+`"}`)) || !isHash(e.Hash) {
+			return &AuditError{Seq: seq, Reason: "its hash is not where it belongs (edited?)"}
+		}
+		body := append(v[:len(v)-hashSuffixLen:len(v)-hashSuffixLen], '}')
+		if chainHash(prev, body) != e.Hash {
+			return &AuditError{Seq: seq, Reason: "its content does not match its hash (edited)"}
+		}
+		prev, next = e.Hash, seq+1
+		return nil
+	})
+	var ae *AuditError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	switch {
+	case !ok:
+		return nil // no log yet
+	case next != h.Last+1 && n == 0 && h.Last >= h.First:
+		return &AuditError{Seq: h.First, Reason: fmt.Sprintf("missing: the head says entries %d to %d are kept, none are (deleted?)", h.First, h.Last)}
+	case next != h.Last+1:
+		return &AuditError{Seq: next, Reason: fmt.Sprintf("missing: the log ends at entry %d, its head says %d (deleted?)", next-1, h.Last)}
+	case prev != h.Hash:
+		return &AuditError{Seq: h.Last, Reason: "its hash is not the one the head holds (edited?)"}
+	}
+	return nil
+}
