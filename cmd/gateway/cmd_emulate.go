@@ -33,6 +33,11 @@ func cmdEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	badCRC := fs.Float64("bad-crc", 0, "share of replies with a corrupted CRC (0..1)")
 	exception := fs.Float64("exception", 0, "share of requests answered with exception 4 (0..1)")
 	turnaround := fs.Duration("turnaround", 0, "slave turnaround before each reply, e.g. 10ms")
+	refuseWrites := fs.Bool("refuse-writes", false, "answer every write with exception 3 and store nothing")
+	dropWriteReplies := fs.Bool("drop-write-replies", false, "execute writes but send no reply")
+	writeReplyDelay := fs.Duration("write-reply-delay", 0, "delay the reply to each write (executed at once), e.g. 2s")
+	clampMin := fs.Int("clamp-min", -1, "store holding-register writes no lower than this raw value (0..65535; -1: off)")
+	clampMax := fs.Int("clamp-max", -1, "store holding-register writes no higher than this raw value (0..65535; -1: off); the reply echoes what was sent")
 	seed := fs.Int64("seed", 1, "seed of values and faults")
 	allowRemote := fs.Bool("allow-remote", false, "allow -listen on a non-loopback address")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -53,7 +58,21 @@ func cmdEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	faults := emulator.Faults{Drop: *drop, BadCRC: *badCRC, Exception: *exception, Turnaround: *turnaround}
+	faults := emulator.Faults{Drop: *drop, BadCRC: *badCRC, Exception: *exception, Turnaround: *turnaround,
+		RefuseWrites: *refuseWrites, DropWriteReplies: *dropWriteReplies, WriteReplyDelay: *writeReplyDelay}
+	if *clampMin != -1 || *clampMax != -1 {
+		lo, hi := *clampMin, *clampMax
+		if lo == -1 {
+			lo = 0
+		}
+		if hi == -1 {
+			hi = 0xFFFF
+		}
+		if lo < 0 || hi < lo || hi > 0xFFFF {
+			return fmt.Errorf("--clamp-min %d --clamp-max %d: want 0 <= min <= max <= 65535", *clampMin, *clampMax)
+		}
+		faults.ClampWrite = emulator.ClampRange(uint16(lo), uint16(hi))
+	}
 	var devs []emulator.Device
 	next := *first
 	for _, spec := range profs {

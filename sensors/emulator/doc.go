@@ -17,7 +17,13 @@
 // beyond the last register (past the next multiple of 16), gets exception 2;
 // a function the device lacks gets exception 1; a request for a slave id
 // that is not emulated, and any broadcast, gets no reply at all, as on a
-// real bus.
+// real bus (a broadcast write is executed by every device).
+//
+// [Faults] make a device misbehave: requests dropped, replies with a bad
+// CRC, exceptions, a slow turnaround; and for writes, refusal (exception
+// 3), clamping of the stored value, a reply withheld after the write took
+// effect, or a reply sent late. [Options.OnRequest] shows a test the bytes
+// a master sent, and [Emulator.Written] what a device stored.
 //
 // On a serial line replies are timed as on RS-485 at the given baud rate
 // (request and reply wire time, t3.5, turnaround), so that a pty, which

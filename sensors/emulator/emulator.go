@@ -14,7 +14,11 @@ import (
 )
 
 // Faults makes a device misbehave as field devices do. Each request draws
-// its faults from the Emulator's seeded generator, so a run is repeatable.
+// Drop, BadCRC and Exception from the Emulator's seeded generator, so a run
+// is repeatable. The write faults (RefuseWrites, DropWriteReplies,
+// WriteReplyDelay, ClampWrite) are not drawn: they hit every write (fc 5,
+// 6, 15, 16) that Drop and Exception spared, so that a test of a master's
+// writes knows what each write meets.
 type Faults struct {
 	// Drop is the share of requests left unanswered (0..1): a master sees a
 	// timeout.
@@ -28,6 +32,29 @@ type Faults struct {
 	// Turnaround is the slave's turnaround time Ts, added before each reply
 	// on every transport (field devices take 5–60 ms).
 	Turnaround time.Duration
+
+	// RefuseWrites answers every write with exception 3, illegal data
+	// value, and stores nothing: a device whose setpoints are locked.
+	RefuseWrites bool
+	// DropWriteReplies executes and stores every write but sends no reply:
+	// the master times out not knowing that the write took effect.
+	DropWriteReplies bool
+	// WriteReplyDelay delays the reply to a write by this much on top of
+	// Turnaround; the write itself takes effect at once. Beyond the
+	// master's timeout the reply arrives late, when the master has given
+	// up (and, on a serial line, may be reading the next reply).
+	WriteReplyDelay time.Duration
+	// ClampWrite, when set, limits holding-register writes (fc 6 and 16)
+	// as a device that silently clamps a setpoint to its range does: the
+	// device stores ClampWrite(addr, v) for each register written, and
+	// still answers with the normal echo. See [ClampRange].
+	ClampWrite func(addr, v uint16) uint16
+}
+
+// ClampRange is a [Faults.ClampWrite] that keeps every raw register value
+// within lo..hi, read as unsigned.
+func ClampRange(lo, hi uint16) func(addr, v uint16) uint16 {
+	return func(_, v uint16) uint16 { return min(max(v, lo), hi) }
 }
 
 // Device is one emulated slave.
@@ -51,15 +78,24 @@ type Options struct {
 	// Logger receives connection and framing events at debug level and
 	// I/O errors at warn level; nil discards them.
 	Logger *slog.Logger
+	// OnRequest, when set, sees every request that arrives well framed (an
+	// RTU frame with a good CRC, a Modbus TCP frame of protocol 0), for any
+	// slave id, broadcasts and ids not emulated included, before the device
+	// acts on it: slave is the address or unit id, pdu the function code and
+	// data, a copy the callee may keep. It lets a test check the bytes a
+	// master put on the wire. It runs on the serving goroutine, so it must
+	// return quickly; it may call the Emulator's methods.
+	OnRequest func(slave byte, pdu []byte)
 }
 
 // Emulator serves emulated Modbus slaves on any number of transports at
 // once. Its methods are safe for concurrent use.
 type Emulator struct {
-	devs   map[byte]*device
-	now    func() time.Time
-	log    *slog.Logger
-	origin time.Time
+	devs      map[byte]*device
+	now       func() time.Time
+	log       *slog.Logger
+	onRequest func(slave byte, pdu []byte)
+	origin    time.Time
 
 	mu      sync.Mutex // guards ignored, garbage and the guarded fields of every device
 	ignored uint64
@@ -92,7 +128,7 @@ type device struct {
 // ids, line-protocol profiles (they are not Modbus devices) and fault shares
 // outside 0..1.
 func New(devs []Device, opt Options) (*Emulator, error) {
-	e := &Emulator{devs: map[byte]*device{}, now: opt.Now, log: opt.Logger}
+	e := &Emulator{devs: map[byte]*device{}, now: opt.Now, log: opt.Logger, onRequest: opt.OnRequest}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -126,6 +162,9 @@ func New(devs []Device, opt Options) (*Emulator, error) {
 		}
 		if f.Turnaround < 0 {
 			return nil, fmt.Errorf("emulator: slave %d: negative turnaround %v", d.Slave, f.Turnaround)
+		}
+		if f.WriteReplyDelay < 0 {
+			return nil, fmt.Errorf("emulator: slave %d: negative write reply delay %v", d.Slave, f.WriteReplyDelay)
 		}
 		e.devs[d.Slave] = e.newDevice(d, uint64(opt.Seed))
 	}
@@ -185,9 +224,10 @@ func stringFor(p *profile.Profile, slave byte, r *profile.Register, key uint64) 
 type SlaveStats struct {
 	Requests     uint64 // well-formed requests addressed to the slave
 	Replies      uint64 // replies sent, exceptions and corrupted ones included
-	Dropped      uint64 // requests left unanswered by the Drop fault
+	Dropped      uint64 // requests left unanswered by the Drop or DropWriteReplies fault
 	CRCCorrupted uint64 // replies sent with a deliberately wrong CRC
 	Exceptions   uint64 // exception replies of any code
+	Writes       uint64 // writes executed (values stored), broadcasts included
 }
 
 // Stats is a snapshot of an Emulator's counters.
@@ -247,6 +287,20 @@ func (e *Emulator) Values(slave byte, at time.Time) map[string]float64 {
 	return out
 }
 
+// Written returns the raw value a master last wrote to addr in area of
+// slave (a coil as 0 or 1), after any ClampWrite; ok is false when nothing
+// was written there or the slave is not emulated.
+func (e *Emulator) Written(slave byte, area profile.Area, addr uint16) (v uint16, ok bool) {
+	d := e.devs[slave]
+	if d == nil {
+		return 0, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	v, ok = d.written[area][addr]
+	return v, ok
+}
+
 // reply is what a device does with one request.
 type reply struct {
 	pdu    []byte        // nil: stay silent
@@ -257,6 +311,9 @@ type reply struct {
 // handle runs one request PDU for slave; crc tells whether the transport
 // has a CRC that the BadCRC fault can corrupt.
 func (e *Emulator) handle(slave byte, pdu []byte, crc bool) reply {
+	if e.onRequest != nil {
+		e.onRequest(slave, slices.Clone(pdu))
+	}
 	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -265,7 +322,7 @@ func (e *Emulator) handle(slave byte, pdu []byte, crc bool) reply {
 		e.ignored++
 		for _, d := range e.devs {
 			if isWrite(pdu) {
-				d.process(pdu, now)
+				d.execute(pdu, now)
 			}
 		}
 		return reply{}
@@ -287,9 +344,16 @@ func (e *Emulator) handle(slave byte, pdu []byte, crc bool) reply {
 	if exc < d.faults.Exception {
 		out = exception(pdu[0], excServerFailure)
 	} else {
-		out = d.process(pdu, now)
+		out = d.execute(pdu, now)
 	}
 	r := reply{pdu: out, wait: d.faults.Turnaround}
+	if isWrite(pdu) && out[0]&0x80 == 0 {
+		if d.faults.DropWriteReplies {
+			d.stats.Dropped++
+			return reply{}
+		}
+		r.wait += d.faults.WriteReplyDelay
+	}
 	d.stats.Replies++
 	if out[0]&0x80 != 0 {
 		d.stats.Exceptions++
@@ -313,6 +377,22 @@ func exception(fc, code byte) []byte { return []byte{fc | 0x80, code} }
 
 func isWrite(pdu []byte) bool {
 	return len(pdu) > 0 && (pdu[0] == 5 || pdu[0] == 6 || pdu[0] == 15 || pdu[0] == 16)
+}
+
+// execute runs a request with the write faults applied: a refused write
+// is not processed at all. The caller holds Emulator.mu.
+func (d *device) execute(pdu []byte, now time.Time) []byte {
+	if !isWrite(pdu) {
+		return d.process(pdu, now)
+	}
+	if d.faults.RefuseWrites {
+		return exception(pdu[0], excIllegalValue)
+	}
+	out := d.process(pdu, now)
+	if out[0]&0x80 == 0 {
+		d.stats.Writes++
+	}
+	return out
 }
 
 var readArea = [...]profile.Area{1: profile.Coil, 2: profile.Discrete, 3: profile.Holding, 4: profile.Input}
@@ -410,6 +490,9 @@ func (d *device) check(area profile.Area, start, qty, maxQty int) byte {
 }
 
 func (d *device) write(area profile.Area, addr int, v uint16) {
+	if area == profile.Holding && d.faults.ClampWrite != nil {
+		v = d.faults.ClampWrite(uint16(addr), v)
+	}
 	if d.written[area] == nil {
 		d.written[area] = map[uint16]uint16{}
 	}

@@ -434,6 +434,7 @@ func TestNewRefuses(t *testing.T) {
 		{"drop > 1", []Device{{Slave: 1, Profile: p, Faults: Faults{Drop: 1.5}}}},
 		{"NaN exception", []Device{{Slave: 1, Profile: p, Faults: Faults{Exception: math.NaN()}}}},
 		{"negative turnaround", []Device{{Slave: 1, Profile: p, Faults: Faults{Turnaround: -1}}}},
+		{"negative write reply delay", []Device{{Slave: 1, Profile: p, Faults: Faults{WriteReplyDelay: -1}}}},
 	} {
 		if _, err := New(c.devs, Options{}); err == nil {
 			t.Errorf("%s: accepted", c.name)

@@ -19,7 +19,8 @@ const DefaultTimeout = time.Second
 type Options struct {
 	// Timeout bounds one whole request: discarding stale input, waiting for
 	// the silent interval, dialing (TCP), sending and receiving the complete
-	// reply. A sooner deadline on the ctx passed to [Client.Read] wins.
+	// reply. A sooner deadline on the ctx passed to [Client.Read] or
+	// [Client.Write] wins.
 	// 0 means [DefaultTimeout].
 	Timeout time.Duration
 
@@ -44,8 +45,9 @@ type transport interface {
 // holds the bus until the reply is judged: RS-485 is half duplex, and a
 // second request sent before the first reply would collide with it. A
 // caller waiting for the bus gives up when its ctx ends. Every
-// per-request value (slave id, function, address, quantity) is an argument
-// of [Client.Read]; the Client has no mutable per-slave state.
+// per-request value (slave id, function, address, quantity, data) is an
+// argument of [Client.Read] or [Client.Write]; the Client has no mutable
+// per-slave state.
 type Client struct {
 	timeout time.Duration
 	log     *slog.Logger
@@ -146,38 +148,86 @@ func NewRTU(link Link, baud int, opt Options) *Client {
 // Failures wrap [ErrTimeout], [ErrCRC], [ErrShortFrame],
 // [ErrUnexpectedReply], [ErrLineBusy], [ErrClosed], ctx's error, an I/O error, or, for an
 // exception reply, a *[gm.ModbusError] with the exception code; every message
-// names the slave, function, address and quantity.
+// names the slave, function, address and quantity. A request that never
+// reached the wire also wraps [ErrNotSent].
 func (c *Client) Read(ctx context.Context, slave byte, fc byte, addr, qty uint16) ([]byte, error) {
-	r, err := newRequest(slave, fc, addr, qty, c.serial)
+	r, err := newRead(slave, fc, addr, qty, c.serial)
 	if err != nil {
 		return nil, err
 	}
+	return c.do(ctx, r)
+}
+
+// Write writes to slave, starting at addr, with one of the write functions.
+// data is the values exactly as they go on the wire, after the address
+// (fc 5, 6) or after the quantity and byte count (fc 15, 16):
+//
+//   - fc 5, write single coil: qty 1, data FF 00 (on) or 00 00 (off). An
+//     off is sent like an on, never skipped.
+//   - fc 6, write single register: qty 1, data the 2 bytes of the value,
+//     big-endian.
+//   - fc 15, write multiple coils: qty 1..1968 bits packed eight to a byte,
+//     least significant bit first, ceil(qty/8) bytes, unused high bits of
+//     the last byte 0.
+//   - fc 16, write multiple registers: qty 1..123, 2*qty bytes, each
+//     register big-endian. Word order of 32-bit values is the caller's.
+//
+// A request that fails these checks is refused with [ErrNotSent]. The reply
+// must be the one the specification prescribes, the whole request echoed
+// for fc 5 and 6, address and quantity echoed for fc 15 and 16; anything
+// else is [ErrUnexpectedReply]. A refusal by the slave is a wrapped
+// *[gm.ModbusError], as for [Client.Read].
+//
+// Writes share the bus with reads: they wait for it the same way, and on a
+// serial line keep the same silent interval t3.5 between frames.
+//
+// Slave 0 on a serial line (rtu, rtuovertcp) is a broadcast: every slave
+// executes it and none replies. Write then returns nil once the frame is
+// sent and the turnaround delay ([BroadcastTurnaround]) has passed, cut short
+// by the request's deadline or ctx, so that the next request on the bus does
+// not reach slaves still busy with the broadcast. Nothing confirms a
+// broadcast; read the slaves back to know. Over Modbus TCP unit 0 is an
+// ordinary unit id and gets a reply.
+//
+// Whether a failed write may have been executed is told by [Unsettled]:
+// the caller reads the point back to settle it.
+func (c *Client) Write(ctx context.Context, slave, fc byte, addr, qty uint16, data []byte) error {
+	r, err := newWrite(slave, fc, addr, qty, data, c.serial)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, r)
+	return err
+}
+
+// do runs one validated request, holding the bus for the whole exchange.
+func (c *Client) do(ctx context.Context, r *request) ([]byte, error) {
 	select {
 	case c.bus <- struct{}{}:
 	case <-ctx.Done():
 		c.stats.canceled.Add(1)
-		return nil, fmt.Errorf("modbus: %s: not sent, gave up waiting for the bus: %w", r, ctx.Err())
+		return nil, notSent(fmt.Errorf("modbus: %s: not sent, gave up waiting for the bus: %w", r, ctx.Err()))
 	}
 	defer func() { <-c.bus }()
 	if c.closed {
-		return nil, fmt.Errorf("%w: %s", ErrClosed, r)
+		return nil, notSent(fmt.Errorf("%w: %s", ErrClosed, r))
 	}
 	if err := ctx.Err(); err != nil {
 		c.stats.canceled.Add(1)
-		return nil, fmt.Errorf("modbus: %s: not sent: %w", r, err)
+		return nil, notSent(fmt.Errorf("modbus: %s: not sent: %w", r, err))
 	}
 	deadline := time.Now().Add(c.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	data, err := c.tr.exchange(ctx, deadline, r)
-	c.stats.record(err)
+	c.stats.record(r, err)
 	return data, err
 }
 
 // Close closes the link. It waits for a request in progress to end, which
-// takes at most the request's deadline. Later calls to Read return
-// [ErrClosed]; Close is idempotent.
+// takes at most the request's deadline. Later calls to Read and Write
+// return [ErrClosed]; Close is idempotent.
 func (c *Client) Close() error {
 	c.bus <- struct{}{}
 	defer func() { <-c.bus }()
@@ -194,42 +244,155 @@ func (c *Client) Stats() Stats {
 	return c.stats.snapshot()
 }
 
-// request is one validated read request.
+// request is one validated request: a read, or a write with its data.
 type request struct {
 	slave, fc byte
 	addr, qty uint16
-	want      int // data bytes the reply must carry
+	data      []byte // a write's values: after the quantity (fc 5, 6) or the byte count (fc 15, 16)
+	want      int    // a read's data bytes in the reply
+	broadcast bool   // slave 0 on a serial line: no reply comes
 }
 
-func newRequest(slave, fc byte, addr, qty uint16, serialLine bool) (*request, error) {
+// Limits of the quantity per function (Modbus application protocol v1.1b3).
+const (
+	maxReadBits       = 2000
+	maxReadRegisters  = 125
+	maxWriteBits      = 1968
+	maxWriteRegisters = 123
+)
+
+// newRead validates a read request.
+func newRead(slave, fc byte, addr, qty uint16, serialLine bool) (*request, error) {
+	if fc < gm.FuncCodeReadCoils || fc > gm.FuncCodeReadInputRegisters {
+		return nil, notSent(fmt.Errorf("modbus: slave %d addr %d qty %d: function code %d is not a read (use 1, 2, 3 or 4)", slave, addr, qty, fc))
+	}
 	r := &request{slave: slave, fc: fc, addr: addr, qty: qty}
-	var maxQty uint16
-	switch fc {
-	case gm.FuncCodeReadCoils, gm.FuncCodeReadDiscreteInputs:
-		maxQty, r.want = 2000, (int(qty)+7)/8
-	case gm.FuncCodeReadHoldingRegisters, gm.FuncCodeReadInputRegisters:
-		maxQty, r.want = 125, 2*int(qty)
-	default:
-		return nil, fmt.Errorf("modbus: slave %d addr %d qty %d: function code %d is not a read (use 1, 2, 3 or 4)", slave, addr, qty, fc)
-	}
-	if qty < 1 || qty > maxQty {
-		return nil, fmt.Errorf("modbus: %s: quantity must be 1..%d", r, maxQty)
-	}
-	if int(addr)+int(qty) > 0x10000 {
-		return nil, fmt.Errorf("modbus: %s: range runs past address 65535", r)
-	}
-	if serialLine && (slave < 1 || slave > 247) {
-		return nil, fmt.Errorf("modbus: %s: slave id must be 1..247 on a serial line", r)
+	if err := r.validate(serialLine); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
-// pdu returns the request's data after the function code: address, quantity.
-func (r *request) pdu() []byte {
-	return []byte{byte(r.addr >> 8), byte(r.addr), byte(r.qty >> 8), byte(r.qty)}
+// newWrite validates a write request.
+func newWrite(slave, fc byte, addr, qty uint16, data []byte, serialLine bool) (*request, error) {
+	r := &request{slave: slave, fc: fc, addr: addr, qty: qty, data: data}
+	if !r.isWrite() {
+		return nil, notSent(fmt.Errorf("modbus: slave %d addr %d qty %d: function code %d is not a write (use 5, 6, 15 or 16)", slave, addr, qty, fc))
+	}
+	if err := r.validate(serialLine); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
+// validate checks a read or write request against the limits of the
+// specification, and sets want and broadcast. Every refusal wraps
+// [ErrNotSent].
+func (r *request) validate(serialLine bool) error {
+	refuse := func(format string, args ...any) error {
+		return notSent(fmt.Errorf("modbus: %s: "+format, append([]any{r}, args...)...))
+	}
+	var maxQty uint16
+	switch r.fc {
+	case gm.FuncCodeReadCoils, gm.FuncCodeReadDiscreteInputs:
+		maxQty, r.want = maxReadBits, (int(r.qty)+7)/8
+	case gm.FuncCodeReadHoldingRegisters, gm.FuncCodeReadInputRegisters:
+		maxQty, r.want = maxReadRegisters, 2*int(r.qty)
+	case gm.FuncCodeWriteSingleCoil, gm.FuncCodeWriteSingleRegister:
+		maxQty = 1
+	case gm.FuncCodeWriteMultipleCoils:
+		maxQty = maxWriteBits
+	case gm.FuncCodeWriteMultipleRegisters:
+		maxQty = maxWriteRegisters
+	}
+	if r.qty < 1 || r.qty > maxQty {
+		if maxQty == 1 {
+			return refuse("quantity must be 1 for a single write")
+		}
+		return refuse("quantity must be 1..%d", maxQty)
+	}
+	if int(r.addr)+int(r.qty) > 0x10000 {
+		return refuse("range runs past address 65535")
+	}
+	if r.isWrite() {
+		if err := r.checkData(); err != nil {
+			return notSent(err)
+		}
+	}
+	if serialLine {
+		switch {
+		case r.slave == 0 && r.isWrite():
+			r.broadcast = true
+		case r.slave < 1 || r.slave > 247:
+			if r.isWrite() {
+				return refuse("slave id must be 1..247, or 0 to broadcast a write, on a serial line")
+			}
+			return refuse("slave id must be 1..247 on a serial line")
+		}
+	}
+	return nil
+}
+
+// checkData checks a write's data against its function and quantity.
+func (r *request) checkData() error {
+	want := 2
+	switch r.fc {
+	case gm.FuncCodeWriteMultipleCoils:
+		want = (int(r.qty) + 7) / 8
+	case gm.FuncCodeWriteMultipleRegisters:
+		want = 2 * int(r.qty)
+	}
+	if len(r.data) != want {
+		return fmt.Errorf("modbus: %s: %d data bytes, want %d", r, len(r.data), want)
+	}
+	switch r.fc {
+	case gm.FuncCodeWriteSingleCoil:
+		if v := uint16(r.data[0])<<8 | uint16(r.data[1]); v != 0xFF00 && v != 0 {
+			return fmt.Errorf("modbus: %s: a coil is written as ff 00 (on) or 00 00 (off)", r)
+		}
+	case gm.FuncCodeWriteMultipleCoils:
+		if used := int(r.qty) % 8; used != 0 && r.data[len(r.data)-1]>>used != 0 {
+			return fmt.Errorf("modbus: %s: bits set past the last coil in data byte %#02x", r, r.data[len(r.data)-1])
+		}
+	}
+	return nil
+}
+
+func (r *request) isWrite() bool {
+	switch r.fc {
+	case gm.FuncCodeWriteSingleCoil, gm.FuncCodeWriteSingleRegister,
+		gm.FuncCodeWriteMultipleCoils, gm.FuncCodeWriteMultipleRegisters:
+		return true
+	}
+	return false
+}
+
+// pdu returns the request's data after the function code: address, then
+// quantity (reads), value (fc 5, 6) or quantity, byte count and values
+// (fc 15, 16).
+func (r *request) pdu() []byte {
+	b := make([]byte, 0, 5+len(r.data))
+	b = append(b, byte(r.addr>>8), byte(r.addr))
+	switch r.fc {
+	case gm.FuncCodeWriteSingleCoil, gm.FuncCodeWriteSingleRegister:
+		return append(b, r.data...)
+	case gm.FuncCodeWriteMultipleCoils, gm.FuncCodeWriteMultipleRegisters:
+		b = append(b, byte(r.qty>>8), byte(r.qty), byte(len(r.data)))
+		return append(b, r.data...)
+	}
+	return append(b, byte(r.qty>>8), byte(r.qty))
+}
+
+// echo is what a write's reply carries after the function code: the whole
+// request for fc 5 and 6, address and quantity for fc 15 and 16.
+func (r *request) echo() []byte { return r.pdu()[:4] }
+
 func (r *request) String() string {
+	if r.fc == gm.FuncCodeWriteSingleCoil || r.fc == gm.FuncCodeWriteSingleRegister {
+		if len(r.data) == 2 {
+			return fmt.Sprintf("slave %d, %s (fc %d) addr %d value %02x %02x", r.slave, fcName(r.fc), r.fc, r.addr, r.data[0], r.data[1])
+		}
+	}
 	return fmt.Sprintf("slave %d, %s (fc %d) addr %d qty %d", r.slave, fcName(r.fc), r.fc, r.addr, r.qty)
 }
 
@@ -243,6 +406,14 @@ func fcName(fc byte) string {
 		return "read holding registers"
 	case gm.FuncCodeReadInputRegisters:
 		return "read input registers"
+	case gm.FuncCodeWriteSingleCoil:
+		return "write single coil"
+	case gm.FuncCodeWriteSingleRegister:
+		return "write single register"
+	case gm.FuncCodeWriteMultipleCoils:
+		return "write multiple coils"
+	case gm.FuncCodeWriteMultipleRegisters:
+		return "write multiple registers"
 	}
 	return "function"
 }

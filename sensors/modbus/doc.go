@@ -1,6 +1,7 @@
 // Package modbus is a Modbus master (client) that reads coils, discrete
-// inputs, holding and input registers from field devices over three
-// transports, chosen by URL (see [Open]):
+// inputs, holding and input registers from field devices, and writes coils
+// and holding registers of actuators, over three transports, chosen by URL
+// (see [Open]):
 //
 //   - rtu: Modbus RTU on a serial line (RS-485 through a UART or a USB
 //     adapter);
@@ -23,14 +24,20 @@
 //   - On Linux the 16 ms latency timer of USB serial adapters is lowered to
 //     1 ms when permitted.
 //
-// RS-485 is half duplex, so a [Client] sends one request at a time; parallel
-// polling needs more buses (or Modbus TCP and more Clients).
+// RS-485 is half duplex, so a [Client] sends one request at a time, reads
+// and writes alike; parallel polling needs more buses (or Modbus TCP and
+// more Clients).
 //
 // Failures are wrapped sentinel errors ([ErrTimeout], [ErrCRC],
 // [ErrShortFrame], [ErrUnexpectedReply]) or, for an exception reply, a
 // *[gm.ModbusError] carrying the exception code, always with the slave,
 // function, address and quantity in the message. [Client.Stats] counts
 // them by kind.
+//
+// A failed write either never reached the wire ([ErrNotSent]) or left its
+// outcome unknown: the request went out, but no valid reply said whether
+// the slave executed it. [Unsettled] tells the two apart, so that a caller
+// retries the first at will and reads the point back after the second.
 //
 // [gm.ModbusError]: https://pkg.go.dev/github.com/goburrow/modbus#ModbusError
 package modbus

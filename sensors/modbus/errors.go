@@ -2,10 +2,11 @@ package modbus
 
 import "errors"
 
-// Errors returned by [Client.Read]. They are always wrapped with the slave,
-// function, address and quantity of the failed request, so test them with
-// [errors.Is]. A Modbus exception reply is not one of these: it is returned as
-// a wrapped *[gm.ModbusError] carrying the exception code (use [errors.As]).
+// Errors returned by [Client.Read] and [Client.Write]. They are always
+// wrapped with the slave, function, address and quantity of the failed
+// request, so test them with [errors.Is]. A Modbus exception reply is not one
+// of these: it is returned as a wrapped *[gm.ModbusError] carrying the
+// exception code (use [errors.As]).
 var (
 	// ErrTimeout means no byte of a reply arrived before the deadline: the
 	// slave is silent, powered off, has another address, or the line is cut.
@@ -20,8 +21,9 @@ var (
 	ErrShortFrame = errors.New("modbus: reply stopped mid-frame")
 
 	// ErrUnexpectedReply means a reply arrived that does not answer the
-	// request: another slave id or function code, a wrong byte count, a bad
-	// Modbus TCP header, or garbage. Two devices sharing one address cause it.
+	// request: another slave id or function code, a wrong byte count or
+	// write echo, a bad Modbus TCP header, or garbage. Two devices sharing
+	// one address cause it.
 	ErrUnexpectedReply = errors.New("modbus: unexpected reply")
 
 	// ErrLineBusy means a serial line (or RTU-over-TCP stream) kept
@@ -31,4 +33,42 @@ var (
 
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("modbus: client closed")
+
+	// ErrNotSent marks every failure of a request that never reached the
+	// wire, so that no slave can have acted on it: a request refused by
+	// validation, the wait for the bus abandoned, ctx ended before sending,
+	// [ErrLineBusy], [ErrClosed], the link failing to open or dial, or a
+	// write to the link that failed without writing a byte. It is added to
+	// the error, not in place of it: errors.Is(err, ErrLineBusy) and
+	// errors.Is(err, context.Canceled) still hold, and the message is
+	// unchanged.
+	ErrNotSent = errors.New("modbus: request not sent")
 )
+
+// notSentError adds [ErrNotSent] to an error without changing its message.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string        { return e.err.Error() }
+func (e notSentError) Unwrap() error        { return e.err }
+func (e notSentError) Is(target error) bool { return target == ErrNotSent }
+
+// notSent marks err as the failure of a request that never reached the wire.
+func notSent(err error) error { return notSentError{err} }
+
+// Unsettled reports whether err leaves the outcome of a request unknown:
+// the request went out (or may have, in part), but no valid reply said
+// what the slave did. For a write, the slave may or may not have executed
+// it; read the point back to settle it. That is the case for [ErrTimeout],
+// [ErrCRC], [ErrShortFrame], [ErrUnexpectedReply] (including a wrong
+// echo), ctx ending while the reply was awaited, and an I/O error after
+// the request was written.
+//
+// Settled are nil (the slave answered as the specification says), a
+// Modbus exception reply (a *[gm.ModbusError]: the slave answered,
+// refusing the request), and [ErrNotSent] (no slave saw the request). An error of any
+// other kind counts as unsettled: when in doubt, read back.
+//
+// A broadcast write returns nil once sent, although no reply settles it.
+func Unsettled(err error) bool {
+	return err != nil && !errors.Is(err, ErrNotSent) && !isException(err)
+}

@@ -39,9 +39,65 @@ func (l *replayLink) Read(p []byte) (int, error) {
 func (l *replayLink) Close() error                    { return nil }
 func (l *replayLink) SetReadDeadline(time.Time) error { return nil }
 
-// FuzzRTUResponse feeds arbitrary bytes to the client as a slave's reply.
-// It must never panic or hang, and it may only return data that a correct
-// frame (checked with an independent CRC) carried.
+// fuzzFunctions are the functions the fuzz targets send; the fuzzed fc
+// byte picks one, and 1..6, 15 and 16 pick themselves.
+var fuzzFunctions = [8]byte{1, 2, 3, 4, 5, 6, 15, 16}
+
+// fuzzRequest makes a valid request to slave 1, address 0, out of two
+// fuzzed numbers: its function, quantity and, for a write, data, and the
+// number of data bytes a read's reply must carry.
+func fuzzRequest(fcSeed byte, n uint16) (fc byte, qty uint16, data []byte, want int) {
+	fc = fuzzFunctions[(fcSeed-1)%8]
+	switch fc {
+	case 1, 2:
+		qty = 1 + n%2000
+		want = (int(qty) + 7) / 8
+	case 3, 4:
+		qty = 1 + n%125
+		want = 2 * int(qty)
+	case 5:
+		qty, data = 1, []byte{0xFF, 0}
+		if n%2 == 0 {
+			data = []byte{0, 0}
+		}
+	case 6:
+		qty, data = 1, []byte{byte(n >> 8), byte(n)}
+	case 15:
+		qty = 1 + n%1968
+		data = make([]byte, (qty+7)/8)
+		for i := range data {
+			data[i] = byte(n) + byte(37*i)
+		}
+		if used := qty % 8; used != 0 {
+			data[len(data)-1] &= 1<<used - 1
+		}
+	case 16:
+		qty = 1 + n%123
+		data = make([]byte, 2*qty)
+		for i := range data {
+			data[i] = byte(n>>8) ^ byte(i)
+		}
+	}
+	return fc, qty, data, want
+}
+
+// writeEcho is what the reply to a write of slave 1 at address 0 must
+// carry after its function code, by the specification: the request for fc
+// 5 and 6, address and quantity for fc 15 and 16. nil for a read.
+func writeEcho(fc byte, qty uint16, data []byte) []byte {
+	switch fc {
+	case 5, 6:
+		return append([]byte{0, 0}, data...)
+	case 15, 16:
+		return []byte{0, 0, byte(qty >> 8), byte(qty)}
+	}
+	return nil
+}
+
+// FuzzRTUResponse feeds arbitrary bytes to the client as a slave's reply
+// to a read or a write. It must never panic or hang, it may only return
+// data that a correct frame (checked with an independent CRC) carried, and
+// it may only accept a write whose exact echo came back.
 func FuzzRTUResponse(f *testing.F) {
 	f.Add(byte(3), uint16(2), uint8(1), withCRC(1, 3, 4, 0x12, 0x34, 0x56, 0x78))
 	f.Add(byte(1), uint16(10), uint8(3), withCRC(1, 1, 2, 0xff, 0x03))
@@ -50,25 +106,32 @@ func FuzzRTUResponse(f *testing.F) {
 	f.Add(byte(3), uint16(2), uint8(2), []byte{1, 3, 4, 0x12})
 	f.Add(byte(3), uint16(125), uint8(7), []byte("garbage, not a frame"))
 	f.Add(byte(3), uint16(1), uint8(1), []byte{})
+	f.Add(byte(5), uint16(1), uint8(8), withCRC(1, 5, 0, 0, 0xFF, 0))
+	f.Add(byte(6), uint16(0x1234), uint8(2), withCRC(1, 6, 0, 0, 0x12, 0x34))
+	f.Add(byte(6), uint16(0x1234), uint8(2), withCRC(1, 6, 0, 0, 0x12, 0x35))
+	f.Add(byte(15), uint16(9), uint8(3), withCRC(1, 15, 0, 0, 0, 10))
+	f.Add(byte(16), uint16(1), uint8(3), withCRC(1, 16, 0, 0, 0, 2))
+	f.Add(byte(16), uint16(1), uint8(3), withCRC(1, 0x90, 3))
+	f.Add(byte(16), uint16(1), uint8(4), withCRC(1, 16, 0, 0, 0, 2, 4, 0, 0, 0, 1))
 
-	f.Fuzz(func(t *testing.T, fc byte, qty uint16, chunk uint8, reply []byte) {
-		fc = 1 + fc%4
-		if fc <= 2 {
-			qty = 1 + qty%2000
-		} else {
-			qty = 1 + qty%125
-		}
+	f.Fuzz(func(t *testing.T, fcSeed byte, n uint16, chunk uint8, reply []byte) {
+		fc, qty, wdata, want := fuzzRequest(fcSeed, n)
+		echo := writeEcho(fc, qty, wdata)
 		link := &replayLink{reply: reply, chunk: 1 + int(chunk)}
 		c := NewRTU(link, 115200, Options{Timeout: time.Second})
-		data, err := readOrHang(t, c, fc, qty, reply)
+		data, err := doOrHang(t, c, fc, qty, wdata, reply)
 
 		var me *gm.ModbusError
 		switch {
-		case err == nil:
-			want := 2 * int(qty)
-			if fc <= 2 {
-				want = (int(qty) + 7) / 8
+		case err == nil && echo != nil:
+			if len(reply) < 8 || reply[0] != 1 || reply[1] != fc || !bytes.Equal(reply[2:6], echo) ||
+				crc16(reply[:6]) != binary.LittleEndian.Uint16(reply[6:8]) {
+				t.Fatalf("accepted an invalid reply % x to a write fc %d qty %d (echo % x)", reply, fc, qty, echo)
 			}
+			if data != nil {
+				t.Fatalf("a write returned data % x", data)
+			}
+		case err == nil:
 			frameLen := 3 + want + 2
 			if len(reply) < frameLen || reply[0] != 1 || reply[1] != fc || int(reply[2]) != want ||
 				crc16(reply[:frameLen-2]) != binary.LittleEndian.Uint16(reply[frameLen-2:]) {
@@ -92,7 +155,18 @@ func FuzzRTUResponse(f *testing.F) {
 		default:
 			t.Fatalf("unexpected error kind: %v", err)
 		}
+		checkSettled(t, err)
 	})
+}
+
+// checkSettled: an error after a request went out is unsettled unless it
+// is an exception.
+func checkSettled(t *testing.T, err error) {
+	t.Helper()
+	var me *gm.ModbusError
+	if Unsettled(err) == (err == nil || errors.As(err, &me)) {
+		t.Fatalf("Unsettled(%v) = %v", err, Unsettled(err))
+	}
 }
 
 // replayConn is replayLink as a net.Conn, for the Modbus TCP transport: one
@@ -123,7 +197,7 @@ type mbapOutcome struct {
 	bad       bool   // anything else: an error of some kind
 }
 
-func mbapOracle(reply []byte, fc byte, want int) mbapOutcome {
+func mbapOracle(reply []byte, fc byte, want int, echo []byte) mbapOutcome {
 	bad := mbapOutcome{exception: -1, bad: true}
 	for {
 		if len(reply) == 0 {
@@ -148,6 +222,10 @@ func mbapOracle(reply []byte, fc byte, want int) mbapOutcome {
 			return bad
 		case pdu[0] == fc|0x80 && len(pdu) == 2:
 			return mbapOutcome{exception: int(pdu[1])}
+		case echo != nil:
+			if pdu[0] == fc && bytes.Equal(pdu[1:], echo) {
+				return mbapOutcome{data: []byte{}, exception: -1}
+			}
 		case pdu[0] == fc && int(pdu[1]) == want && len(pdu) == 2+want:
 			return mbapOutcome{data: pdu[2:], exception: -1}
 		}
@@ -165,9 +243,9 @@ func mbap(tid uint16, unit byte, pdu ...byte) []byte {
 }
 
 // FuzzTCPResponse feeds arbitrary bytes to the Modbus TCP client as the
-// server's reply: MBAP header (transaction id, protocol id, length, unit id)
-// and PDU. It must never panic or hang, and its verdict must match
-// mbapOracle's.
+// server's reply to a read or a write: MBAP header (transaction id,
+// protocol id, length, unit id) and PDU. It must never panic or hang, and
+// its verdict must match mbapOracle's.
 func FuzzTCPResponse(f *testing.F) {
 	f.Add(byte(3), uint16(2), uint8(7), mbap(1, 1, 3, 4, 0x12, 0x34, 0x56, 0x78))
 	f.Add(byte(1), uint16(10), uint8(3), mbap(1, 1, 1, 2, 0xff, 0x03))
@@ -180,23 +258,22 @@ func FuzzTCPResponse(f *testing.F) {
 	f.Add(byte(2), uint16(8), uint8(4), mbap(1, 1, 2, 1))
 	f.Add(byte(3), uint16(125), uint8(7), []byte("garbage, not a frame"))
 	f.Add(byte(3), uint16(1), uint8(1), []byte{})
+	f.Add(byte(5), uint16(2), uint8(3), mbap(1, 1, 5, 0, 0, 0, 0))
+	f.Add(byte(6), uint16(0x1234), uint8(12), mbap(1, 1, 6, 0, 0, 0x12, 0x34))
+	f.Add(byte(6), uint16(0x1234), uint8(12), mbap(1, 1, 6, 0, 0, 0x12))
+	f.Add(byte(15), uint16(9), uint8(5), mbap(1, 1, 15, 0, 0, 0, 10))
+	f.Add(byte(16), uint16(1), uint8(5), mbap(1, 1, 16, 0, 0, 0, 2))
+	f.Add(byte(16), uint16(1), uint8(5), mbap(1, 1, 16, 0, 0, 0, 2, 0))
+	f.Add(byte(16), uint16(1), uint8(5), mbap(1, 1, 0x90, 2))
 
-	f.Fuzz(func(t *testing.T, fc byte, qty uint16, chunk uint8, reply []byte) {
-		fc = 1 + fc%4
-		want := 0
-		if fc <= 2 {
-			qty = 1 + qty%2000
-			want = (int(qty) + 7) / 8
-		} else {
-			qty = 1 + qty%125
-			want = 2 * int(qty)
-		}
+	f.Fuzz(func(t *testing.T, fcSeed byte, n uint16, chunk uint8, reply []byte) {
+		fc, qty, wdata, want := fuzzRequest(fcSeed, n)
 		conn := &replayConn{replayLink{reply: reply, chunk: 1 + int(chunk)}}
 		c := newClient(Options{Timeout: time.Second}, false)
 		c.tr = newTCPTransport("fuzz", func(context.Context, time.Time) (net.Conn, error) { return conn, nil }, &c.stats, c.log)
-		data, err := readOrHang(t, c, fc, qty, reply)
+		data, err := doOrHang(t, c, fc, qty, wdata, reply)
 
-		o := mbapOracle(reply, fc, want)
+		o := mbapOracle(reply, fc, want, writeEcho(fc, qty, wdata))
 		var me *gm.ModbusError
 		switch {
 		case err == nil:
@@ -218,13 +295,15 @@ func FuzzTCPResponse(f *testing.F) {
 		default:
 			t.Fatalf("unexpected error kind: %v", err)
 		}
+		checkSettled(t, err)
 	})
 }
 
-// readOrHang reads qty items with fc from slave 1, failing the fuzz target
-// if the read does not return: a client fed reply must not wait past its
-// one-second timeout, and a fuzzer cannot wait for go test's own timeout.
-func readOrHang(t *testing.T, c *Client, fc byte, qty uint16, reply []byte) ([]byte, error) {
+// doOrHang reads qty items with fc from slave 1 at address 0, or writes
+// data there when fc is a write, failing the fuzz target if the request
+// does not return: a client fed reply must not wait past its one-second
+// timeout, and a fuzzer cannot wait for go test's own timeout.
+func doOrHang(t *testing.T, c *Client, fc byte, qty uint16, wdata, reply []byte) ([]byte, error) {
 	t.Helper()
 	type result struct {
 		data []byte
@@ -232,6 +311,10 @@ func readOrHang(t *testing.T, c *Client, fc byte, qty uint16, reply []byte) ([]b
 	}
 	done := make(chan result, 1)
 	go func() {
+		if writeEcho(fc, qty, wdata) != nil {
+			done <- result{nil, c.Write(context.Background(), 1, fc, 0, qty, wdata)}
+			return
+		}
 		data, err := c.Read(context.Background(), 1, fc, 0, qty)
 		done <- result{data, err}
 	}()
@@ -239,7 +322,7 @@ func readOrHang(t *testing.T, c *Client, fc byte, qty uint16, reply []byte) ([]b
 	case r := <-done:
 		return r.data, r.err
 	case <-time.After(hangMargin):
-		t.Fatalf("Read hung on reply % x", reply)
+		t.Fatalf("fc %d hung on reply % x", fc, reply)
 		return nil, nil
 	}
 }

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fieldlink/internal/testtool"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gm "github.com/goburrow/modbus"
 )
 
 // A slave that answers wrongly and then keeps talking: its own request
@@ -76,7 +79,7 @@ func babblerOnce(t *testing.T) error {
 		got, err = c.Read(context.Background(), 1, 3, 0, 1)
 		if errors.Is(err, ErrLineBusy) {
 			busy++
-			if !strings.Contains(err.Error(), "not sent") {
+			if !strings.Contains(err.Error(), "not sent") || !errors.Is(err, ErrNotSent) {
 				return fmt.Errorf("ErrLineBusy does not say the request was not sent: %v", err)
 			}
 			continue
@@ -121,5 +124,85 @@ func TestTCPTrailingBytesAreNotTrusted(t *testing.T) {
 	}
 	if want := modelData(3, 0, 1); !bytes.Equal(got, want) {
 		t.Fatalf("got % x, want % x", got, want)
+	}
+}
+
+// replayClient is a Client over RTU (a replayLink) or Modbus TCP (a
+// replayConn) that gets reply, in chunks of 3 bytes, to each request.
+func replayClient(rtu bool, reply []byte) *Client {
+	if rtu {
+		return NewRTU(&replayLink{reply: reply, chunk: 3}, 115200, Options{Timeout: time.Second})
+	}
+	conn := &replayConn{replayLink{reply: reply, chunk: 3}}
+	c := newClient(Options{Timeout: time.Second}, false)
+	c.tr = newTCPTransport("replay", func(context.Context, time.Time) (net.Conn, error) { return conn, nil }, &c.stats, c.log)
+	return c
+}
+
+// Replies to a write that do not echo it as the specification says are
+// refused, and leave the write unsettled; only the exact echo and an
+// exception settle it.
+func TestHostileWriteReplies(t *testing.T) {
+	// Slave 1 gets fc 6 addr 0x10 value 12 34, or fc 16 addr 0x10 qty 2.
+	type reply struct {
+		name string
+		fc   byte
+		rtu  []byte // RTU frame
+		tcp  []byte // Modbus TCP frame
+		want error  // nil: accepted; errException: a *gm.ModbusError
+	}
+	errException := errors.New("exception")
+	replies := []reply{
+		{"echo", 6, withCRC(1, 6, 0, 0x10, 0x12, 0x34), mbap(1, 1, 6, 0, 0x10, 0x12, 0x34), nil},
+		{"echo fc16", 16, withCRC(1, 16, 0, 0x10, 0, 2), mbap(1, 1, 16, 0, 0x10, 0, 2), nil},
+		{"exception", 6, withCRC(1, 0x86, 3), mbap(1, 1, 0x86, 3), errException},
+		{"wrong value", 6, withCRC(1, 6, 0, 0x10, 0x12, 0x35), mbap(1, 1, 6, 0, 0x10, 0x12, 0x35), ErrUnexpectedReply},
+		{"clamped value", 6, withCRC(1, 6, 0, 0x10, 0x00, 0x64), mbap(1, 1, 6, 0, 0x10, 0x00, 0x64), ErrUnexpectedReply},
+		{"wrong address", 6, withCRC(1, 6, 0, 0x11, 0x12, 0x34), mbap(1, 1, 6, 0, 0x11, 0x12, 0x34), ErrUnexpectedReply},
+		{"wrong quantity", 16, withCRC(1, 16, 0, 0x10, 0, 3), mbap(1, 1, 16, 0, 0x10, 0, 3), ErrUnexpectedReply},
+		{"wrong function", 6, withCRC(1, 3, 2, 0x12, 0x34), mbap(1, 1, 3, 2, 0x12, 0x34), ErrUnexpectedReply},
+		{"echo of another write", 16, withCRC(1, 6, 0, 0x10, 0, 2), mbap(1, 1, 6, 0, 0x10, 0, 2), ErrUnexpectedReply},
+		{"exception to another function", 6, withCRC(1, 0x83, 2), mbap(1, 1, 0x83, 2), ErrUnexpectedReply},
+		{"wrong slave", 6, withCRC(2, 6, 0, 0x10, 0x12, 0x34), mbap(1, 2, 6, 0, 0x10, 0x12, 0x34), ErrUnexpectedReply},
+		{"short echo", 6, withCRC(1, 6, 0, 0x10, 0x12, 0x34)[:6], mbap(1, 1, 6, 0, 0x10, 0x12), ErrShortFrame},
+		{"long echo", 16, withCRC(1, 16, 0, 0x10, 0, 2, 4, 0, 1, 0, 2), mbap(1, 1, 16, 0, 0x10, 0, 2, 4), ErrUnexpectedReply},
+		{"silence", 6, nil, nil, ErrTimeout},
+	}
+	for _, rtu := range []bool{true, false} {
+		for _, r := range replies {
+			frame := r.tcp
+			if rtu {
+				frame = r.rtu
+			}
+			name := fmt.Sprintf("rtu %v, %s", rtu, r.name)
+			want := r.want
+			switch {
+			case !rtu && r.name == "short echo":
+				want = ErrUnexpectedReply // MBAP says 5 bytes: a well-framed PDU too short for an echo
+			case rtu && r.name == "long echo":
+				want = ErrCRC // the frame is cut at the echo's length, where no CRC fits
+			}
+			data, qty := []byte{0x12, 0x34}, uint16(1)
+			if r.fc == 16 {
+				data, qty = []byte{0, 1, 0, 2}, 2
+			}
+			c := replayClient(rtu, frame)
+			err := c.Write(context.Background(), 1, r.fc, 0x10, qty, data)
+			var me *gm.ModbusError
+			switch {
+			case want == nil:
+				if err != nil {
+					t.Errorf("%s: %v, want it accepted", name, err)
+				}
+			case want == errException:
+				if !errors.As(err, &me) || me.ExceptionCode != 3 || Unsettled(err) {
+					t.Errorf("%s: %v, want a settled exception 3", name, err)
+				}
+			default:
+				if !errors.Is(err, want) || !Unsettled(err) {
+					t.Errorf("%s: %v (unsettled %v), want an unsettled %v", name, err, Unsettled(err), want)
+				}
+			}
+		}
 	}
 }

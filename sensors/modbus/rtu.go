@@ -1,6 +1,7 @@
 package modbus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,9 @@ const (
 	// already buffered are returned at once; this only bounds the wait for
 	// bytes still in flight.
 	drainWait = time.Millisecond
+	// rtuWriteReplyLen is the reply to a write: address, function, the
+	// 4-byte echo, CRC.
+	rtuWriteReplyLen = 8
 	// babbleQuiet is how long a line that carried unexpected bytes must
 	// stay silent before it counts as quiet again. t3.5 alone would take a
 	// babbling line for a quiet one: USB serial adapters hand bytes over
@@ -74,6 +78,13 @@ func Silence(baud int) time.Duration {
 	return 7 * CharTime(baud, rtuBitsPerChar) / 2
 }
 
+// BroadcastTurnaround is how long a broadcast write holds a serial bus
+// after its frame: slaves execute a broadcast without replying, and a
+// request sent meanwhile may meet a slave still busy with it. The Modbus
+// serial line specification (v1.02 §2.4.1) calls it the turnaround delay
+// and puts it at 100 to 200 ms; this is its low end.
+const BroadcastTurnaround = 100 * time.Millisecond
+
 // rtuTransport runs RTU exchanges over a Link, keeping the inter-frame
 // silence and reading each reply by its expected length.
 type rtuTransport struct {
@@ -118,11 +129,11 @@ func (t *rtuTransport) close() error {
 func (t *rtuTransport) exchange(ctx context.Context, deadline time.Time, r *request) ([]byte, error) {
 	if t.link == nil {
 		if t.open == nil {
-			return nil, fmt.Errorf("%w: %s", ErrClosed, r)
+			return nil, notSent(fmt.Errorf("%w: %s", ErrClosed, r))
 		}
 		link, err := t.open(ctx, deadline)
 		if err != nil {
-			return nil, fmt.Errorf("modbus: %s: %w", r, err)
+			return nil, notSent(fmt.Errorf("modbus: %s: %w", r, err))
 		}
 		t.log.Info("modbus: link opened", "link", t.what)
 		t.link = link
@@ -158,11 +169,11 @@ func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 	h.SlaveId = r.slave
 	adu, err := h.Encode(&gm.ProtocolDataUnit{FunctionCode: r.fc, Data: r.pdu()})
 	if err != nil {
-		return nil, fmt.Errorf("modbus: %s: encode: %w", r, err)
+		return nil, notSent(fmt.Errorf("modbus: %s: encode: %w", r, err))
 	}
 	if wd, ok := link.(interface{ SetWriteDeadline(time.Time) error }); ok {
 		if err := wd.SetWriteDeadline(deadline); err != nil {
-			return nil, fmt.Errorf("modbus: %s: set write deadline: %w", r, err)
+			return nil, notSent(fmt.Errorf("modbus: %s: set write deadline: %w", r, err))
 		}
 	}
 	if err := setReadDeadline(ctx, link, deadline); err != nil {
@@ -177,9 +188,19 @@ func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 		t.quietSince = now
 	}
 	if err != nil {
-		return nil, t.notSent(ctx, r, "write request", err)
+		if n == 0 {
+			return nil, t.notSent(ctx, r, "write request", err)
+		}
+		// Part of the frame may be on the line. A slave drops a frame cut
+		// short by its CRC, but what the link reports written is not
+		// necessarily what left.
+		return nil, fmt.Errorf("modbus: %s: write request: %d of %d bytes written: %w", r, n, len(adu), err)
 	}
-	t.stats.requests.Add(1)
+	t.stats.sentRequest(r)
+	if r.broadcast {
+		t.turnaround(ctx, deadline)
+		return nil, nil
+	}
 
 	// 4. Receive: address, function, and a third byte that is the byte
 	// count of a normal reply or the code of an exception.
@@ -205,6 +226,22 @@ func (t *rtuTransport) resync(ctx context.Context, deadline time.Time, replyErr 
 	return replyErr
 }
 
+// turnaround waits out BroadcastTurnaround after a broadcast, or until
+// deadline or the end of ctx if sooner: the frame has gone out, so either
+// way the broadcast is done.
+func (t *rtuTransport) turnaround(ctx context.Context, deadline time.Time) {
+	until := t.quietSince.Add(BroadcastTurnaround)
+	if until.After(deadline) {
+		until = deadline
+	}
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
 // receive reads and judges the reply to r.
 func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, error) {
 	r := f.r
@@ -227,6 +264,21 @@ func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, 
 	if fc != r.fc {
 		return nil, f.unexpected("function code %d", fc)
 	}
+	if r.isWrite() {
+		if err := f.fill(rtuWriteReplyLen); err != nil {
+			return nil, err
+		}
+		if err := f.checkCRC(h); err != nil {
+			return nil, err
+		}
+		if slave != r.slave {
+			return nil, f.unexpected("reply from slave %d", slave)
+		}
+		if echo := t.buf[2:6]; !bytes.Equal(echo, r.echo()) {
+			return nil, f.unexpected("echo % x, want % x", echo, r.echo())
+		}
+		return nil, nil
+	}
 	if int(t.buf[2]) != r.want {
 		return nil, f.unexpected("byte count %d, want %d", t.buf[2], r.want)
 	}
@@ -248,9 +300,9 @@ func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, 
 // preferring ctx's error when ctx ended.
 func (t *rtuTransport) notSent(ctx context.Context, r *request, step string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("modbus: %s: not sent: %w", r, ctxErr)
+		return notSent(fmt.Errorf("modbus: %s: not sent: %w", r, ctxErr))
 	}
-	return fmt.Errorf("modbus: %s: %s: %w", r, step, err)
+	return notSent(fmt.Errorf("modbus: %s: %s: %w", r, step, err))
 }
 
 // discard throws away stale input (a late reply to a request that timed
@@ -271,7 +323,7 @@ func (t *rtuTransport) discard(ctx context.Context, r *request, deadline time.Ti
 		return err
 	}
 	if busy {
-		return fmt.Errorf("%w: %s: not sent: %d bytes of input kept arriving until the deadline (another device is transmitting)", ErrLineBusy, r, n)
+		return notSent(fmt.Errorf("%w: %s: not sent: %d bytes of input kept arriving until the deadline (another device is transmitting)", ErrLineBusy, r, n))
 	}
 	return nil
 }

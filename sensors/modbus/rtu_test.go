@@ -299,14 +299,14 @@ func TestRTUCancel(t *testing.T) {
 	// The deadline is 10 s away: only the cancellation ends the read
 	// with context.Canceled.
 	_, err := c.Read(ctx, 1, 3, 0, 1)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v, want context.Canceled", err)
+	if !errors.Is(err, context.Canceled) || !Unsettled(err) {
+		t.Fatalf("got %v, want context.Canceled, unsettled (the request was sent)", err)
 	}
 	if _, err := c.Read(context.Background(), 1, 3, 0, 1); err != nil {
 		t.Fatalf("after cancellation: %v", err)
 	}
-	if _, err := c.Read(ctx, 1, 3, 0, 1); !errors.Is(err, context.Canceled) {
-		t.Fatalf("canceled ctx: got %v", err)
+	if _, err := c.Read(ctx, 1, 3, 0, 1); !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotSent) {
+		t.Fatalf("canceled ctx: got %v, want context.Canceled, not sent", err)
 	}
 	if st := c.Stats(); st.Canceled != 2 || st.Requests != 2 {
 		t.Errorf("stats %+v, want 2 canceled of which 1 sent", st)
@@ -346,6 +346,7 @@ func TestReadValidation(t *testing.T) {
 	}{
 		{1, 5, 0, 1, "function code 5 is not a read"},
 		{1, 16, 0, 1, "function code 16"},
+		{1, 7, 0, 1, "function code 7 is not a read"},
 		{1, 3, 0, 0, "quantity must be 1..125"},
 		{1, 3, 0, 126, "quantity must be 1..125"},
 		{1, 4, 0, 126, "quantity must be 1..125"},
@@ -358,8 +359,8 @@ func TestReadValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := c.Read(context.Background(), tt.slave, tt.fc, tt.addr, tt.qty)
-		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "modbus: ") {
-			t.Errorf("Read(slave %d, fc %d, addr %d, qty %d) = %v, want an error containing %q",
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "modbus: ") || !errors.Is(err, ErrNotSent) {
+			t.Errorf("Read(slave %d, fc %d, addr %d, qty %d) = %v, want an ErrNotSent containing %q",
 				tt.slave, tt.fc, tt.addr, tt.qty, err, tt.want)
 		}
 	}
@@ -376,8 +377,8 @@ func TestClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := c.Read(context.Background(), 1, 3, 0, 1); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Read after Close: %v, want ErrClosed", err)
+	if _, err := c.Read(context.Background(), 1, 3, 0, 1); !errors.Is(err, ErrClosed) || !errors.Is(err, ErrNotSent) {
+		t.Fatalf("Read after Close: %v, want ErrClosed, not sent", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package modbus
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -77,7 +78,7 @@ func (t *tcpTransport) exchange(ctx context.Context, deadline time.Time, r *requ
 	if t.conn == nil {
 		conn, err := t.dial(ctx, deadline)
 		if err != nil {
-			return nil, fmt.Errorf("modbus: %s: %w", r, err)
+			return nil, notSent(fmt.Errorf("modbus: %s: %w", r, err))
 		}
 		t.log.Info("modbus: connected", "address", t.address)
 		t.conn = conn
@@ -97,30 +98,37 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 	conn := t.conn
 	defer abandonOnCancel(ctx, conn)()
 	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, fmt.Errorf("modbus: %s: set deadline: %w", r, err)
+		return nil, notSent(fmt.Errorf("modbus: %s: set deadline: %w", r, err))
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("modbus: %s: not sent: %w", r, err)
+		return nil, notSent(fmt.Errorf("modbus: %s: not sent: %w", r, err))
 	}
 
 	t.tid++
-	req := t.buf[:mbapLen+5]
+	body := r.pdu()
+	req := t.buf[:mbapLen+1+len(body)]
 	binary.BigEndian.PutUint16(req[0:], t.tid)
 	binary.BigEndian.PutUint16(req[2:], 0)
-	binary.BigEndian.PutUint16(req[4:], 6) // unit id + function + address + quantity
+	binary.BigEndian.PutUint16(req[4:], uint16(2+len(body))) // unit id, function, body
 	req[6] = r.slave
 	req[7] = r.fc
-	copy(req[8:], r.pdu())
+	copy(req[8:], body)
 	sent := time.Now()
 	n, err := conn.Write(req)
 	t.stats.sent.Add(uint64(n))
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, fmt.Errorf("modbus: %s: not sent: %w", r, ctxErr)
+		switch ctxErr := ctx.Err(); {
+		case n > 0 && ctxErr != nil:
+			// The kernel may deliver what it took.
+			return nil, fmt.Errorf("modbus: %s: abandoned after %d of %d bytes written: %w (%w)", r, n, len(req), ctxErr, err)
+		case n > 0:
+			return nil, fmt.Errorf("modbus: %s: write request: %d of %d bytes written: %w", r, n, len(req), err)
+		case ctxErr != nil:
+			return nil, notSent(fmt.Errorf("modbus: %s: not sent: %w", r, ctxErr))
 		}
-		return nil, fmt.Errorf("modbus: %s: write request: %w", r, err)
+		return nil, notSent(fmt.Errorf("modbus: %s: write request: %w", r, err))
 	}
-	t.stats.requests.Add(1)
+	t.stats.sentRequest(r)
 
 	stale := 0
 	for {
@@ -192,7 +200,11 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 		if fc != r.fc {
 			return nil, fmt.Errorf("%w: %s (transaction %d): function code %d, PDU % x", ErrUnexpectedReply, r, t.tid, fc, pdu)
 		}
-		if int(pdu[1]) != r.want || len(pdu) != 2+r.want {
+		if r.isWrite() {
+			if !bytes.Equal(pdu[1:], r.echo()) {
+				return nil, fmt.Errorf("%w: %s (transaction %d): echo % x, want % x", ErrUnexpectedReply, r, t.tid, pdu[1:], r.echo())
+			}
+		} else if int(pdu[1]) != r.want || len(pdu) != 2+r.want {
 			return nil, fmt.Errorf("%w: %s (transaction %d): byte count %d in a PDU of %d bytes, want %d data bytes",
 				ErrUnexpectedReply, r, t.tid, pdu[1], len(pdu), r.want)
 		}
@@ -201,6 +213,9 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 			// with it the data, cannot be trusted.
 			return nil, fmt.Errorf("%w: %s (transaction %d): more bytes follow a reply whose header announced %d",
 				ErrUnexpectedReply, r, t.tid, mbapLen+len(pdu))
+		}
+		if r.isWrite() {
+			return nil, nil
 		}
 		return append([]byte(nil), pdu[2:]...), nil
 	}

@@ -16,6 +16,13 @@ import (
 // returns the emulator and its host:port.
 func Serve(t testing.TB, rtu bool, names ...string) (*emulator.Emulator, string) {
 	t.Helper()
+	return ServeDevices(t, rtu, Devices(t, names...), emulator.Options{Seed: 1})
+}
+
+// Devices returns the named embedded profiles as slaves 1, 2, … without
+// faults, for a test to give some of them Faults before ServeDevices.
+func Devices(t testing.TB, names ...string) []emulator.Device {
+	t.Helper()
 	set, err := profile.Load(firmwareprofiles.FS, "")
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +31,14 @@ func Serve(t testing.TB, rtu bool, names ...string) (*emulator.Emulator, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
+	return devs
+}
+
+// ServeDevices is Serve for devices and options of the test's own: faults,
+// a fixed clock, an OnRequest hook.
+func ServeDevices(t testing.TB, rtu bool, devs []emulator.Device, opt emulator.Options) (*emulator.Emulator, string) {
+	t.Helper()
+	emu, err := emulator.New(devs, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """A Modbus slave for fieldlink's integration tests, built on pymodbus 3.0.
 
-It serves a fixed register map for slave ids 1 and 2, either as a Modbus TCP
+It serves a register map for slave ids 1 and 2, either as a Modbus TCP
 server or as an RTU slave on a serial port (a pty in the tests), and prints
-a line "READY" on stdout once it is listening.
+a line "READY" on stdout once it is listening. Writes (functions 5, 6, 15
+and 16) change the map until the server stops; on RTU, slave id 0 is a
+broadcast that both slaves execute without replying.
 
 Register map, identical for both slaves except where noted; addresses 0..99
 are mapped, anything else answers exception 2 (illegal data address):
@@ -71,6 +73,7 @@ async def main():
             # Do not answer for slave ids we do not have: silence, like a
             # real bus.
             ignore_missing_slaves=True,
+            broadcast_enable=True,
         )
         await server.start()
         if server.transport is None:
