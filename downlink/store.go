@@ -366,10 +366,12 @@ func (s *Store) commit(b *batch) error {
 	return nil
 }
 
-// AuditEntry is one entry of the audit log. Hash is the SHA-256 of the
-// previous entry's hash (32 bytes; zeros before the first entry ever) and
-// the entry's JSON without its hash; Prev is the previous entry's hash. An
-// edited or deleted entry breaks the chain at that entry or the next.
+// AuditEntry is one entry of the audit log, stored as its JSON (which
+// json.Marshal gives back byte for byte). Hash is the SHA-256 of the
+// previous entry's hash (its 32 bytes; zeros before the first entry ever)
+// followed by the entry's JSON without its last member, `,"hash":"…"`;
+// Prev is the previous entry's hash. An edited or deleted entry breaks the
+// chain at that entry or the next.
 type AuditEntry struct {
 	Seq     uint64    `json:"seq"`
 	At      time.Time `json:"at"`

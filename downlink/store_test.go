@@ -431,6 +431,14 @@ func TestAuditLog(t *testing.T) {
 	if e := es[2]; e.Kind != KindResult || e.Command == nil || e.Command.Actor != "ops:marker-1" || e.Result.Status != StatusDone {
 		t.Fatalf("entry 3: %+v", e)
 	}
+	// An entry marshals back to the bytes stored: the JSON that gateway
+	// audit -json prints is what the hashes cover.
+	for _, e := range es {
+		stored, _ := buf.Aux(auditKey(e.Seq))
+		if again, err := json.Marshal(e); err != nil || string(again) != string(stored) {
+			t.Fatalf("entry %d marshals to\n%s\nstored as\n%s", e.Seq, again, stored)
+		}
+	}
 	// Reading stops at fn's error.
 	stop, n := errors.New("stop"), 0
 	if err := ReadAudit(buf, func(AuditEntry) error { n++; return stop }); err != stop || n != 1 {
