@@ -99,7 +99,7 @@ func auditLine(e downlink.AuditEntry) string {
 		if c.Signature != "" {
 			b.WriteString("  signed")
 		}
-	} else if e.Result != nil {
+	} else if e.Result != nil && e.Result.ID != "" {
 		fmt.Fprintf(&b, "  %s", e.Result.ID)
 	}
 	if r := e.Result; r != nil {
