@@ -28,8 +28,9 @@ func (b *Buffer) PutAux(key string, value []byte) error {
 
 // UpdateAux deletes the keys del and sets the keys of put in the aux bucket,
 // all in one transaction, and returns once it is committed: after a crash
-// the file holds all of it or none of it. A key may not be in both. Keys
-// that are not there are not an error to delete.
+// the file holds all of it or none of it. It is committed at once, even
+// with Interval durability. A key may not be in both. Keys that are not
+// there are not an error to delete.
 func (b *Buffer) UpdateAux(put map[string][]byte, del []string) error {
 	if len(put) == 0 && len(del) == 0 {
 		return nil

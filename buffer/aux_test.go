@@ -301,3 +301,38 @@ func TestCompactionCountsAux(t *testing.T) {
 		t.Fatalf("%d compactions of a file that is mostly aux", st.Compactions)
 	}
 }
+
+// TestAuxCommitsAtOnce: with Interval durability, an aux update does not
+// wait for the next group commit (SyncEvery): its caller (the downlink,
+// before a write to a device) waits on it. Appends queued with it are
+// committed with it.
+func TestAuxCommitsAtOnce(t *testing.T) {
+	b, path := newT(t, Options{Durability: Interval, SyncEvery: time.Hour})
+	done := make(chan error, 2)
+	go func() { done <- b.PutAux("first", []byte("1")) }() // the first of a batch
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an aux update waited for the group commit (SyncEvery is an hour)")
+	}
+	seq := mustAppend(t, b, testPacket("a", false)) // opens a batch that waits an hour
+	go func() { done <- b.PutAux("second", []byte("2")) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an aux update behind an append waited for the group commit")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openT(t, path, Options{})
+	if v, _ := b.Aux("second"); string(v) != "2" || b.Len() != 1 {
+		t.Fatalf("after reopen: aux %q, %d records (seq %d)", v, b.Len(), seq)
+	}
+}

@@ -64,7 +64,8 @@
 // Beside the records, the file keeps small state that the gateway wants
 // back after a restart, in the bucket "aux": [Buffer.PutAux],
 // [Buffer.UpdateAux] (sets and deletes in one transaction) and
-// [Buffer.DeleteAux] return once committed; [Buffer.Aux] reads a key and
+// [Buffer.DeleteAux] return once committed, at once even with [Interval]
+// durability; [Buffer.Aux] reads a key and
 // [Buffer.ScanAux] the keys under a prefix, in order. Aux values count as
 // live bytes for compaction, which keeps them; salvage does not (they carry
 // no checksum).

@@ -285,7 +285,10 @@ func (w *writer) batch(first *request) (closed bool) {
 		w.failBegin(first, err)
 		return false
 	}
-	interval := b.opt.Durability == Interval && !w.degraded && first != nil
+	// An aux update is waited on (the downlink writes to a device only
+	// once its command is recorded): it is committed at once, with
+	// whatever queued with it, whatever the durability.
+	interval := b.opt.Durability == Interval && !w.degraded && first != nil && first.op != opUpdateAux
 	err = w.contain(func() error {
 		w.applyRetries(t)
 		if first != nil {
@@ -325,6 +328,9 @@ func (w *writer) batch(first *request) (closed bool) {
 					return nil
 				}
 				w.apply(t, r, interval)
+				if r.op == opUpdateAux {
+					return nil
+				}
 			case <-deadline.C:
 				return nil
 			}

@@ -74,6 +74,7 @@ const (
 	KindReceived  = "received"  // a command accepted to run: its id is recorded, the write follows
 	KindResult    = "result"    // what became of a command
 	KindDuplicate = "duplicate" // a command received again, answered without running it
+	KindRefused   = "refused"   // a command refused before Begin (unreadable, badly signed): its id is not recorded
 )
 
 // Reasons the store gives.
@@ -94,6 +95,8 @@ const (
 // that it cannot run again once forgotten. A buffer file that is new or
 // was salvaged (salvage does not keep the aux bucket) has forgotten
 // everything: commands issued before it began are refused too.
+//
+// One Store per buffer file: it keeps the ids in memory as well.
 type Store struct {
 	aux Aux
 	opt StoreOptions
@@ -163,7 +166,7 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("downlink: open the command store: %w", err)
 	}
-	gone := s.prune(b, now)
+	gone := s.prune(b, now, "")
 	if err := s.commit(b); err != nil {
 		return nil, fmt.Errorf("downlink: open the command store: %w", err)
 	}
@@ -195,7 +198,7 @@ func (s *Store) Begin(cmd Command, now time.Time) (*Result, error) {
 	defer s.mu.Unlock()
 	b := s.newBatch()
 	s.sinceNoLater(b, now)
-	gone := s.prune(b, now)
+	gone := s.prune(b, now, cmd.ID)
 	rec, known := s.ids[cmd.ID]
 	var answer *Result
 	switch {
@@ -265,7 +268,7 @@ func (s *Store) tooOld(cmd Command, floor, now time.Time) string {
 	if cmd.IssuedAt.Time().Before(now.Add(-s.opt.Keep)) {
 		return fmt.Sprintf("issued at %s, more than %v ago: too old to tell whether it ran already", cmd.IssuedAt, s.opt.Keep)
 	}
-	return fmt.Sprintf("issued at %s, before the gateway's record of commands begins (%s, a new or salvaged buffer file): cannot tell whether it ran already",
+	return fmt.Sprintf("issued at %s, before the gateway's record of commands begins (%s: a new or salvaged buffer file, or a clock set back): cannot tell whether it ran already",
 		cmd.IssuedAt, floor.Format(time.RFC3339))
 }
 
@@ -289,6 +292,9 @@ func (s *Store) Finish(res Result) error {
 		res.At = s.opt.Now()
 	}
 	res.At = res.At.UTC()
+	if res.Value.IsZero() {
+		res.Value = rec.Command.Value
+	}
 	done := *rec
 	done.Result = &res
 	b := s.newBatch()
@@ -301,12 +307,33 @@ func (s *Store) Finish(res Result) error {
 	return nil
 }
 
-// prune adds to b the deletion of every finished id past Keep and returns
-// them, to forget once b is committed.
-func (s *Store) prune(b *batch, now time.Time) []string {
+// Refused adds to the audit log a command refused before Begin: one that
+// did not parse (cmd nil; say why in res.Reason) or whose signature did not
+// verify. Its id is not recorded, so that a forgery cannot block the real
+// command. Whoever can send commands can fill the log with these (the
+// oldest entries go first, see MaxAuditEntries): call it for what an
+// operator should see.
+func (s *Store) Refused(cmd *Command, res Result) error {
+	if res.At.IsZero() {
+		res.At = s.opt.Now()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.newBatch()
+	b.audit(res.At, KindRefused, cmd, &res, "")
+	if err := s.commit(b); err != nil {
+		return fmt.Errorf("downlink: audit refused command %q: %w", res.ID, err)
+	}
+	return nil
+}
+
+// prune adds to b the deletion of every finished id past Keep but spare
+// (the one being answered) and returns them, to forget once b is
+// committed.
+func (s *Store) prune(b *batch, now time.Time, spare string) []string {
 	var gone []string
 	for id, r := range s.ids {
-		if r.Result != nil && r.keepUntil(s.opt.Keep).Before(now) {
+		if id != spare && r.Result != nil && r.keepUntil(s.opt.Keep).Before(now) {
 			gone = append(gone, id)
 			b.del = append(b.del, prefixID+id)
 		}
@@ -366,10 +393,12 @@ func (s *Store) commit(b *batch) error {
 	return nil
 }
 
-// AuditEntry is one entry of the audit log. Hash is the SHA-256 of the
-// previous entry's hash (32 bytes; zeros before the first entry ever) and
-// the entry's JSON without its hash; Prev is the previous entry's hash. An
-// edited or deleted entry breaks the chain at that entry or the next.
+// AuditEntry is one entry of the audit log, stored as its JSON (which
+// json.Marshal gives back byte for byte). Hash is the SHA-256 of the
+// previous entry's hash (its 32 bytes; zeros before the first entry ever)
+// followed by the entry's JSON without its last member, `,"hash":"…"`;
+// Prev is the previous entry's hash. An edited or deleted entry breaks the
+// chain at that entry or the next.
 type AuditEntry struct {
 	Seq     uint64    `json:"seq"`
 	At      time.Time `json:"at"`

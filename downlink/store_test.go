@@ -93,6 +93,28 @@ func kinds(es []AuditEntry) []string {
 	return out
 }
 
+// consistent fails the test unless the ids the store holds in memory are
+// those it keeps in the file.
+func consistent(t testing.TB, s *Store, aux AuxReader) {
+	t.Helper()
+	onDisk := map[string]bool{}
+	if err := aux.ScanAux(prefixID, func(k string, _ []byte) error { onDisk[strings.TrimPrefix(k, prefixID)] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.ids {
+		if !onDisk[id] {
+			t.Errorf("id %s in memory, not in the file", id)
+		}
+	}
+	for id := range onDisk {
+		if _, ok := s.ids[id]; !ok {
+			t.Errorf("id %s in the file, not in memory", id)
+		}
+	}
+}
+
 func TestBeginFinishDuplicate(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
 	s := openStore(t, buf, t0, StoreOptions{})
@@ -105,8 +127,8 @@ func TestBeginFinishDuplicate(t *testing.T) {
 	if r == nil || r.Status != StatusPending || r.Status.Final() || r.ID != "cmd-1" || !strings.Contains(r.Reason, "still running") {
 		t.Fatalf("a duplicate while running: %+v", r)
 	}
-	done := Result{ID: "cmd-1", Status: StatusDone, Value: c.Value, Readback: Number(42.5), At: t0.Add(3 * time.Second)}
-	finish(t, s, done)
+	finish(t, s, Result{ID: "cmd-1", Status: StatusDone, Readback: Number(42.5), At: t0.Add(3 * time.Second)})
+	done := Result{ID: "cmd-1", Status: StatusDone, Value: c.Value, Readback: Number(42.5), At: t0.Add(3 * time.Second)} // the value filled in
 	// A duplicate afterwards gets the first result, as it was.
 	r = begin(t, s, c, t0.Add(time.Minute))
 	if r == nil || string(r.JSON()) != string(done.JSON()) {
@@ -173,6 +195,7 @@ func TestRestartClosesRunningCommands(t *testing.T) {
 	if err := s.Verify(); err != nil {
 		t.Fatal(err)
 	}
+	consistent(t, s, buf)
 	// A third opening changes nothing more.
 	n := len(entries(t, buf))
 	openStore(t, buf, t0.Add(3*time.Minute), StoreOptions{})
@@ -254,6 +277,12 @@ func TestKeepWindow(t *testing.T) {
 	if r := begin(t, s, old, t0.Add(23*time.Hour)); r == nil || r.Status != StatusDone {
 		t.Fatalf("23 h later (Keep is at least a day): %+v", r)
 	}
+	// The duplicate that comes just past the window is answered, and its
+	// record kept until the next command: memory and file agree.
+	if r := begin(t, s, old, t0.Add(24*time.Hour+time.Minute)); r == nil || r.Status != StatusDone {
+		t.Fatalf("just past the window, still in memory: %+v", r)
+	}
+	consistent(t, s, buf)
 	count := func() int {
 		n := 0
 		_ = buf.ScanAux(prefixID, func(string, []byte) error { n++; return nil })
@@ -276,6 +305,7 @@ func TestKeepWindow(t *testing.T) {
 	if _, known := s.ids["cmd-future"]; known || count() != 2 {
 		t.Fatalf("35 h later: cmd-future known %v, %d records (want cmd-old's rejection and cmd-new)", known, count())
 	}
+	consistent(t, s, buf)
 }
 
 // TestSalvagedFileRefusesOlderCommands: salvage does not keep the aux
@@ -431,6 +461,14 @@ func TestAuditLog(t *testing.T) {
 	if e := es[2]; e.Kind != KindResult || e.Command == nil || e.Command.Actor != "ops:marker-1" || e.Result.Status != StatusDone {
 		t.Fatalf("entry 3: %+v", e)
 	}
+	// An entry marshals back to the bytes stored: the JSON that gateway
+	// audit -json prints is what the hashes cover.
+	for _, e := range es {
+		stored, _ := buf.Aux(auditKey(e.Seq))
+		if again, err := json.Marshal(e); err != nil || string(again) != string(stored) {
+			t.Fatalf("entry %d marshals to\n%s\nstored as\n%s", e.Seq, again, stored)
+		}
+	}
 	// Reading stops at fn's error.
 	stop, n := errors.New("stop"), 0
 	if err := ReadAudit(buf, func(AuditEntry) error { n++; return stop }); err != stop || n != 1 {
@@ -558,6 +596,31 @@ func TestAuditBound(t *testing.T) {
 	if err := s1.Verify(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRefused: a command refused before Begin is in the audit log, and its
+// id is not taken: the real command runs.
+func TestRefused(t *testing.T) {
+	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
+	s := openStore(t, buf, t0, StoreOptions{})
+	forged := command("cmd-1", t0)
+	forged.Value = Number(100)
+	if err := s.Refused(&forged, Result{ID: "cmd-1", Status: StatusRejected, Reason: "signature does not verify", At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Refused(nil, Result{Status: StatusRejected, Reason: "command: not JSON", At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if r := begin(t, s, command("cmd-1", t0), t0); r != nil {
+		t.Fatalf("the real command after a forgery with its id: %+v, want it run", r)
+	}
+	if got := strings.Join(kinds(entries(t, buf)), "|"); got != "start|refused cmd-1 rejected|refused  rejected|received cmd-1" {
+		t.Fatalf("audit log: %s", got)
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	consistent(t, s, buf)
 }
 
 // TestUnreadableRecord: an id record that does not read is kept as known

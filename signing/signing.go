@@ -120,12 +120,12 @@ func LoadPrivate(path string) (ed25519.PrivateKey, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("signing: private key %s is not a regular file", path)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("signing: private key %s is open to group or others (mode %04o): chmod 600 %s", path, perm, path)
-	}
 	seed, err := readKey(f, path, privateTag)
 	if err != nil {
-		return nil, err
+		return nil, err // not a private key file: its mode is no matter (a .pub given by mistake)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("signing: private key %s is open to group or others (mode %04o): chmod 600 %s", path, perm, path)
 	}
 	return ed25519.NewKeyFromSeed(seed), nil
 }

@@ -103,6 +103,11 @@ func TestLoadPrivateRefusesOpenModes(t *testing.T) {
 		}
 		noSecret(t, err, priv)
 	}
+	// A public key file given as the private key is named for what it is,
+	// whatever its mode.
+	if _, err := LoadPrivate(name + ".pub"); err == nil || !strings.Contains(err.Error(), "is a public key file") {
+		t.Fatalf("a .pub as the private key: %v", err)
+	}
 	if err := os.Chmod(name+".key", 0o400); err != nil {
 		t.Fatal(err)
 	}
