@@ -102,6 +102,17 @@ func actuators(t *testing.T, rtu bool, timeout time.Duration, faults ...emulator
 	return b
 }
 
+// waitForRequest waits until the device has received a request, and
+// reports whether it did within hangMargin (a liveness bound, not timing).
+func (b *emuBus) waitForRequest() bool {
+	for end := time.Now().Add(hangMargin); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if b.log.last() != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // write writes and checks that exactly pdu reached the device.
 func (b *emuBus) write(t *testing.T, slave, fc byte, addr, qty uint16, data, pdu []byte) {
 	t.Helper()
@@ -265,8 +276,8 @@ func TestWriteNotSent(t *testing.T) {
 	// Waiting for the bus behind a write whose reply takes 300 ms.
 	first := make(chan error, 1)
 	go func() { first <- b.c.Write(ctx, 1, 6, 0, 1, []byte{0, 7}) }()
-	for b.log.last() == "" {
-		time.Sleep(time.Millisecond)
+	if !b.waitForRequest() {
+		t.Fatal("the first write never reached the device")
 	}
 	wait, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	err := b.c.Write(wait, 1, 6, 0, 1, []byte{0, 8})
@@ -318,9 +329,7 @@ func TestWriteAbandonedIsUnsettled(t *testing.T) {
 			b := actuators(t, tr.rtu, 10*time.Second, emulator.Faults{DropWriteReplies: true})
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
-				for b.log.last() == "" {
-					time.Sleep(time.Millisecond)
-				}
+				b.waitForRequest()
 				cancel()
 			}()
 			err := b.c.Write(ctx, 1, 5, 0, 1, []byte{0xFF, 0})
