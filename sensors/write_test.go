@@ -103,7 +103,7 @@ func TestWriteTakesItsTurnBetweenPolls(t *testing.T) {
 		if got, _ := res.Readback.Float64(); got != v {
 			t.Fatalf("write %d: read back %v, wrote %v", i, res.Readback, v)
 		}
-		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		time.Sleep(10*time.Millisecond + time.Duration(i%5)*4*time.Millisecond)
 	}
 	cancel()
 	<-done

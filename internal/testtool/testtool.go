@@ -83,12 +83,31 @@ func RequirePython(t testing.TB, module, pkg string) string {
 // socat is stopped when the test ends.
 func PtyPair(t testing.TB) (a, b string) {
 	t.Helper()
+	return ptyPair(t, nil)
+}
+
+// PtyPairLogged is PtyPair with socat recording the line: every transfer,
+// as socat -x writes it ("> " for a→b, "< " for b→a, a timestamp, then the
+// bytes in hex), into the returned buffer.
+func PtyPairLogged(t testing.TB) (a, b string, log *SyncBuffer) {
+	t.Helper()
+	log = &SyncBuffer{}
+	a, b = ptyPair(t, log)
+	return a, b, log
+}
+
+func ptyPair(t testing.TB, record *SyncBuffer) (a, b string) {
+	t.Helper()
 	socat := Require(t, "socat", "socat")
 	dir := t.TempDir()
 	a, b = filepath.Join(dir, "ptyA"), filepath.Join(dir, "ptyB")
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, socat, "-d", "-d",
-		"pty,raw,echo=0,link="+a, "pty,raw,echo=0,link="+b)
+	args := []string{"-d", "-d"}
+	if record != nil {
+		args = append(args, "-x")
+	}
+	args = append(args, "pty,raw,echo=0,link="+a, "pty,raw,echo=0,link="+b)
+	cmd := exec.CommandContext(ctx, socat, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		cancel()
@@ -105,6 +124,9 @@ func PtyPair(t testing.TB) (a, b string) {
 		sc := bufio.NewScanner(stderr)
 		n := 0
 		for sc.Scan() {
+			if record != nil {
+				_, _ = record.Write([]byte(sc.Text() + "\n"))
+			}
 			if strings.Contains(sc.Text(), "starting data transfer loop") {
 				n++
 				if n == 1 {
