@@ -12,6 +12,7 @@ import (
 
 	"fieldlink/buffer"
 	"fieldlink/config"
+	"fieldlink/downlink"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/selector"
@@ -69,6 +70,9 @@ type Agent struct {
 
 	failed     chan struct{} // closed when the buffer fails for good
 	failedOnce sync.Once
+
+	commands    *downlink.Engine // nil without a buffer (no uplink)
+	stopControl func()           // the control socket of gateway write
 }
 
 // parts are the gateway's parts in force; a reload replaces the value.
@@ -98,7 +102,13 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			site.Close()
 			return nil, err
 		}
-		if p.up, err = startUplink(c, g.q, g.log); err != nil {
+		if err := g.startDownlink(c); err != nil {
+			site.Close()
+			_ = g.q.Close()
+			return nil, err
+		}
+		g.cur.Store(p) // the downlink's commands reach the site through it
+		if p.up, err = startUplink(c, g.q, g.onCommand(c), g.log); err != nil {
 			site.Close()
 			_ = g.q.Close()
 			return nil, err
@@ -187,11 +197,16 @@ func (g *Agent) Stop() error {
 	g.stopAll()
 	g.stopPolling()
 	p := g.cur.Load()
-	if g.in != nil {
-		g.in.Close()
+	// Commands end first (the control socket, then the upstreams that
+	// bring them), so that each leaves its record in the buffer.
+	if g.stopControl != nil {
+		g.stopControl()
 	}
 	if p.up != nil {
 		p.up.stop()
+	}
+	if g.in != nil {
+		g.in.Close()
 	}
 	p.site.Close()
 	if g.q != nil {
@@ -251,6 +266,15 @@ func (g *Agent) Sources() metrics.Sources {
 		return src
 	}
 	src.Buffer = func() (buffer.Stats, bool) { return g.q.Stats(), true }
+	if e := g.commands; e != nil {
+		src.Commands = func() map[string]uint64 {
+			out := map[string]uint64{}
+			for st, n := range e.Counts() {
+				out[string(st)] = n
+			}
+			return out
+		}
+	}
 	src.Delivery = g.Delivery
 	src.Upstreams = g.Upstreams
 	src.Selector = func() string { return g.Config().Uplink.Selector }
@@ -289,6 +313,13 @@ func (g *Agent) Reload(c *config.Config) error {
 	d := config.Diff(old.cfg, c)
 	if len(d.Restart) > 0 {
 		return fmt.Errorf("%w; changed: %s", ErrRestartNeeded, strings.Join(d.Restart, ", "))
+	}
+	// The downlink's keys are read first: a reload that cannot read them
+	// changes nothing.
+	if g.commands != nil {
+		if err := g.configureDownlink(c); err != nil {
+			return err
+		}
 	}
 	doSensors := d.Sensors || g.sensorsDown
 	doUplink := g.q != nil && (d.Uplink || g.uplinkDown || secretsDigest(c) != g.secrets)
@@ -331,10 +362,10 @@ func (g *Agent) Reload(c *config.Config) error {
 		if old.up != nil {
 			old.up.stop()
 		}
-		up, err := startUplink(c, g.q, g.log)
+		up, err := startUplink(c, g.q, g.onCommand(c), g.log)
 		if err != nil {
 			log.Error("new uplink cannot start; the previous uplink is restored", "err", err)
-			if up, err = startUplink(old.cfg, g.q, g.log); err != nil {
+			if up, err = startUplink(old.cfg, g.q, g.onCommand(old.cfg), g.log); err != nil {
 				log.Error("the previous uplink cannot restart either; packets wait in the buffer until the next reload", "err", err)
 			}
 			// What runs is the old uplink (or none): keep the old uplink

@@ -47,7 +47,9 @@ func Strategy(u *config.Uplink) (selector.Strategy, error) {
 }
 
 // startUplink connects c's upstreams and starts delivering from q.
-func startUplink(c *config.Config, q *buffer.Buffer, log *slog.Logger) (*uplinkSide, error) {
+// onCommand, when set, gets the downlink's commands from every MQTT
+// upstream.
+func startUplink(c *config.Config, q *buffer.Buffer, onCommand func([]byte), log *slog.Logger) (*uplinkSide, error) {
 	u := c.Uplink
 	strat, err := Strategy(u)
 	if err != nil {
@@ -55,10 +57,15 @@ func startUplink(c *config.Config, q *buffer.Buffer, log *slog.Logger) (*uplinkS
 	}
 	s := &uplinkSide{cfg: c, table: selector.NewTable(selector.Options{}), strat: strat, log: log}
 	s.delivery = uplink.NewDelivery(q, s.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery"), DeadLetters: q})
+	var cmdTopic string
+	if onCommand != nil {
+		cmdTopic = c.Downlink.Topic
+	}
 	s.pool = uplink.NewPool(uplink.PoolConfig{
+		CommandTopic: cmdTopic, OnCommand: onCommand,
 		Table: s.table, Delivery: s.delivery, Window: u.Window, Batch: u.Batch,
 		ProbeInterval: u.Probe.Interval, ProbeTimeout: u.Probe.Timeout,
-		Vars:      map[string]string{"site": c.Site.ID, "gateway": c.Gateway.ID},
+		Vars:      topicVars(c),
 		GatewayID: c.Gateway.ID, Epoch: q.Epoch(), Logger: log,
 	})
 	for i, cu := range u.Upstreams {
@@ -85,6 +92,11 @@ func startUplink(c *config.Config, q *buffer.Buffer, log *slog.Logger) (*uplinkS
 	}
 	s.dwg.Go(func() { s.delivery.Run(ctx) })
 	return s, nil
+}
+
+// topicVars are the MQTT topic variables a site fixes.
+func topicVars(c *config.Config) map[string]string {
+	return map[string]string{"site": c.Site.ID, "gateway": c.Gateway.ID}
 }
 
 // stop ends the delivery loop (sends in flight are acked or released to

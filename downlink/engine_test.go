@@ -21,7 +21,7 @@ import (
 // in-memory ledger; the agent's tests run the same commands against the
 // emulator and pymodbus over a real buffer file.
 
-var t0 = time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+var e0 = time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 
 const engineSite = `site: {id: "001"}
 gateway: {id: gw-01}
@@ -76,9 +76,10 @@ func (s *fakeSite) Latest(device, point string, now time.Time) (sensors.Point, b
 }
 
 type memLedger struct {
-	mu   sync.Mutex
-	seen map[string]*Result
-	log  []Result
+	mu      sync.Mutex
+	seen    map[string]*Result
+	log     []Result
+	refused []Result
 }
 
 func (l *memLedger) Begin(cmd Command, now time.Time) (*Result, error) {
@@ -89,6 +90,13 @@ func (l *memLedger) Begin(cmd Command, now time.Time) (*Result, error) {
 	}
 	l.seen[cmd.ID] = &Result{ID: cmd.ID, Status: StatusPending}
 	return nil, nil
+}
+
+func (l *memLedger) Refused(cmd *Command, res Result) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refused = append(l.refused, res)
+	return nil
 }
 
 func (l *memLedger) Finish(res Result) error {
@@ -114,8 +122,8 @@ func newRig(t *testing.T, keys ...ed25519.PublicKey) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{site: &fakeSite{latest: map[string]sensors.Point{}}, ledger: &memLedger{seen: map[string]*Result{}}, now: t0}
-	r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: t0.Add(-2 * time.Second), Quality: sensors.Good}
+	r := &rig{site: &fakeSite{latest: map[string]sensors.Point{}}, ledger: &memLedger{seen: map[string]*Result{}}, now: e0}
+	r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: e0.Add(-2 * time.Second), Quality: sensors.Good}
 	r.e = NewEngine(c, Options{
 		Site: r.site, Ledger: r.ledger, Keys: keys,
 		Errors:  Errors{Refused: func(err error) bool { return errors.Is(err, errRefused) }},
@@ -139,44 +147,44 @@ func TestEngineRules(t *testing.T) {
 		reason  string
 		written string // the write the site saw, "" for none
 	}{
-		{name: "done after a matching read-back", cmd: cmdJSON("c1", "Setpoint", "42.5", t0),
+		{name: "done after a matching read-back", cmd: cmdJSON("c1", "Setpoint", "42.5", e0),
 			setup: func(r *rig) { r.site.out = sensors.WriteResult{Readback: packet.Float(42.5, 1)} }, status: StatusDone, written: "valve-1.Setpoint=42.5"},
-		{name: "coil false is written", cmd: cmdJSON("c2", "ValveOpen", "false", t0),
+		{name: "coil false is written", cmd: cmdJSON("c2", "ValveOpen", "false", e0),
 			setup: func(r *rig) { r.site.out = sensors.WriteResult{Readback: packet.Bool(false)} }, status: StatusDone, written: "valve-1.ValveOpen=0"},
-		{name: "clamped by the device", cmd: cmdJSON("c3", "Setpoint", "42.5", t0),
+		{name: "clamped by the device", cmd: cmdJSON("c3", "Setpoint", "42.5", e0),
 			setup: func(r *rig) { r.site.out = sensors.WriteResult{Readback: packet.Float(40, 1)} }, status: StatusFailed, reason: "reads back 40.0, not 42.5", written: "valve-1.Setpoint=42.5"},
-		{name: "refused by the device", cmd: cmdJSON("c4", "ValveOpen", "true", t0),
+		{name: "refused by the device", cmd: cmdJSON("c4", "ValveOpen", "true", e0),
 			setup:  func(r *rig) { r.site.out = sensors.WriteResult{Err: errRefused, Readback: packet.Bool(false)} },
 			status: StatusFailed, reason: "refused", written: "valve-1.ValveOpen=1"},
-		{name: "lost reply settled by read-back", cmd: cmdJSON("c5", "ValveOpen", "true", t0),
+		{name: "lost reply settled by read-back", cmd: cmdJSON("c5", "ValveOpen", "true", e0),
 			setup:  func(r *rig) { r.site.out = sensors.WriteResult{Err: errLost, Readback: packet.Bool(true)} },
 			status: StatusDone, reason: "settled by reading", written: "valve-1.ValveOpen=1"},
-		{name: "lost reply not settled, not idempotent: written once", cmd: cmdJSON("c6", "FlowTotal", "0", t0),
+		{name: "lost reply not settled, not idempotent: written once", cmd: cmdJSON("c6", "FlowTotal", "0", e0),
 			setup:  func(r *rig) { r.site.out = sensors.WriteResult{Err: errLost, Readback: packet.Int(1500)} },
 			status: StatusUnknownOutcome, reason: "reads back 1500", written: "valve-1.FlowTotal=0"},
-		{name: "lost reply, idempotent: retried", cmd: cmdJSON("c7", "Setpoint", "50", t0),
+		{name: "lost reply, idempotent: retried", cmd: cmdJSON("c7", "Setpoint", "50", e0),
 			setup:  func(r *rig) { r.site.failures = 2; r.site.out = sensors.WriteResult{Readback: packet.Float(50, 1)} },
 			status: StatusDone, written: "valve-1.Setpoint=50 valve-1.Setpoint=50 valve-1.Setpoint=50"},
 		{name: "expired", cmd: `{"id":"c8","device":"valve-1","point":"ValveOpen","value":true,"issued_at":"2026-12-02T07:59:50Z","expires_at":"2026-12-02T07:59:59Z"}`,
 			status: StatusExpired, reason: "expired at"},
-		{name: "older than max_age", cmd: cmdJSON("c9", "ValveOpen", "true", t0.Add(-2*time.Minute)), status: StatusExpired, reason: "more than max_age 1m0s"},
-		{name: "from the future", cmd: cmdJSON("c10", "ValveOpen", "true", t0.Add(time.Hour)), status: StatusRejected, reason: "ahead of the gateway's clock"},
-		{name: "point not writable here", cmd: cmdJSON("c11", "PressureLimit", "3", t0), status: StatusRejected, reason: "not writable on this gateway"},
-		{name: "above max", cmd: cmdJSON("c12", "Setpoint", "101", t0), status: StatusRejected, reason: "above max 100"},
-		{name: "off step", cmd: cmdJSON("c13", "Setpoint", "42.25", t0), status: StatusRejected, reason: "whole number of steps of 0.5"},
-		{name: "bool to a number", cmd: cmdJSON("c14", "Setpoint", "true", t0), status: StatusRejected, reason: "takes a number"},
-		{name: "number to a coil", cmd: cmdJSON("c15", "ValveOpen", "1", t0), status: StatusRejected, reason: "takes true or false"},
-		{name: "interlock reading stale", cmd: cmdJSON("c16", "Setpoint", "10", t0),
+		{name: "older than max_age", cmd: cmdJSON("c9", "ValveOpen", "true", e0.Add(-2*time.Minute)), status: StatusExpired, reason: "more than max_age 1m0s"},
+		{name: "from the future", cmd: cmdJSON("c10", "ValveOpen", "true", e0.Add(time.Hour)), status: StatusRejected, reason: "ahead of the gateway's clock"},
+		{name: "point not writable here", cmd: cmdJSON("c11", "PressureLimit", "3", e0), status: StatusRejected, reason: "not writable on this gateway"},
+		{name: "above max", cmd: cmdJSON("c12", "Setpoint", "101", e0), status: StatusRejected, reason: "above max 100"},
+		{name: "off step", cmd: cmdJSON("c13", "Setpoint", "42.25", e0), status: StatusRejected, reason: "whole number of steps of 0.5"},
+		{name: "bool to a number", cmd: cmdJSON("c14", "Setpoint", "true", e0), status: StatusRejected, reason: "takes a number"},
+		{name: "number to a coil", cmd: cmdJSON("c15", "ValveOpen", "1", e0), status: StatusRejected, reason: "takes true or false"},
+		{name: "interlock reading stale", cmd: cmdJSON("c16", "Setpoint", "10", e0),
 			setup: func(r *rig) {
-				r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: t0.Add(-time.Minute), Quality: sensors.Stale}
+				r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: e0.Add(-time.Minute), Quality: sensors.Stale}
 			}, status: StatusRejected, reason: "too old to rely on"},
-		{name: "interlock reading absent", cmd: cmdJSON("c17", "Setpoint", "10", t0),
+		{name: "interlock reading absent", cmd: cmdJSON("c17", "Setpoint", "10", e0),
 			setup: func(r *rig) { delete(r.site.latest, "th-1.Temperature") }, status: StatusRejected, reason: "has no reading"},
-		{name: "interlock condition false", cmd: cmdJSON("c18", "Setpoint", "10", t0),
+		{name: "interlock condition false", cmd: cmdJSON("c18", "Setpoint", "10", e0),
 			setup: func(r *rig) {
-				r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(0.1, 1), At: t0, Quality: sensors.Good}
+				r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(0.1, 1), At: e0, Quality: sensors.Good}
 			}, status: StatusRejected, reason: "not above 0.2"},
-		{name: "value the register cannot hold", cmd: cmdJSON("c19", "FlowTotal", "1e12", t0),
+		{name: "value the register cannot hold", cmd: cmdJSON("c19", "FlowTotal", "1e12", e0),
 			setup: func(r *rig) { r.site.err = fmt.Errorf("x: %w", profile.ErrNotWritable) }, status: StatusRejected, reason: "cannot be written", written: "valve-1.FlowTotal=1e+12"},
 		{name: "not parseable", cmd: `{"id":"c20","device":"valve-1"}`, status: StatusRejected, reason: "point"},
 	} {
@@ -215,7 +223,7 @@ func TestEngineRules(t *testing.T) {
 func TestEngineRunsAnIDOnce(t *testing.T) {
 	r := newRig(t)
 	r.site.out = sensors.WriteResult{Readback: packet.Bool(true)}
-	c := cmdJSON("dup", "ValveOpen", "true", t0)
+	c := cmdJSON("dup", "ValveOpen", "true", e0)
 	first := r.e.Handle(context.Background(), []byte(c))
 	second := r.e.Handle(context.Background(), []byte(c))
 	if len(r.site.writes) != 1 || first.Status != StatusDone || second != first {
@@ -233,7 +241,7 @@ func TestEngineSignedMode(t *testing.T) {
 	_, other, _ := ed25519.GenerateKey(nil)
 	r := newRig(t, pub)
 	r.site.out = sensors.WriteResult{Readback: packet.Bool(true)}
-	unsigned := cmdJSON("s1", "ValveOpen", "true", t0)
+	unsigned := cmdJSON("s1", "ValveOpen", "true", e0)
 	cmd, err := ParseCommand([]byte(unsigned))
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +257,9 @@ func TestEngineSignedMode(t *testing.T) {
 	}
 	if len(r.site.writes) != 0 {
 		t.Fatalf("rejected commands wrote %v", r.site.writes)
+	}
+	if len(r.ledger.refused) != 3 || len(r.ledger.seen) != 0 {
+		t.Fatalf("audited %d refusals and kept %d ids; want 3 refusals and no id taken", len(r.ledger.refused), len(r.ledger.seen))
 	}
 	if res := r.e.Handle(context.Background(), Sign(cmd, priv).JSON()); res.Status != StatusDone {
 		t.Errorf("signed: %+v, want done", res)

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	gm "github.com/goburrow/modbus"
+
+	"fieldlink/buffer"
+	"fieldlink/config"
+	"fieldlink/downlink"
+	"fieldlink/packet"
+	"fieldlink/sensors"
+	"fieldlink/sensors/modbus"
+	"fieldlink/signing"
+	"fieldlink/uplink"
+)
+
+// commandErrors tell the engine what a Modbus write error means.
+var commandErrors = downlink.Errors{
+	Refused: func(err error) bool {
+		var e *gm.ModbusError
+		return errors.As(err, &e)
+	},
+	NotSent: func(err error) bool { return errors.Is(err, modbus.ErrNotSent) },
+}
+
+// resultTimeout bounds publishing one result.
+const resultTimeout = 10 * time.Second
+
+// liveSite is the sensors side in force, whichever a reload made it.
+type liveSite struct{ g *Agent }
+
+func (s liveSite) Write(ctx context.Context, device, point string, v float64) (sensors.WriteResult, error) {
+	return s.g.Site().Write(ctx, device, point, v)
+}
+
+func (s liveSite) Latest(device, point string, now time.Time) (sensors.Point, bool) {
+	return s.g.Site().Latest(device, point, now)
+}
+
+// startDownlink opens the command ledger in the buffer file, the engine
+// that runs commands and the control socket of gateway write. The uplink
+// subscribes to the command topic when the downlink is enabled.
+func (g *Agent) startDownlink(c *config.Config) error {
+	store, err := downlink.OpenStore(g.q, downlink.StoreOptions{})
+	if err != nil {
+		return fmt.Errorf("downlink: %w", err)
+	}
+	g.commands = downlink.NewEngine(c, downlink.Options{
+		Site: liveSite{g}, Ledger: store, Errors: commandErrors,
+		Emit: g.emitCommand, Publish: g.publishResult,
+		Log: g.log.With("component", "downlink"),
+	})
+	if err := g.configureDownlink(c); err != nil {
+		return err
+	}
+	stop, err := serveControl(ControlPath(c), g.commands, g.log.With("component", "control"))
+	if err != nil {
+		// gateway write then goes straight to the bus, which the daemon
+		// holds: say why it cannot.
+		g.log.Error("gateway write cannot reach this daemon", "err", err)
+		stop = func() {}
+	}
+	g.stopControl = stop
+	return nil
+}
+
+// configureDownlink applies c's writable points and keys to the engine.
+func (g *Agent) configureDownlink(c *config.Config) error {
+	paths := make([]string, len(c.Downlink.Keys))
+	for i, k := range c.Downlink.Keys {
+		paths[i] = c.Rel(k)
+	}
+	keys, err := signing.LoadPublicKeys(paths)
+	if err != nil {
+		return fmt.Errorf("downlink.keys: %w", err)
+	}
+	g.commands.Configure(c, keys)
+	return nil
+}
+
+// onCommand is what the MQTT upstreams hand a command to; nil unless the
+// downlink is enabled.
+func (g *Agent) onCommand(c *config.Config) func([]byte) {
+	if g.commands == nil || !c.Downlink.Enabled {
+		return nil
+	}
+	return func(payload []byte) { g.commands.Handle(context.Background(), payload) }
+}
+
+// emitCommand stores a command's record like a polled packet.
+func (g *Agent) emitCommand(p *packet.Packet) {
+	g.Site().Stamp(p)
+	g.emit(p)
+}
+
+// publishResult sends a result on every connected MQTT upstream.
+func (g *Agent) publishResult(r downlink.Result) {
+	up := g.cur.Load().up
+	if up == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resultTimeout)
+	defer cancel()
+	c := g.Config()
+	topic, err := uplink.ExpandTopic(c.Downlink.ResultTopic, topicVars(c))
+	if err != nil {
+		g.log.Error("command result not published: downlink.result_topic", "err", err)
+		return
+	}
+	if n, err := up.pool.PublishAll(ctx, topic, r.JSON()); n == 0 {
+		g.log.Warn("command result not published: no MQTT upstream took it (the Command packet in the buffer still carries it)", "id", r.ID, "err", err)
+	}
+}
+
+// Commands is the downlink's engine; nil when the downlink is off.
+func (g *Agent) Commands() *downlink.Engine { return g.commands }
+
+// WriteOnce runs one local command on a site that is not running (gateway
+// write without a daemon), with the buffer file's ledger; the command's
+// record is stored in q for the daemon to deliver.
+func WriteOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Site, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
+	store, err := downlink.OpenStore(q, downlink.StoreOptions{})
+	if err != nil {
+		return downlink.Result{}, fmt.Errorf("downlink: %w", err)
+	}
+	// Issued now, after the store opened: a store opened for the first
+	// time vouches only for commands issued since.
+	cmd.IssuedAt = downlink.NewTimestamp(time.Now())
+	var stored error
+	e := downlink.NewEngine(c, downlink.Options{
+		Site: site, Ledger: store, Errors: commandErrors, Log: log,
+		Emit: func(p *packet.Packet) {
+			site.Stamp(p)
+			_, stored = q.Append(ctx, p)
+		},
+	})
+	res := e.RunLocal(ctx, cmd)
+	if stored != nil {
+		log.Error("the command's record was not stored in the buffer", "err", stored)
+	}
+	return res, nil
+}
