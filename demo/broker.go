@@ -87,6 +87,8 @@ type demoServer interface {
 	addr() string
 	// publishRetained publishes as the broker itself, retained.
 	publishRetained(topic string, payload []byte) error
+	// publish publishes as a client of the broker would (the platform).
+	publish(topic string, payload []byte) error
 	// clients is how many clients are connected.
 	clients() int
 	close()

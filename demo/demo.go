@@ -23,9 +23,11 @@ import (
 
 	"fieldlink/agent"
 	"fieldlink/config"
+	"fieldlink/downlink"
 	"fieldlink/packet"
 	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
+	"fieldlink/uplink"
 )
 
 // The demo's two sites; {{ADDR}} stands for the emulator's address,
@@ -54,6 +56,7 @@ var (
 		{4, "generic-tipping-bucket-rain", emulator.Faults{Turnaround: 5 * time.Millisecond}, 0},
 		{5, "sensecap-s-soil-mtec-02", emulator.Faults{Turnaround: 5 * time.Millisecond}, 0},
 		{6, "dfrobot-sen0644", emulator.Faults{Turnaround: 5 * time.Millisecond}, 0},
+		{7, "generic-irrigation-valve", emulator.Faults{Turnaround: 5 * time.Millisecond}, 0},
 	}
 	demoMine = []demoDevice{
 		{1, "generic-mine-methane", emulator.Faults{Turnaround: 10 * time.Millisecond}, 0.5},
@@ -138,10 +141,13 @@ type demoRun struct {
 	events   []string // for the summary
 	stopping bool
 
+	commands int // sent so far; the scenario's goroutine's own
+
 	// The view's goroutine's own.
 	lastTick      time.Time
 	lastDelivered []uint64
 	lastLinks     []int // -1: not seen yet
+	lastResults   int   // command results already told
 }
 
 // event tells what the demo does or sees, above the live view, and keeps it
@@ -184,12 +190,65 @@ func (r *demoRun) scenario(period time.Duration) []demoStep {
 			}
 		}})
 	}
+	// The platform opens the valve, through two brokers at once (it runs
+	// once), and closes it again later.
+	steps = append(steps,
+		demoStep{period / 6, func() { r.command(true) }},
+		demoStep{period * 6 / 10, func() { r.command(false) }})
+	slices.SortStableFunc(steps, func(a, b demoStep) int { return int(a.at - b.at) })
 	steps = append(steps, demoStep{back, func() {
 		if r.up(b2) {
 			r.event("%s is back up: the gateway reconnects after its backoff, which grew during the outage", b2.name)
 		}
 	}})
 	return steps
+}
+
+// command publishes, as the platform, a command that opens or closes the
+// farm's valve, through every broker that is up: the gateway runs it once.
+// Commands are never queued, so a platform that sees no result (the
+// gateway was reconnecting) sends the same command again, as platforms do:
+// the id keeps it from running twice.
+func (r *demoRun) command(open bool) {
+	farm := r.sites[0]
+	r.commands++
+	cmd := downlink.Command{
+		ID: fmt.Sprintf("demo-%d", r.commands), Device: "valve-1", Point: "ValveOpen", Value: downlink.Bool(open),
+		IssuedAt: downlink.NewTimestamp(time.Now()), Actor: "platform:demo",
+	}
+	topic, err := uplink.ExpandTopic(farm.cfg.Downlink.Topic, map[string]string{"site": farm.cfg.Site.ID, "gateway": farm.cfg.Gateway.ID})
+	if err != nil {
+		r.event("cannot send a command: %v", err)
+		return
+	}
+	what := "close"
+	if open {
+		what = "open"
+	}
+	for try := 1; try <= 4; try++ {
+		var names []string
+		for _, b := range r.brokers {
+			if b.relay.isUp() && b.srv.publish(topic, cmd.JSON()) == nil {
+				names = append(names, b.name)
+			}
+		}
+		again := ""
+		if try > 1 {
+			again = " again, no result seen yet"
+		}
+		r.event("platform: %s valve-1 (command %s%s, sent through %s: it runs once)", what, cmd.ID, again, strings.Join(names, ", "))
+		deadline := time.Now().Add(time.Second)
+		for time.Now().Before(deadline) {
+			if e := farm.g.Commands(); e != nil {
+				for _, res := range e.Recent() {
+					if res.ID == cmd.ID {
+						return
+					}
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // up brings brokers back; it reports whether all came.

@@ -59,7 +59,9 @@ func TestDemoDeliversEveryPacketThroughOutages(t *testing.T) {
 		t.Fatalf("packets by id field: %v\n%s", ids, log)
 	}
 
-	for _, want := range []string{"outage: broker-2 goes down", "outage: broker-1 and broker-3 go down too", "broker-2 is back up", "HEALTH", "ch4-1"} {
+	for _, want := range []string{"outage: broker-2 goes down", "outage: broker-1 and broker-3 go down too", "broker-2 is back up", "HEALTH", "ch4-1",
+		"platform: open valve-1 (command demo-1, sent through broker-1, broker-2, broker-3", "valve-1: command demo-1 done, read back true",
+		"platform: close valve-1 (command demo-2", "valve-1: command demo-2 done, read back false", "VALVE valve-1: OPEN"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("no %q in the log:\n%s", want, log)
 		}

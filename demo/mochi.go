@@ -50,6 +50,10 @@ func (s *mochiServer) publishRetained(topic string, payload []byte) error {
 	return s.srv.Publish(topic, payload, true, 0)
 }
 
+func (s *mochiServer) publish(topic string, payload []byte) error {
+	return s.srv.Publish(topic, payload, false, 1)
+}
+
 func (s *mochiServer) clients() int {
 	return int(atomic.LoadInt64(&s.srv.Info.ClientsConnected))
 }

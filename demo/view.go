@@ -226,8 +226,44 @@ func (r *demoRun) tick(now time.Time) {
 			ds.Delivered, ok, deg, off)
 	}
 	_ = tw.Flush()
+	r.valve(&b, now)
 	r.links(ups)
 	r.scr.show(b.Bytes())
+}
+
+// valve shows the farm's valve as last read and tells each command result
+// as an event.
+func (r *demoRun) valve(b *bytes.Buffer, now time.Time) {
+	g := r.sites[0].g
+	e := g.Commands()
+	if e == nil {
+		return
+	}
+	state := "not read yet"
+	if p, ok := g.Site().Latest("valve-1", "ValveOpen", now); ok && !p.At.IsZero() {
+		state = "closed"
+		if p.Value.String() == "True" {
+			state = "OPEN"
+		}
+		state += fmt.Sprintf(" (%s, read %s ago)", p.Quality, demoSecs(now.Sub(p.At)))
+	}
+	recent := e.Recent()
+	last := "no command yet"
+	if n := len(recent); n > 0 {
+		last = fmt.Sprintf("last command %s: %s", recent[n-1].ID, recent[n-1].Status)
+	}
+	fmt.Fprintf(b, "VALVE valve-1: %s; %s\n", state, last)
+	for _, res := range recent[min(r.lastResults, len(recent)):] {
+		msg := fmt.Sprintf("valve-1: command %s %s", res.ID, res.Status)
+		if !res.Readback.IsZero() {
+			msg += ", read back " + res.Readback.String()
+		}
+		if res.Reason != "" {
+			msg += " (" + res.Reason + ")"
+		}
+		r.event("%s", msg)
+	}
+	r.lastResults = len(recent)
 }
 
 // links turns changes in how many sites are connected to a broker into
