@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -169,13 +168,4 @@ func bufferedLine(t *testing.T) (master, slave pipeLink) {
 		t.Fatal(err)
 	}
 	return pipeLink{r: r1, w: w2}, pipeLink{r: r2, w: w1}
-}
-
-// tWriter writes a child process's output into the test's own output.
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }

@@ -6,11 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,68 +44,6 @@ func pyModel(slave, fc byte, addr, qty uint16) []byte {
 		}
 		return out
 	}
-}
-
-// pyServer is a running pymodbus_server.py.
-type pyServer struct {
-	cancel context.CancelFunc
-	exited chan struct{} // closed when the process has been reaped
-}
-
-// readyWriter closes ready when the line READY has been written to it.
-type readyWriter struct {
-	mu    sync.Mutex
-	buf   []byte
-	ready chan struct{}
-}
-
-func (w *readyWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	if w.ready != nil && bytes.Contains(w.buf, []byte("READY\n")) {
-		close(w.ready)
-		w.ready = nil
-	}
-	return len(p), nil
-}
-
-// startPymodbus runs the script with args and waits for its READY line.
-func startPymodbus(t *testing.T, args ...string) *pyServer {
-	t.Helper()
-	py := testtool.RequirePython(t, "pymodbus", "python3-pymodbus")
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, py, append([]string{"testdata/pymodbus_server.py"}, args...)...)
-	ready := make(chan struct{})
-	cmd.Stdout = &readyWriter{ready: ready}
-	cmd.Stderr = tWriter{t}
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatalf("start pymodbus: %v", err)
-	}
-	s := &pyServer{cancel: cancel, exited: make(chan struct{})}
-	var waitErr error
-	go func() {
-		waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	t.Cleanup(s.kill)
-	select {
-	case <-ready:
-	case <-s.exited:
-		t.Fatalf("pymodbus_server.py %s exited before READY: %v", strings.Join(args, " "), waitErr)
-	case <-time.After(15 * time.Second):
-		t.Fatalf("pymodbus_server.py %s not READY within 15s", strings.Join(args, " "))
-	}
-	return s
-}
-
-// kill kills the server process (SIGKILL), as a device losing power, and
-// waits until the kernel has reaped it: until then its listening socket may
-// still accept connections.
-func (s *pyServer) kill() {
-	s.cancel()
-	<-s.exited
 }
 
 // checkPymodbusReads runs the reads both transports must get right.
@@ -230,7 +165,7 @@ func TestPymodbusRTU(t *testing.T) {
 	testtool.RequirePython(t, "pymodbus", "python3-pymodbus")
 	testtool.RequirePython(t, "serial_asyncio", "python3-serial-asyncio")
 	ours, theirs := testtool.PtyPair(t)
-	srv := startPymodbus(t, "--rtu", theirs, "--baud", "19200")
+	srv := testtool.StartPymodbus(t, "testdata/pymodbus_server.py", "--rtu", theirs, "--baud", "19200")
 	const timeout = 300 * time.Millisecond
 	c, err := Open("rtu://"+ours+"?baud=19200", Options{Timeout: timeout, Logger: testtool.Logger(t)})
 	if err != nil {
@@ -250,7 +185,7 @@ func TestPymodbusRTU(t *testing.T) {
 	}
 
 	// The device dies; the line stays (socat keeps the pty open).
-	srv.kill()
+	srv.Kill()
 	_, err = c.Read(context.Background(), 1, 3, 0, 1)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("dead device: got %v, want ErrTimeout", err)
@@ -273,7 +208,7 @@ func TestPymodbusTCP(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	srv := startPymodbus(t, "--tcp", strconv.Itoa(port))
+	srv := testtool.StartPymodbus(t, "testdata/pymodbus_server.py", "--tcp", strconv.Itoa(port))
 	const timeout = 300 * time.Millisecond
 	c, err := Open("tcp://127.0.0.1:"+strconv.Itoa(port), Options{Timeout: timeout, Logger: testtool.Logger(t)})
 	if err != nil {
@@ -289,7 +224,7 @@ func TestPymodbusTCP(t *testing.T) {
 
 	// The device dies: the open connection fails (reset or EOF; a timeout
 	// at worst), then redialing is refused.
-	srv.kill()
+	srv.Kill()
 	_, err = c.Read(context.Background(), 1, 3, 0, 1)
 	if err == nil {
 		t.Fatal("read from a killed server succeeded")
