@@ -140,7 +140,7 @@ func (e *Engine) Handle(ctx context.Context, payload []byte) Result {
 	if err != nil {
 		// Without a valid command there is no id to keep: answer and log.
 		res := Result{ID: idOf(payload), Status: StatusRejected, Reason: err.Error(), At: now}
-		e.refused(nil, res)
+		e.refused(nil, res, false)
 		return res
 	}
 	return e.Run(ctx, cmd)
@@ -162,19 +162,27 @@ func (e *Engine) run1(ctx context.Context, cmd Command, local bool) Result {
 		// the id of a real one.
 		if err := cmd.Verify(e.opt.Keys); err != nil {
 			res := Result{ID: cmd.ID, Status: StatusRejected, Reason: err.Error(), Value: cmd.Value, At: now}
-			e.refused(&cmd, res)
+			e.refused(&cmd, res, false) // no packet: forgeries must not fill the buffer
 			return res
 		}
+	}
+	// Too late or too early: never run, whether seen before or not, so
+	// the id need not be kept.
+	if st, why := e.untimely(cmd, now); st != "" {
+		e.refused(&cmd, Result{ID: cmd.ID, Status: st, Reason: why, Value: cmd.Value, At: now}, true)
+		return Result{ID: cmd.ID, Status: st, Reason: why, Value: cmd.Value, At: now}
 	}
 	prior, err := e.opt.Ledger.Begin(cmd, now)
 	if err != nil {
 		// Cannot promise "at most once": do not run it.
 		res := Result{ID: cmd.ID, Status: StatusRejected, Reason: "cannot record the command id: " + err.Error(), Value: cmd.Value, At: now}
-		e.refused(&cmd, res)
+		e.refused(&cmd, res, true)
 		return res
 	}
 	if prior != nil {
-		e.opt.Log.Info("duplicate command: answered with its first result, not run again", "id", cmd.ID, "status", prior.Status)
+		// A duplicate (its first result, or pending while it runs), or a
+		// command the ledger cannot vouch for.
+		e.opt.Log.Info("command not run: answered from the command ledger", "id", cmd.ID, "status", prior.Status, "reason", prior.Reason)
 		if e.opt.Publish != nil {
 			e.opt.Publish(*prior)
 		}
@@ -194,15 +202,6 @@ func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result
 	end := func(st Status, format string, a ...any) Result {
 		res.Status, res.Reason, res.At = st, fmt.Sprintf(format, a...), e.opt.Now()
 		return res
-	}
-	issued := cmd.IssuedAt.Time()
-	switch {
-	case !cmd.ExpiresAt.IsZero() && !now.Before(cmd.ExpiresAt.Time()):
-		return end(StatusExpired, "expired at %s", cmd.ExpiresAt)
-	case now.Sub(issued) > e.maxAge:
-		return end(StatusExpired, "issued %s ago, more than max_age %v", now.Sub(issued).Round(time.Second), e.maxAge)
-	case issued.Sub(now) > FutureSkew:
-		return end(StatusRejected, "issued_at %s is %s ahead of the gateway's clock", cmd.IssuedAt, issued.Sub(now).Round(time.Second))
 	}
 	p := e.points[[2]string{cmd.Device, cmd.Point}]
 	if p == nil {
@@ -267,6 +266,21 @@ func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result
 		}
 		return end(StatusUnknownOutcome, "no reply to the write (%v); the point reads back %s", out.Err, out.Readback)
 	}
+}
+
+// untimely returns the status and reason of a command that is too late
+// or too early to run at now; "" when it is on time.
+func (e *Engine) untimely(cmd Command, now time.Time) (Status, string) {
+	issued := cmd.IssuedAt.Time()
+	switch {
+	case !cmd.ExpiresAt.IsZero() && !now.Before(cmd.ExpiresAt.Time()):
+		return StatusExpired, fmt.Sprintf("expired at %s", cmd.ExpiresAt)
+	case now.Sub(issued) > e.maxAge:
+		return StatusExpired, fmt.Sprintf("issued %s ago, more than max_age %v", now.Sub(issued).Round(time.Second), e.maxAge)
+	case issued.Sub(now) > FutureSkew:
+		return StatusRejected, fmt.Sprintf("issued_at %s is %s ahead of the gateway's clock", cmd.IssuedAt, issued.Sub(now).Round(time.Second))
+	}
+	return "", ""
 }
 
 // value checks a command's value against the point's rules and returns it
@@ -363,12 +377,13 @@ func (e *Engine) interlocked(p *point, now time.Time) string {
 	return ""
 }
 
-// refused audits and reports a command refused before its id was kept.
-func (e *Engine) refused(cmd *Command, res Result) {
+// refused audits and reports a command refused before its id was kept;
+// buffered sends its record upstream too.
+func (e *Engine) refused(cmd *Command, res Result, buffered bool) {
 	if err := e.opt.Ledger.Refused(cmd, res); err != nil {
 		e.opt.Log.Error("refused command not recorded in the audit log", "id", res.ID, "err", err)
 	}
-	e.report(cmd, res, false)
+	e.report(cmd, res, buffered)
 }
 
 // report publishes, counts and (for a command with an id kept) buffers a

@@ -206,8 +206,11 @@ func TestEngineRules(t *testing.T) {
 			if res.ID == "" || tc.name == "not parseable" {
 				return
 			}
-			if len(r.ledger.log) != 1 || r.ledger.log[0] != res {
-				t.Errorf("audited %+v, want the result", r.ledger.log)
+			if audited := append(r.ledger.log, r.ledger.refused...); len(audited) != 1 || audited[0] != res {
+				t.Errorf("audited %+v, want the result", audited)
+			}
+			if _, kept := r.ledger.seen[res.ID]; kept == (res.Status == StatusExpired || tc.name == "from the future") {
+				t.Errorf("id kept: %v; a command too late or too early is never run, and its id is not kept", kept)
 			}
 			if len(r.packets) != 1 || r.packets[0].DataType != "Command" || r.packets[0].DeviceID != "valve-1" {
 				t.Fatalf("buffered %+v, want one Command packet", r.packets)
