@@ -452,3 +452,55 @@ func TestControlSocket(t *testing.T) {
 		t.Errorf("no daemon: %v", err)
 	}
 }
+
+// A command that was running when the gateway died is never run again: at
+// the next start the ledger records it unknown_outcome, and the same
+// command, delivered again, gets that answer and writes nothing.
+func TestCommandPendingAtRestartNeverRuns(t *testing.T) {
+	b := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
+	p := newPlatform(t, b.Addr())
+	// The first life: the id is kept, then the process dies before the
+	// write (the buffer file is simply closed, as a kill leaves it).
+	first := startDownlinkSite(t, "", b)
+	c := first.c
+	cmdText := command("crash-1", "valve-1", "ValveOpen", "true", time.Now(), "")
+	if err := first.g.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := OpenBuffer(c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := downlink.OpenStore(q, downlink.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := downlink.ParseCommand([]byte(cmdText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prior, err := store.Begin(cmd, time.Now()); err != nil || prior != nil {
+		t.Fatalf("Begin: %v %v", prior, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The second life, on the same buffer file and devices.
+	g, err := Start(c, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopWithin(t, g, 30*time.Second)
+	testtool.WaitFor(t, 15*time.Second, "the gateway online", func() bool {
+		return retained(t, b.Addr(), "fieldlink/001/gw-dl/status") == "online"
+	})
+	before := len(first.frames.of(slaveValve))
+	p.send(t, cmdText, false)
+	res := p.result(t, "crash-1")
+	if res.Status != downlink.StatusUnknownOutcome || !strings.Contains(res.Reason, "restarted") {
+		t.Errorf("crash-1 after the restart: %+v, want unknown_outcome because the gateway restarted", res)
+	}
+	if got := first.frames.of(slaveValve); len(got) != before {
+		t.Errorf("the command pending at the restart wrote: %v", got[before:])
+	}
+}
