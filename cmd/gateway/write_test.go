@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"fieldlink/agent"
+	"fieldlink/config"
+	"fieldlink/downlink"
+	"fieldlink/internal/testtool/emutest"
+)
+
+func valveSite(t *testing.T) string {
+	t.Helper()
+	_, addr := emutest.Serve(t, false, "generic-irrigation-valve")
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site.yaml")
+	src := fmt.Sprintf(`site: {id: "001"}
+gateway: {id: gw-w}
+buffer: {path: buf.db}
+metrics: {listen: "off"}
+buses:
+  - name: field
+    url: tcp://%s
+    devices:
+      - name: valve-1
+        profile: generic-irrigation-valve
+        slave: 1
+        writable: [{point: Setpoint, min: 0, max: 50}, {point: ValveOpen}]
+uplink: {upstreams: [{url: "mqtt://127.0.0.1:1"}]}
+`, addr)
+	if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return site
+}
+
+func result(t *testing.T, out string) downlink.Result {
+	t.Helper()
+	var r downlink.Result
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("result %q: %v", out, err)
+	}
+	return r
+}
+
+// gateway write with no daemon running goes straight to the bus, with
+// the checks, the read-back and the audit of any command.
+func TestWriteWithoutADaemon(t *testing.T) {
+	site := valveSite(t)
+	code, out, errOut := gw(t, "write", "-c", site, "-device", "valve-1", "-point", "Setpoint", "-value", "12.5")
+	if r := result(t, out); code != 0 || r.Status != downlink.StatusDone || r.Readback.String() != "12.5" || !strings.HasPrefix(r.ID, "local-") {
+		t.Fatalf("write: %d %+v %s", code, r, errOut)
+	}
+	code, out, _ = gw(t, "write", "-c", site, "-device", "valve-1", "-point", "Setpoint", "-value", "60")
+	if r := result(t, out); code != 1 || r.Status != downlink.StatusRejected || !strings.Contains(r.Reason, "above max 50") {
+		t.Fatalf("write over max: %d %+v", code, r)
+	}
+	if code, _, _ := gw(t, "write", "-c", site, "-device", "valve-1", "-point", "Setpoint"); code != 2 {
+		t.Errorf("write without -value: exit %d, want 2", code)
+	}
+	code, out, errOut = gw(t, "audit", "-c", site, "-json")
+	if code != 0 || strings.Count(out, `"device":"valve-1"`) < 2 || !strings.Contains(out, `"actor":"local:`) {
+		t.Fatalf("audit: %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := gw(t, "audit", "-c", site, "-verify"); code != 0 {
+		t.Fatalf("audit -verify: %d %s", code, errOut)
+	}
+}
+
+// With a daemon running, gateway write goes through its control socket:
+// the daemon, which holds the bus and the buffer, runs it.
+func TestWriteThroughTheDaemon(t *testing.T) {
+	site := valveSite(t)
+	c, err := config.Load(site, loadProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := agent.Start(c, agent.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	code, out, errOut := gw(t, "write", "-c", site, "-device", "valve-1", "-point", "ValveOpen", "-value", "true")
+	if r := result(t, out); code != 0 || r.Status != downlink.StatusDone || r.Readback.String() != "true" {
+		t.Fatalf("write: %d %+v %s", code, r, errOut)
+	}
+	if n := g.Commands().Counts()[downlink.StatusDone]; n != 1 {
+		t.Errorf("the daemon counted %d commands done, want 1: the write did not go through it", n)
+	}
+}
