@@ -18,6 +18,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"fieldlink/internal/jsonkind"
 	"fieldlink/signing"
 )
 
@@ -198,33 +199,13 @@ func (c *Command) setField(key string, raw json.RawMessage) error {
 // jsonString decodes a JSON string; null or another kind is an error.
 func jsonString(raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || raw[0] != '"' {
-		return "", fmt.Errorf("%s, want a string", kindOf(raw))
+		return "", fmt.Errorf("%s, want a string", jsonkind.Of(raw))
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", err
 	}
 	return s, nil
-}
-
-// kindOf names the kind of a JSON value, for errors.
-func kindOf(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 // checkID accepts 1 to MaxIDLength letters, digits and "._:-": safe in a
@@ -377,8 +358,8 @@ func parseValue(raw []byte) (Value, error) {
 	switch {
 	case s == "true" || s == "false":
 		return Value{s}, nil
-	case kindOf(raw) != "a number":
-		return Value{}, fmt.Errorf("%s, want a number or true/false", kindOf(raw))
+	case jsonkind.Of(raw) != "a number":
+		return Value{}, fmt.Errorf("%s, want a number or true/false", jsonkind.Of(raw))
 	case len(s) > maxValueLength:
 		return Value{}, fmt.Errorf("a number of %d characters, at most %d", len(s), maxValueLength)
 	case !json.Valid(raw):

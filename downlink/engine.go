@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -458,11 +459,7 @@ func idOf(payload []byte) string {
 func (e *Engine) Counts() map[Status]uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make(map[Status]uint64, len(e.counts))
-	for k, v := range e.counts {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(e.counts)
 }
 
 // Recent returns the last results, oldest first.

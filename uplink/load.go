@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/internal/jsonkind"
 	"fieldlink/selector"
 )
 
@@ -154,30 +155,13 @@ func ParseLoad(data []byte, now time.Time) (selector.Load, error) {
 // loadNumber reads a JSON number (and nothing else: no strings, no bools).
 func loadNumber(raw json.RawMessage) (float64, error) {
 	if len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
-		return 0, fmt.Errorf("want a number, got %s", loadKind(raw))
+		return 0, fmt.Errorf("want a number, got %s", jsonkind.Of(raw))
 	}
 	var v float64
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return 0, fmt.Errorf("number %s out of range", raw)
 	}
 	return v, nil
-}
-
-func loadKind(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	}
-	return "something else"
 }
 
 func loadSet(l *selector.Load, key string, v float64) {
