@@ -13,6 +13,7 @@ import (
 	"fieldlink/buffer"
 	"fieldlink/config"
 	"fieldlink/downlink"
+	"fieldlink/fleet"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/selector"
@@ -32,6 +33,9 @@ type Options struct {
 	// buffer (with its Seq) when the site has an uplink, as polled when it
 	// has none. It is called one packet at a time.
 	OnPacket func(*packet.Packet)
+	// OnPull, if set, is called when an MQTT message asks for an early
+	// pull of the remote configuration (remote_config.pull_topic).
+	OnPull func()
 	// OpenSite opens a site's sensors side; nil means [OpenSite]. Tests
 	// replace it to make a bus fail to open.
 	OpenSite func(*config.Config, *slog.Logger) (*Site, error)
@@ -72,6 +76,7 @@ type Agent struct {
 	failedOnce sync.Once
 
 	commands    *downlink.Engine // nil without a buffer (no uplink)
+	fleetReport atomic.Pointer[fleet.Report]
 	stopControl func()           // the control socket of gateway write
 }
 
@@ -108,7 +113,7 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			return nil, err
 		}
 		g.cur.Store(p) // the downlink's commands reach the site through it
-		if p.up, err = startUplink(c, g.q, g.onCommand(c), g.log); err != nil {
+		if p.up, err = startUplink(c, g.q, g.subscriptions(c), g.log); err != nil {
 			site.Close()
 			_ = g.q.Close()
 			return nil, err
@@ -362,10 +367,10 @@ func (g *Agent) Reload(c *config.Config) error {
 		if old.up != nil {
 			old.up.stop()
 		}
-		up, err := startUplink(c, g.q, g.onCommand(c), g.log)
+		up, err := startUplink(c, g.q, g.subscriptions(c), g.log)
 		if err != nil {
 			log.Error("new uplink cannot start; the previous uplink is restored", "err", err)
-			if up, err = startUplink(old.cfg, g.q, g.onCommand(old.cfg), g.log); err != nil {
+			if up, err = startUplink(old.cfg, g.q, g.subscriptions(old.cfg), g.log); err != nil {
 				log.Error("the previous uplink cannot restart either; packets wait in the buffer until the next reload", "err", err)
 			}
 			// What runs is the old uplink (or none): keep the old uplink

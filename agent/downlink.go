@@ -83,13 +83,20 @@ func (g *Agent) configureDownlink(c *config.Config) error {
 	return nil
 }
 
-// onCommand is what the MQTT upstreams hand a command to; nil unless the
-// downlink is enabled.
-func (g *Agent) onCommand(c *config.Config) func([]byte) {
-	if g.commands == nil || !c.Downlink.Enabled {
-		return nil
+// subscriptions are what every MQTT upstream subscribes to: the
+// downlink's commands when it is enabled, and requests for an early pull
+// of the remote configuration.
+func (g *Agent) subscriptions(c *config.Config) []uplink.Subscription {
+	var subs []uplink.Subscription
+	if g.commands != nil && c.Downlink.Enabled {
+		subs = append(subs, uplink.Subscription{Topic: c.Downlink.Topic, Handle: func(payload []byte) {
+			g.commands.Handle(context.Background(), payload)
+		}})
 	}
-	return func(payload []byte) { g.commands.Handle(context.Background(), payload) }
+	if c.RemoteConfig != nil && g.opt.OnPull != nil {
+		subs = append(subs, uplink.Subscription{Topic: c.RemoteConfig.PullTopic, Handle: func([]byte) { g.opt.OnPull() }})
+	}
+	return subs
 }
 
 // emitCommand stores a command's record like a polled packet.
@@ -112,7 +119,7 @@ func (g *Agent) publishResult(r downlink.Result) {
 		g.log.Error("command result not published: downlink.result_topic", "err", err)
 		return
 	}
-	if n, err := up.pool.PublishAll(ctx, topic, r.JSON()); n == 0 {
+	if n, err := up.pool.PublishAll(ctx, topic, r.JSON(), false); n == 0 {
 		g.log.Warn("command result not published: no MQTT upstream took it (the Command packet in the buffer still carries it)", "id", r.ID, "err", err)
 	}
 }

@@ -47,9 +47,8 @@ func Strategy(u *config.Uplink) (selector.Strategy, error) {
 }
 
 // startUplink connects c's upstreams and starts delivering from q.
-// onCommand, when set, gets the downlink's commands from every MQTT
-// upstream.
-func startUplink(c *config.Config, q *buffer.Buffer, onCommand func([]byte), log *slog.Logger) (*uplinkSide, error) {
+// subs are subscribed on every MQTT upstream (see Agent.subscriptions).
+func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription, log *slog.Logger) (*uplinkSide, error) {
 	u := c.Uplink
 	strat, err := Strategy(u)
 	if err != nil {
@@ -57,12 +56,8 @@ func startUplink(c *config.Config, q *buffer.Buffer, onCommand func([]byte), log
 	}
 	s := &uplinkSide{cfg: c, table: selector.NewTable(selector.Options{}), strat: strat, log: log}
 	s.delivery = uplink.NewDelivery(q, s.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery"), DeadLetters: q})
-	var cmdTopic string
-	if onCommand != nil {
-		cmdTopic = c.Downlink.Topic
-	}
 	s.pool = uplink.NewPool(uplink.PoolConfig{
-		CommandTopic: cmdTopic, OnCommand: onCommand,
+		Subscriptions: subs,
 		Table: s.table, Delivery: s.delivery, Window: u.Window, Batch: u.Batch,
 		ProbeInterval: u.Probe.Interval, ProbeTimeout: u.Probe.Timeout,
 		Vars:      topicVars(c),

@@ -36,6 +36,7 @@ type Config struct {
 	Metrics       Metrics        `yaml:"metrics"`
 	Uplink        *Uplink        `yaml:"uplink"`
 	Downlink      Downlink       `yaml:"downlink"`
+	RemoteConfig  *RemoteConfig  `yaml:"remote_config"`
 
 	// File is the path the config was loaded from.
 	File string `yaml:"-"`
@@ -166,6 +167,7 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 	c.validate(doc)
 	c.validateNorth(doc)
 	c.validateDownlink(doc)
+	c.validateRemote(doc)
 	if err := doc.Err(); err != nil {
 		return nil, err
 	}

@@ -9,8 +9,8 @@ import (
 // sees it (see [Diff]).
 type Change struct {
 	// Restart names what a reload cannot apply to a running gateway: the
-	// buffer (its file is open), the metrics listener, and whether there is
-	// an uplink at all.
+	// buffer (its file is open), the metrics listener, remote_config (its
+	// puller runs from the start), and whether there is an uplink at all.
 	Restart []string
 	// Sensors: anything the pollers or the packets depend on — the site's
 	// identity and time zone, buses, devices, serial sensors, the packet
@@ -34,6 +34,9 @@ func Diff(a, b *Config) Change {
 	}
 	if !same(a.Metrics, b.Metrics) {
 		c.Restart = append(c.Restart, "metrics")
+	}
+	if !same(a.RemoteConfig, b.RemoteConfig) {
+		c.Restart = append(c.Restart, "remote_config")
 	}
 	if (a.Uplink == nil) != (b.Uplink == nil) {
 		c.Restart = append(c.Restart, "uplink added or removed")

@@ -115,13 +115,13 @@ type MQTTConfig struct {
 	// payload means the retained report was cleared.
 	LoadTopic string
 	OnLoad    func(payload []byte)
-	// CommandTopic, if set, is subscribed to (QoS 1) after each connect;
-	// each message on it is handed to OnCommand, one at a time, on a
-	// goroutine owned by Run. Retained messages are dropped: a command
+	// Subscriptions are subscribed to (QoS 1) after each connect; each
+	// message is handed to its Handle, one at a time per subscription, on
+	// a goroutine owned by Run. Retained messages are dropped: a command
 	// kept by the broker through an outage is a late command. Messages
-	// that arrive while CommandQueue are waiting are dropped and logged.
-	CommandTopic string
-	OnCommand    func(payload []byte)
+	// that arrive while SubscriptionQueue are waiting are dropped and
+	// logged.
+	Subscriptions []Subscription
 	// Logger gets connects, losses and retries; nil means slog.Default().
 	Logger *slog.Logger
 	// Vars are the template values of this gateway: site, gateway, ….
@@ -164,8 +164,8 @@ type MQTT struct {
 	cur     atomic.Pointer[mqttConn]
 	lastErr atomic.Pointer[error] // why there is no connection
 	running atomic.Bool
-	loads   chan []byte   // latest load report, for Run's dispatcher
-	cmds    chan []byte   // commands waiting for OnCommand
+	loads   chan []byte // latest load report, for Run's dispatcher
+	subs    []*subscription
 	kick    chan struct{} // ends a reconnect wait early (see Kick)
 }
 
@@ -194,7 +194,6 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		backoffMin: mqttBackoffMin,
 		backoffMax: mqttBackoffMax,
 		loads:      make(chan []byte, 1),
-		cmds:       make(chan []byte, CommandQueue),
 		kick:       make(chan struct{}, 1),
 	}
 	if useTLS {
@@ -259,20 +258,22 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 	if cfg.OnLoad != nil && cfg.LoadTopic == "" {
 		return fail("OnLoad is set but LoadTopic is empty")
 	}
-	if (cfg.OnCommand != nil) != (cfg.CommandTopic != "") {
-		return fail("OnCommand and CommandTopic go together")
-	}
-	if cfg.CommandTopic != "" {
-		t, err := mqttParseTemplate(cfg.CommandTopic)
+	for _, sub := range cfg.Subscriptions {
+		if sub.Handle == nil {
+			return fail("subscription %q has no handler", sub.Topic)
+		}
+		t, err := mqttParseTemplate(sub.Topic)
 		if err == nil {
 			t, err = t.bind(cfg.Vars)
 		}
+		var topic string
 		if err == nil {
-			cfg.CommandTopic, err = t.render(nil)
+			topic, err = t.render(nil)
 		}
 		if err != nil {
-			return fail("command topic: %v", err)
+			return fail("subscription topic: %v", err)
 		}
+		m.subs = append(m.subs, &subscription{topic: topic, handle: sub.Handle, queue: make(chan []byte, SubscriptionQueue)})
 	}
 	for _, d := range []struct {
 		v   *time.Duration
@@ -646,8 +647,8 @@ func (m *MQTT) Run(ctx context.Context) {
 	if m.cfg.OnLoad != nil {
 		wg.Go(func() { m.dispatchLoads(ctx) })
 	}
-	if m.cfg.OnCommand != nil {
-		wg.Go(func() { m.dispatchCommands(ctx) })
+	for _, sub := range m.subs {
+		wg.Go(func() { sub.dispatch(ctx) })
 	}
 	attempt := 0
 	for {
@@ -815,13 +816,13 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 			m.log.Warn("mqtt broker refused the load topic subscription", "upstream", m.name, "topic", m.cfg.LoadTopic)
 		}
 	}
-	if m.cfg.CommandTopic != "" {
-		st := c.cl.Subscribe(m.cfg.CommandTopic, 1, m.onCommandMessage)
+	for _, sub := range m.subs {
+		st := c.cl.Subscribe(sub.topic, 1, func(_ paho.Client, msg paho.Message) { m.deliver(sub, msg) })
 		if err := m.await(ctx, c, st, m.cfg.PublishTimeout); err != nil {
-			return fail(fmt.Errorf("subscribe to command topic: %w", err))
+			return fail(fmt.Errorf("subscribe to %s: %w", sub.topic, err))
 		}
-		if code := st.(*paho.SubscribeToken).Result()[m.cfg.CommandTopic]; code == 0x80 {
-			m.log.Error("mqtt broker refused the command topic subscription: no command can arrive through it", "upstream", m.name, "topic", m.cfg.CommandTopic)
+		if code := st.(*paho.SubscribeToken).Result()[sub.topic]; code == 0x80 {
+			m.log.Error("mqtt broker refused a subscription: nothing can arrive through it", "upstream", m.name, "topic", sub.topic)
 		}
 	}
 	if err := m.await(ctx, c, c.cl.Publish(m.status, 1, true, mqttStatusOnline), m.cfg.PublishTimeout); err != nil {
@@ -902,29 +903,44 @@ func (m *MQTT) dispatchLoads(ctx context.Context) {
 	}
 }
 
-// CommandQueue is how many commands may wait for OnCommand per upstream.
-const CommandQueue = 16
+// Subscription is a topic an upstream subscribes to and what handles its
+// messages.
+type Subscription struct {
+	// Topic template: {site} and {gateway} are filled in from Vars.
+	Topic  string
+	Handle func(payload []byte)
+}
 
-// onCommandMessage runs on paho's router goroutine: it must not block.
-func (m *MQTT) onCommandMessage(_ paho.Client, msg paho.Message) {
+// SubscriptionQueue is how many messages may wait for a handler per
+// upstream.
+const SubscriptionQueue = 16
+
+type subscription struct {
+	topic  string
+	handle func([]byte)
+	queue  chan []byte
+}
+
+// deliver runs on paho's router goroutine: it must not block.
+func (m *MQTT) deliver(sub *subscription, msg paho.Message) {
 	if msg.Retained() {
-		m.log.Warn("retained command dropped: commands are never run late (clear the retained message on the broker)", "upstream", m.name, "topic", msg.Topic())
+		m.log.Warn("retained message dropped: commands and requests are never run late (clear the retained message on the broker)", "upstream", m.name, "topic", msg.Topic())
 		return
 	}
 	select {
-	case m.cmds <- append([]byte(nil), msg.Payload()...):
+	case sub.queue <- append([]byte(nil), msg.Payload()...):
 	default:
-		m.log.Warn("command dropped: too many commands waiting", "upstream", m.name, "waiting", CommandQueue)
+		m.log.Warn("message dropped: too many waiting", "upstream", m.name, "topic", sub.topic, "waiting", SubscriptionQueue)
 	}
 }
 
-func (m *MQTT) dispatchCommands(ctx context.Context) {
+func (sub *subscription) dispatch(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case p := <-m.cmds:
-			m.cfg.OnCommand(p)
+		case p := <-sub.queue:
+			sub.handle(p)
 		}
 	}
 }

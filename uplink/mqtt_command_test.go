@@ -21,11 +21,11 @@ func TestMQTTCommandTopic(t *testing.T) {
 	if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, true, "stale"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), CommandTopic: "fieldlink/{site}/{gateway}/cmd", OnCommand: func(p []byte) {
+	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
 		mu.Lock()
 		got = append(got, string(p))
 		mu.Unlock()
-	}})
+	}}}})
 	mqttWaitConnected(t, m, true)
 	results := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/cmd/result")
 	if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, false, "live"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -47,12 +47,12 @@ func TestMQTTCommandTopic(t *testing.T) {
 	}
 }
 
-func TestMQTTCommandConfig(t *testing.T) {
+func TestMQTTSubscriptionConfig(t *testing.T) {
 	for _, cfg := range []MQTTConfig{
-		{URL: "mqtt://h", CommandTopic: "a/b"},
-		{URL: "mqtt://h", OnCommand: func([]byte) {}},
-		{URL: "mqtt://h", CommandTopic: "a/+/b", OnCommand: func([]byte) {}},
-		{URL: "mqtt://h", CommandTopic: "a/{nope}", OnCommand: func([]byte) {}},
+		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "a/b"}}},
+		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "", Handle: func([]byte) {}}}},
+		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "a/+/b", Handle: func([]byte) {}}}},
+		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "a/{nope}", Handle: func([]byte) {}}}},
 	} {
 		cfg.Vars = map[string]string{"site": "s", "gateway": "g"}
 		if _, err := NewMQTT(cfg); err == nil {

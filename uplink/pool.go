@@ -57,11 +57,11 @@ type PoolConfig struct {
 	Vars map[string]string
 	// GatewayID and Epoch go with every HTTP batch (see [HTTPConfig]).
 	GatewayID, Epoch string
-	// CommandTopic and OnCommand, when set, subscribe every MQTT upstream
-	// (the site's and the registry's) to the downlink's commands.
-	CommandTopic string
-	OnCommand    func(payload []byte)
-	Logger       *slog.Logger // nil discards
+	// Subscriptions are made on every MQTT upstream, the site's and the
+	// registry's: the downlink's commands, requests for a configuration
+	// pull.
+	Subscriptions []Subscription
+	Logger        *slog.Logger // nil discards
 }
 
 // Pool owns the connections to the upstreams and what runs for each: the
@@ -270,7 +270,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		mc := MQTTConfig{
 			URL: u.URL, Topic: u.Topic, Window: cfg.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
 			Logger: p.log, Vars: cfg.Vars, AtMostOnce: u.AtMostOnce,
-			CommandTopic: cfg.CommandTopic, OnCommand: cfg.OnCommand,
+			Subscriptions: cfg.Subscriptions,
 		}
 		if u.LoadTopic != "" {
 			mc.LoadTopic = u.LoadTopic
@@ -392,8 +392,9 @@ func (p *Pool) Names() map[string]string {
 
 // PublishAll publishes payload on topic through every connected MQTT
 // upstream and returns how many took it: a command's result goes out on
-// every broker it may have come through.
-func (p *Pool) PublishAll(ctx context.Context, topic string, payload []byte) (int, error) {
+// every broker it may have come through, a state report to every one the
+// platform may watch.
+func (p *Pool) PublishAll(ctx context.Context, topic string, payload []byte, retained bool) (int, error) {
 	p.mu.Lock()
 	var mqs []*MQTT
 	for _, m := range p.live {
@@ -405,7 +406,7 @@ func (p *Pool) PublishAll(ctx context.Context, topic string, payload []byte) (in
 	n := 0
 	var errs []error
 	for _, mq := range mqs {
-		if err := mq.PublishTo(ctx, topic, payload, false); err != nil {
+		if err := mq.PublishTo(ctx, topic, payload, retained); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -10,10 +10,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"fieldlink/agent"
 	"fieldlink/config"
+	"fieldlink/fleet"
 	"fieldlink/packet"
 	"fieldlink/sdnotify"
 	"fieldlink/sensors"
@@ -139,11 +141,22 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	c, log, err := loadSite(*file, *level, *format, stderr)
+	local, log, err := loadSite(*file, *level, *format, stderr)
 	if err != nil {
 		return err
 	}
-	opt := agent.Options{Logger: log}
+	// With remote_config, start from the last known-good bundle, never
+	// waiting for the configuration server.
+	c, remote, err := fleet.Startup(local, loadProfiles)
+	if err != nil {
+		log.Error("remote configuration", "err", err)
+	}
+	var mgr atomic.Pointer[fleet.Manager]
+	opt := agent.Options{Logger: log, OnPull: func() {
+		if m := mgr.Load(); m != nil {
+			m.PullNow()
+		}
+	}}
 	if *printAll || c.Uplink == nil {
 		enc := c.Packet.Values
 		var mu sync.Mutex
@@ -167,6 +180,18 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	} else {
 		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
 	}
+	if local.RemoteConfig != nil {
+		m, err := fleet.NewManager(local, remote, g, fleet.Options{Profiles: loadProfiles, Log: log.With("component", "remote_config")})
+		if err != nil {
+			_ = g.Stop()
+			return err
+		}
+		mgr.Store(m)
+		fctx, stopFleet := context.WithCancel(ctx)
+		fleetDone := make(chan struct{})
+		go func() { defer close(fleetDone); m.Run(fctx) }()
+		defer func() { stopFleet(); <-fleetDone }()
+	}
 	stopWatchdog := watchdog(ctx, func() bool { return g.Fatal() == nil })
 	_ = sdnotify.Ready()
 loop:
@@ -177,7 +202,7 @@ loop:
 		case <-g.Failed():
 			break loop
 		case <-hup:
-			reload(g, *file, log)
+			reload(g, mgr.Load(), *file, log)
 		}
 	}
 	_ = sdnotify.Stopping()
@@ -199,11 +224,16 @@ loop:
 
 // reload loads the site file again and applies it; a file with errors, or
 // one the gateway refuses, leaves the running configuration in force.
-func reload(g *agent.Agent, file string, log *slog.Logger) {
+func reload(g *agent.Agent, remote *fleet.Manager, file string, log *slog.Logger) {
 	log = log.With("component", "reload", "file", file)
 	_ = sdnotify.Notify("RELOADING=1")
 	defer func() { _ = sdnotify.Ready() }()
 	c, err := config.Load(file, loadProfiles)
+	if err == nil && c.RemoteConfig != nil && remote != nil {
+		// The local file is reread; the bundle in force stays in force.
+		remote.SetLocal(c)
+		c, err = fleet.InForce(c, loadProfiles)
+	}
 	if err != nil {
 		log.Error("site file refused; the running configuration stays in force")
 		for _, line := range strings.Split(err.Error(), "\n") {

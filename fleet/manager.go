@@ -1,0 +1,339 @@
+package fleet
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"fieldlink/config"
+	"fieldlink/signing"
+)
+
+// Probation watch: how often, and how long a breakage must last before
+// the bundle is reverted (a reconnect or the first polls take a moment).
+const (
+	watchEvery = 2 * time.Second
+	// Grace before a lost upstream counts: within about a minute of a
+	// credential change that breaks every upstream, it is reverted.
+	upstreamGrace = 20 * time.Second
+	// answeringDrop is the fall in the share of devices answering that
+	// reverts a bundle.
+	answeringDrop = 0.10
+	fetchTimeout  = 30 * time.Second
+)
+
+// Gateway is the running gateway, as the manager sees it.
+type Gateway interface {
+	// Reload applies a configuration as SIGHUP does; an error leaves the
+	// configuration in force.
+	Reload(*config.Config) error
+	Health() Health
+	// Report publishes the state (retained) where the platform sees it.
+	Report(Report)
+}
+
+// Options wire a Manager.
+type Options struct {
+	Profiles config.ProfileSource
+	Client   *http.Client // nil: a client with fetchTimeout
+	Now      func() time.Time
+	Log      *slog.Logger
+	// Step, if set, is called before each step of applying, confirming
+	// and reverting a bundle (tests kill the process there).
+	Step func(name string)
+	// Grace is how long a breakage must last before a bundle is reverted;
+	// 0 means 20s.
+	Grace time.Duration
+	// WatchEvery is how often a bundle on probation is checked; 0 means 2s.
+	WatchEvery time.Duration
+}
+
+// Manager pulls, applies, watches and reverts bundles for one gateway.
+type Manager struct {
+	local *config.Config
+	keys  []ed25519.PublicKey
+	gw    Gateway
+	opt   Options
+	s     store
+	pull  chan struct{}
+
+	mu sync.Mutex
+	st State
+	// answeringSince and downSince time the breakages of a probation.
+	downSince, fewerSince time.Time
+}
+
+// NewManager returns the manager of local's remote configuration; st is
+// the state Startup returned.
+func NewManager(local *config.Config, st State, gw Gateway, opt Options) (*Manager, error) {
+	paths := make([]string, len(local.RemoteConfig.Keys))
+	for i, k := range local.RemoteConfig.Keys {
+		paths[i] = local.Rel(k)
+	}
+	keys, err := signing.LoadPublicKeys(paths)
+	if err != nil {
+		return nil, fmt.Errorf("remote_config.keys: %w", err)
+	}
+	if opt.Client == nil {
+		opt.Client = &http.Client{Timeout: fetchTimeout}
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.Step == nil {
+		opt.Step = func(string) {}
+	}
+	if opt.Grace <= 0 {
+		opt.Grace = upstreamGrace
+	}
+	if opt.WatchEvery <= 0 {
+		opt.WatchEvery = watchEvery
+	}
+	return &Manager{local: local, keys: keys, gw: gw, opt: opt, s: store{Dir(local)}, pull: make(chan struct{}, 1), st: st}, nil
+}
+
+// State returns the remote configuration's state.
+func (m *Manager) State() State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st
+}
+
+// PullNow asks for a pull at once (an MQTT message on the pull topic).
+func (m *Manager) PullNow() {
+	select {
+	case m.pull <- struct{}{}:
+	default:
+	}
+}
+
+// SetLocal applies a reread local file (SIGHUP) to what the manager
+// merges bundles with.
+func (m *Manager) SetLocal(local *config.Config) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.local = local
+}
+
+// Run pulls at the configured interval (the first pull at once) and on
+// PullNow, and watches a bundle on probation, until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	m.report()
+	interval := m.local.RemoteConfig.Interval
+	next := time.NewTimer(0)
+	defer next.Stop()
+	watch := time.NewTicker(m.opt.WatchEvery)
+	defer watch.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-next.C:
+			m.fetch(ctx)
+			next.Reset(interval)
+		case <-m.pull:
+			m.fetch(ctx)
+		case <-watch.C:
+			m.watch()
+		}
+	}
+}
+
+// fetch GETs the bundle (conditionally) and handles a new one.
+func (m *Manager) fetch(ctx context.Context) {
+	url := m.local.RemoteConfig.URL
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		m.opt.Log.Error("remote configuration: bad URL", "err", err)
+		return
+	}
+	if etag := m.State().ETag; etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	resp, err := m.opt.Client.Do(req)
+	if err != nil {
+		m.opt.Log.Warn("remote configuration server unreachable; the configuration in force stays", "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+		return
+	case http.StatusOK:
+	default:
+		m.opt.Log.Warn("remote configuration server answered an error; the configuration in force stays", "status", resp.Status)
+		return
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBundleSize+1))
+	if err != nil {
+		m.opt.Log.Warn("remote configuration: reading the bundle failed", "err", err)
+		return
+	}
+	m.handle(data, resp.Header.Get("ETag"))
+}
+
+// handle checks a fetched bundle and applies it if it is new and good.
+func (m *Manager) handle(data []byte, etag string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.opt.Now()
+	man, site, err := Open(data, m.keys, m.local.Gateway.ID, now)
+	refuse := func(serial uint64, why string) {
+		m.st.Event, m.st.Reason, m.st.At, m.st.Last, m.st.ETag = StateRefused, why, now, serial, etag
+		m.saveLocked()
+		m.opt.Log.Warn("bundle refused; the configuration in force stays", "serial", serial, "reason", why)
+		m.reportLocked()
+	}
+	switch {
+	case err != nil:
+		refuse(man.Serial, err.Error())
+		return
+	case man.Serial == m.st.Serial:
+		m.st.ETag = etag // the bundle in force: nothing new
+		m.saveLocked()
+		return
+	case slices.Contains(m.st.Reverted, man.Serial):
+		refuse(man.Serial, fmt.Sprintf("serial %d was reverted on this gateway; publish a new serial", man.Serial))
+		return
+	case man.Serial < m.st.Serial:
+		refuse(man.Serial, fmt.Sprintf("serial %d is not above the serial in force, %d", man.Serial, m.st.Serial))
+		return
+	case m.st.Event == StateProbation:
+		refuse(man.Serial, fmt.Sprintf("bundle %d is still on probation", m.st.Serial))
+		return
+	}
+	c, err := Merge(m.local, site, man.Serial, m.opt.Profiles)
+	if err != nil {
+		refuse(man.Serial, err.Error())
+		return
+	}
+	base := m.gw.Health()
+	m.opt.Step("write bundle")
+	if err := m.s.putBundle(man.Serial, site); err != nil {
+		refuse(man.Serial, "cannot keep it on disk: "+err.Error())
+		return
+	}
+	prev := m.st
+	m.st.Serial, m.st.Event, m.st.Reason, m.st.At, m.st.Last, m.st.ETag = man.Serial, StateProbation, "", now, man.Serial, etag
+	m.st.ProbationUntil, m.st.Baseline = now.Add(m.local.RemoteConfig.Probation), base
+	m.opt.Step("record probation")
+	if err := m.s.save(m.st); err != nil {
+		m.st = prev
+		refuse(man.Serial, "cannot record it: "+err.Error())
+		return
+	}
+	m.opt.Step("reload")
+	if err := m.gw.Reload(c); err != nil {
+		// Refused by the reload: the configuration in force never changed.
+		m.st = prev
+		m.st.Reverted = append(slices.Clone(prev.Reverted), man.Serial)
+		refuse(man.Serial, "the gateway cannot run it: "+err.Error())
+		return
+	}
+	m.downSince, m.fewerSince = time.Time{}, time.Time{}
+	m.opt.Log.Info("bundle applied; on probation", "serial", man.Serial, "until", m.st.ProbationUntil, "baseline_upstream_up", base.UpstreamUp, "baseline_answering", base.Answering)
+	m.reportLocked()
+}
+
+// watch checks the bundle on probation: reverted if it broke the gateway,
+// confirmed when its probation is over.
+func (m *Manager) watch() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.st.Event != StateProbation {
+		return
+	}
+	now := m.opt.Now()
+	h := m.gw.Health()
+	why := ""
+	switch {
+	case m.st.Baseline.UpstreamUp && !h.UpstreamUp:
+		if m.downSince.IsZero() {
+			m.downSince = now
+		}
+		if now.Sub(m.downSince) >= m.opt.Grace {
+			why = fmt.Sprintf("no upstream reachable for %v, though one was before it", now.Sub(m.downSince).Round(time.Second))
+		}
+	default:
+		m.downSince = time.Time{}
+	}
+	if h.Answering < m.st.Baseline.Answering-answeringDrop {
+		if m.fewerSince.IsZero() {
+			m.fewerSince = now
+		}
+		if why == "" && now.Sub(m.fewerSince) >= m.opt.Grace {
+			why = fmt.Sprintf("devices answering fell from %.0f%% to %.0f%%", 100*m.st.Baseline.Answering, 100*h.Answering)
+		}
+	} else {
+		m.fewerSince = time.Time{}
+	}
+	switch {
+	case why != "":
+		m.revertLocked(why)
+	case !now.Before(m.st.ProbationUntil):
+		m.confirmLocked()
+	}
+}
+
+func (m *Manager) confirmLocked() {
+	m.opt.Step("confirm")
+	prevGood := m.st.KnownGood
+	m.st.KnownGood, m.st.Event, m.st.Reason, m.st.At, m.st.Last = m.st.Serial, StateApplied, "", m.opt.Now(), m.st.Serial
+	m.st.ProbationUntil = time.Time{}
+	m.saveLocked()
+	m.s.prune(m.st.KnownGood)
+	m.opt.Log.Info("bundle confirmed after its probation: it is the known-good configuration", "serial", m.st.Serial, "previous", prevGood)
+	m.reportLocked()
+}
+
+func (m *Manager) revertLocked(why string) {
+	bad := m.st.Serial
+	m.opt.Step("revert")
+	back, err := m.local, error(nil)
+	if m.st.KnownGood != 0 {
+		back, err = loadBundle(m.s, m.local, m.st.KnownGood, m.opt.Profiles)
+	}
+	if err == nil {
+		err = m.gw.Reload(back)
+	}
+	if err != nil {
+		m.opt.Log.Error("bundle broke the gateway, and the known-good configuration cannot be reloaded: restart the gateway (it starts from the known-good file)", "serial", bad, "err", err)
+	}
+	m.st.Reverted = append(m.st.Reverted, bad)
+	m.st.Serial, m.st.Event, m.st.Reason, m.st.At, m.st.Last = m.st.KnownGood, StateReverted, why, m.opt.Now(), bad
+	m.st.ProbationUntil, m.st.ETag = time.Time{}, "" // fetched again, it is refused out loud
+	m.opt.Step("record revert")
+	m.saveLocked()
+	m.s.prune(m.st.KnownGood)
+	m.opt.Log.Warn("bundle reverted: the known-good configuration is back", "serial", bad, "known_good", m.st.KnownGood, "reason", why)
+	m.reportLocked()
+}
+
+func (m *Manager) saveLocked() {
+	if err := m.s.save(m.st); err != nil {
+		m.opt.Log.Error("remote configuration state not saved", "err", err)
+	}
+}
+
+func (m *Manager) report() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reportLocked()
+}
+
+func (m *Manager) reportLocked() {
+	r := Report{Serial: m.st.Last, State: m.st.Event, Reason: m.st.Reason, At: m.st.At}
+	if r.State == "" {
+		r.State, r.Serial = StateApplied, m.st.Serial
+	}
+	m.gw.Report(r)
+}

@@ -1,0 +1,145 @@
+package fleet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// States of the configuration in force, as reported.
+const (
+	StateApplied   = "applied"   // a bundle confirmed after its probation (or the local file)
+	StateProbation = "probation" // a bundle applied and watched
+	StateReverted  = "reverted"  // a bundle undone: the known-good configuration is back
+	StateRefused   = "refused"   // a bundle not applied: the configuration in force did not change
+)
+
+// Health is what probation watches.
+type Health struct {
+	// UpstreamUp: at least one upstream is connected.
+	UpstreamUp bool
+	// Answering is the share of devices whose last poll succeeded, 0..1.
+	Answering float64
+}
+
+// State is the remote configuration's record, kept beside the buffer in
+// state.json. Each bundle's site file is kept as bundle-SERIAL.yaml, so
+// that whatever step a crash stops, state.json names files that exist.
+type State struct {
+	// Serial of the bundle in force: on probation, or confirmed; 0 is the
+	// local site file.
+	Serial uint64 `json:"serial"`
+	// KnownGood is the last confirmed serial; 0 is the local site file.
+	KnownGood uint64 `json:"known_good"`
+	// Event is the last thing that happened and why.
+	Event  string    `json:"state"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+	// Last is the serial the last event was about.
+	Last uint64 `json:"last_serial,omitempty"`
+	// ProbationUntil and Baseline describe the bundle on probation.
+	ProbationUntil time.Time `json:"probation_until,omitzero"`
+	Baseline       Health    `json:"baseline"`
+	// Reverted serials are never applied again.
+	Reverted []uint64 `json:"reverted,omitempty"`
+	// ETag of the last bundle fetched, for a conditional GET.
+	ETag string `json:"etag,omitempty"`
+}
+
+// Report is what the gateway publishes about its configuration.
+type Report struct {
+	Serial uint64    `json:"serial"`
+	State  string    `json:"state"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// store keeps State and the bundles' site files in a directory.
+type store struct{ dir string }
+
+func (s store) bundlePath(serial uint64) string {
+	return filepath.Join(s.dir, "bundle-"+strconv.FormatUint(serial, 10)+".yaml")
+}
+
+func (s store) load() (State, error) {
+	var st State
+	b, err := os.ReadFile(filepath.Join(s.dir, "state.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", filepath.Join(s.dir, "state.json"), err)
+	}
+	return st, nil
+}
+
+func (s store) save(st State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.dir, "state.json"), append(b, '\n'))
+}
+
+func (s store) putBundle(serial uint64, site []byte) error {
+	return writeAtomic(s.bundlePath(serial), site)
+}
+
+func (s store) bundle(serial uint64) ([]byte, error) { return os.ReadFile(s.bundlePath(serial)) }
+
+// prune removes the site files of serials other than keep.
+func (s store) prune(keep ...uint64) {
+	ents, _ := os.ReadDir(s.dir)
+	for _, e := range ents {
+		var n uint64
+		if _, err := fmt.Sscanf(e.Name(), "bundle-%d.yaml", &n); err == nil && !slices.Contains(keep, n) {
+			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+		}
+	}
+}
+
+// writeAtomic replaces path with data: a temporary file, synced, renamed
+// over it, and the directory synced, so that a power cut leaves the old
+// file or the new one, whole.
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o640)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
