@@ -77,7 +77,7 @@ type Agent struct {
 
 	commands    *downlink.Engine // nil without a buffer (no uplink)
 	fleetReport atomic.Pointer[fleet.Report]
-	stopControl func()           // the control socket of gateway write
+	stopControl func() // the control socket of gateway write
 }
 
 // parts are the gateway's parts in force; a reload replaces the value.
