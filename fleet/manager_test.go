@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -112,6 +113,7 @@ type rig struct {
 	m     *Manager
 	now   time.Time
 	mu    sync.Mutex
+	step  func(string)
 }
 
 const localSite = `site: {id: "001"}
@@ -126,9 +128,12 @@ buses:
 remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
 `
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigIn(t, t.TempDir(), nil) }
+
+// newRigIn makes a rig in dir; step, if set, is the manager's step hook.
+func newRigIn(t *testing.T, dir string, step func(string)) *rig {
 	t.Helper()
-	r := &rig{t: t, dir: t.TempDir(), srv: newServer(t), gw: &fakeGateway{health: Health{UpstreamUp: true, Answering: 1}}, now: b0}
+	r := &rig{t: t, dir: dir, srv: newServer(t), gw: &fakeGateway{health: Health{UpstreamUp: true, Answering: 1}}, now: b0, step: step}
 	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet")); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +159,7 @@ func (r *rig) start() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.m, err = NewManager(r.local, st, r.gw, Options{Profiles: profiles, Now: r.clock, Grace: 5 * time.Second})
+	r.m, err = NewManager(r.local, st, r.gw, Options{Profiles: profiles, Now: r.clock, Grace: 5 * time.Second, Step: r.step})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -329,4 +334,72 @@ func TestRestartDuringProbationReverts(t *testing.T) {
 	if _, n := r.gw.last(); n != loads || r.m.State().Serial != 1 {
 		t.Errorf("it was applied again: %d reloads (was %d), serial %d", n, loads, r.m.State().Serial)
 	}
+}
+
+// steps are the named steps of applying, confirming and reverting.
+// "#2" is the step's second time: the second bundle's.
+var steps = []string{"write bundle", "record probation", "reload", "confirm",
+	"write bundle#2", "record probation#2", "reload#2", "revert", "record revert"}
+
+// A kill -9 at any step of applying, confirming or reverting a bundle
+// leaves a gateway that starts on a valid configuration: the local file
+// or the known-good bundle, never the one that was on probation.
+func TestKillAtEachStep(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range steps {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command(exe, "-test.run=^TestKillChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "FLEET_KILL_DIR="+dir, "FLEET_KILL_AT="+step)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 137 {
+				t.Fatalf("the child did not die at %q: %v\n%s", step, err, out)
+			}
+			local, err := config.Load(filepath.Join(dir, "site.yaml"), profiles)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, st, err := Startup(local, profiles)
+			if err != nil {
+				t.Fatalf("startup after a kill at %q: %v (state %+v)", step, err, st)
+			}
+			iv := c.Buses[0].Devices[0].Interval
+			if iv == 9*time.Second {
+				t.Errorf("after a kill at %q the gateway starts on the bundle that was on probation (state %+v)", step, st)
+			}
+			want := map[time.Duration]uint64{5 * time.Second: 0, 7 * time.Second: 1}
+			if serial, ok := want[iv]; !ok || serial != st.KnownGood || st.Serial != st.KnownGood {
+				t.Errorf("after a kill at %q: interval %v with state %+v: not the local file (5s) or the known-good bundle 1 (7s)", step, iv, st)
+			}
+		})
+	}
+}
+
+// TestKillChild runs, in a child process, a bundle applied and confirmed
+// then another applied and reverted, dying at FLEET_KILL_AT.
+func TestKillChild(t *testing.T) {
+	dir, at := os.Getenv("FLEET_KILL_DIR"), os.Getenv("FLEET_KILL_AT")
+	if dir == "" {
+		t.Skip("run by TestKillAtEachStep")
+	}
+	seen := map[string]int{}
+	r := newRigIn(t, dir, func(name string) {
+		seen[name]++
+		if name == at || fmt.Sprintf("%s#%d", name, seen[name]) == at {
+			os.Exit(137) // as a kill -9: nothing deferred runs
+		}
+	})
+	r.pull(r.bundle(1, "slave: 1}", "slave: 1, interval: 7s}"))
+	r.advance(2 * time.Minute)
+	r.pull(r.bundle(2, "slave: 1}", "slave: 1, interval: 9s}"))
+	r.gw.mu.Lock()
+	r.gw.health = Health{}
+	r.gw.mu.Unlock()
+	r.advance(time.Second)
+	r.advance(10 * time.Second)
+	t.Fatalf("went through every step without dying at %q", at)
 }
