@@ -120,6 +120,19 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return ctx.Err()
 }
 
+// earlyHUP holds a SIGHUP that arrives while `gateway run` starts, before
+// cmdRun catches it: caught at package init, the earliest point a Go
+// program can, it would otherwise kill the daemon (an updater or a fleet
+// tool reloading a gateway that just started). Other commands keep the
+// default: a hangup ends them.
+var earlyHUP = make(chan os.Signal, 1)
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		signal.Notify(earlyHUP, syscall.SIGHUP)
+	}
+}
+
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := flags("run", stderr)
 	file := f.String("c", "", "site file")
@@ -136,11 +149,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
-	// SIGHUP reloads the site file; caught from the start so that an early
-	// one cannot kill the daemon.
+	// SIGHUP reloads the site file; caught from the start (see earlyHUP)
+	// so that an early one cannot kill the daemon.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	signal.Stop(earlyHUP)
 	local, log, err := loadSite(*file, *level, *format, stderr)
 	if err != nil {
 		return err
