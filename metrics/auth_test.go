@@ -276,3 +276,17 @@ func TestLoadToken(t *testing.T) {
 		t.Errorf("a token file in a missing directory: %v", err)
 	}
 }
+
+// An Auth without a token (the token file could not be read) admits no
+// client that is not on loopback, not even one that sends an empty token.
+func TestEmptyTokenAdmitsNoRemoteClient(t *testing.T) {
+	h := guarded(NewAuth(""), true)
+	for _, hd := range []http.Header{nil, bearer(""), {"Authorization": {"Bearer"}}, {"Cookie": {SessionCookie + "="}}} {
+		if code := do(h, http.MethodGet, "/status.json", lan, hd).StatusCode; code != 401 {
+			t.Errorf("empty token, header %v: %d, want 401", hd, code)
+		}
+	}
+	if code := do(h, http.MethodGet, "/status.json", "127.0.0.1:1", nil).StatusCode; code != 200 {
+		t.Errorf("empty token, loopback: %d, want 200", code)
+	}
+}
