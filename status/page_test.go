@@ -415,3 +415,21 @@ func BenchmarkStatusJSON50Devices(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "bytes/op")
 }
+
+// The points are read a moment after the devices' status; a poll that
+// ends in between cannot make the page show a good point on a device it
+// shows failing.
+func TestPointsFollowTheStatusShown(t *testing.T) {
+	f := newFake()
+	f.devs[0].Health, f.devs[0].ConsecutiveFailures = sensors.Degraded, 1 // the point is still good
+	now := t0
+	snap := server(f, &now).Snapshot()
+	p := snap.Devices[0].Points[0]
+	if p.Quality != "stale" || p.Value != nil || p.LastValue == nil || *p.LastValue != "0.42" {
+		t.Errorf("good point of a device shown degraded: %+v", p)
+	}
+	f.devs[0].Health = sensors.Offline
+	if p := server(f, &now).Snapshot().Devices[0].Points[0]; p.Quality != "bad" || p.Value != nil {
+		t.Errorf("good point of a device shown offline: %+v", p)
+	}
+}

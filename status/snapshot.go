@@ -291,8 +291,21 @@ func site(si metrics.SiteInfo, now time.Time) Site {
 
 // devices joins each device's status with its points.
 func devices(devs []sensors.DeviceStatus, points []sensors.Point, now time.Time) []Device {
+	health := map[string]sensors.Health{}
+	for _, d := range devs {
+		health[d.Name] = d.Health
+	}
 	byDev := map[string][]Point{}
 	for _, p := range points {
+		// The points are read a moment after the devices' status: a poll
+		// may end in between. The page holds to the status it shows, so a
+		// device shown failing has no good point.
+		if h, ok := health[p.Device]; ok && p.Quality == sensors.Good && h != sensors.OK {
+			p.Quality = sensors.Stale
+			if h == sensors.Offline {
+				p.Quality = sensors.Bad
+			}
+		}
 		byDev[p.Device] = append(byDev[p.Device], point(p, now))
 	}
 	out := make([]Device, 0, len(devs))
