@@ -433,3 +433,20 @@ func TestPointsFollowTheStatusShown(t *testing.T) {
 		t.Errorf("good point of a device shown offline: %+v", p)
 	}
 }
+
+// A clock before the software was written was never set, whatever NTP
+// says; one after it is judged by the kernel's NTP state alone.
+func TestSystemClockBeforeItsTime(t *testing.T) {
+	boot := time.Date(1970, 1, 1, 0, 3, 0, 0, time.UTC)
+	c := SystemClock(boot)
+	if !strings.Contains(c.Problem, "1970-01-01") || !strings.Contains(c.Problem, "never set") || !c.Now.Equal(boot) {
+		t.Errorf("clock at 1970: %+v", c)
+	}
+	c = SystemClock(clockFloor.Add(time.Hour))
+	if strings.Contains(c.Problem, "never set") {
+		t.Errorf("clock after the floor: %+v", c)
+	}
+	if c.Synchronised != nil && *c.Synchronised != (c.Problem == "") {
+		t.Errorf("synchronised %v with problem %q", *c.Synchronised, c.Problem)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +17,9 @@ import (
 // snapshot functions, once per view: nothing runs between views, and
 // nothing on the polling or delivery paths.
 type Server struct {
-	src     metrics.Sources
-	now     func() time.Time
-	clock   func(now time.Time) Clock
-	version string
+	src   metrics.Sources
+	now   func() time.Time
+	clock func(now time.Time) Clock
 
 	mu     sync.Mutex // one view at a time: each reads every source
 	window window
@@ -38,7 +36,7 @@ type Options struct {
 
 // New returns a server over src.
 func New(src metrics.Sources, opt Options) *Server {
-	s := &Server{src: src, now: opt.Now, clock: opt.Clock, version: buildVersion()}
+	s := &Server{src: src, now: opt.Now, clock: opt.Clock}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -128,8 +126,13 @@ func acceptsGzip(r *http.Request) bool {
 	return false
 }
 
-// SystemClock reads the kernel's NTP state, and checks the clock against
-// the time this binary was built: a clock behind it was never set.
+// clockFloor is a date every gateway's clock is past once set: this
+// code's own. A Raspberry Pi without a real-time clock boots at the date it
+// last saved, or at 1970.
+var clockFloor = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// SystemClock reads the kernel's NTP state, and checks the clock against a
+// date it must be past.
 func SystemClock(now time.Time) Clock {
 	c := Clock{Now: now.UTC()}
 	if synced, maxErr, ok := kernelClock(); ok {
@@ -138,50 +141,9 @@ func SystemClock(now time.Time) Clock {
 			c.Problem = "the system clock is not synchronised (no NTP server reached since boot): packets may carry a wrong date"
 		}
 	}
-	if bt := buildTime(); !bt.IsZero() && now.Before(bt) {
-		c.Problem = "the system clock says " + now.UTC().Format("2006-01-02 15:04 MST") + ", before this gateway was built (" +
-			bt.UTC().Format("2006-01-02") + "): it was never set, and packets carry a wrong date"
+	if now.Before(clockFloor) {
+		c.Problem = "the system clock says " + now.UTC().Format("2006-01-02 15:04 MST") + ", a date before this gateway's software was written: " +
+			"it was never set, and packets carry a wrong date"
 	}
 	return c
-}
-
-// buildVersion is the module's version and VCS revision from the build
-// information, for a binary whose command does not say its version.
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value[:min(12, len(s.Value))]
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "-dirty"
-			}
-		}
-	}
-	if rev != "" && !strings.Contains(v, rev) {
-		v += " (" + rev + dirty + ")"
-	}
-	return v
-}
-
-// buildTime is the commit time of the build's VCS revision; zero when
-// unknown.
-func buildTime() time.Time {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return time.Time{}
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.time" {
-			t, _ := time.Parse(time.RFC3339, s.Value)
-			return t
-		}
-	}
-	return time.Time{}
 }

@@ -225,9 +225,6 @@ func (s *Server) build(now time.Time) *Snapshot {
 	if src.Site != nil {
 		snap.Site = site(src.Site(), now)
 	}
-	if snap.Site.Version == "" {
-		snap.Site.Version = s.version
-	}
 	var devs []sensors.DeviceStatus
 	if src.Devices != nil {
 		devs = src.Devices()
