@@ -538,13 +538,16 @@ func (p *writer) site(s *Snapshot) {
 func itoa(n int) string    { return strconv.Itoa(n) }
 func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 func percent(f float64) string {
-	return strconv.FormatFloat(100*f, 'f', 0, 64) + " %"
+	return strconv.FormatFloat(100*f, 'f', 0, 64) + "\u00a0%"
 }
 
-// dur writes seconds as ms below 10 s.
+// dur writes seconds as ms below 10 s, to a tenth below 10 ms.
 func dur(s float64) string {
-	if s < 10 {
-		return strconv.FormatFloat(s*1000, 'f', 0, 64) + " ms"
+	switch {
+	case s < 0.01:
+		return strconv.FormatFloat(s*1000, 'f', 1, 64) + "\u00a0ms"
+	case s < 10:
+		return strconv.FormatFloat(s*1000, 'f', 0, 64) + "\u00a0ms"
 	}
 	return ageText(s)
 }
