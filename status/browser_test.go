@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"fieldlink/agent"
 	"fieldlink/internal/testtool"
 )
 
@@ -34,6 +35,84 @@ func artefacts(t *testing.T) string {
 		return dir
 	}
 	return t.ArtifactDir()
+}
+
+// browser starts headless chromium for the test and returns a context for
+// its actions, bounded to catch a hang, not a slow page.
+func browser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true))...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(cancelTab)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, for as long as bctx
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The login form in the browser, for a client that is not on loopback
+// (the handler is told the peer is on the LAN): the page asks for the
+// token, a wrong one is refused, the right one opens the page and the
+// cookie keeps it open across a reload.
+func TestBrowserLogin(t *testing.T) {
+	chromium := testtool.Require(t, "chromium", "chromium")
+	e := newEmu(t, "generic-mine-methane")
+	c := writeSite(t, fmt.Sprintf(`site: {id: "M9"}
+gateway: {id: gw-login}
+buffer: {path: buf.db}
+metrics: {listen: "0.0.0.0:9273", allow_remote: true}
+buses:
+  - name: a
+    url: tcp://%s
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 200ms}
+`, e.addr))
+	g, err := agent.Start(c, agent.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	h := agent.MetricsHandler(c, g.Sources(), testtool.Logger(t))
+	tok, err := os.ReadFile(c.Metrics.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lan := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.RemoteAddr = "192.0.2.9:40000" // as a phone on the LAN
+		h.ServeHTTP(w, r)
+	}))
+	defer lan.Close()
+
+	ctx := browser(t, chromium)
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			loc, _ := chromedp.Run(ctx, chromedp.Location())
+			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("browser: %s: %v\nat %s:\n%.500s", what, err, loc, body)
+		}
+	}
+	do("the login form", chromedp.Navigate(lan.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`#t`)))
+	do("a wrong token", chromedp.SendKeys(chromedp.CSS(`#t`), "not-the-token-at-all"), chromedp.Click(chromedp.CSS(`#f button`)))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('err').textContent!==''`)); err != nil {
+		t.Fatalf("no answer to a wrong token: %v", err)
+	}
+	if msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#err`))); err != nil || msg != "Wrong token." {
+		t.Errorf("after a wrong token: %q, %v", msg, err)
+	}
+	do("the token", chromedp.SetValue(chromedp.CSS(`#t`), strings.TrimSpace(string(tok))),
+		chromedp.Click(chromedp.CSS(`#f button`)), chromedp.WaitVisible(chromedp.CSS(`[data-device="ch4-1"]`)))
+	do("a reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`[data-device="ch4-1"]`)))
+	cookie, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.cookie`))
+	if err != nil || strings.Contains(cookie, "fieldlink_session") {
+		t.Errorf("the session cookie is readable by the page's script (%q, %v): not HttpOnly", cookie, err)
+	}
 }
 
 // buildGateway builds the gateway command of this tree.
@@ -132,16 +211,7 @@ uplink:
 		return err == nil && resp.StatusCode == 200
 	})
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true))...)
-	defer cancelAlloc()
-	bctx, cancelTab := chromedp.NewContext(actx)
-	defer cancelTab()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, for as long as bctx
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute) // a hang, not a slow page
-	defer cancel()
+	ctx := browser(t, chromium)
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, steps...); err != nil {
