@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"fieldlink/buffer"
 	"fieldlink/config"
@@ -75,9 +76,12 @@ type Agent struct {
 	failed     chan struct{} // closed when the buffer fails for good
 	failedOnce sync.Once
 
-	commands    *downlink.Engine // nil without a buffer (no uplink)
-	fleetReport atomic.Pointer[fleet.Report]
-	stopControl func() // the control socket of gateway write
+	commands     *downlink.Engine // nil without a buffer (no uplink)
+	fleetReport  atomic.Pointer[fleet.Report]
+	reporterOnce sync.Once
+	reportKick   chan struct{}
+	stopControl  func()      // the control socket of gateway write
+	status       statusState // what the status page knows beyond the snapshots
 }
 
 // parts are the gateway's parts in force; a reload replaces the value.
@@ -90,7 +94,7 @@ type parts struct {
 // Start opens c's buses, buffer and upstreams and starts polling and
 // delivering. Stop ends it.
 func Start(c *config.Config, opt Options) (*Agent, error) {
-	g := &Agent{log: opt.Logger, opt: opt, failed: make(chan struct{})}
+	g := &Agent{log: opt.Logger, opt: opt, failed: make(chan struct{}), status: statusState{started: time.Now()}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -125,6 +129,7 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 		go g.in.Run()
 	}
 	g.cur.Store(p)
+	g.status.loaded(c)
 	g.pollBase, g.stopAll = context.WithCancel(context.Background())
 	g.startPolling(site)
 	return g, nil
@@ -267,11 +272,13 @@ func (g *Agent) Sources() metrics.Sources {
 			return metrics.DevicesAnswering(g.Site().Status())
 		},
 	}
+	g.statusSources(&src)
 	if g.q == nil {
 		return src
 	}
 	src.Buffer = func() (buffer.Stats, bool) { return g.q.Stats(), true }
 	if e := g.commands; e != nil {
+		src.Downlink = func() metrics.DownlinkStatus { return downlinkStatus(g.Config(), e) }
 		src.Commands = func() map[string]uint64 {
 			out := map[string]uint64{}
 			for st, n := range e.Counts() {
@@ -307,12 +314,13 @@ var ErrRestartNeeded = errors.New("a restart is needed to apply it (systemctl re
 // A reload can always restore polling: if the new buses fail and the old
 // ones cannot reopen either, the gateway polls nothing until the next
 // reload, which then rebuilds the sensors side even from an unchanged file.
-func (g *Agent) Reload(c *config.Config) error {
+func (g *Agent) Reload(c *config.Config) (err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {
 		return errors.New("gateway stopped")
 	}
+	defer func() { g.status.reloaded(g.Config(), err) }()
 	log := g.log.With("component", "reload")
 	old := g.cur.Load()
 	d := config.Diff(old.cfg, c)

@@ -12,6 +12,7 @@ import (
 	"fieldlink/buffer"
 	"fieldlink/config"
 	"fieldlink/downlink"
+	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
@@ -151,4 +152,24 @@ func WriteOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Si
 		log.Error("the command's record was not stored in the buffer", "err", stored)
 	}
 	return res, nil
+}
+
+// downlinkStatus is the downlink as the status page shows it: newest
+// command first.
+func downlinkStatus(c *config.Config, e *downlink.Engine) metrics.DownlinkStatus {
+	st := metrics.DownlinkStatus{Enabled: c.Downlink.Enabled}
+	recent := e.Recent()
+	for i := len(recent) - 1; i >= 0; i-- {
+		r := recent[i]
+		what := r.Point + " = " + r.Value.String()
+		if r.Point == "" {
+			what = "(unreadable command)"
+		}
+		result := string(r.Status)
+		if r.Reason != "" {
+			result += ": " + r.Reason
+		}
+		st.Commands = append(st.Commands, metrics.DownlinkCommand{At: r.At, Device: r.Device, Command: what + " (" + r.ID + ")", OK: r.Status == downlink.StatusDone, Result: result})
+	}
+	return st
 }

@@ -355,6 +355,11 @@ func TestCommandsEndToEnd(t *testing.T) {
 			return n1+n2 >= 1
 		})
 	}
+	// The status page's view: newest first, with device and point.
+	dl := r.g.Sources().Downlink()
+	if !dl.Enabled || len(dl.Commands) == 0 || dl.Commands[0].Device != "valve-refuse" || dl.Commands[0].OK || !strings.Contains(dl.Commands[0].Command, "ValveOpen = true (refuse-1)") {
+		t.Errorf("status page downlink: %+v", dl)
+	}
 	counts := r.g.Commands().Counts()
 	if counts[downlink.StatusDone] < 7 || counts[downlink.StatusExpired] != 2 || counts[downlink.StatusFailed] != 2 {
 		t.Errorf("counts %v", counts)
@@ -375,7 +380,7 @@ func TestCommandKeptByTheBrokerNeverRuns(t *testing.T) {
 	if got := r.frames.of(slaveValve); len(got) != 1 || !strings.HasPrefix(got[0], "06") {
 		t.Errorf("the device received %v, want only live-1's write", got)
 	}
-	if !strings.Contains(r.log.String(), "retained command dropped") {
+	if !strings.Contains(r.log.String(), "retained message dropped") {
 		t.Error("the log does not say the retained command was dropped")
 	}
 }

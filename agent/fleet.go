@@ -10,8 +10,12 @@ import (
 	"fieldlink/uplink"
 )
 
-// reportTimeout bounds publishing one configuration state report.
-const reportTimeout = 5 * time.Second
+// reportTimeout bounds publishing one configuration state report;
+// reportRetry is how often one no upstream took is tried again.
+const (
+	reportTimeout = 5 * time.Second
+	reportRetry   = time.Second
+)
 
 // Health is what a bundle's probation watches: whether an upstream is
 // connected, and the share of devices whose last poll succeeded.
@@ -35,26 +39,59 @@ func (g *Agent) Health() fleet.Health {
 	return h
 }
 
-// Report publishes the remote configuration's state, retained, on every
-// connected MQTT upstream, and keeps it for the metrics and status page.
+// Report keeps the remote configuration's state for the metrics and the
+// status page, and publishes it, retained, on every connected MQTT
+// upstream: at once, or, when none is connected (a bundle just reverted
+// is reconnecting), as soon as one is.
 func (g *Agent) Report(r fleet.Report) {
 	g.fleetReport.Store(&r)
+	g.reporterOnce.Do(func() { go g.reporter() })
+	select {
+	case g.reportKick <- struct{}{}:
+	default:
+	}
+}
+
+// reporter publishes the last report until an upstream takes it, until
+// the gateway stops.
+func (g *Agent) reporter() {
+	t := time.NewTicker(reportRetry)
+	defer t.Stop()
+	var sent *fleet.Report
+	for {
+		select {
+		case <-g.pollBase.Done():
+			return
+		case <-g.reportKick:
+		case <-t.C:
+		}
+		r := g.fleetReport.Load()
+		if r == nil || r == sent {
+			continue
+		}
+		if g.publishReport(*r) {
+			sent = r
+		}
+	}
+}
+
+// publishReport reports whether an upstream took r.
+func (g *Agent) publishReport(r fleet.Report) bool {
 	c := g.Config()
 	up := g.cur.Load().up
 	if up == nil || c.RemoteConfig == nil {
-		return
+		return false
 	}
 	topic, err := uplink.ExpandTopic(c.RemoteConfig.StateTopic, topicVars(c))
 	if err != nil {
 		g.log.Error("configuration state not published: remote_config.state_topic", "err", err)
-		return
+		return true // retrying cannot help
 	}
 	payload, _ := json.Marshal(r)
 	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
 	defer cancel()
-	if n, err := up.pool.PublishAll(ctx, topic, payload, true); n == 0 {
-		g.log.Warn("configuration state not published: no MQTT upstream took it", "state", r.State, "serial", r.Serial, "err", err)
-	}
+	n, _ := up.pool.PublishAll(ctx, topic, payload, true)
+	return n > 0
 }
 
 // FleetReport is the last configuration state reported; nil before any.

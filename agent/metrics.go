@@ -2,28 +2,166 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
 
 	"fieldlink/config"
 	"fieldlink/metrics"
+	"fieldlink/sensors"
+	"fieldlink/status"
 )
 
-// ServeMetrics serves /metrics, /healthz and /readyz from src on c's
-// metrics listener until the returned function is called; that function
-// stops the server and waits for it. A listener that cannot start is
-// logged, not fatal: the gateway's job is the data.
+// Version is the gateway's version as the status page shows it; empty
+// means the module's build information. The binary sets it from its own.
+var Version string
+
+// ServeMetrics serves /metrics, /healthz, /readyz and the status page from
+// src on c's metrics listener until the returned function is called; that
+// function stops the server and waits for it. A listener that cannot start
+// is logged, not fatal: the gateway's job is the data.
 func ServeMetrics(c *config.Config, src metrics.Sources, log *slog.Logger) (stop func()) {
 	if c.Metrics.Listen == "off" {
 		return func() {}
 	}
+	_, stop, err := StartMetrics(c, src, log)
+	if err != nil {
+		log.Error("metrics, health and status page not available", "component", "metrics", "listen", c.Metrics.Listen, "err", err)
+		return func() {}
+	}
+	return stop
+}
+
+// StartMetrics is ServeMetrics that returns the address it listens on, or
+// why it cannot listen.
+func StartMetrics(c *config.Config, src metrics.Sources, log *slog.Logger) (addr string, stop func(), err error) {
+	l := log.With("component", "metrics")
+	ln, err := metrics.Listen(c.Metrics.Listen, c.Metrics.AllowRemote)
+	if err != nil {
+		return "", nil, err
+	}
+	h := MetricsHandler(c, src, l)
+	addr = ln.Addr().String()
+	l.Info("status page", "url", "http://"+addr+"/")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		l := log.With("component", "metrics")
-		if err := metrics.Serve(ctx, c.Metrics.Listen, metrics.Handler(src), c.Metrics.AllowRemote, l); err != nil {
-			l.Error("metrics and health endpoints not available", "listen", c.Metrics.Listen, "err", err)
+		if err := metrics.ServeListener(ctx, ln, h, l); err != nil {
+			l.Error("metrics listener failed", "addr", addr, "err", err)
 		}
 	}()
-	return func() { cancel(); <-done }
+	return addr, func() { cancel(); <-done }, nil
+}
+
+// MetricsHandler is the metrics listener's handler for c: the metrics and
+// health endpoints and the status page, with, when the listener is open to
+// the LAN, the token of c's token file, created at the first start. A
+// token that cannot be read leaves the page to loopback clients.
+func MetricsHandler(c *config.Config, src metrics.Sources, log *slog.Logger) http.Handler {
+	opt := metrics.HandlerOptions{Pages: status.New(src, status.Options{}).Pages(), ScrapeToken: c.Metrics.ScrapeToken}
+	if c.Metrics.AllowRemote {
+		file := c.Metrics.TokenFile
+		tok, created, err := metrics.LoadToken(file)
+		switch {
+		case err != nil:
+			log.Error("status page token unreadable: the page is served on loopback only", "err", err)
+		case created:
+			// Logged this once: afterwards only the file has it.
+			log.Warn("status page token created; clients that are not on loopback must present it", "file", file, "token", tok)
+		default:
+			log.Info("status page asks clients that are not on loopback for the token", "file", file)
+		}
+		opt.Auth = metrics.NewAuth(tok)
+	}
+	return metrics.NewHandler(src, opt)
+}
+
+// statusState is what the status page knows of the gateway beyond the
+// snapshots: when it started, the site file in force, the last reload.
+type statusState struct {
+	started time.Time
+
+	mu     sync.Mutex
+	hash   string // SHA-256 of the site file in force, as loaded; "" if unreadable
+	reload *metrics.ReloadResult
+}
+
+// loaded records c as the site file in force.
+func (st *statusState) loaded(c *config.Config) {
+	h := fileHash(c.File)
+	st.mu.Lock()
+	st.hash = h
+	st.mu.Unlock()
+}
+
+// reloaded records a reload's outcome; c is the site file in force after
+// it.
+func (st *statusState) reloaded(c *config.Config, err error) {
+	r := &metrics.ReloadResult{At: time.Now()}
+	if err != nil {
+		r.Err = err.Error()
+	} else {
+		st.loaded(c)
+	}
+	st.mu.Lock()
+	st.reload = r
+	st.mu.Unlock()
+}
+
+func fileHash(file string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// statusSources adds the status page's own sources to src.
+func (g *Agent) statusSources(src *metrics.Sources) {
+	src.Points = func(now time.Time) []sensors.Point { return g.Site().Points(now) }
+	src.Site = g.siteInfo
+	if g.q != nil {
+		dir := filepath.Dir(g.Config().Buffer.Path)
+		src.Disk = func() (metrics.DiskSpace, bool) { return status.Disk(dir) }
+	}
+	// Downlink stays nil until the gateway has one: then it reports
+	// whether it is enabled and its latest commands.
+}
+
+// siteInfo is who the gateway is, and whether its site file on disk is
+// the one in force.
+func (g *Agent) siteInfo() metrics.SiteInfo {
+	c := g.Config()
+	st := &g.status
+	st.mu.Lock()
+	hash := st.hash
+	var reload *metrics.ReloadResult
+	if st.reload != nil {
+		r := *st.reload
+		reload = &r
+	}
+	st.mu.Unlock()
+	si := metrics.SiteInfo{
+		SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Location: c.Location, Version: Version,
+		Started: st.started, ConfigFile: c.File, ConfigSHA256: hash, LastReload: reload,
+	}
+	if r := g.FleetReport(); r != nil {
+		si.Remote = &metrics.RemoteState{Serial: r.Serial, State: r.State, Reason: r.Reason, At: r.At}
+	}
+	if hash != "" {
+		if b, err := os.ReadFile(c.File); err != nil {
+			si.OnDiskError = err.Error()
+		} else {
+			h := sha256.Sum256(b)
+			si.OnDiskSHA256 = hex.EncodeToString(h[:])
+		}
+	}
+	return si
 }

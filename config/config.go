@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -108,13 +109,26 @@ type SerialSensor struct {
 	DataType string        `yaml:"data_type"`
 }
 
-// Metrics is the Prometheus and health listener of gateway run.
+// Metrics is the listener of gateway run: Prometheus metrics, health and
+// readiness, and the status page.
 type Metrics struct {
 	// Listen is host:port; default 127.0.0.1:9273. "off" disables it.
 	Listen string `yaml:"listen"`
-	// AllowRemote lets Listen be a non-loopback address.
+	// AllowRemote lets Listen be a non-loopback address. Clients that are
+	// not on loopback must then present the token of TokenFile to see the
+	// status page.
 	AllowRemote bool `yaml:"allow_remote"`
+	// ScrapeToken makes /metrics take the token too; by default it stays
+	// open, as Prometheus servers expect.
+	ScrapeToken bool `yaml:"scrape_token"`
+	// TokenFile holds the status page's token, written at the first start
+	// with allow_remote (mode 0600); relative to the site file. Default:
+	// status-token in the buffer file's directory.
+	TokenFile string `yaml:"token_file"`
 }
+
+// DefaultTokenFile is the status token's file name beside the buffer file.
+const DefaultTokenFile = "status-token"
 
 // Packet shapes the JSON packets.
 type Packet struct {
@@ -168,6 +182,7 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 	c.validateNorth(doc)
 	c.validateDownlink(doc)
 	c.validateRemote(doc)
+	c.metricsDefaults()
 	if err := doc.Err(); err != nil {
 		return nil, err
 	}
@@ -324,6 +339,19 @@ func (c *Config) validateMetrics(doc *yamlconf.Doc) {
 		doc.Errorf("metrics.listen", "%q listens on every interface; use a loopback address such as 127.0.0.1:9273, or set metrics.allow_remote: true", m.Listen)
 	} else if ip, err := netip.ParseAddr(host); err == nil && !ip.Unmap().IsLoopback() {
 		doc.Errorf("metrics.listen", "%s is not a loopback address; use one such as 127.0.0.1:9273, or set metrics.allow_remote: true", host)
+	}
+}
+
+// metricsDefaults resolves the token file once the buffer's path is known.
+func (c *Config) metricsDefaults() {
+	m := &c.Metrics
+	if m.TokenFile == "" {
+		m.TokenFile = filepath.Join(filepath.Dir(c.Buffer.Path), DefaultTokenFile)
+	} else {
+		m.TokenFile = c.rel(m.TokenFile)
+	}
+	if m.ScrapeToken && !m.AllowRemote {
+		c.Warnings = append(c.Warnings, c.File+": metrics.scrape_token has no effect without metrics.allow_remote: the listener is loopback only, where no token is asked")
 	}
 }
 

@@ -207,3 +207,41 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestMetricsTokenFile(t *testing.T) {
+	for _, tc := range []struct{ file, add, want string }{
+		{"/etc/fieldlink/site.yaml", "", "/var/lib/fieldlink/status-token"},
+		{"/etc/fieldlink/site.yaml", "buffer: {path: /data/gw/buf.db}\n", "/data/gw/status-token"},
+		{"/etc/fieldlink/site.yaml", "buffer: {path: buf.db}\n", "/etc/fieldlink/status-token"},
+		{"/etc/fieldlink/site.yaml", "metrics: {allow_remote: true, listen: '0.0.0.0:9273', token_file: tok}\n", "/etc/fieldlink/tok"},
+		{"/etc/fieldlink/site.yaml", "metrics: {token_file: /run/fl/tok}\n", "/run/fl/tok"},
+	} {
+		c, err := Parse(tc.file, []byte(good+tc.add), testProfiles)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.add, err)
+		}
+		if c.Metrics.TokenFile != tc.want {
+			t.Errorf("%q: token file %q, want %q", tc.add, c.Metrics.TokenFile, tc.want)
+		}
+	}
+}
+
+func TestScrapeTokenWithoutRemoteWarns(t *testing.T) {
+	for _, tc := range []struct {
+		add  string
+		warn bool
+	}{
+		{"metrics: {scrape_token: true}\n", true},
+		{"metrics: {scrape_token: true, allow_remote: true, listen: '0.0.0.0:9273'}\n", false},
+		{"metrics: {scrape_token: false}\n", false},
+	} {
+		c, err := Parse("site.yaml", []byte(good+tc.add), testProfiles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(strings.Join(c.Warnings, "\n"), "scrape_token has no effect")
+		if warned != tc.warn || (tc.add == "metrics: {scrape_token: true, allow_remote: true, listen: '0.0.0.0:9273'}\n" && !c.Metrics.ScrapeToken) {
+			t.Errorf("%q: warned %v, want %v (%q)", tc.add, warned, tc.warn, c.Warnings)
+		}
+	}
+}

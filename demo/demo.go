@@ -289,6 +289,18 @@ func (r *demoRun) drained() bool {
 	return true
 }
 
+// startStatusPage serves a site's status page on its metrics address, or,
+// when that is busy (another gateway, another demo), on a free port.
+func startStatusPage(s *demoSite, log *slog.Logger) (addr string, stop func(), err error) {
+	addr, stop, err = agent.StartMetrics(s.cfg, s.g.Sources(), log)
+	if err != nil {
+		c := *s.cfg
+		c.Metrics.Listen = "127.0.0.1:0"
+		addr, stop, err = agent.StartMetrics(&c, s.g.Sources(), log)
+	}
+	return addr, stop, err
+}
+
 // demoDrain is how long the demo waits, once polling stopped, for the
 // buffer to empty before it disconnects.
 const demoDrain = 3 * time.Second
@@ -383,9 +395,9 @@ func Run(ctx context.Context, opt Options, stdout, stderr io.Writer) error {
 	period := *duration
 	if period <= 0 {
 		period = 30 * time.Second
-		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running until Ctrl-C\n\n")
+		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running until Ctrl-C\n")
 	} else {
-		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running for %v (-duration 0 runs until Ctrl-C)\n\n", *duration)
+		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running for %v (-duration 0 runs until Ctrl-C)\n", *duration)
 	}
 
 	pollCtx, stopPolling := context.WithCancel(ctx)
@@ -417,6 +429,17 @@ func Run(ctx context.Context, opt Options, stdout, stderr io.Writer) error {
 		s.g = g
 		undo = append(undo, func() { _ = g.Stop() })
 	}
+	var pages []string
+	for _, s := range r.sites {
+		addr, stop, err := startStatusPage(s, log)
+		if err != nil {
+			pages = append(pages, s.kind+" not served ("+err.Error()+")")
+			continue
+		}
+		undo = append(undo, stop)
+		pages = append(pages, s.kind+" http://"+addr+"/")
+	}
+	fmt.Fprintf(scr, "status pages (readings, device health, buffer, brokers; /status.json beside): %s\n\n", strings.Join(pages, " · "))
 	r.lastTick = r.start
 	r.lastDelivered = make([]uint64, len(r.brokers))
 	r.lastLinks = slices.Repeat([]int{-1}, len(r.brokers))

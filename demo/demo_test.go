@@ -66,6 +66,9 @@ func TestDemoDeliversEveryPacketThroughOutages(t *testing.T) {
 			t.Errorf("no %q in the log:\n%s", want, log)
 		}
 	}
+	if !regexp.MustCompile(`status pages .*: farm http://127\.0\.0\.1:\d+/ · mine http://127\.0\.0\.1:\d+/`).MatchString(log) {
+		t.Errorf("the demo does not give its status pages' addresses:\n%s", log)
+	}
 	_, summary, ok := strings.Cut(log, "fieldlink demo summary")
 	if !ok {
 		t.Fatalf("no summary:\n%s", log)

@@ -98,7 +98,14 @@ type Engine struct {
 
 	mu     sync.Mutex
 	counts map[Status]uint64
-	recent []Result
+	recent []Recent
+}
+
+// Recent is a command's result with what it was about, for the live
+// views.
+type Recent struct {
+	Result
+	Device, Point string
 }
 
 // NewEngine returns an engine for the writable points of c.
@@ -392,7 +399,11 @@ func (e *Engine) refused(cmd *Command, res Result, buffered bool) {
 func (e *Engine) report(cmd *Command, res Result, buffered bool) {
 	e.mu.Lock()
 	e.counts[res.Status]++
-	e.recent = append(e.recent, res)
+	rec := Recent{Result: res}
+	if cmd != nil {
+		rec.Device, rec.Point = cmd.Device, cmd.Point
+	}
+	e.recent = append(e.recent, rec)
 	if len(e.recent) > recentKept {
 		e.recent = e.recent[1:]
 	}
@@ -463,10 +474,10 @@ func (e *Engine) Counts() map[Status]uint64 {
 }
 
 // Recent returns the last results, oldest first.
-func (e *Engine) Recent() []Result {
+func (e *Engine) Recent() []Recent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]Result(nil), e.recent...)
+	return slices.Clone(e.recent)
 }
 
 // Describe is a one-line summary of the writable points, for logs.

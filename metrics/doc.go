@@ -16,6 +16,12 @@
 // site is ready, see [Sources.Ready]). [Serve] serves it, on a loopback address
 // unless remote access is explicitly allowed, until its context ends.
 //
+// [NewHandler] mounts more pages beside them (the status page of package
+// status, built from the same [Sources]) and, for a listener open to the
+// LAN, an [Auth]: clients that are not on loopback present a token, as a
+// bearer header or as the cookie its login sets, and their failed attempts
+// are rate-limited. Every method but GET and HEAD is answered 405.
+//
 // # Choices
 //
 // The text format is written here (expo.go), not by the reference client

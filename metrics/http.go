@@ -36,11 +36,34 @@ var scrapeErrorsDesc = &desc{name: "fieldlink_metrics_scrape_errors_total",
 //   - /healthz: 200 "ok" while the process serves HTTP at all.
 //   - /readyz: 200 "ready" when src.Ready says so (or is nil), else 503
 //     with the reason.
-func Handler(src Sources) http.Handler {
+//
+// Every method but GET and HEAD is answered 405: nothing served changes
+// anything.
+func Handler(src Sources) http.Handler { return NewHandler(src, HandlerOptions{}) }
+
+// HandlerOptions add pages and a token to [Handler]'s endpoints.
+type HandlerOptions struct {
+	// Pages are more routes, by [http.ServeMux] pattern ("GET /{$}"): the
+	// status page.
+	Pages map[string]http.Handler
+	// Auth, if set, asks the clients that are not on loopback for its token
+	// on Pages (and serves its login on /login), and on /metrics too with
+	// ScrapeToken. /healthz and /readyz stay open: they say no more than
+	// whether the gateway works.
+	Auth        *Auth
+	ScrapeToken bool
+}
+
+// NewHandler is [Handler] with opt's pages and token.
+func NewHandler(src Sources, opt HandlerOptions) http.Handler {
+	guard := func(h http.Handler) http.Handler { return h }
+	if opt.Auth != nil {
+		guard = opt.Auth.Guard
+	}
 	c := NewCollector(src)
 	var mu sync.Mutex // one scrape at a time: each reads every source
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+	scrape := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		var buf bytes.Buffer
@@ -56,6 +79,17 @@ func Handler(src Sources) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(buf.Bytes())
 	})
+	if opt.ScrapeToken {
+		mux.Handle("GET /metrics", guard(scrape))
+	} else {
+		mux.Handle("GET /metrics", scrape)
+	}
+	for pattern, h := range opt.Pages {
+		mux.Handle(pattern, guard(h))
+	}
+	if opt.Auth != nil {
+		mux.HandleFunc("GET /login", opt.Auth.login)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		plain(w, http.StatusOK, "ok")
 	})
@@ -71,7 +105,20 @@ func Handler(src Sources) http.Handler {
 		}
 		plain(w, http.StatusOK, "ready")
 	})
-	return mux
+	return readOnly(mux)
+}
+
+// readOnly answers 405 to every method but GET and HEAD, whatever the
+// path, before any page or token is looked at.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			plain(w, http.StatusMethodNotAllowed, "read-only: only GET and HEAD are served")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func plain(w http.ResponseWriter, code int, body string) {
@@ -88,12 +135,22 @@ func plain(w http.ResponseWriter, code int, body string) {
 // allowRemote. A host name is resolved by the listen call and the address
 // actually bound is checked. A nil log discards.
 func Serve(ctx context.Context, listen string, h http.Handler, allowRemote bool, log *slog.Logger) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	ln, err := listenTCP(listen, allowRemote)
+	ln, err := Listen(listen, allowRemote)
 	if err != nil {
 		return err
+	}
+	return ServeListener(ctx, ln, h, log)
+}
+
+// Listen listens on addr as [Serve] does, refusing a non-loopback address
+// unless allowRemote; the caller learns the port bound (for ":0") before
+// it serves with [ServeListener].
+func Listen(addr string, allowRemote bool) (net.Listener, error) { return listenTCP(addr, allowRemote) }
+
+// ServeListener serves h on ln as [Serve] does, and closes ln.
+func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -114,7 +171,7 @@ func Serve(ctx context.Context, listen string, h http.Handler, allowRemote bool,
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	if err != nil {
 		_ = srv.Close()
 	}

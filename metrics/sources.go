@@ -15,10 +15,11 @@ import (
 // DefaultListen is the metrics listener's default address: loopback only.
 const DefaultListen = "127.0.0.1:9273"
 
-// Sources are the snapshot functions the collector reads at scrape time.
-// Any of them may be nil: its metrics are then left out. Each may be called
-// from several scrapes at once, so it must be safe for concurrent use (the
-// snapshot methods it is meant for are).
+// Sources are the snapshot functions the collector reads at scrape time,
+// and the status page at each view. Any of them may be nil: its metrics (or
+// its part of the page) are then left out. Each may be called from several
+// scrapes at once, so it must be safe for concurrent use (the snapshot
+// methods it is meant for are).
 type Sources struct {
 	// Devices returns the status of every device: all buses' Status and
 	// every line sensor's Status.
@@ -51,6 +52,80 @@ type Sources struct {
 	// Ready reports whether the gateway is ready, and why not when it is
 	// not. Nil means always ready. See [DevicesAnswering].
 	Ready func() (ready bool, why string)
+
+	// The status page's own sources; the collector does not read them.
+
+	// Points returns the last reading of every point, in the order of
+	// Devices ([sensors.Site.Points]).
+	Points func(now time.Time) []sensors.Point
+	// Site says who the gateway is and what it runs.
+	Site func() SiteInfo
+	// Disk returns the space of the file system that holds the buffer;
+	// ok is false when it cannot be read.
+	Disk func() (d DiskSpace, ok bool)
+	// Downlink returns the downlink's state. Nil when the gateway has no
+	// downlink: the page then leaves it out.
+	Downlink func() DownlinkStatus
+}
+
+// SiteInfo is who a gateway is and what it runs.
+type SiteInfo struct {
+	SiteID, GatewayID string
+	// Location is the site's time zone, for the times the page shows.
+	Location *time.Location
+	Version  string
+	Started  time.Time // when the gateway started
+	// ConfigFile is the site file in force, and ConfigSHA256 the SHA-256
+	// (hex) of its bytes as they were loaded.
+	ConfigFile, ConfigSHA256 string
+	// OnDiskSHA256 is the SHA-256 of the site file on disk now, or
+	// OnDiskError why it cannot be read: a file edited and not (or not
+	// successfully) reloaded differs from the one in force.
+	OnDiskSHA256, OnDiskError string
+	// LastReload is the latest reload asked since the start; nil if none.
+	LastReload *ReloadResult
+	// Remote is the remote configuration's last report; nil without
+	// remote_config (or before its first report).
+	Remote *RemoteState
+}
+
+// RemoteState is what the remote configuration last did.
+type RemoteState struct {
+	Serial uint64
+	State  string // applied, probation, reverted or refused
+	Reason string
+	At     time.Time
+}
+
+// ReloadResult is the outcome of a reload.
+type ReloadResult struct {
+	At time.Time
+	// Err is why the reload was refused (the running configuration stayed
+	// in force); "" when it was applied.
+	Err string
+}
+
+// DiskSpace is the space of a file system.
+type DiskSpace struct {
+	Path        string // a file or directory on it
+	Free, Total uint64 // bytes; Free is what an unprivileged writer may use
+}
+
+// DownlinkStatus is the state of the downlink (commands from the platform
+// to the devices), for the status page.
+type DownlinkStatus struct {
+	Enabled bool
+	// Commands are the latest commands, newest first.
+	Commands []DownlinkCommand
+}
+
+// DownlinkCommand is one command the downlink received.
+type DownlinkCommand struct {
+	At      time.Time
+	Device  string
+	Command string // what was asked, as the page shows it: "write coil 3 = on"
+	OK      bool
+	Result  string // what happened: "done", or why it was refused or failed
 }
 
 // BusSample is one bus's scheduler figures.

@@ -82,6 +82,9 @@ type DeviceStatus struct {
 	Requests  uint64 // read requests sent
 	Overruns  uint64 // scheduled polls skipped because the bus was late
 	Writes    uint64 // writes sent by commands
+	// ConsecutiveFailures counts the failed polls since the last success:
+	// OfflineAfter of them make the device Offline.
+	ConsecutiveFailures int
 	// LastDuration is how long the last poll took on the wire.
 	LastDuration time.Duration
 	// Busy is the time spent polling the device so far; summed over a

@@ -51,7 +51,7 @@ func (s *streak) record(st *DeviceStatus, now time.Time, err error) logLine {
 	prev := st.Health
 	st.Polls++
 	if err == nil {
-		s.fails = 0
+		s.fails, st.ConsecutiveFailures = 0, 0
 		st.Health, st.LastOK, st.LastError = OK, now, ""
 		if prev != OK && prev != Unknown {
 			return logLine{slog.LevelInfo, "device answering again", []any{"health", OK, "was", prev}}
@@ -59,6 +59,7 @@ func (s *streak) record(st *DeviceStatus, now time.Time, err error) logLine {
 		return logLine{}
 	}
 	s.fails++
+	st.ConsecutiveFailures = s.fails
 	st.Errors++
 	st.LastError = err.Error()
 	st.Health = Degraded

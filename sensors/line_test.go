@@ -203,11 +203,14 @@ func TestLineSensorHealthMatchesBusDevice(t *testing.T) {
 		Name: "sonic-3", Profile: embedded(t)["gill-windsonic-nmea"], Open: scriptedPort(steps...),
 	}, nil)
 	var busHealth, lineHealth []sensors.Health
+	var busFails, lineFails []int
 	for range outcomes {
 		bus.PollAll(context.Background(), func(*packet.Packet, error) {})
 		busHealth = append(busHealth, bus.Status()[0].Health)
+		busFails = append(busFails, bus.Status()[0].ConsecutiveFailures)
 		_, _ = l.ReadOne(context.Background())
 		lineHealth = append(lineHealth, l.Status().Health)
+		lineFails = append(lineFails, l.Status().ConsecutiveFailures)
 	}
 	want := []sensors.Health{sensors.Degraded, sensors.Degraded, sensors.Offline, sensors.Offline, sensors.OK, sensors.Degraded, sensors.OK}
 	if fmt.Sprint(busHealth) != fmt.Sprint(want) {
@@ -215,5 +218,9 @@ func TestLineSensorHealthMatchesBusDevice(t *testing.T) {
 	}
 	if fmt.Sprint(lineHealth) != fmt.Sprint(want) {
 		t.Errorf("line sensor health %v, want %v", lineHealth, want)
+	}
+	wantFails := []int{1, 2, 3, 4, 0, 1, 0}
+	if fmt.Sprint(busFails) != fmt.Sprint(wantFails) || fmt.Sprint(lineFails) != fmt.Sprint(wantFails) {
+		t.Errorf("failures in a row: bus device %v, line sensor %v, want %v", busFails, lineFails, wantFails)
 	}
 }

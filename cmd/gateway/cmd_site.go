@@ -182,6 +182,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			_, _ = stdout.Write(buf)
 		}
 	}
+	agent.Version = version + " (" + commit + ")"
 	g, err := agent.Start(c, opt)
 	if err != nil {
 		return err

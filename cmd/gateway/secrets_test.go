@@ -2,8 +2,9 @@ package main
 
 // Secrets never leak: an upstream password given by password_file or by
 // password_env, and a TLS client key, must not appear in anything the
-// gateway prints, logs or serves, whatever goes wrong. These tests run the
-// real binary, so that every byte it writes to stdout and stderr is seen,
+// gateway prints, logs or serves (metrics, status page and its JSON),
+// whatever goes wrong. These tests run the real binary, so that every
+// byte it writes to stdout and stderr is seen,
 // including what a library might print on its own.
 
 import (
@@ -289,7 +290,7 @@ uplink:
 		testtool.WaitFor(t, 20*time.Second, "more refusals, for the metrics to count", func() bool {
 			return ingestRequests.Load() >= 3
 		})
-		for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		for _, p := range []string{"/metrics", "/healthz", "/readyz", "/", "/?raw=1", "/status.json"} {
 			body, _ := get(p)
 			scraped = append(scraped, body)
 		}
@@ -306,6 +307,9 @@ uplink:
 	}
 	if !strings.Contains(outputs["metrics"], "fieldlink_") {
 		t.Errorf("the metrics text has no fieldlink_ series:\n%s", outputs["metrics"])
+	}
+	if !strings.Contains(outputs["metrics"], `data-device="wind-1"`) || !strings.Contains(outputs["metrics"], `"upstreams": [`) {
+		t.Errorf("the status page or its JSON was not served:\n%s", outputs["metrics"])
 	}
 	if ingestRequests.Load() == 0 {
 		t.Error("the HTTPS ingest saw no request: the password was never sent")

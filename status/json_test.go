@@ -1,0 +1,334 @@
+package status_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"fieldlink/agent"
+	"fieldlink/internal/testtool"
+	"fieldlink/sensors"
+)
+
+// doc is /status.json as the README documents it, decoded apart from the
+// package's own types so that a renamed field shows.
+type doc struct {
+	Generated time.Time `json:"generated"`
+	Site      struct {
+		ID      string `json:"id"`
+		Gateway string `json:"gateway"`
+		Version string `json:"version"`
+		Config  struct {
+			File    string `json:"file"`
+			SHA256  string `json:"sha256"`
+			Changed bool   `json:"changed"`
+		} `json:"config"`
+	} `json:"site"`
+	Clock struct {
+		Synchronised *bool `json:"synchronised"`
+	} `json:"clock"`
+	Buses []struct {
+		Name     string `json:"name"`
+		State    string `json:"state"`
+		Requests uint64 `json:"requests"`
+		Errors   struct {
+			Timeout, CRC, Exception, Framing, IO uint64
+		} `json:"errors"`
+		Utilisation *float64 `json:"utilisation"`
+	} `json:"buses"`
+	Devices []struct {
+		Name     string     `json:"name"`
+		Bus      string     `json:"bus"`
+		Health   string     `json:"health"`
+		Why      string     `json:"why"`
+		Failures int        `json:"failures_in_row"`
+		Polls    uint64     `json:"polls"`
+		LastOK   *time.Time `json:"last_ok"`
+		Points   []struct {
+			Name      string   `json:"name"`
+			Unit      string   `json:"unit"`
+			Value     *string  `json:"value"`
+			Quality   string   `json:"quality"`
+			Age       *float64 `json:"age_s"`
+			LastValue *string  `json:"last_value"`
+			Raw       string   `json:"raw"`
+		} `json:"points"`
+	} `json:"devices"`
+	Buffer *struct {
+		Waiting  int     `json:"waiting"`
+		DiskFree *uint64 `json:"disk_free"`
+	} `json:"buffer"`
+	Uplink *struct {
+		Selector  string `json:"selector"`
+		Upstreams []struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+		} `json:"upstreams"`
+	} `json:"uplink"`
+	Downlink json.RawMessage `json:"downlink"`
+}
+
+func fetch(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func fetchDoc(t *testing.T, url string) *doc {
+	t.Helper()
+	code, body := fetch(t, url+"/status.json")
+	if code != http.StatusOK {
+		t.Fatalf("/status.json: %d\n%s", code, body)
+	}
+	var d doc
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		t.Fatalf("/status.json: %v\n%s", err, body)
+	}
+	return &d
+}
+
+// check holds for every snapshot, whatever the moment: a point has a value
+// exactly while it is good, and a device's health follows its failures in
+// a row (offline from the third).
+func check(t *testing.T, d *doc) {
+	t.Helper()
+	for _, dev := range d.Devices {
+		want := "ok"
+		switch {
+		case dev.Polls == 0:
+			want = "unknown"
+		case dev.Failures >= 3:
+			want = "offline"
+		case dev.Failures > 0:
+			want = "degraded"
+		}
+		if dev.Health != want {
+			t.Errorf("%s: health %s with %d failures in a row after %d polls, want %s", dev.Name, dev.Health, dev.Failures, dev.Polls, want)
+		}
+		for _, p := range dev.Points {
+			if (p.Value != nil) != (p.Quality == "good") {
+				t.Errorf("%s/%s: quality %s with value %v: a value only while good", dev.Name, p.Name, p.Quality, deref(p.Value))
+			}
+			if dev.Health != "ok" && p.Quality == "good" {
+				t.Errorf("%s/%s: good while the device is %s", dev.Name, p.Name, dev.Health)
+			}
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return *s
+}
+
+// The JSON over a running agent against the emulator: a device whose
+// emulator stops goes offline at its third failed poll, its points go
+// stale then bad and never show a value; the device on the other bus stays
+// ok; when the emulator returns, the device and its points come back.
+func TestJSONDeviceOfflineAndBack(t *testing.T) {
+	ea, eb := newEmu(t, "generic-mine-methane"), newEmu(t, "generic-wind-speed")
+	ingest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer ingest.Close()
+	c := writeSite(t, twoBuses(ea.addr, eb.addr, ingest.URL, "off"))
+	g, err := agent.Start(c, agent.Options{Logger: testtool.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	srv := httptest.NewServer(agent.MetricsHandler(c, g.Sources(), testtool.Logger(t)))
+	defer srv.Close()
+
+	var last *doc
+	observe := func() *doc {
+		last = fetchDoc(t, srv.URL)
+		check(t, last)
+		if t.Failed() {
+			t.FailNow()
+		}
+		return last
+	}
+	device := func(d *doc, name string) int {
+		for i, dev := range d.Devices {
+			if dev.Name == name {
+				return i
+			}
+		}
+		t.Fatalf("no device %s in %+v", name, d.Devices)
+		return -1
+	}
+	allGood := func(d *doc, name string) bool {
+		dev := d.Devices[device(d, name)]
+		for _, p := range dev.Points {
+			if p.Quality != "good" {
+				return false
+			}
+		}
+		return dev.Health == "ok" && len(dev.Points) > 0
+	}
+	testtool.WaitFor(t, 20*time.Second, "both devices ok with good points", func() bool {
+		d := observe()
+		return allGood(d, "ch4-1") && allGood(d, "wind-1")
+	})
+	if d := last; d.Site.ID != "M9" || d.Site.Gateway != "gw-status" || len(d.Site.Config.SHA256) != 64 || d.Site.Config.Changed ||
+		d.Buffer == nil || d.Buffer.DiskFree == nil || d.Uplink == nil || d.Uplink.Selector == "" || len(d.Uplink.Upstreams) != 1 ||
+		!strings.Contains(string(d.Downlink), `"enabled": false`) || len(d.Buses) != 2 || d.Buses[0].Name != "a" || d.Buses[1].State != "ok" {
+		t.Fatalf("snapshot of a healthy site: %+v", d)
+	}
+	for _, p := range last.Devices[device(last, "wind-1")].Points {
+		if p.Raw == "" || p.Age == nil {
+			t.Errorf("wind-1/%s: good point without raw registers or age: %+v", p.Name, p)
+		}
+	}
+
+	stopped := last.Devices[device(last, "wind-1")].Polls
+	eb.stop()
+	sawStale := false
+	testtool.WaitFor(t, 30*time.Second, "wind-1 offline", func() bool {
+		d := observe()
+		dev := d.Devices[device(d, "wind-1")]
+		if dev.Health == "degraded" {
+			for _, p := range dev.Points {
+				sawStale = sawStale || p.Quality == "stale"
+			}
+		}
+		return dev.Health == "offline"
+	})
+	dev := last.Devices[device(last, "wind-1")]
+	// Every poll since the stop failed but, at most, one already on the
+	// wire: offline at the third.
+	if dev.Failures < 3 || dev.Polls-stopped > uint64(dev.Failures)+1 {
+		t.Errorf("wind-1 offline with %d failures in a row after %d polls since its emulator stopped", dev.Failures, dev.Polls-stopped)
+	}
+	if dev.Why == "" || dev.LastOK == nil {
+		t.Errorf("offline wind-1 says no why (%q) or no last good time", dev.Why)
+	}
+	for _, p := range dev.Points {
+		if p.Quality != "bad" || p.Value != nil || p.LastValue == nil {
+			t.Errorf("wind-1/%s while offline: quality %s value %s last %s; want bad, null, the last reading", p.Name, p.Quality, deref(p.Value), deref(p.LastValue))
+		}
+	}
+	if !allGood(last, "ch4-1") {
+		t.Errorf("ch4-1 on the other bus: %+v", last.Devices[device(last, "ch4-1")])
+	}
+	b := last.Buses[1]
+	if b.State != "down" || b.Errors.IO+b.Errors.Timeout == 0 {
+		t.Errorf("bus b with its only device offline: state %s, errors %+v", b.State, b.Errors)
+	}
+	t.Logf("stale seen while degraded: %v", sawStale)
+
+	// The page says the same: the device offline, its points without a
+	// number.
+	code, page := fetch(t, srv.URL+"/")
+	if code != 200 || !strings.Contains(page, `data-device="wind-1" data-health="offline"`) || !strings.Contains(page, `data-device="ch4-1" data-health="ok"`) {
+		t.Fatalf("page: %d\n%s", code, page)
+	}
+	checkNoNumberUnlessGood(t, page)
+
+	eb.start()
+	testtool.WaitFor(t, 30*time.Second, "wind-1 back with good points", func() bool {
+		return allGood(observe(), "wind-1")
+	})
+	for _, p := range last.Devices[device(last, "wind-1")].Points {
+		if p.Value == nil || p.LastValue != nil {
+			t.Errorf("wind-1/%s after recovery: value %s, last_value %s", p.Name, deref(p.Value), deref(p.LastValue))
+		}
+	}
+}
+
+var (
+	rowRE   = regexp.MustCompile(`<tr class="q-(\w+)[^"]*" data-point="[^"]*" data-quality="\w+"><th>[^<]*</th><td class=v>(.*?)</td>`)
+	digitRE = regexp.MustCompile(`[0-9]`)
+)
+
+// checkNoNumberUnlessGood fails if a point that is not good shows anything
+// but its quality in the value's cell.
+func checkNoNumberUnlessGood(t *testing.T, page string) {
+	t.Helper()
+	rows := rowRE.FindAllStringSubmatch(page, -1)
+	if len(rows) == 0 {
+		t.Fatalf("no point rows in the page:\n%s", page)
+	}
+	for _, r := range rows {
+		if r[1] != "good" && (digitRE.MatchString(r[2]) || !strings.HasPrefix(r[2], "<i")) {
+			t.Errorf("a %s point shows %q", r[1], r[2])
+		}
+	}
+}
+
+// BenchmarkStatusJSONAgent50Devices is a /status.json scrape of a running
+// agent polling 50 emulated devices (five profiles, ten of each) every
+// second (4.6 points a device), with a buffer and an HTTP upstream: the real snapshot functions,
+// their locks and the buffer's read transaction included.
+func BenchmarkStatusJSONAgent50Devices(b *testing.B) {
+	kinds := []string{"generic-mine-multigas", "jxct-jxbs-3001-tr", "sensecap-s-soil-mtec-02", "elt-mb-350u-c", "generic-tipping-bucket-rain"}
+	var names []string
+	var devs strings.Builder
+	for i := range 50 {
+		names = append(names, kinds[i%len(kinds)])
+		fmt.Fprintf(&devs, "      - {name: dev-%02d, profile: %s, slave: %d, interval: 1s}\n", i+1, kinds[i%len(kinds)], i+1)
+	}
+	e := newEmu(b, names...)
+	ingest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer ingest.Close()
+	c := writeSite(b, fmt.Sprintf(`site: {id: "M50"}
+gateway: {id: gw-50}
+buffer: {path: buf.db}
+metrics: {listen: "off"}
+buses:
+  - name: a
+    url: tcp://%s
+    devices:
+%suplink:
+  upstreams:
+    - url: %s/ingest
+`, e.addr, devs.String(), ingest.URL))
+	g, err := agent.Start(c, agent.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Stop()
+	h := agent.MetricsHandler(c, g.Sources(), nil)
+	testtool.WaitFor(b, 60*time.Second, "50 devices ok", func() bool {
+		ok := 0
+		for _, d := range g.Site().Status() {
+			if d.Health == sensors.OK {
+				ok++
+			}
+		}
+		return ok == 50
+	})
+	r := httptest.NewRequest(http.MethodGet, "/status.json", nil)
+	r.RemoteAddr = "127.0.0.1:1"
+	var n int
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("/status.json: %d", w.Code)
+		}
+		n = w.Body.Len()
+	}
+	b.ReportMetric(float64(n), "bytes/op")
+}
