@@ -123,41 +123,67 @@ remote_config: {url: "http://127.0.0.1:9/gw-fleet.json", keys: [fleet.pub]}
 	}
 }
 
-// A SIGHUP that arrives while gateway run is still starting, before it
-// runs its site file, does not kill it: it goes on to run, and stops
-// cleanly on SIGTERM.
+// A SIGHUP that arrives while gateway run is still starting does not kill
+// it. A profile of the site's profiles_dir is a FIFO, so the daemon blocks
+// reading it while it loads its site file (it has caught SIGHUP by then,
+// but runs nothing yet); the SIGHUP comes at that moment; once fed, the
+// daemon runs, reloads as asked, and stops cleanly on SIGTERM.
 func TestSIGHUPRightAfterStart(t *testing.T) {
 	bin := buildGateway(t)
 	_, emu := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
 	site := filepath.Join(dir, "site.yaml")
-	src := fmt.Sprintf("site: {id: \"H1\"}\ngateway: {id: gw-hup}\nmetrics: {listen: \"off\"}\nbuses:\n  - name: f\n    url: tcp://%s\n    devices:\n      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 100ms}\n", emu)
+	src := fmt.Sprintf("site: {id: \"H1\"}\ngateway: {id: gw-hup}\nmetrics: {listen: \"off\"}\nprofiles_dir: profiles\nbuses:\n  - name: f\n    url: tcp://%s\n    devices:\n      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 100ms}\n", emu)
 	if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 5 {
-		var stderr testtool.SyncBuffer
-		cmd := exec.Command(bin, "run", "-c", site)
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, "profiles"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	slow := filepath.Join(dir, "profiles", "slow.yaml")
+	if err := syscall.Mkfifo(slow, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const prof = "model: slow\nmanufacturer: test\ndata_type: Wind\nregisters:\n  - {name: W, area: holding}\n"
+	// feed returns once the daemon has opened the FIFO, read prof and
+	// seen its end; opened runs in between.
+	feed := func(opened func()) {
+		f, err := os.OpenFile(slow, os.O_WRONLY, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
-		// 30 ms after the start: the Go runtime is up (before it, no Go
-		// program can catch a signal), the site file not yet in force.
-		time.Sleep(30 * time.Millisecond)
-		early := !strings.Contains(stderr.String(), "gateway running")
+		opened()
+		if _, err := f.WriteString(prof); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr testtool.SyncBuffer
+	cmd := exec.Command(bin, "run", "-c", site)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", stderr.String())
+		}
+	})
+	feed(func() {
 		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		testtool.WaitFor(t, 20*time.Second, "the gateway running", func() bool { return strings.Contains(stderr.String(), "gateway running") })
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("run %d (SIGHUP before it ran: %v): %v\n%s", i, early, err, stderr.String())
-		}
-		if !early {
-			t.Logf("run %d: the SIGHUP came after the start this time", i)
-		}
+	})
+	testtool.WaitFor(t, 20*time.Second, "the daemon running", func() bool { return strings.Contains(stderr.String(), "gateway running") })
+	feed(func() {}) // the reload it was asked for reads the profiles again
+	testtool.WaitFor(t, 20*time.Second, "the reload", func() bool { return strings.Contains(stderr.String(), "site file unchanged in effect") })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 }
