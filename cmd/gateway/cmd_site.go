@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,9 +125,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	level := f.String("log-level", "info", "log level: debug, info, warn, error")
 	printAll := f.Bool("print", false, "also print every packet as a JSON line on stdout (always on without an uplink)")
 	format := f.String("log-format", "auto", "auto (JSON under systemd, text on a terminal), text or json")
+	cpuProfile := f.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	memProfile := f.String("memprofile", "", "write an allocation profile to this file when the run ends (go tool pprof)")
 	if err := parse(f, args); err != nil {
 		return err
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, *memProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles(stderr)
 	// The daemon's live heap is under 1 MB; Go's default GOGC=100 lets the
 	// heap grow to its 4 MB minimum goal before collecting. 25 keeps it near
 	// 1 MB on a Pi Zero's 512 MB, for a CPU cost the footprint run measures
@@ -195,6 +203,49 @@ loop:
 		return fmt.Errorf("buffer failed, exiting for a restart: %w", err)
 	}
 	return nil
+}
+
+// startProfiles starts a CPU profile into cpu and arranges an allocation
+// profile into mem (either may be empty); the returned function writes them.
+// They measure the daemon as it runs, to find where its time per packet goes.
+func startProfiles(cpu, mem string) (stop func(io.Writer), err error) {
+	var cpuFile *os.File
+	if cpu != "" {
+		if cpuFile, err = os.Create(cpu); err != nil {
+			return nil, fmt.Errorf("cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(cpuFile); err != nil {
+			cpuFile.Close()
+			return nil, fmt.Errorf("cpuprofile: %w", err)
+		}
+	}
+	return func(stderr io.Writer) {
+		if cpuFile != nil {
+			pprof.StopCPUProfile()
+			if err := cpuFile.Close(); err != nil {
+				fmt.Fprintf(stderr, "cpuprofile: %v\n", err)
+			}
+		}
+		if mem != "" {
+			if err := writeHeapProfile(mem); err != nil {
+				fmt.Fprintf(stderr, "memprofile: %v\n", err)
+			}
+		}
+	}, nil
+}
+
+// writeHeapProfile writes the allocation profile (allocs since start, and
+// what is live) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // reload loads the site file again and applies it; a file with errors, or
