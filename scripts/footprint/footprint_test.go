@@ -88,7 +88,7 @@ func testProfileDecodesAsTheFlow(t *testing.T, n int) {
 func TestSiteFileIsValid(t *testing.T) {
 	dir, _ := loadFootprintProfile(t, 20)
 	site := filepath.Join(t.TempDir(), "site.yaml")
-	text := siteYAML(dir, profileFor(20), "127.0.0.1:1502", "127.0.0.1:1883", filepath.Join(t.TempDir(), "buf.db"), 10, time.Second)
+	text := siteYAML(dir, profileFor(20), []string{"127.0.0.1:1502"}, "127.0.0.1:1883", filepath.Join(t.TempDir(), "buf.db"), 10, time.Second)
 	if err := os.WriteFile(site, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestProc(t *testing.T) {
 // the profile's decimals.
 func TestTelegrafConf(t *testing.T) {
 	regs := deviceRegisters(100)
-	conf := telegrafConf("127.0.0.1:1502", "127.0.0.1:1883", 3, regs, 100*time.Millisecond, "0badcafe")
+	conf := telegrafConf([]string{"127.0.0.1:1502"}, "127.0.0.1:1883", 3, regs, 100*time.Millisecond, "0badcafe")
 	for _, want := range []string{
 		`controller = "tcp://127.0.0.1:1502"`, `servers = ["tcp://127.0.0.1:1883"]`, "qos = 1",
 		`interval = "100ms"`, `flush_interval = "100ms"`, `topic = '` + telegrafTopic + `{{ .Name }}'`,
@@ -263,7 +263,11 @@ func TestTelegrafConf(t *testing.T) {
 	if n := strings.Count(conf, "[[inputs.modbus.request]]"); n != 3 {
 		t.Errorf("%d requests, want one per device (3)", n)
 	}
-	conf = telegrafConf("127.0.0.1:1502", "127.0.0.1:1883", 100, regs, 100*time.Millisecond, "0badcafe")
+	ports := make([]string, 100/devicesPerConn)
+	for i := range ports {
+		ports[i] = "127.0.0.1:" + strconv.Itoa(1502+i)
+	}
+	conf = telegrafConf(ports, "127.0.0.1:1883", 100, regs, 100*time.Millisecond, "0badcafe")
 	if n := strings.Count(conf, "[[inputs.modbus]]"); n != 100/devicesPerConn {
 		t.Errorf("%d connections for 100 devices, want %d (as the gateway's buses)", n, 100/devicesPerConn)
 	}

@@ -344,17 +344,24 @@ func measureStep(ctx context.Context, o options, st step, bin binaries, tmp stri
 	}
 	stops = append(stops, func() { broker.stop(5 * time.Second) })
 
-	emu, emuAddr, err := serve("emulator", filepath.Join(tmp, "emulator.log"), func(port int) []string {
-		argv := []string{bin.gateway, "emulate", "--profiles-dir", profiles, "--listen", fmt.Sprintf("tcp://127.0.0.1:%d", port), "--log-level", "warn"}
-		for i := 1; i <= st.devices; i++ {
-			argv = append(argv, "--profile", fmt.Sprintf("%s@%d", profile, i))
+	// One emulator per connection: each serves its devicesPerConn slaves
+	// on its own port.
+	var emuAddrs []string
+	for first := 1; first <= st.devices; first += devicesPerConn {
+		emu, addr, err := serve("emulator", filepath.Join(tmp, fmt.Sprintf("emulator-%d.log", len(emuAddrs)+1)), func(port int) []string {
+			argv := []string{bin.gateway, "emulate", "--profiles-dir", profiles, "--listen", fmt.Sprintf("tcp://127.0.0.1:%d", port), "--log-level", "warn"}
+			for i := first; i <= min(first+devicesPerConn-1, st.devices); i++ {
+				argv = append(argv, "--profile", fmt.Sprintf("%s@%d", profile, i))
+			}
+			return argv
+		})
+		if err != nil {
+			return nil, err
 		}
-		return argv
-	})
-	if err != nil {
-		return nil, err
+		stops = append(stops, func() { emu.stop(5 * time.Second) })
+		emuAddrs = append(emuAddrs, addr)
 	}
-	stops = append(stops, func() { emu.stop(5 * time.Second) })
+	emuAddr := emuAddrs[0]
 
 	ours := &system{name: "fieldlink", ledger: newLedger("fieldlink", ourTopic, ourGateway, st.devices, regs)}
 	systems := []*system{ours}
@@ -390,7 +397,7 @@ func measureStep(ctx context.Context, o options, st step, bin binaries, tmp stri
 
 	// The gateway.
 	site := filepath.Join(tmp, "site.yaml")
-	if err := os.WriteFile(site, []byte(siteYAML(profiles, profile, emuAddr, brokerAddr, filepath.Join(tmp, "buffer.db"), st.devices, st.interval)), 0o644); err != nil {
+	if err := os.WriteFile(site, []byte(siteYAML(profiles, profile, emuAddrs, brokerAddr, filepath.Join(tmp, "buffer.db"), st.devices, st.interval)), 0o644); err != nil {
 		return nil, err
 	}
 	if err := startSystem(ours, nil, bin.gateway, "run", "-c", site, "-log-level", "warn"); err != nil {
@@ -404,7 +411,7 @@ func measureStep(ctx context.Context, o options, st step, bin binaries, tmp stri
 	// Telegraf, at the same time.
 	if tele != nil {
 		conf := filepath.Join(tmp, "telegraf.conf")
-		if err := os.WriteFile(conf, []byte(telegrafConf(emuAddr, brokerAddr, st.devices, regs, st.interval, newEpoch())), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(telegrafConf(emuAddrs, brokerAddr, st.devices, regs, st.interval, newEpoch())), 0o644); err != nil {
 			return nil, err
 		}
 		if err := startSystem(tele, nil, bin.telegraf, "--config", conf); err != nil {

@@ -58,9 +58,9 @@ var registers = []register{
 }
 
 // devicesPerConn is how many devices share one Modbus TCP connection (one
-// bus of the gateway, one [[inputs.modbus]] of Telegraf): a connection
-// polls one request at a time, and 100 devices at 100 ms are more than one
-// can poll on a busy 2-core machine.
+// emulator on its own port, one bus of the gateway, one [[inputs.modbus]]
+// of Telegraf): a connection polls one request at a time, and 100 devices
+// at 100 ms are more than one can poll on a busy 2-core machine.
 const devicesPerConn = 10
 
 // deviceRegisters is the register map of an emulated device with n
@@ -116,7 +116,7 @@ registers:
 // siteYAML is the gateway's site file: one Modbus TCP bus to the emulator,
 // every device at interval, delivery at QoS 1 to the broker, the buffer at
 // its defaults (durability: always), metrics off.
-func siteYAML(profilesDir, profile, emulator, broker, bufferPath string, devices int, interval time.Duration) string {
+func siteYAML(profilesDir, profile string, emulators []string, broker, bufferPath string, devices int, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `site: {id: %q, id_field: FarmId, timezone: UTC}
 gateway: {id: %s}
@@ -126,7 +126,7 @@ buses:
 `, siteID, ourGateway, profilesDir)
 	for i := 1; i <= devices; i++ {
 		if (i-1)%devicesPerConn == 0 {
-			fmt.Fprintf(&b, "  - name: footprint-%d\n    url: tcp://%s\n    timeout: 1s\n    devices:\n", (i-1)/devicesPerConn+1, emulator)
+			fmt.Fprintf(&b, "  - name: footprint-%d\n    url: tcp://%s\n    timeout: 1s\n    devices:\n", (i-1)/devicesPerConn+1, emulators[(i-1)/devicesPerConn])
 		}
 		fmt.Fprintf(&b, "      - {name: %s, profile: %s, slave: %d, interval: %s}\n", deviceName(i), profile, i, interval)
 	}

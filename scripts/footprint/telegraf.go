@@ -53,7 +53,7 @@ func installTelegraf(cache string, stdout *os.File) (string, error) {
 // values as strings with the profile's decimals. Telegraf keeps no counter,
 // so Seq is made of the reading time in milliseconds and the slave id:
 // unique and increasing per gateway, as the platform needs.
-func telegrafConf(emulator, broker string, devices int, regs []register, interval time.Duration, epoch string) string {
+func telegrafConf(emulators []string, broker string, devices int, regs []register, interval time.Duration, epoch string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `[agent]
   interval = %q
@@ -71,7 +71,7 @@ func telegrafConf(emulator, broker string, devices int, regs []register, interva
   controller = "tcp://%s"
   timeout = "1s"
   configuration_type = "request"
-`, (i-1)/devicesPerConn+1, emulator)
+`, (i-1)/devicesPerConn+1, emulators[(i-1)/devicesPerConn])
 		}
 		fmt.Fprintf(&b, `
   [[inputs.modbus.request]]
