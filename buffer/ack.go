@@ -16,6 +16,30 @@ func (b *Buffer) Ack(seqs ...uint64) error {
 	return b.settle(&request{op: opAck}, seqs)
 }
 
+// AckLater is Ack for a caller that does not wait for the deletion to be
+// on disk: it takes no commit of its own but rides on the next one (the next
+// append's; after 10 s without one, or once a thousand are waiting, one of
+// their own). It returns once the request is queued. The records are hidden
+// from Next at once. A crash before that commit brings them back, to be
+// delivered again, which at-least-once delivery allows; in return a steady
+// flow costs the disk one commit per poll cycle instead of two. A failed
+// commit is retried by the buffer, as for Ack.
+func (b *Buffer) AckLater(seqs ...uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	if err := b.usable(); err != nil {
+		return err
+	}
+	r := &request{op: opAck, later: true, seqs: sortedUnique(seqs)}
+	b.mu.Lock()
+	for _, seq := range r.seqs {
+		b.leases[seq] = acking
+	}
+	b.mu.Unlock()
+	return b.send(context.Background(), r)
+}
+
 // settle hides seqs from Next at once and has the writer delete (or move)
 // them as r says, waiting for the outcome: the common path of Ack and
 // DeadLetter.

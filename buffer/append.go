@@ -99,7 +99,7 @@ func (b *Buffer) render(rec *pending, p *packet.Packet, now time.Time) error {
 	}
 	q := *p
 	q.Seq, q.Epoch = 0, b.epoch
-	buf := q.AppendJSON(make([]byte, headerSize, headerSize+768), b.opt.Encoding)
+	buf := q.AppendJSON(make([]byte, headerSize, headerSize+jsonSizeHint(p)), b.opt.Encoding)
 	i := bytes.Index(buf[headerSize:], seqMarker)
 	if i < 0 {
 		return fmt.Errorf("buffer: append: no Seq in the packet's JSON")
@@ -110,6 +110,19 @@ func (b *Buffer) render(rec *pending, p *packet.Packet, now time.Time) error {
 	}
 	*rec = pending{alarm: p.Alarm(), at: at.UnixNano(), buf: buf, seqAt: headerSize + i + len(`,"Seq":`)}
 	return nil
+}
+
+// jsonSizeHint is about the JSON size of p, a little over for most packets,
+// so that rendering allocates its buffer once instead of growing it.
+func jsonSizeHint(p *packet.Packet) int {
+	n := 320 + len(p.SiteID) + len(p.DataType) + len(p.GatewayID) + len(p.DeviceID)
+	for _, f := range p.Fields {
+		n += len(f.Name) + 24 // quotes, colon, comma, a value of 18 characters
+	}
+	for _, a := range p.AlarmFields {
+		n += len(a) + 3
+	}
+	return n
 }
 
 // pending is one packet of an append, rendered by the caller.

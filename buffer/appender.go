@@ -35,7 +35,8 @@ type Appender struct {
 	stored atomic.Uint64
 	failed atomic.Uint64
 
-	full func() // tests: Put found the queue full and is about to block
+	full   func()        // tests: Put found the queue full and is about to block
+	linger time.Duration // maxLinger; tests set their own
 }
 
 // AppenderOptions configures an Appender. The zero value is usable.
@@ -55,6 +56,11 @@ const (
 	appenderQueue = 4096
 	// appenderBatch is the most packets one AppendAll takes.
 	appenderBatch = 1024
+	// maxLinger is the longest Run holds a batch open for the rest of a
+	// poll cycle (packets marked More) before it commits what it has: it
+	// bounds the delay a packet takes from a long run of back-to-back
+	// polls. Alarms never wait.
+	maxLinger = 10 * time.Millisecond
 )
 
 // NewAppender returns an Appender that stores into b. Start its Run.
@@ -62,7 +68,7 @@ func NewAppender(b *Buffer, opt AppenderOptions) *Appender {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Appender{b: b, opt: opt, ch: make(chan *packet.Packet, appenderQueue), done: make(chan struct{})}
+	return &Appender{b: b, opt: opt, ch: make(chan *packet.Packet, appenderQueue), done: make(chan struct{}), linger: maxLinger}
 }
 
 // Put queues p for Run; it blocks only while 4096 packets are already
@@ -129,8 +135,13 @@ func (a *Appender) Run() {
 	defer close(a.done)
 	batch := make([]*packet.Packet, 0, appenderBatch)
 	var lastLog time.Time
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
 	for p := range a.ch {
 		batch = append(batch[:0], p)
+		alarm := p.Alarm()
+		until := time.Now().Add(a.linger)
 	drain:
 		for len(batch) < appenderBatch {
 			select {
@@ -139,7 +150,27 @@ func (a *Appender) Run() {
 					break drain
 				}
 				batch = append(batch, p)
+				alarm = alarm || p.Alarm()
+				continue
 			default:
+			}
+			// The queue is empty. A poll cycle still running (the last
+			// packet says More) is waited for, so that its packets share
+			// one commit: one write to the card instead of several.
+			wait := time.Until(until)
+			if !batch[len(batch)-1].More || alarm || wait <= 0 {
+				break
+			}
+			linger.Reset(wait)
+			select {
+			case p, ok := <-a.ch:
+				linger.Stop()
+				if !ok {
+					break drain
+				}
+				batch = append(batch, p)
+				alarm = alarm || p.Alarm()
+			case <-linger.C:
 				break drain
 			}
 		}

@@ -176,3 +176,48 @@ func TestAppenderPutAfterClose(t *testing.T) {
 		t.Fatalf("Put after Close not logged:\n%s", logs)
 	}
 }
+
+// A poll cycle's packets (each but the last says More) share one commit,
+// however they trickle in, and the cycle's end commits at once.
+func TestAppenderWaitsForTheCycle(t *testing.T) {
+	b, _ := newT(t, Options{})
+	a := NewAppender(b, AppenderOptions{Logger: quietLogger()})
+	a.linger = time.Hour // only the cycle's end may commit
+	runAppender(t, a)
+	before := b.Stats().Commits
+	const n = 5
+	for i := range n {
+		p := testPacket(fmt.Sprint("dev-", i), false)
+		p.More = i < n-1
+		a.Put(p)
+		time.Sleep(time.Millisecond) // the next poll takes a while
+	}
+	waitFor(t, 10*time.Second, "the cycle stored", func() bool { return a.Stored() == n })
+	if c := b.Stats().Commits - before; c != 1 {
+		t.Fatalf("a cycle of %d packets took %d commits, want 1", n, c)
+	}
+}
+
+// An alarm is committed at once, even in the middle of a cycle.
+func TestAppenderAlarmDoesNotWait(t *testing.T) {
+	b, _ := newT(t, Options{})
+	a := NewAppender(b, AppenderOptions{Logger: quietLogger()})
+	a.linger = time.Hour
+	runAppender(t, a)
+	p := testPacket("alarm", true)
+	p.More = true
+	a.Put(p)
+	waitFor(t, 10*time.Second, "the alarm stored", func() bool { return a.Stored() == 1 })
+}
+
+// A cycle whose rest never comes is committed after the linger.
+func TestAppenderLingerIsBounded(t *testing.T) {
+	b, _ := newT(t, Options{})
+	a := NewAppender(b, AppenderOptions{Logger: quietLogger()})
+	a.linger = 5 * time.Millisecond
+	runAppender(t, a)
+	p := testPacket("lonely", false)
+	p.More = true
+	a.Put(p)
+	waitFor(t, 10*time.Second, "the packet stored", func() bool { return a.Stored() == 1 })
+}

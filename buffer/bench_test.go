@@ -224,3 +224,56 @@ func BenchmarkDrain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCycle is a site's steady flow with the default durability
+// (always), as the gateway runs it: every cycle the pollers put one packet
+// per device through the Appender (each but the cycle's last says More), and
+// the delivery acks the previous cycle's packets with AckLater. One op is
+// one cycle; bytes-written/payload is the SD-card figure (write_bytes of
+// /proc/self/io per packet over the packet's JSON size; target ≤ 5 at 20
+// devices), commits/cycle what it costs in fsyncs (two per commit).
+func BenchmarkCycle(b *testing.B) {
+	for _, devices := range []int{10, 20, 100} {
+		b.Run("devices="+strconv.Itoa(devices), func(b *testing.B) {
+			buf, err := Open(filepath.Join(b.TempDir(), "buffer.db"), Options{Logger: quietLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var stored sync.WaitGroup
+			a := NewAppender(buf, AppenderOptions{Logger: quietLogger(), OnStored: func(*packet.Packet) { stored.Done() }})
+			go a.Run()
+			p := bench20()
+			w0, ioOK := writeBytes()
+			c0 := buf.Stats().Commits
+			cycles := 0
+			for b.Loop() {
+				stored.Add(devices)
+				for i := range devices {
+					q := *p
+					q.More = i < devices-1
+					a.Put(&q)
+				}
+				stored.Wait()
+				recs, err := buf.Next(2 * devices)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := buf.AckLater(seqsOf(recs)...); err != nil {
+					b.Fatal(err)
+				}
+				cycles++
+			}
+			b.StopTimer()
+			a.Close()
+			commits := buf.Stats().Commits - c0
+			if err := buf.Close(); err != nil {
+				b.Fatal(err)
+			}
+			w1, _ := writeBytes()
+			b.ReportMetric(float64(commits)/float64(cycles), "commits/cycle")
+			if ioOK {
+				b.ReportMetric(float64(w1-w0)/float64(cycles*devices)/float64(payloadSize()), "bytes-written/payload")
+			}
+		})
+	}
+}

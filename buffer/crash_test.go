@@ -86,7 +86,11 @@ func TestCrashChild(t *testing.T) {
 			}
 		}()
 	}
-	if mode == "ack" {
+	if mode == "ack" || mode == "later" {
+		ack := b.Ack
+		if mode == "later" {
+			ack = b.AckLater // kills land with deletions waiting for a commit
+		}
 		go func() {
 			for {
 				recs, err := b.Next(20)
@@ -97,7 +101,7 @@ func TestCrashChild(t *testing.T) {
 				for _, r := range recs {
 					say("l %d\n", r.Seq)
 				}
-				if err := b.Ack(seqsOf(recs)...); err != nil {
+				if err := ack(seqsOf(recs)...); err != nil {
 					say("e ack: %v\n", err)
 					return
 				}
@@ -121,7 +125,7 @@ func TestCrash(t *testing.T) {
 	var maxSeen, appended, kept uint64
 	start := time.Now()
 	for c := range cycles {
-		mode := []string{"append", "batch", "ack"}[c%3]
+		mode := []string{"append", "batch", "ack", "later"}[c%4]
 		lines := runAndKill(t, path, mode, c, time.Duration(rng.IntN(60))*time.Millisecond)
 
 		type print struct {

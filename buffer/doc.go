@@ -37,7 +37,9 @@
 //
 // [Buffer.Next] leases records in delivery order: alarms first, oldest
 // first, then the rest in Options.Order. [Buffer.Ack] deletes delivered
-// records; [Buffer.Release] returns failed ones; [Buffer.DeadLetter] moves
+// records, and [Buffer.AckLater] does so with the next commit instead of
+// one of its own (what the delivery loop uses: a crash before it only sends
+// the records again); [Buffer.Release] returns failed ones; [Buffer.DeadLetter] moves
 // those an upstream refused for good out of the queue. Leases live in
 // memory: after a restart every record is delivered again (at least once;
 // the platform drops duplicates by id). Only records whose commit completed

@@ -120,6 +120,11 @@ const (
 	// refuses everything cannot fill the card.
 	maxDead      = 10000
 	maxDeadBytes = 16 << 20
+
+	// laterDelay is the longest AckLater's deletions wait for a commit to
+	// ride on before they get one of their own: longer than the poll
+	// intervals sites use, so that on a steady flow they always ride.
+	laterDelay = 10 * time.Second
 )
 
 // Options configure a [Buffer]. The zero value gives the defaults, which
@@ -180,6 +185,7 @@ type Options struct {
 	deadMaxBytes   int64                  // maxDeadBytes, when not zero
 	waiting        func()                 // Wait found nothing and is about to block
 	compactCheck   func(size, live int64) // maybeCompact weighs a file of size bytes against live ones
+	laterDelay     time.Duration          // laterDelay, when not zero
 }
 
 // withDefaults returns o with its zero fields set to the defaults.
@@ -210,6 +216,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.deadMaxBytes <= 0 {
 		o.deadMaxBytes = maxDeadBytes
+	}
+	if o.laterDelay <= 0 {
+		o.laterDelay = laterDelay
 	}
 	return o
 }

@@ -34,6 +34,7 @@ type request struct {
 	op       opKind
 	recs     []pending         // opAppend
 	seqs     []uint64          // opAck, opDropCorrupt, opDeadLetter
+	later    bool              // opAck: AckLater, nobody waits
 	reason   string            // opDeadLetter
 	auxPut   map[string][]byte // opUpdateAux
 	auxDel   []string          // opUpdateAux
@@ -118,6 +119,8 @@ type writer struct {
 	st         state  // as committed (plus counters that ride on the next commit)
 	lastIssued uint64 // the highest seq handed out, committed or not
 	retryAcks  []uint64
+	laterAcks  []uint64    // AckLater's seqs, deleted by the next commit
+	laterSince time.Time   // when the oldest of them arrived
 	retryDead  []deadBatch // dead letters whose commit failed
 	held       []held      // Interval appends answered, not yet committed (after a failed commit)
 	degraded   bool        // the last commit failed: commit every batch at once until one succeeds
@@ -158,6 +161,10 @@ func (w *writer) run() {
 	w.recheck = time.NewTimer(time.Hour)
 	w.recheck.Stop()
 	defer w.recheck.Stop()
+	// flush commits AckLater's deletions when no other commit took them.
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
 	for {
 		if w.dirty {
 			w.maybeCompact()
@@ -165,15 +172,32 @@ func (w *writer) run() {
 		if w.retrying() && w.fatal == nil {
 			retry.Reset(retryDelay)
 		}
+		if len(w.laterAcks) > 0 && w.fatal == nil {
+			flush.Reset(max(time.Until(w.laterSince.Add(b.opt.laterDelay)), 0))
+		}
 		select {
 		case r, ok := <-b.reqs:
 			if !ok {
 				w.shutdown()
 				return
 			}
+			if r.op == opAck && r.later && len(w.laterAcks)+len(r.seqs) < maxBatch {
+				// Rides on the next commit.
+				if r.take() {
+					if len(w.laterAcks) == 0 {
+						w.laterSince = time.Now()
+					}
+					w.laterAcks = append(w.laterAcks, r.seqs...)
+				}
+				break
+			}
 			if w.batch(r) {
 				w.shutdown()
 				return
+			}
+		case <-flush.C:
+			if len(w.laterAcks) > 0 {
+				w.batch(nil)
 			}
 		case <-ageC:
 			w.evictAged()
@@ -185,6 +209,7 @@ func (w *writer) run() {
 			}
 		}
 		retry.Stop()
+		flush.Stop()
 	}
 }
 
@@ -374,7 +399,7 @@ func (w *writer) apply(t *wtx, r *request, interval bool) {
 		for _, seq := range r.seqs {
 			t.ack(seq)
 		}
-		if interval {
+		if interval || r.later {
 			t.acked = append(t.acked, r.seqs...)
 			r.reply()
 			return
@@ -416,6 +441,11 @@ func (w *writer) applyRetries(t *wtx) {
 	}
 	t.acked = append(t.acked, w.retryAcks...)
 	w.retryAcks = nil
+	for _, seq := range w.laterAcks {
+		t.ack(seq)
+	}
+	t.acked = append(t.acked, w.laterAcks...)
+	w.laterAcks = w.laterAcks[:0]
 	for _, d := range w.retryDead {
 		w.deadLetter(t, d)
 	}

@@ -43,7 +43,7 @@ func buildDebs(t *testing.T) string {
 	testtool.Require(t, "dpkg-deb", "dpkg")
 	dist := t.TempDir()
 	for _, a := range arches {
-		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-tags", "field", "-ldflags", "-s -w",
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-tags", "field,nethttpomithttp2", "-ldflags", "-s -w",
 			"-o", filepath.Join(dist, "fieldlink-gateway_"+version+"_linux_"+a.target), "./cmd/gateway")
 		cmd.Dir = ".."
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+a.goarch, "GOARM="+a.goarm)

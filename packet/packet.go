@@ -53,6 +53,11 @@ type Packet struct {
 	// unique: a duplicate is written twice, and most JSON readers keep only
 	// the last.
 	Fields []Field
+
+	// More says that the poller that made p starts another poll at once
+	// (devices due together): a hint that lets the buffer store a poll
+	// cycle's packets in one commit. It is not encoded.
+	More bool
 }
 
 // Alarm reports whether p is an alarm packet, that is, whether any field

@@ -206,11 +206,12 @@ func (b *Bus) Run(ctx context.Context, emit func(*packet.Packet)) {
 	b.inline.Unlock()
 	defer b.running.Store(false)
 	now := time.Now()
-	for i, d := range b.devs {
-		// Spread first polls a little so devices with equal intervals do
-		// not all queue at the same instant.
-		d.due = now.Add(time.Duration(i) * time.Millisecond)
-		d.next = d.due
+	for _, d := range b.devs {
+		// Every device starts on the same instant, so devices with equal
+		// intervals stay in phase: the bus polls them back to back, in
+		// configuration order, and their packets share one commit in the
+		// buffer (see packet.Packet.More).
+		d.due, d.next = now, now
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -245,8 +246,10 @@ func (b *Bus) Run(ctx context.Context, emit func(*packet.Packet)) {
 		if ctx.Err() != nil {
 			return
 		}
-		b.reschedule(d, err == nil, time.Now())
+		end := time.Now()
+		b.reschedule(d, err == nil, end)
 		if err == nil {
+			p.More = !b.earliest().next.After(end)
 			emit(p)
 		}
 	}

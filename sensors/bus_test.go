@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -316,5 +317,37 @@ func TestBusOverPtyRTU(t *testing.T) {
 	})
 	if n != len(specs) {
 		t.Fatalf("%d packets", n)
+	}
+}
+
+// Devices on the same interval are polled back to back from the same
+// instant, and every packet but the cycle's last says More, so that the
+// buffer can store the cycle in one commit.
+func TestCycleIsPhasedAndMarked(t *testing.T) {
+	p := embedded(t)["generic-wind-speed"]
+	var specs []sensors.DeviceSpec
+	for i := 1; i <= 4; i++ {
+		specs = append(specs, sensors.DeviceSpec{Name: fmt.Sprint("w", i), Slave: byte(i), Profile: p, Interval: time.Hour})
+	}
+	bus, err := sensors.NewBus("b", slowReader{}, specs, sensors.BusOptions{MaxGap: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var got []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bus.Run(ctx, func(p *packet.Packet) {
+			got = append(got, fmt.Sprintf("%s more=%t", p.DeviceID, p.More))
+			if len(got) == len(specs) {
+				cancel()
+			}
+		})
+	}()
+	<-done
+	want := []string{"w1 more=true", "w2 more=true", "w3 more=true", "w4 more=false"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("first cycle %v, want %v", got, want)
 	}
 }

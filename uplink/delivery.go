@@ -336,9 +336,11 @@ func (d *Delivery) Run(ctx context.Context) {
 }
 
 // ackLoop acks delivered seqs in groups: whatever was delivered while the
-// previous ack committed goes into the next, so a fast upstream costs the
-// buffer one write per group, not one per packet. An ack lost in a crash
-// means the packet is sent again: delivery is at least once.
+// previous ack was handed over goes into the next, so a fast upstream costs
+// the buffer one request per group, not one per packet; a queue that can
+// (laterAcker) deletes them with its next commit rather than one of their
+// own. An ack lost in a crash means the packet is sent again: delivery is
+// at least once.
 func (d *Delivery) ackLoop() {
 	var group []uint64
 	for seqs := range d.acks {
@@ -355,11 +357,22 @@ func (d *Delivery) ackLoop() {
 				break more
 			}
 		}
-		if err := d.q.Ack(group...); err != nil {
+		ack := d.q.Ack
+		if l, ok := d.q.(laterAcker); ok {
+			ack = l.AckLater
+		}
+		if err := ack(group...); err != nil {
 			// The buffer keeps failed acks leased and retries them itself.
 			d.log.Error("buffer ack failed", "packets", len(group), "err", err)
 		}
 	}
+}
+
+// laterAcker is a Queue whose deletions can ride on its next write instead
+// of costing one of their own ([buffer.Buffer.AckLater]): a crash before
+// that write only sends the packets again, which at-least-once allows.
+type laterAcker interface {
+	AckLater(seqs ...uint64) error
 }
 
 // maxPlaces bounds the sends one buffer read starts.

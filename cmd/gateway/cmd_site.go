@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -139,15 +140,30 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	level := f.String("log-level", "info", "log level: debug, info, warn, error")
 	printAll := f.Bool("print", false, "also print every packet as a JSON line on stdout (always on without an uplink)")
 	format := f.String("log-format", "auto", "auto (JSON under systemd, text on a terminal), text or json")
+	cpuProfile := f.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	memProfile := f.String("memprofile", "", "write an allocation profile to this file when the run ends (go tool pprof)")
 	if err := parse(f, args); err != nil {
 		return err
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, *memProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles(stderr)
 	// The daemon's live heap is under 1 MB; Go's default GOGC=100 lets the
 	// heap grow to its 4 MB minimum goal before collecting. 25 keeps it near
 	// 1 MB on a Pi Zero's 512 MB, for a CPU cost the footprint run measures
 	// (scripts/footprint). GOGC in the environment overrides it.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
+	}
+	// One P: the daemon's work is a chain of hand-offs between goroutines
+	// (poll, store, publish, ack), not parallel computation, and with more
+	// Ps the runtime wakes an OS thread for many of them. At 100 pkt/s one
+	// P cut the CPU per packet by a third (scripts/footprint). GOMAXPROCS
+	// in the environment overrides it.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 	// SIGHUP reloads the site file; caught from the start (see earlyHUP)
 	// so that an early one cannot kill the daemon.

@@ -20,3 +20,12 @@ func cmdLab(context.Context, []string, io.Writer, io.Writer) error  { return not
 func notInFieldBuild(name string) error {
 	return fmt.Errorf("not in this build (the field build, -tags field, leaves it out); run it from a source checkout: go run ./cmd/gateway %s", name)
 }
+
+// startProfiles is not in the field build: runtime/pprof and its gzip
+// writer would cost the ARM binary room it does not have.
+func startProfiles(cpu, mem string) (stop func(io.Writer), err error) {
+	if cpu != "" || mem != "" {
+		return nil, notInFieldBuild("run -cpuprofile/-memprofile")
+	}
+	return func(io.Writer) {}, nil
+}

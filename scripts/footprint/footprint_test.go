@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,22 +16,23 @@ import (
 	"fieldlink/sensors/profile"
 )
 
-// These tests need neither node, npm nor mosquitto: the footprint run
-// itself belongs to `make bench`.
+// These tests need neither node, npm, Telegraf nor mosquitto: the
+// footprint run itself belongs to `make bench`.
 
-func loadFootprintProfile(t *testing.T) (string, *profile.Profile) {
+func loadFootprintProfile(t *testing.T, n int) (string, *profile.Profile) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, profileName+".yaml"), []byte(profileYAML()), 0o644); err != nil {
+	text := profileYAML(deviceRegisters(n))
+	if err := os.WriteFile(filepath.Join(dir, profileFor(n)+".yaml"), []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	set, err := profile.Load(firmwareprofiles.FS, dir)
 	if err != nil {
-		t.Fatalf("the generated profile does not load: %v\n%s", err, profileYAML())
+		t.Fatalf("the generated profile does not load: %v\n%s", err, text)
 	}
-	p, ok := set[profileName]
+	p, ok := set[profileFor(n)]
 	if !ok {
-		t.Fatalf("no profile %q in %v", profileName, set.Names())
+		t.Fatalf("no profile %q in %v", profileFor(n), set.Names())
 	}
 	return dir, p
 }
@@ -53,9 +55,16 @@ func nodeREDValue(r register, raw uint16) string {
 }
 
 func TestProfileDecodesAsTheFlow(t *testing.T) {
-	_, p := loadFootprintProfile(t)
-	if len(p.Registers) != len(registers) || len(registers) != 20 {
-		t.Fatalf("profile has %d registers, table %d, want 20", len(p.Registers), len(registers))
+	for _, n := range []int{20, 100} {
+		testProfileDecodesAsTheFlow(t, n)
+	}
+}
+
+func testProfileDecodesAsTheFlow(t *testing.T, n int) {
+	_, p := loadFootprintProfile(t, n)
+	registers := deviceRegisters(n)
+	if len(p.Registers) != len(registers) || len(registers) != n {
+		t.Fatalf("profile has %d registers, table %d, want %d", len(p.Registers), len(registers), n)
 	}
 	for i := range p.Registers {
 		pr, r := &p.Registers[i], registers[i]
@@ -77,9 +86,9 @@ func TestProfileDecodesAsTheFlow(t *testing.T) {
 }
 
 func TestSiteFileIsValid(t *testing.T) {
-	dir, _ := loadFootprintProfile(t)
+	dir, _ := loadFootprintProfile(t, 20)
 	site := filepath.Join(t.TempDir(), "site.yaml")
-	text := siteYAML(dir, "127.0.0.1:1502", "127.0.0.1:1883", filepath.Join(t.TempDir(), "buf.db"), 10, time.Second)
+	text := siteYAML(dir, profileFor(20), []string{"127.0.0.1:1502"}, "127.0.0.1:1883", filepath.Join(t.TempDir(), "buf.db"), 10, time.Second)
 	if err := os.WriteFile(site, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -90,10 +99,16 @@ func TestSiteFileIsValid(t *testing.T) {
 	if n := c.DeviceCount(); n != 10 {
 		t.Errorf("%d devices, want 10", n)
 	}
+	if len(c.Buses) != 10/devicesPerConn {
+		t.Errorf("%d buses, want %d", len(c.Buses), 10/devicesPerConn)
+	}
+	if c.Buffer.Durability.String() != "always" {
+		t.Errorf("buffer durability %s: the footprint measures the default, always", c.Buffer.Durability)
+	}
 }
 
 func TestFlows(t *testing.T) {
-	data, err := flowsJSON("127.0.0.1", 1502, "127.0.0.1", 1883, 10, time.Second, "0badcafe")
+	data, err := flowsJSON("127.0.0.1", 1502, "127.0.0.1", 1883, 10, registers, time.Second, "0badcafe")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,10 +150,10 @@ func TestFlows(t *testing.T) {
 			}
 		}
 	}
-	if js := functionJS("0badcafe"); !strings.Contains(js, `"Seq"`) && !strings.Contains(js, "Seq: seq") {
+	if js := functionJS("0badcafe", registers); !strings.Contains(js, `"Seq"`) && !strings.Contains(js, "Seq: seq") {
 		t.Errorf("function node builds no Seq:\n%s", js)
 	}
-	data, _ = flowsJSON("127.0.0.1", 1502, "127.0.0.1", 1883, 1, 500*time.Millisecond, "0badcafe")
+	data, _ = flowsJSON("127.0.0.1", 1502, "127.0.0.1", 1883, 1, registers, 500*time.Millisecond, "0badcafe")
 	if !strings.Contains(string(data), `"rateUnit": "ms"`) || !strings.Contains(string(data), `"rate": "500"`) {
 		t.Errorf("500ms interval not written in ms")
 	}
@@ -159,7 +174,7 @@ func TestCheckPacket(t *testing.T) {
 	for i := range numbers.Fields {
 		numbers.Fields[i].Value = packet.Float(12.3, 1)
 	}
-	a, err := checkPacket(enc, ourGateway, deviceName(3), 10)
+	a, err := checkPacket(enc, ourGateway, deviceName(3), 10, registers, false)
 	if err != nil || a.Seq != 7 || a.Device != deviceName(3) {
 		t.Fatalf("good packet: %+v, %v\n%s", a, err, enc)
 	}
@@ -175,12 +190,25 @@ func TestCheckPacket(t *testing.T) {
 		if name == "other gateway" {
 			gateway = theirGateway
 		}
-		if _, err := checkPacket(b, gateway, deviceName(3), 10); err == nil {
+		if _, err := checkPacket(b, gateway, deviceName(3), 10, registers, false); err == nil {
 			t.Errorf("%s: accepted\n%s", name, b)
 		}
 	}
-	if _, err := checkPacket(enc, ourGateway, deviceName(3), 2); err == nil {
+	if _, err := checkPacket(enc, ourGateway, deviceName(3), 2, registers, false); err == nil {
 		t.Errorf("device 3 of 2 accepted")
+	}
+	// Telegraf's keys come sorted: accepted in any order only when asked,
+	// and a missing value is still refused.
+	telegraf := []byte(`{"DataBody":{` + strings.Join(sortedBody(good()), ",") + `},"DataHead":{"DataType":"Agro","Date":"2026-11-29","DeviceId":"station-03","Epoch":"0badcafe","FarmId":"001","GatewayId":"gw-footprint-telegraf","Seq":7,"TS":"2026-11-29T08:00:00Z","Time":"08:00:00"}}`)
+	if _, err := checkPacket(telegraf, telegrafGateway, deviceName(3), 10, registers, true); err != nil {
+		t.Errorf("sorted keys refused with anyOrder: %v\n%s", err, telegraf)
+	}
+	if _, err := checkPacket(telegraf, telegrafGateway, deviceName(3), 10, registers, false); err == nil {
+		t.Errorf("sorted keys accepted in order")
+	}
+	short := []byte(strings.Replace(string(telegraf), `"Noise":"12.3",`, ``, 1))
+	if _, err := checkPacket(short, telegrafGateway, deviceName(3), 10, registers, true); err == nil {
+		t.Errorf("a missing value accepted with anyOrder")
 	}
 }
 
@@ -193,6 +221,12 @@ func TestProc(t *testing.T) {
 	if kb[0] != 1024*1024 || kb[1] != 2048*1024 || kb[2] != 0 {
 		t.Errorf("parseStatusKB: %v", kb)
 	}
+	if w := parseIOWritten([]byte("rchar: 10\nwchar: 20\nread_bytes: 0\nwrite_bytes: 40960\ncancelled_write_bytes: 0\n")); w != 40960 {
+		t.Errorf("parseIOWritten: %d, want 40960", w)
+	}
+	if w := parseIOWritten([]byte("rchar: 10\n")); w != -1 {
+		t.Errorf("parseIOWritten without write_bytes: %d, want -1", w)
+	}
 	if m := median([]int64{5, 1, 3}); m != 3 {
 		t.Errorf("median odd: %d", m)
 	}
@@ -203,4 +237,60 @@ func TestProc(t *testing.T) {
 	if err != nil || u.RSS <= 0 || u.Procs < 1 || u.HWM < u.RSS/2 {
 		t.Errorf("measure self: %+v, %v", u, err)
 	}
+}
+
+// Telegraf's configuration reads every device's registers with the
+// profile's types and scales, publishes at QoS 1 on the counted topic, and
+// its JSONata writes every DataHead key in order and every register with
+// the profile's decimals.
+func TestTelegrafConf(t *testing.T) {
+	regs := deviceRegisters(100)
+	conf := telegrafConf([]string{"127.0.0.1:1502"}, "127.0.0.1:1883", 3, regs, 100*time.Millisecond, "0badcafe")
+	for _, want := range []string{
+		`controller = "tcp://127.0.0.1:1502"`, `servers = ["tcp://127.0.0.1:1883"]`, "qos = 1",
+		`interval = "100ms"`, `flush_interval = "100ms"`, `topic = '` + telegrafTopic + `{{ .Name }}'`,
+		`measurement = "station-03"`, "slave_id = 3", `json_timestamp_units = "1ms"`,
+		`{ address=0, name="AirTemperature", type="INT16", scale=0.1 }`,
+		`{ address=99, name="BatteryVoltage5", type="UINT16", scale=0.01 }`,
+		`{ address=5, name="WindDirection", type="UINT16", scale=1.0 }`,
+		`"BatteryVoltage5": $formatNumber(fields.BatteryVoltage5, "0.00")`,
+		`"WindDirection3": $formatNumber(fields.WindDirection3, "0")`,
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("telegraf.conf lacks %s", want)
+		}
+	}
+	if n := strings.Count(conf, "[[inputs.modbus.request]]"); n != 3 {
+		t.Errorf("%d requests, want one per device (3)", n)
+	}
+	ports := make([]string, 100/devicesPerConn)
+	for i := range ports {
+		ports[i] = "127.0.0.1:" + strconv.Itoa(1502+i)
+	}
+	conf = telegrafConf(ports, "127.0.0.1:1883", 100, regs, 100*time.Millisecond, "0badcafe")
+	if n := strings.Count(conf, "[[inputs.modbus]]"); n != 100/devicesPerConn {
+		t.Errorf("%d connections for 100 devices, want %d (as the gateway's buses)", n, 100/devicesPerConn)
+	}
+	js := jsonata(regs, "0badcafe")
+	at := -1
+	for _, k := range headKeys {
+		i := strings.Index(js, `"`+k+`":`)
+		if i <= at {
+			t.Fatalf("DataHead key %s missing or out of order in\n%s", k, js)
+		}
+		at = i
+	}
+	if n := strings.Count(js, "$formatNumber("); n != len(regs) {
+		t.Errorf("%d DataBody values, want %d", n, len(regs))
+	}
+}
+
+// sortedBody is p's DataBody members as JSON, sorted by key.
+func sortedBody(p *packet.Packet) []string {
+	var out []string
+	for _, f := range p.Fields {
+		out = append(out, strconv.Quote(f.Name)+":"+strconv.Quote(f.Value.String()))
+	}
+	slices.Sort(out)
+	return out
 }

@@ -31,15 +31,21 @@ type arrival struct {
 type ledger struct {
 	name, topic, gateway string
 	devices              int
+	regs                 []register
+	// anyOrder accepts the DataHead and DataBody keys in any order:
+	// Telegraf's JSON serializer writes the JSONata result through a Go
+	// map, with its keys sorted.
+	anyOrder bool
 
 	mu       sync.Mutex
 	got      []arrival
+	last     []byte // the last good packet
 	problems map[string]int
 	examples []string
 }
 
-func newLedger(name, topic, gateway string, devices int) *ledger {
-	return &ledger{name: name, topic: topic, gateway: gateway, devices: devices, problems: map[string]int{}}
+func newLedger(name, topic, gateway string, devices int, regs []register) *ledger {
+	return &ledger{name: name, topic: topic, gateway: gateway, devices: devices, regs: regs, problems: map[string]int{}}
 }
 
 func (l *ledger) problem(kind, example string) {
@@ -58,12 +64,13 @@ func (l *ledger) add(topic string, payload []byte, qos byte, at time.Time) {
 		l.problem("not QoS 1", fmt.Sprintf("QoS %d on %s", qos, topic))
 	}
 	device := strings.TrimPrefix(topic, l.topic)
-	a, err := checkPacket(payload, l.gateway, device, l.devices)
+	a, err := checkPacket(payload, l.gateway, device, l.devices, l.regs, l.anyOrder)
 	if err != nil {
 		l.problem("bad packet", fmt.Sprintf("%v: %s", err, payload))
 		return
 	}
 	a.At = at
+	l.last, a.Payload = a.Payload, nil // only the last is shown: keep no more
 	l.got = append(l.got, a)
 }
 
@@ -104,10 +111,7 @@ func (l *ledger) count(from, to time.Time) (packets, dups, devices int) {
 func (l *ledger) sample() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.got) == 0 {
-		return nil
-	}
-	return l.got[len(l.got)-1].Payload
+	return l.last
 }
 
 func (l *ledger) issues() (int, []string) {
@@ -123,9 +127,10 @@ func (l *ledger) issues() (int, []string) {
 // checkPacket parses payload with the project's strict decoder and checks
 // that it has the shape the gateway gives this site's packets: DataHead
 // keys in order, the site, data type, gateway and device ids, Date and Time
-// matching TS (the site is in UTC), and a DataBody of the profile's 20
-// registers in order, each a string with the profile's decimals.
-func checkPacket(payload []byte, gateway, device string, devices int) (arrival, error) {
+// matching TS (the site is in UTC), and a DataBody of the device's
+// registers in order, each a string with the profile's decimals. With
+// anyOrder the keys of either object may come in any order.
+func checkPacket(payload []byte, gateway, device string, devices int, registers []register, anyOrder bool) (arrival, error) {
 	p, err := packet.Decode(payload)
 	if err != nil {
 		return arrival{}, err
@@ -140,8 +145,12 @@ func checkPacket(payload []byte, gateway, device string, devices int) (arrival, 
 	if err != nil {
 		return arrival{}, fmt.Errorf("DataHead: %w", err)
 	}
-	if !slices.Equal(head, headKeys) {
-		return arrival{}, fmt.Errorf("DataHead keys %v, want %v", head, headKeys)
+	want := headKeys
+	if anyOrder {
+		head, want = sorted(head), sorted(headKeys)
+	}
+	if !slices.Equal(head, want) {
+		return arrival{}, fmt.Errorf("DataHead keys %v, want %v", head, want)
 	}
 	switch {
 	case p.IDField != "FarmId" || p.SiteID != siteID:
@@ -165,7 +174,18 @@ func checkPacket(payload []byte, gateway, device string, devices int) (arrival, 
 	if len(p.Fields) != len(registers) {
 		return arrival{}, fmt.Errorf("DataBody has %d values, want %d", len(p.Fields), len(registers))
 	}
-	for i, f := range p.Fields {
+	fields := p.Fields
+	if anyOrder {
+		byName := make(map[string]packet.Field, len(fields))
+		for _, f := range fields {
+			byName[f.Name] = f
+		}
+		fields = make([]packet.Field, len(registers))
+		for i, r := range registers {
+			fields[i] = byName[r.Name]
+		}
+	}
+	for i, f := range fields {
 		r := registers[i]
 		if f.Name != r.Name {
 			return arrival{}, fmt.Errorf("DataBody[%d] is %q, want %q", i, f.Name, r.Name)
@@ -179,6 +199,12 @@ func checkPacket(payload []byte, gateway, device string, devices int) (arrival, 
 		}
 	}
 	return arrival{Device: device, Seq: p.Seq, Payload: payload}, nil
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }
 
 // decimals is the number of digits after the point in a decimal string.

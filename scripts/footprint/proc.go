@@ -19,13 +19,16 @@ const clockTicks = 100
 // the tree), CPU time (utime+stime summed over the tree) and the root's
 // VmHWM (peak resident since it started).
 type usage struct {
-	At    time.Time
-	RSS   int64 // bytes
-	Anon  int64 // bytes of RSS that are anonymous (heap, stacks): RssAnon
-	File  int64 // bytes of RSS that are file-backed (code, mmapped files): RssFile + RssShmem
-	HWM   int64 // bytes, root process only
-	CPU   time.Duration
-	Procs int
+	At   time.Time
+	RSS  int64 // bytes
+	Anon int64 // bytes of RSS that are anonymous (heap, stacks): RssAnon
+	File int64 // bytes of RSS that are file-backed (code, mmapped files): RssFile + RssShmem
+	HWM  int64 // bytes, root process only
+	CPU  time.Duration
+	// Written is write_bytes of /proc/PID/io summed over the tree: bytes
+	// the processes caused to be written to the disk; -1 when unreadable.
+	Written int64
+	Procs   int
 }
 
 // statFields returns the fields of /proc/PID/stat after the command name,
@@ -100,6 +103,29 @@ func parseStatusKB(data []byte, keys ...string) []int64 {
 	return out
 }
 
+// writeBytes returns write_bytes of /proc/PID/io, or -1 when it cannot be
+// read (another user's process, without root).
+func writeBytes(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return -1
+	}
+	return parseIOWritten(data)
+}
+
+// parseIOWritten returns write_bytes from the text of /proc/PID/io, or -1.
+func parseIOWritten(data []byte) int64 {
+	for line := range bytes.Lines(data) {
+		if v, ok := bytes.CutPrefix(line, []byte("write_bytes:")); ok {
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
 // descendants returns pid and every process below it.
 func descendants(pid int) []int {
 	parent := map[int]int{}
@@ -145,6 +171,11 @@ func measure(pid int) (usage, error) {
 			continue
 		}
 		u.CPU += cpu
+		if w := writeBytes(p); w >= 0 && u.Written >= 0 {
+			u.Written += w
+		} else if p == pid {
+			u.Written = -1
+		}
 		u.RSS += kb[0]
 		u.Anon += kb[2]
 		u.File += kb[3] + kb[4]

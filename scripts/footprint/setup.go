@@ -10,13 +10,14 @@ import (
 
 // The footprint site's identity, the same on both sides except GatewayId.
 const (
-	siteID       = "001"
-	dataType     = "Agro"
-	profileName  = "footprint-20"
-	ourGateway   = "gw-footprint"
-	theirGateway = "gw-footprint-nodered"
-	ourTopic     = "footprint/fieldlink/"
-	theirTopic   = "footprint/node-red/"
+	siteID          = "001"
+	dataType        = "Agro"
+	ourGateway      = "gw-footprint"
+	theirGateway    = "gw-footprint-nodered"
+	telegrafGateway = "gw-footprint-telegraf"
+	ourTopic        = "footprint/fieldlink/"
+	theirTopic      = "footprint/node-red/"
+	telegrafTopic   = "footprint/telegraf/"
 )
 
 // register is one holding register of the emulated device: what the
@@ -56,19 +57,44 @@ var registers = []register{
 	{"BatteryVoltage", false, 0.01, 2, "walk", 3.3, 4.2},
 }
 
+// devicesPerConn is how many devices share one Modbus TCP connection (one
+// emulator on its own port, one bus of the gateway, one [[inputs.modbus]]
+// of Telegraf): a connection polls one request at a time, and 100 devices
+// at 100 ms are more than one can poll on a busy 2-core machine.
+const devicesPerConn = 10
+
+// deviceRegisters is the register map of an emulated device with n
+// contiguous holding registers (1..125): the 20 of registers, then the same
+// again under numbered names ("AirTemperature2", ...), so that one request
+// reads each device on both sides.
+func deviceRegisters(n int) []register {
+	out := make([]register, n)
+	for i := range out {
+		out[i] = registers[i%len(registers)]
+		if i >= len(registers) {
+			out[i].Name += strconv.Itoa(i/len(registers) + 1)
+		}
+	}
+	return out
+}
+
+// profileFor is the firmware profile name of devices with n registers.
+func profileFor(n int) string { return "footprint-" + strconv.Itoa(n) }
+
 // deviceName is the DeviceId of slave i (1-based) on both sides.
 func deviceName(i int) string { return fmt.Sprintf("station-%02d", i) }
 
 func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-// profileYAML is the firmware profile of the emulated device, written to a
-// temporary profiles directory for `gateway emulate` and `gateway run`.
-func profileYAML() string {
+// profileYAML is the firmware profile of the emulated device with these
+// registers, written to a temporary profiles directory for `gateway
+// emulate` and `gateway run`.
+func profileYAML(regs []register) string {
 	var b strings.Builder
-	b.WriteString(`model: FP-20 (footprint test station)
+	b.WriteString(`model: FP-` + strconv.Itoa(len(regs)) + ` (footprint test station)
 manufacturer: fieldlink
 description: >-
-  A made-up weather and soil station with 20 contiguous holding registers,
+  A made-up weather and soil station with contiguous holding registers,
   for the footprint comparison (scripts/footprint). Not a real device.
 follows: generic
 data_type: ` + dataType + `
@@ -76,7 +102,7 @@ interval: 1s
 serial: {baud: 9600, parity: N, data_bits: 8, stop_bits: 1}
 registers:
 `)
-	for i, r := range registers {
+	for i, r := range regs {
 		typ := "uint16"
 		if r.Signed {
 			typ = "int16"
@@ -88,24 +114,23 @@ registers:
 }
 
 // siteYAML is the gateway's site file: one Modbus TCP bus to the emulator,
-// every device at interval, delivery at QoS 1 to the broker, a buffer with
-// interval durability (what the README recommends on SD cards), metrics off.
-func siteYAML(profilesDir, emulator, broker, bufferPath string, devices int, interval time.Duration) string {
+// every device at interval, delivery at QoS 1 to the broker, the buffer at
+// its defaults (durability: always), metrics off.
+func siteYAML(profilesDir, profile string, emulators []string, broker, bufferPath string, devices int, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `site: {id: %q, id_field: FarmId, timezone: UTC}
 gateway: {id: %s}
 profiles_dir: %q
 metrics: {listen: "off"}
 buses:
-  - name: footprint
-    url: tcp://%s
-    timeout: 1s
-    devices:
-`, siteID, ourGateway, profilesDir, emulator)
+`, siteID, ourGateway, profilesDir)
 	for i := 1; i <= devices; i++ {
-		fmt.Fprintf(&b, "      - {name: %s, profile: %s, slave: %d, interval: %s}\n", deviceName(i), profileName, i, interval)
+		if (i-1)%devicesPerConn == 0 {
+			fmt.Fprintf(&b, "  - name: footprint-%d\n    url: tcp://%s\n    timeout: 1s\n    devices:\n", (i-1)/devicesPerConn+1, emulators[(i-1)/devicesPerConn])
+		}
+		fmt.Fprintf(&b, "      - {name: %s, profile: %s, slave: %d, interval: %s}\n", deviceName(i), profile, i, interval)
 	}
-	fmt.Fprintf(&b, `buffer: {path: %q, durability: interval, sync_every: 1s}
+	fmt.Fprintf(&b, `buffer: {path: %q}
 uplink:
   upstreams:
     - {url: "mqtt://%s", topic: "%s{device}", qos: 1}
@@ -118,7 +143,7 @@ uplink:
 // the packet the gateway would send, byte for byte in shape: DataHead keys
 // in the same order, DataBody values as strings with the profile's
 // decimals, Seq counting up per gateway.
-func functionJS(epoch string) string {
+func functionJS(epoch string, registers []register) string {
 	type reg struct {
 		Name      string  `json:"n"`
 		Signed    bool    `json:"s"`
@@ -167,7 +192,7 @@ return {topic: ` + strconv.Quote(theirTopic) + ` + msg.topic, payload: JSON.stri
 // connection, as the gateway's bus), one modbus-read per device polling its
 // 20 holding registers every interval, one function node building the
 // packets, one mqtt out at QoS 1 to the broker.
-func flowsJSON(emulatorHost string, emulatorPort int, brokerHost string, brokerPort, devices int, interval time.Duration, epoch string) ([]byte, error) {
+func flowsJSON(emulatorHost string, emulatorPort int, brokerHost string, brokerPort, devices int, registers []register, interval time.Duration, epoch string) ([]byte, error) {
 	type obj = map[string]any
 	flow := []obj{
 		{"id": "fp-tab", "type": "tab", "label": "footprint", "disabled": false, "info": ""},
@@ -190,7 +215,7 @@ func flowsJSON(emulatorHost string, emulatorPort int, brokerHost string, brokerP
 		},
 		{
 			"id": "fp-packet", "type": "function", "z": "fp-tab", "name": "DataHead/DataBody",
-			"func": functionJS(epoch), "outputs": 1, "timeout": 0, "noerr": 0,
+			"func": functionJS(epoch, registers), "outputs": 1, "timeout": 0, "noerr": 0,
 			"initialize": "", "finalize": "", "libs": []any{}, "x": 400, "y": 100,
 			"wires": []any{[]any{"fp-mqtt"}},
 		},
