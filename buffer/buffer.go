@@ -62,6 +62,9 @@ type Buffer struct {
 	poisoned atomic.Bool           // bbolt panicked inside a transaction: do not touch db again
 
 	count atomic.Int64 // committed records
+	// laterAcked counts records AckLater took whose deletion waits for
+	// the next commit: acknowledged, so not waiting for an upstream.
+	laterAcked atomic.Int64
 	bytes atomic.Int64 // their bytes
 
 	appends, acks, commits, fsyncs atomic.Uint64 // since Open
@@ -448,7 +451,7 @@ func (b *Buffer) usable() error {
 func (b *Buffer) Epoch() string { return b.epoch }
 
 // Len returns the number of records stored (committed), leased or not.
-func (b *Buffer) Len() int { return int(b.count.Load()) }
+func (b *Buffer) Len() int { return int(max(b.count.Load()-b.laterAcked.Load(), 0)) }
 
 // Bytes returns the bytes of the records stored, as MaxBytes counts them.
 func (b *Buffer) Bytes() int64 { return b.bytes.Load() }

@@ -188,6 +188,7 @@ func (w *writer) run() {
 						w.laterSince = time.Now()
 					}
 					w.laterAcks = append(w.laterAcks, r.seqs...)
+					b.laterAcked.Store(int64(len(w.laterAcks)))
 				}
 				break
 			}
@@ -497,6 +498,7 @@ func (w *writer) finish(t *wtx, err error) error {
 	b := w.b
 	if err == nil {
 		w.st = t.st
+		b.laterAcked.Store(int64(len(w.laterAcks))) // with the count they were taken from
 		b.publish(t.st)
 		b.commits.Add(1)
 		b.fsyncs.Add(2) // bbolt: data pages, then the meta page
