@@ -212,7 +212,12 @@ func (r *demoRelay) up() error {
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
-	r.ln, r.addr = ln, ln.Addr().String()
+	r.ln = ln
+	if r.addr == "" {
+		// Set once, at the first up, before anything reads it without
+		// the lock (the live view): later ups listen on the same address.
+		r.addr = ln.Addr().String()
+	}
 	r.wg.Go(func() { r.accept(ln) })
 	return nil
 }
