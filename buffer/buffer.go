@@ -65,7 +65,7 @@ type Buffer struct {
 	// laterAcked counts records AckLater took whose deletion waits for
 	// the next commit: acknowledged, so not waiting for an upstream.
 	laterAcked atomic.Int64
-	bytes atomic.Int64 // their bytes
+	bytes      atomic.Int64 // their bytes
 
 	appends, acks, commits, fsyncs atomic.Uint64 // since Open
 
