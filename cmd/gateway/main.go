@@ -48,6 +48,7 @@ func commands() []command {
 		{"init", "--kind farm|mine [-o site.yaml]", "write a commented starter site file", cmdInit},
 		{"buffer", "stats|export|purge -c site.yaml", "the packets waiting for an upstream: counts, JSON lines, or delete (-yes)", cmdBuffer},
 		{"write", "-c site.yaml -device D -point P -value V", "write one point as a command would (commissioning): every check, read back, audited; through the daemon or straight to the bus", cmdWrite},
+		{"health", "[-c site.yaml] [-wait 2m] | -record | -forget | -formats | -readable-by FILE", "the updater's gate: wait until the running daemon polls, buffers and (if it could before the update) delivers; else exit 1 with the reason", cmdHealth},
 		{"audit", "-c site.yaml [-verify] [-json]", "the downlink's audit log: every command and its outcome; -verify checks its hash chain", cmdAudit},
 		{"keygen", "-o NAME", "a new Ed25519 key pair for signed commands: NAME.key (private, 0600) and NAME.pub", cmdKeygen},
 		{"command", "sign -key NAME.key < command.json", "sign a downlink command: its JSON on stdin, signed on stdout", cmdCommand},
