@@ -184,7 +184,7 @@ func verify(t *testing.T, analyze string, unit []byte) string {
 	// Any executable will do: verify checks that ExecStart= and
 	// ExecReload= exist.
 	write(t, filepath.Join(root, "usr/bin/fieldlink-gateway"), []byte("#!/bin/sh\n"), 0o755)
-	write(t, filepath.Join(root, "bin/kill"), []byte("#!/bin/sh\n"), 0o755) // ExecReload=
+	write(t, filepath.Join(root, "bin/sh"), []byte("#!/bin/sh\n"), 0o755) // ExecReload=
 	out, err := exec.Command(analyze, "verify", "--man=no", "--root="+root, "fieldlink.service").CombinedOutput()
 	if err != nil {
 		return string(out) + err.Error()
@@ -265,10 +265,12 @@ func write(t *testing.T, name string, b []byte, mode fs.FileMode) {
 func TestUnitHardening(t *testing.T) {
 	unit := string(readFile(t, "fieldlink.service"))
 	for _, want := range []string{
-		"Type=notify", "WatchdogSec=", "Restart=always", "ExecReload=/bin/kill -HUP $MAINPID",
+		"Type=notify", "WatchdogSec=", "Restart=always", "ExecReload=/bin/sh -c 'kill -HUP $$MAINPID'",
 		"User=fieldlink", "SupplementaryGroups=dialout",
 		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
 		"ReadWritePaths=/var/lib/fieldlink", "DevicePolicy=closed", "DeviceAllow=char-ttyUSB rw",
+		"CapabilityBoundingSet=", "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+		"MemoryDenyWriteExecute=yes", "RestrictNamespaces=yes", "ProtectProc=invisible", "Environment=FIELDLINK_LOG_FORMAT=journal",
 	} {
 		found := false
 		for _, line := range strings.Split(unit, "\n") {
