@@ -82,6 +82,7 @@ func TestDebs(t *testing.T) {
 				"-rw-r--r-- root/root .* ./etc/fieldlink/site.yaml",
 				"-rw-r--r-- root/root .* ./lib/systemd/system/fieldlink.service",
 				"drwxr-x--- root/root .* ./var/lib/fieldlink/",
+				"-rwxr-xr-x root/root .* ./usr/share/mender/modules/v3/fieldlink-deb",
 			} {
 				before, path, _ := strings.Cut(want, " .* ")
 				if !hasLine(listing, before, path) {
@@ -106,11 +107,19 @@ func TestDebs(t *testing.T) {
 					t.Errorf("sh -n %s: %v\n%s", s, err, out)
 				}
 			}
+			for _, s := range []string{"mender/fieldlink-deb", "mender/ArtifactCommit_Enter_50_fieldlink-health"} {
+				if out, err := exec.Command("sh", "-n", s).CombinedOutput(); err != nil {
+					t.Errorf("sh -n %s: %v\n%s", s, err, out)
+				}
+			}
 			if !bytes.Contains(ctrl["postinst"].data, []byte("dialout")) {
 				t.Error("postinst does not add the fieldlink user to dialout")
 			}
 
 			files := untar(t, dpkgDebRaw(t, "--fsys-tarfile", deb))
+			if got := files["usr/share/mender/modules/v3/fieldlink-deb"].data; !bytes.Equal(got, readFile(t, "mender/fieldlink-deb")) {
+				t.Error("the packaged Mender update module differs from packaging/mender/fieldlink-deb")
+			}
 			if got := files["etc/fieldlink/site.yaml"].data; !bytes.Equal(got, site) {
 				t.Error("/etc/fieldlink/site.yaml differs from config/starter/farm.yaml: copy it to packaging/site.yaml")
 			}
