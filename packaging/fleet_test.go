@@ -5,7 +5,12 @@ package packaging_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -246,11 +251,19 @@ uplink:
 			v := strings.TrimSpace(c.must(t, "dpkg-query -W -f='${Version}' fieldlink"))
 			a := strings.TrimSpace(c.must(t, "mender show-artifact 2>/dev/null"))
 			p := c.props(t, "ActiveState", "SubState")
-			if v != want || a != "fieldlink-"+want || p["SubState"] != "running" {
+			art := "fieldlink-" + want
+			if want == "1.0.0" {
+				art = "provisioned" // installed by hand, before Mender
+			}
+			if v != want || a != art || p["SubState"] != "running" {
 				t.Fatalf("installed %s, Mender's artifact %s, service %v; want %s running", v, a, p, want)
 			}
 		}
 
+		if out, err := c.sh("mender install /root/fleet/fieldlink-2.0.0-" + debArch() + "-unsigned.mender"); err == nil || !strings.Contains(out, "signed") {
+			t.Fatalf("an unsigned artifact was not refused for want of a signature: %v\n%s", err, out)
+		}
+		installed("1.0.0")
 		update("2.0.0", true, "delivered")
 		installed("2.0.0")
 
@@ -393,7 +406,6 @@ func buildFleetDebs(t *testing.T) []string {
 	o, _ := json.Marshal(map[string]map[string]string{"Replace": {abs: filepath.Join(bin, "broken.yaml")}})
 	writeFile(t, overlay, string(o))
 
-	var out []string
 	// 5.0.0 writes (says it writes) record format 2, which no version reads.
 	formats, err := os.ReadFile("../buffer/formats.go")
 	if err != nil {
@@ -410,6 +422,19 @@ func buildFleetDebs(t *testing.T) []string {
 	o5, _ := json.Marshal(map[string]map[string]string{"Replace": {abs5: filepath.Join(bin, "formats.go")}})
 	writeFile(t, overlay5, string(o5))
 
+	// Artifacts are signed; the devices take only those (ArtifactVerifyKey).
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalECPrivateKey(key)
+	signKey := filepath.Join(bin, "artifact.key")
+	writeFile(t, signKey, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})))
+	pub, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	verifyKey := filepath.Join(dist, "artifact-verify-key.pem")
+	writeFile(t, verifyKey, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})))
+	out := []string{verifyKey}
+
 	for _, v := range []string{"1.0.0", "2.0.0", "3.0.0", "4.0.0", "5.0.0"} {
 		args := []string{"build", "-trimpath", "-tags", "field", "-ldflags", "-s -w -X main.version=" + v,
 			"-o", filepath.Join(dist, "fieldlink-gateway_"+v+"_linux_"+debTarget()), "./cmd/gateway"}
@@ -425,6 +450,11 @@ func buildFleetDebs(t *testing.T) []string {
 		out = append(out, deb)
 		if v != "1.0.0" {
 			art := filepath.Join(dist, "fieldlink-"+v+"-"+debArch()+".mender")
+			run(nil, "packaging/mender/make-artifact", "-t", "fleet-check", "-k", signKey, "-o", art, deb)
+			out = append(out, art)
+		}
+		if v == "2.0.0" {
+			art := filepath.Join(dist, "fieldlink-"+v+"-"+debArch()+"-unsigned.mender")
 			run(nil, "packaging/mender/make-artifact", "-t", "fleet-check", "-o", art, deb)
 			out = append(out, art)
 		}
@@ -479,7 +509,7 @@ func bootContainer(t *testing.T, nspawn, nsenter, rootfs string) *container {
 		t.Fatalf("copy the rootfs: %v\n%s", err, out)
 	}
 	// Mender standalone on a device of type fleet-check.
-	writeFile(t, c.path("/etc/mender/mender.conf"), "{}\n")
+	writeFile(t, c.path("/etc/mender/mender.conf"), `{"ArtifactVerifyKey": "/root/fleet/artifact-verify-key.pem"}`+"\n")
 	writeFile(t, c.path("/data/mender/device_type"), "device_type=fleet-check\n")
 	writeFile(t, c.path("/etc/mender/artifact_info"), "artifact_name=provisioned\n")
 
