@@ -82,6 +82,7 @@ func TestDebs(t *testing.T) {
 				"-rw-r--r-- root/root .* ./etc/fieldlink/site.yaml",
 				"-rw-r--r-- root/root .* ./lib/systemd/system/fieldlink.service",
 				"drwxr-x--- root/root .* ./var/lib/fieldlink/",
+				"-rwxr-xr-x root/root .* ./usr/share/mender/modules/v3/fieldlink-deb",
 			} {
 				before, path, _ := strings.Cut(want, " .* ")
 				if !hasLine(listing, before, path) {
@@ -106,11 +107,19 @@ func TestDebs(t *testing.T) {
 					t.Errorf("sh -n %s: %v\n%s", s, err, out)
 				}
 			}
+			for _, s := range []string{"mender/fieldlink-deb", "mender/ArtifactCommit_Enter_50_fieldlink-health"} {
+				if out, err := exec.Command("sh", "-n", s).CombinedOutput(); err != nil {
+					t.Errorf("sh -n %s: %v\n%s", s, err, out)
+				}
+			}
 			if !bytes.Contains(ctrl["postinst"].data, []byte("dialout")) {
 				t.Error("postinst does not add the fieldlink user to dialout")
 			}
 
 			files := untar(t, dpkgDebRaw(t, "--fsys-tarfile", deb))
+			if got := files["usr/share/mender/modules/v3/fieldlink-deb"].data; !bytes.Equal(got, readFile(t, "mender/fieldlink-deb")) {
+				t.Error("the packaged Mender update module differs from packaging/mender/fieldlink-deb")
+			}
 			if got := files["etc/fieldlink/site.yaml"].data; !bytes.Equal(got, site) {
 				t.Error("/etc/fieldlink/site.yaml differs from config/starter/farm.yaml: copy it to packaging/site.yaml")
 			}
@@ -184,7 +193,7 @@ func verify(t *testing.T, analyze string, unit []byte) string {
 	// Any executable will do: verify checks that ExecStart= and
 	// ExecReload= exist.
 	write(t, filepath.Join(root, "usr/bin/fieldlink-gateway"), []byte("#!/bin/sh\n"), 0o755)
-	write(t, filepath.Join(root, "bin/kill"), []byte("#!/bin/sh\n"), 0o755) // ExecReload=
+	write(t, filepath.Join(root, "bin/sh"), []byte("#!/bin/sh\n"), 0o755) // ExecReload=
 	out, err := exec.Command(analyze, "verify", "--man=no", "--root="+root, "fieldlink.service").CombinedOutput()
 	if err != nil {
 		return string(out) + err.Error()
@@ -265,10 +274,12 @@ func write(t *testing.T, name string, b []byte, mode fs.FileMode) {
 func TestUnitHardening(t *testing.T) {
 	unit := string(readFile(t, "fieldlink.service"))
 	for _, want := range []string{
-		"Type=notify", "WatchdogSec=", "Restart=always", "ExecReload=/bin/kill -HUP $MAINPID",
+		"Type=notify", "WatchdogSec=", "Restart=always", "ExecReload=/bin/sh -c 'kill -HUP $$MAINPID'",
 		"User=fieldlink", "SupplementaryGroups=dialout",
 		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
 		"ReadWritePaths=/var/lib/fieldlink", "DevicePolicy=closed", "DeviceAllow=char-ttyUSB rw",
+		"CapabilityBoundingSet=", "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+		"MemoryDenyWriteExecute=yes", "RestrictNamespaces=yes", "ProtectProc=invisible", "Environment=FIELDLINK_LOG_FORMAT=journal",
 	} {
 		found := false
 		for _, line := range strings.Split(unit, "\n") {

@@ -139,7 +139,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	file := f.String("c", "", "site file")
 	level := f.String("log-level", "info", "log level: debug, info, warn, error")
 	printAll := f.Bool("print", false, "also print every packet as a JSON line on stdout (always on without an uplink)")
-	format := f.String("log-format", "auto", "auto (JSON under systemd, text on a terminal), text or json")
+	format := f.String("log-format", "auto", "auto (journal fields under systemd, text on a terminal), text, json or journal")
 	cpuProfile := f.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	memProfile := f.String("memprofile", "", "write an allocation profile to this file when the run ends (go tool pprof)")
 	if err := parse(f, args); err != nil {

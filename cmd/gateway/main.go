@@ -20,6 +20,7 @@ import (
 
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/journal"
 	"fieldlink/sensors/profile"
 )
 
@@ -49,6 +50,7 @@ func commands() []command {
 		{"buffer", "stats|export|purge -c site.yaml", "the packets waiting for an upstream: counts, JSON lines, or delete (-yes)", cmdBuffer},
 		{"write", "-c site.yaml -device D -point P -value V", "write one point as a command would (commissioning): every check, read back, audited; through the daemon or straight to the bus", cmdWrite},
 		{"config", "sign -key NAME.key -serial N [-gateway ID]... [-expires 720h] site.yaml", "sign a site file into a bundle that gateways with remote_config pull", cmdConfig},
+		{"health", "[-c site.yaml] [-wait 2m] | -record | -forget | -formats | -readable-by FILE", "the updater's gate: wait until the running daemon polls, buffers and (if it could before the update) delivers; else exit 1 with the reason", cmdHealth},
 		{"audit", "-c site.yaml [-verify] [-json]", "the downlink's audit log: every command and its outcome; -verify checks its hash chain", cmdAudit},
 		{"keygen", "-o NAME", "a new Ed25519 key pair for signed commands: NAME.key (private, 0600) and NAME.pub", cmdKeygen},
 		{"command", "sign -key NAME.key < command.json", "sign a downlink command: its JSON on stdin, signed on stdout", cmdCommand},
@@ -159,22 +161,32 @@ func loadConfig(file string, stderr io.Writer) (*config.Config, error) {
 }
 
 // newLogger logs to w at the given level ("debug", "info", "warn",
-// "error"), as text for a terminal, or as JSON lines under systemd (where
-// INVOCATION_ID is set) or when FIELDLINK_LOG_FORMAT=json.
+// "error"): as journal entries with a field per attribute when w is the
+// journal's stream (a systemd service), as JSON lines under systemd
+// otherwise (where INVOCATION_ID is set), as text for a terminal; or as
+// FIELDLINK_LOG_FORMAT says.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return newLoggerFormat(w, level, "auto")
 }
 
-// newLoggerFormat is newLogger with the format chosen: auto, text or json.
+// newLoggerFormat is newLogger with the format chosen: auto, text, json or
+// journal (JSON lines on w when the journal's socket cannot be reached).
 func newLoggerFormat(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("-log-level: %v (valid: debug, info, warn, error)", err)
 	}
+	what := "-log-format"
 	if format == "auto" {
-		format = "text"
-		if os.Getenv("FIELDLINK_LOG_FORMAT") == "json" || os.Getenv("INVOCATION_ID") != "" {
+		switch env := os.Getenv("FIELDLINK_LOG_FORMAT"); {
+		case env != "" && env != "auto":
+			format, what = env, "FIELDLINK_LOG_FORMAT"
+		case journal.IsStream(w):
+			format = "journal"
+		case os.Getenv("INVOCATION_ID") != "":
 			format = "json"
+		default:
+			format = "text"
 		}
 	}
 	opt := &slog.HandlerOptions{Level: l}
@@ -183,9 +195,18 @@ func newLoggerFormat(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opt)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opt)), nil
+	case "journal":
+		h, err := journal.NewHandler(journalSocket, "fieldlink-gateway", w, opt)
+		if err != nil {
+			return slog.New(slog.NewJSONHandler(w, opt)), nil
+		}
+		return slog.New(h), nil
 	}
-	return nil, fmt.Errorf("-log-format: %q (valid: auto, text, json)", format)
+	return nil, fmt.Errorf("%s: %q (valid: auto, text, json, journal)", what, format)
 }
+
+// journalSocket is the journal's socket; tests point it elsewhere.
+var journalSocket = journal.Socket
 
 func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("version", stderr)
