@@ -436,7 +436,7 @@ func buildFleetDebs(t *testing.T) []string {
 	out := []string{verifyKey}
 
 	for _, v := range []string{"1.0.0", "2.0.0", "3.0.0", "4.0.0", "5.0.0"} {
-		args := []string{"build", "-trimpath", "-tags", "field", "-ldflags", "-s -w -X main.version=" + v,
+		args := []string{"build", "-trimpath", "-tags", "field,nethttpomithttp2", "-ldflags", "-s -w -X main.version=" + v,
 			"-o", filepath.Join(dist, "fieldlink-gateway_"+v+"_linux_"+debTarget()), "./cmd/gateway"}
 		switch v {
 		case "3.0.0":
