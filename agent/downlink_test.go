@@ -227,9 +227,15 @@ uplink:
 }
 
 // retained returns topic's retained payload on the broker at addr.
-func retained(t *testing.T, addr, topic string) string {
+func retained(t *testing.T, addr, topic string) string { return retainedWith(addr, topic, "", "") }
+
+// retainedWith is retained as user (none when empty).
+func retainedWith(addr, topic, user, pw string) string {
 	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("ret-%d", time.Now().UnixNano())).
 		SetCleanSession(true).SetAutoReconnect(false)
+	if user != "" {
+		o.SetUsername(user).SetPassword(pw)
+	}
 	c := paho.NewClient(o)
 	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		return ""

@@ -166,27 +166,3 @@ remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
 		}
 	}
 }
-
-// retainedWith is retained with credentials.
-func retainedWith(addr, topic, user, pw string) string {
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("ret-%d", time.Now().UnixNano())).
-		SetUsername(user).SetPassword(pw).SetCleanSession(true).SetAutoReconnect(false)
-	c := paho.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		return ""
-	}
-	defer c.Disconnect(0)
-	got := make(chan string, 1)
-	c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
-		select {
-		case got <- string(m.Payload()):
-		default:
-		}
-	})
-	select {
-	case s := <-got:
-		return s
-	case <-time.After(300 * time.Millisecond):
-		return ""
-	}
-}
