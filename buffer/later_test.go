@@ -51,7 +51,10 @@ func TestAckLaterCommitsAlone(t *testing.T) {
 	}
 	// Acknowledged: no longer waiting for an upstream, though its
 	// deletion is not committed yet.
-	waitFor(t, 10*time.Second, "Len to leave out the acknowledged record", func() bool { return b.Len() == 1 })
+	waitFor(t, 10*time.Second, "Len and Stats to leave out the acknowledged record", func() bool {
+		st := b.Stats()
+		return b.Len() == 1 && st.Normal+st.Alarms == 1 && st.Leased == 0
+	})
 	waitFor(t, 10*time.Second, "the deletion's commit", func() bool { return b.Stats().Acks > 0 })
 	time.Sleep(50 * time.Millisecond) // a second commit, were there one, would come now
 	if c := b.Stats().Commits - before; c != 1 {

@@ -67,8 +67,14 @@ func (b *Buffer) Stats() Stats {
 	s.Compactions, s.LostUncommitted = st.compactions, st.lostUncommitted
 	s.DeadLetters, s.DeadDropped, s.DeadDepth, s.DeadBytes = st.deadLetters, st.deadDropped, int(st.deadN), st.deadBytes
 
+	// Records AckLater acknowledged wait for no upstream, though their
+	// deletion waits for the next commit: not counted as waiting (as Len).
+	acked := int(b.laterAcked.Load())
+	n := min(acked, s.Normal)
+	s.Normal -= n
+	s.Alarms -= min(acked-n, s.Alarms)
 	b.mu.Lock()
-	s.Leased = len(b.leases)
+	s.Leased = max(len(b.leases)-acked, 0)
 	b.mu.Unlock()
 	if fi, err := os.Stat(b.path); err == nil {
 		s.FileSize = fi.Size()
