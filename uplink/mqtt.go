@@ -839,15 +839,24 @@ func (m *MQTT) dial(ctx context.Context, c *mqttConn) (net.Conn, error) {
 		nc  net.Conn
 		err error
 	)
-	if m.useTLS {
-		d := tls.Dialer{Config: m.tlsConfig}
-		nc, err = d.DialContext(ctx, "tcp", m.addr)
-	} else {
-		var d net.Dialer
-		nc, err = d.DialContext(ctx, "tcp", m.addr)
-	}
+	var d net.Dialer
+	nc, err = d.DialContext(ctx, "tcp", m.addr)
 	if err != nil {
 		return nil, err
+	}
+	nc = quickAck(nc)
+	if m.useTLS {
+		cfg := m.tlsConfig
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(m.addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		nc = tc
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
