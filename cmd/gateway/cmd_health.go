@@ -7,15 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
-	"fieldlink/buffer"
-	"fieldlink/config"
 	"fieldlink/health"
-	"fieldlink/metrics"
 )
 
 // defaultSiteFile is the site file of the Debian package.
@@ -42,15 +36,20 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch {
 	case *formats:
-		return printFormats(stdout)
+		return json.NewEncoder(stdout).Encode(health.These(version))
 	case *readableBy != "":
-		return checkReadableBy(*readableBy, stdout)
+		other, err := health.ReadableBy(*readableBy, version)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "fieldlink %s reads every buffer format %s writes: a rollback keeps the packets\n", other, version)
+		return nil
 	}
-	site, err := readHealthSite(*file)
+	site, err := health.ReadSite(*file)
 	if err != nil {
 		return err
 	}
-	baselineFile := site.Buffer.Path + ".update.json"
+	baselineFile := site.BaselineFile()
 	switch {
 	case *forget:
 		if err := os.Remove(baselineFile); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -74,110 +73,21 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	crit := health.Criteria{Cycles: *cycles, MaxDrop: *maxDrop / 100}
 	start := time.Now()
-	deadline := start.Add(*wait)
-	last := ""
-	for {
-		var why, summary string
-		s, err := health.Scrape(ctx, site.Metrics.Listen)
-		if err != nil {
-			why = err.Error()
-		} else {
-			why, summary = health.Judge(s, base, crit)
-		}
-		if why == "" {
-			fmt.Fprintf(stdout, "healthy after %s: %s\n", time.Since(start).Round(time.Second), summary)
-			return nil
-		}
-		if why != last {
-			fmt.Fprintf(stderr, "health: %s: %s\n", time.Since(start).Round(time.Second), why)
-			last = why
-		}
-		if !time.Now().Before(deadline) {
-			fmt.Fprintf(stdout, "unhealthy after %s: %s\n", *wait, why)
-			if base != nil {
-				fmt.Fprintf(stdout, "baseline %s\n", base)
-			}
-			return errSilent
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(min(time.Second, time.Until(deadline))):
-		}
-	}
-}
-
-// healthSite is the part of a site file that gateway health reads. It is
-// read leniently, not through the strict loader: the updater that runs it
-// lacks the service's environment (password_env), and a site file written
-// for a newer version must not stop an older one from judging its own
-// daemon.
-type healthSite struct {
-	Metrics struct {
-		Listen string `yaml:"listen"`
-	} `yaml:"metrics"`
-	Buffer struct {
-		Path string `yaml:"path"`
-	} `yaml:"buffer"`
-}
-
-func readHealthSite(file string) (healthSite, error) {
-	var s healthSite
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return s, err
-	}
-	if err := yaml.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("%s: %w", file, err)
-	}
-	if s.Metrics.Listen == "" {
-		s.Metrics.Listen = metrics.DefaultListen
-	}
-	if s.Metrics.Listen == "off" {
-		return s, fmt.Errorf("%s: metrics.listen is off: gateway health reads the daemon's /metrics (give metrics.listen, such as %s)", file, metrics.DefaultListen)
-	}
-	if s.Buffer.Path == "" {
-		s.Buffer.Path = config.DefaultBufferPath
-	}
-	return s, nil
-}
-
-// versionFormats is what gateway health -formats prints.
-type versionFormats struct {
-	Version string `json:"version"`
-	Buffer  struct {
-		Reads  *buffer.Formats `json:"reads"`
-		Writes *buffer.Formats `json:"writes"`
-	} `json:"buffer"`
-}
-
-func printFormats(stdout io.Writer) error {
-	var v versionFormats
-	r, w := buffer.ReadFormats(), buffer.WriteFormats()
-	v.Version, v.Buffer.Reads, v.Buffer.Writes = version, &r, &w
-	return json.NewEncoder(stdout).Encode(v)
-}
-
-// checkReadableBy refuses when the version described in file (its -formats
-// output) does not read a buffer format this version writes: after a
-// rollback to it, the packets this version stored would be taken for
-// corruption.
-func checkReadableBy(file string, stdout io.Writer) error {
-	data, err := os.ReadFile(file)
-	if err != nil {
+	summary, why, err := health.Wait(ctx, site.Metrics.Listen, base, health.Criteria{Cycles: *cycles, MaxDrop: *maxDrop / 100}, *wait,
+		func(elapsed time.Duration, why string) {
+			fmt.Fprintf(stderr, "health: %s: %s\n", elapsed.Round(time.Second), why)
+		})
+	switch {
+	case err != nil:
 		return err
+	case why == "":
+		fmt.Fprintf(stdout, "healthy after %s: %s\n", time.Since(start).Round(time.Second), summary)
+		return nil
 	}
-	var other versionFormats
-	if err := json.Unmarshal(data, &other); err != nil || other.Buffer.Reads == nil {
-		return fmt.Errorf("%s: not the output of gateway health -formats (%v)", file, err)
+	fmt.Fprintf(stdout, "unhealthy after %s: %s\n", *wait, why)
+	if base != nil {
+		fmt.Fprintf(stdout, "baseline %s\n", base)
 	}
-	missing := other.Buffer.Reads.Unreadable(buffer.WriteFormats())
-	if len(missing) > 0 {
-		return fmt.Errorf("a rollback to fieldlink %s would strand packets: this version (%s) writes buffer %s, which %s does not read; "+
-			"update to a version that reads them first", other.Version, version, strings.Join(missing, ", "), other.Version)
-	}
-	fmt.Fprintf(stdout, "fieldlink %s reads every buffer format %s writes: a rollback keeps the packets\n", other.Version, version)
-	return nil
+	return errSilent
 }

@@ -1,0 +1,128 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"fieldlink/buffer"
+	"fieldlink/config"
+	"fieldlink/metrics"
+)
+
+// Site is the part of a site file the update gate reads. It is read
+// leniently, not through the strict loader: the updater that runs the gate
+// lacks the service's environment (password_env), and a site file written
+// for a newer version must not stop an older one from judging its own
+// daemon.
+type Site struct {
+	Metrics struct {
+		Listen string `yaml:"listen"`
+	} `yaml:"metrics"`
+	Buffer struct {
+		Path string `yaml:"path"`
+	} `yaml:"buffer"`
+}
+
+// ReadSite reads the metrics listener and buffer path of a site file, with
+// their defaults.
+func ReadSite(file string) (Site, error) {
+	var s Site
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return s, err
+	}
+	if err := yaml.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("%s: %w", file, err)
+	}
+	if s.Metrics.Listen == "" {
+		s.Metrics.Listen = metrics.DefaultListen
+	}
+	if s.Metrics.Listen == "off" {
+		return s, fmt.Errorf("%s: metrics.listen is off: gateway health reads the daemon's /metrics (give metrics.listen, such as %s)", file, metrics.DefaultListen)
+	}
+	if s.Buffer.Path == "" {
+		s.Buffer.Path = config.DefaultBufferPath
+	}
+	return s, nil
+}
+
+// BaselineFile is where the baseline of an update is kept: beside the
+// buffer.
+func (s Site) BaselineFile() string { return s.Buffer.Path + ".update.json" }
+
+// Wait judges the daemon listening at addr against base every second until
+// it is healthy or wait has passed; progress sees each new reason it is not
+// yet. It returns the summary of a healthy daemon, or the last reason why
+// not.
+func Wait(ctx context.Context, addr string, base *Baseline, c Criteria, wait time.Duration, progress func(elapsed time.Duration, why string)) (summary string, why string, err error) {
+	start := time.Now()
+	deadline := start.Add(wait)
+	last := ""
+	for {
+		s, err := Scrape(ctx, addr)
+		if err != nil {
+			why, summary = err.Error(), ""
+		} else {
+			why, summary = Judge(s, base, c)
+		}
+		if why == "" {
+			return summary, "", nil
+		}
+		if why != last && progress != nil {
+			progress(time.Since(start), why)
+			last = why
+		}
+		if !time.Now().Before(deadline) {
+			return "", why, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", why, ctx.Err()
+		case <-time.After(min(time.Second, time.Until(deadline))):
+		}
+	}
+}
+
+// Formats is what a version reads and writes in its buffer file, as
+// gateway health -formats prints it.
+type Formats struct {
+	Version string `json:"version"`
+	Buffer  struct {
+		Reads  *buffer.Formats `json:"reads"`
+		Writes *buffer.Formats `json:"writes"`
+	} `json:"buffer"`
+}
+
+// These are this binary's formats.
+func These(version string) Formats {
+	var v Formats
+	r, w := buffer.ReadFormats(), buffer.WriteFormats()
+	v.Version, v.Buffer.Reads, v.Buffer.Writes = version, &r, &w
+	return v
+}
+
+// ReadableBy refuses when the version described in file (its -formats
+// output) does not read a buffer format this version writes: after a
+// rollback to it, the packets this version stored would be taken for
+// corruption. It returns the other version.
+func ReadableBy(file, version string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	var other Formats
+	if err := json.Unmarshal(data, &other); err != nil || other.Buffer.Reads == nil {
+		return "", fmt.Errorf("%s: not the output of gateway health -formats (%v)", file, err)
+	}
+	if missing := other.Buffer.Reads.Unreadable(buffer.WriteFormats()); len(missing) > 0 {
+		return other.Version, fmt.Errorf("a rollback to fieldlink %s would strand packets: this version (%s) writes buffer %s, which %s does not read; "+
+			"update to a version that reads them first", other.Version, version, strings.Join(missing, ", "), other.Version)
+	}
+	return other.Version, nil
+}
