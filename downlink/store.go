@@ -623,3 +623,67 @@ func VerifyAudit(aux AuxReader) error {
 	}
 	return nil
 }
+
+// String is an entry for a person: seq, time, kind, then what the command
+// asked and what became of it.
+func (e AuditEntry) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6d  %s  %-9s", e.Seq, e.At.UTC().Format(time.RFC3339), e.Kind)
+	if c := e.Command; c != nil {
+		fmt.Fprintf(&b, "  %s  %s.%s = %s", c.ID, c.Device, c.Point, c.Value)
+		if !c.ExpiresAt.IsZero() {
+			fmt.Fprintf(&b, "  expires %s", c.ExpiresAt)
+		}
+		if c.Actor != "" {
+			fmt.Fprintf(&b, "  by %s", c.Actor)
+		}
+		if c.Signature != "" {
+			b.WriteString("  signed")
+		}
+	} else if e.Result != nil && e.Result.ID != "" {
+		fmt.Fprintf(&b, "  %s", e.Result.ID)
+	}
+	if r := e.Result; r != nil {
+		fmt.Fprintf(&b, "  → %s", r.Status)
+		if r.Reason != "" {
+			fmt.Fprintf(&b, ": %s", r.Reason)
+		}
+		if !r.Readback.IsZero() {
+			fmt.Fprintf(&b, "  readback %s", r.Readback)
+		}
+	}
+	if e.Note != "" {
+		fmt.Fprintf(&b, "  %s", e.Note)
+	}
+	return b.String()
+}
+
+// AuditSummary is what a check of the audit log found.
+type AuditSummary struct {
+	Entries     int
+	First, Last uint64
+}
+
+func (s AuditSummary) String() string {
+	if s.Entries == 0 {
+		return "empty"
+	}
+	return fmt.Sprintf("ok, entries %d to %d (%d), every hash and link checks out", s.First, s.Last, s.Entries)
+}
+
+// CheckAudit verifies the log's hash chain (see VerifyAudit) and counts
+// its entries.
+func CheckAudit(aux AuxReader) (AuditSummary, error) {
+	var s AuditSummary
+	err := ReadAudit(aux, func(e AuditEntry) error {
+		if s.Entries == 0 {
+			s.First = e.Seq
+		}
+		s.Entries, s.Last = s.Entries+1, e.Seq
+		return nil
+	})
+	if err == nil {
+		err = VerifyAudit(aux)
+	}
+	return s, err
+}

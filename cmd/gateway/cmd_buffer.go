@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"text/tabwriter"
 	"time"
 
@@ -37,11 +35,7 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if sub == "purge" && !*yes {
 		return fmt.Errorf("purge deletes every packet waiting in %s; run again with -yes to do it", c.Buffer.Path)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	q, err := agent.OpenBuffer(c, log)
-	if errors.Is(err, buffer.ErrLocked) {
-		return fmt.Errorf("%w: is the gateway running? stop it first (systemctl stop fieldlink)", err)
-	}
+	q, err := agent.OpenStoppedBuffer(c, stderr)
 	if err != nil {
 		return err
 	}
