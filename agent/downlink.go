@@ -128,10 +128,35 @@ func (g *Agent) publishResult(r downlink.Result) {
 // Commands is the downlink's engine; nil when the downlink is off.
 func (g *Agent) Commands() *downlink.Engine { return g.commands }
 
-// WriteOnce runs one local command on a site that is not running (gateway
-// write without a daemon), with the buffer file's ledger; the command's
-// record is stored in q for the daemon to deliver.
-func WriteOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Site, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
+// Write runs a command given on the gateway itself (gateway write): through
+// the running daemon's control socket, so that it takes its turn on the bus
+// the daemon polls, or, when no daemon runs, straight to the bus with the
+// buffer file's ledger and audit, its record left in the buffer for the
+// daemon to deliver.
+func Write(ctx context.Context, c *config.Config, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
+	res, err := SendCommand(ctx, ControlPath(c), cmd)
+	if !errors.Is(err, ErrNoDaemon) {
+		return res, err
+	}
+	q, err := OpenBuffer(c, log)
+	if errors.Is(err, buffer.ErrLocked) {
+		return downlink.Result{}, fmt.Errorf("%w: a daemon holds the buffer but its control socket %s does not answer (see its log)", err, ControlPath(c))
+	}
+	if err != nil {
+		return downlink.Result{}, err
+	}
+	defer q.Close()
+	site, err := OpenSite(c, log)
+	if err != nil {
+		return downlink.Result{}, err
+	}
+	defer site.Close()
+	return writeOnce(ctx, c, q, site, cmd, log)
+}
+
+// writeOnce runs one local command on a site that is not running, with the
+// buffer file's ledger.
+func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Site, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
 	store, err := downlink.OpenStore(q, downlink.StoreOptions{})
 	if err != nil {
 		return downlink.Result{}, fmt.Errorf("downlink: %w", err)

@@ -7,7 +7,9 @@ package downlink
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -500,4 +502,29 @@ func (r Result) JSON() []byte {
 		b, _ = json.Marshal(r)
 	}
 	return b
+}
+
+// LocalCommand is a command given on the gateway itself (gateway write):
+// value is "true"/"on", "false"/"off" or a number; the id is made unique
+// here.
+func LocalCommand(device, point, value, actor string, now time.Time) (Command, error) {
+	var v Value
+	switch value {
+	case "true", "on":
+		v = Bool(true)
+	case "false", "off":
+		v = Bool(false)
+	default:
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+			return Command{}, fmt.Errorf("value %q: give a number, or true or false for a coil", value)
+		}
+		v = Number(n)
+	}
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	return Command{
+		ID:     "local-" + now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(id[:]),
+		Device: device, Point: point, Value: v, IssuedAt: NewTimestamp(now), Actor: actor,
+	}, nil
 }

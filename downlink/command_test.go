@@ -243,3 +243,26 @@ func TestResultJSON(t *testing.T) {
 		t.Error("a result with an unwritable time wrote no JSON")
 	}
 }
+
+func TestLocalCommand(t *testing.T) {
+	now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	for in, want := range map[string]string{"on": "true", "false": "false", "42.5": "42.5", "-3": "-3"} {
+		c, err := LocalCommand("valve-1", "Setpoint", in, "local:root", now)
+		if err != nil || c.Value.String() != want || c.IssuedAt.Time() != now || !strings.HasPrefix(c.ID, "local-20261202T080000-") {
+			t.Errorf("%q: %+v %v", in, c, err)
+		}
+		if _, err := ParseCommand(c.JSON()); err != nil {
+			t.Errorf("%q: the command does not parse back: %v", in, err)
+		}
+	}
+	a, _ := LocalCommand("d", "p", "1", "", now)
+	b, _ := LocalCommand("d", "p", "1", "", now)
+	if a.ID == b.ID {
+		t.Error("two local commands share an id")
+	}
+	for _, bad := range []string{"", "open", "NaN", "Inf", "1e999"} {
+		if _, err := LocalCommand("d", "p", bad, "", now); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

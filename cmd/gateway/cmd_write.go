@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,8 +11,6 @@ import (
 	"time"
 
 	"fieldlink/agent"
-	"fieldlink/buffer"
-	"fieldlink/config"
 	"fieldlink/downlink"
 )
 
@@ -42,33 +37,14 @@ func cmdWrite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		printErr(stderr, err)
 		return errSilent
 	}
-	var v downlink.Value
-	switch *value {
-	case "true", "on":
-		v = downlink.Bool(true)
-	case "false", "off":
-		v = downlink.Bool(false)
-	default:
-		n, err := strconv.ParseFloat(*value, 64)
-		if err != nil {
-			return fmt.Errorf("-value %q: give a number, or true or false for a coil", *value)
-		}
-		v = downlink.Number(n)
-	}
 	if *actor == "" {
 		*actor = "local:" + localUser()
 	}
-	var id [6]byte
-	_, _ = rand.Read(id[:])
-	now := time.Now()
-	cmd := downlink.Command{
-		ID: "local-" + now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(id[:]), Device: *dev, Point: *point,
-		Value: v, IssuedAt: downlink.NewTimestamp(now), Actor: *actor,
+	cmd, err := downlink.LocalCommand(*dev, *point, *value, *actor, time.Now())
+	if err != nil {
+		return fmt.Errorf("-%w", err)
 	}
-	res, err := agent.SendCommand(ctx, agent.ControlPath(c), cmd)
-	if errors.Is(err, agent.ErrNoDaemon) {
-		res, err = writeDirect(ctx, c, cmd, stderr)
-	}
+	res, err := agent.Write(ctx, c, cmd, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return err
 	}
@@ -77,27 +53,6 @@ func cmdWrite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errSilent
 	}
 	return nil
-}
-
-// writeDirect runs cmd on the bus itself, no daemon running: the command's
-// id and audit go into the buffer file, and its record waits there for the
-// daemon to deliver.
-func writeDirect(ctx context.Context, c *config.Config, cmd downlink.Command, stderr io.Writer) (downlink.Result, error) {
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	q, err := agent.OpenBuffer(c, log)
-	if errors.Is(err, buffer.ErrLocked) {
-		return downlink.Result{}, fmt.Errorf("%w: a daemon holds the buffer but its control socket %s does not answer (see its log)", err, agent.ControlPath(c))
-	}
-	if err != nil {
-		return downlink.Result{}, err
-	}
-	defer q.Close()
-	site, err := agent.OpenSite(c, log)
-	if err != nil {
-		return downlink.Result{}, err
-	}
-	defer site.Close()
-	return agent.WriteOnce(ctx, c, q, site, cmd, log)
 }
 
 // localUser names the person at the console, through sudo if need be.
