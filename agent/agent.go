@@ -34,9 +34,6 @@ type Options struct {
 	// buffer (with its Seq) when the site has an uplink, as polled when it
 	// has none. It is called one packet at a time.
 	OnPacket func(*packet.Packet)
-	// OnPull, if set, is called when an MQTT message asks for an early
-	// pull of the remote configuration (remote_config.pull_topic).
-	OnPull func()
 	// OpenSite opens a site's sensors side; nil means [OpenSite]. Tests
 	// replace it to make a bus fail to open.
 	OpenSite func(*config.Config, *slog.Logger) (*Site, error)
@@ -78,6 +75,9 @@ type Agent struct {
 
 	commands     *downlink.Engine // nil without a buffer (no uplink)
 	fleetReport  atomic.Pointer[fleet.Report]
+	remote       atomic.Pointer[fleet.Manager] // nil without remote_config
+	stopRemote   func()                        // set once by StartRemote
+	remoteOnce   sync.Once
 	reporterOnce sync.Once
 	reportKick   chan struct{}
 	stopControl  func()      // the control socket of gateway write
@@ -198,6 +198,13 @@ func (g *Agent) StopPolling() {
 // and closes the buffer and the ports. It returns the buffer's fatal
 // error, if it failed.
 func (g *Agent) Stop() error {
+	// The remote configuration's manager first, outside g.mu: a reload of
+	// its own takes it.
+	g.remoteOnce.Do(func() {
+		if g.stopRemote != nil {
+			g.stopRemote()
+		}
+	})
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {

@@ -94,8 +94,12 @@ func (g *Agent) subscriptions(c *config.Config) []uplink.Subscription {
 			g.commands.Handle(context.Background(), payload)
 		}})
 	}
-	if c.RemoteConfig != nil && g.opt.OnPull != nil {
-		subs = append(subs, uplink.Subscription{Topic: c.RemoteConfig.PullTopic, Handle: func([]byte) { g.opt.OnPull() }})
+	if c.RemoteConfig != nil {
+		subs = append(subs, uplink.Subscription{Topic: c.RemoteConfig.PullTopic, Handle: func([]byte) {
+			if m := g.remote.Load(); m != nil {
+				m.PullNow()
+			}
+		}})
 	}
 	return subs
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"fieldlink/config"
 	"fieldlink/fleet"
 	"fieldlink/sensors"
 	"fieldlink/uplink"
@@ -96,3 +97,34 @@ func (g *Agent) publishReport(r fleet.Report) bool {
 
 // FleetReport is the last configuration state reported; nil before any.
 func (g *Agent) FleetReport() *fleet.Report { return g.fleetReport.Load() }
+
+// StartRemote runs the remote configuration's manager beside the gateway,
+// which runs what fleet.Startup gave for local (the site file as on disk),
+// until Stop.
+func (g *Agent) StartRemote(local *config.Config, st fleet.State, profiles config.ProfileSource) error {
+	m, err := fleet.NewManager(local, st, g, fleet.Options{Profiles: profiles, Log: g.log.With("component", "remote_config")})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	g.stopRemote = func() { cancel(); <-done }
+	g.remote.Store(m)
+	go func() { defer close(done); m.Run(ctx) }()
+	return nil
+}
+
+// ReloadLocal applies a reread site file, as SIGHUP does: with remote
+// configuration running, the local file is merged with the bundle in force
+// (which stays in force).
+func (g *Agent) ReloadLocal(local *config.Config, profiles config.ProfileSource) error {
+	c := local
+	if m := g.remote.Load(); m != nil && local.RemoteConfig != nil {
+		m.SetLocal(local)
+		var err error
+		if c, err = fleet.InForce(local, profiles); err != nil {
+			return err
+		}
+	}
+	return g.Reload(c)
+}

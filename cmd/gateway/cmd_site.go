@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"fieldlink/agent"
@@ -181,12 +180,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		log.Error("remote configuration", "err", err)
 	}
-	var mgr atomic.Pointer[fleet.Manager]
-	opt := agent.Options{Logger: log, OnPull: func() {
-		if m := mgr.Load(); m != nil {
-			m.PullNow()
-		}
-	}}
+	opt := agent.Options{Logger: log}
 	if *printAll || c.Uplink == nil {
 		enc := c.Packet.Values
 		var mu sync.Mutex
@@ -212,16 +206,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
 	}
 	if local.RemoteConfig != nil {
-		m, err := fleet.NewManager(local, remote, g, fleet.Options{Profiles: loadProfiles, Log: log.With("component", "remote_config")})
-		if err != nil {
+		if err := g.StartRemote(local, remote, loadProfiles); err != nil {
 			_ = g.Stop()
 			return err
 		}
-		mgr.Store(m)
-		fctx, stopFleet := context.WithCancel(ctx)
-		fleetDone := make(chan struct{})
-		go func() { defer close(fleetDone); m.Run(fctx) }()
-		defer func() { stopFleet(); <-fleetDone }()
 	}
 	stopWatchdog := watchdog(ctx, func() bool { return g.Fatal() == nil })
 	_ = sdnotify.Ready()
@@ -233,7 +221,7 @@ loop:
 		case <-g.Failed():
 			break loop
 		case <-hup:
-			reload(g, mgr.Load(), *file, log)
+			reload(g, *file, log)
 		}
 	}
 	_ = sdnotify.Stopping()
@@ -255,16 +243,11 @@ loop:
 
 // reload loads the site file again and applies it; a file with errors, or
 // one the gateway refuses, leaves the running configuration in force.
-func reload(g *agent.Agent, remote *fleet.Manager, file string, log *slog.Logger) {
+func reload(g *agent.Agent, file string, log *slog.Logger) {
 	log = log.With("component", "reload", "file", file)
 	_ = sdnotify.Notify("RELOADING=1")
 	defer func() { _ = sdnotify.Ready() }()
 	c, err := config.Load(file, loadProfiles)
-	if err == nil && c.RemoteConfig != nil && remote != nil {
-		// The local file is reread; the bundle in force stays in force.
-		remote.SetLocal(c)
-		c, err = fleet.InForce(c, loadProfiles)
-	}
 	if err != nil {
 		log.Error("site file refused; the running configuration stays in force")
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -275,7 +258,7 @@ func reload(g *agent.Agent, remote *fleet.Manager, file string, log *slog.Logger
 	for _, w := range c.Warnings {
 		log.Warn("site file warning", "warning", w)
 	}
-	if err := g.Reload(c); err != nil {
+	if err := g.ReloadLocal(c, loadProfiles); err != nil {
 		log.Error("site file refused; the running configuration stays in force", "err", err)
 	}
 }
