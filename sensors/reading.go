@@ -46,23 +46,20 @@ type Point struct {
 }
 
 // reading keeps the last good poll of a device, under Bus.mu (or
-// LineSensor.mu): the values by field, and each request's reply bytes.
+// LineSensor.mu): its packet's fields and each request's reply. Both are
+// kept by reference, not copied: a poll makes new ones (a Reader's reply
+// is the caller's, a packet's fields are its own) and nothing changes them
+// afterwards, so the hot path pays nothing for the status page.
 type reading struct {
 	at     time.Time
 	fields []packet.Field
-	raw    [][]byte // by request, reused
+	raw    [][]byte // by request
 }
 
-// keep copies p's fields and the replies of a successful poll.
+// keep records a successful poll.
 func (r *reading) keep(p *packet.Packet, replies [][]byte) {
-	r.at = p.At
-	r.fields = append(r.fields[:0], p.Fields...)
-	if len(r.raw) != len(replies) {
-		r.raw = make([][]byte, len(replies))
-	}
-	for i, b := range replies {
-		r.raw[i] = append(r.raw[i][:0], b...)
-	}
+	r.at, r.fields = p.At, p.Fields
+	r.raw = append(r.raw[:0], replies...)
 }
 
 // quality of a point last read at at by a device whose health is h.
