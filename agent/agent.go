@@ -284,6 +284,7 @@ func (g *Agent) Sources() metrics.Sources {
 		return src
 	}
 	src.Buffer = func() (buffer.Stats, bool) { return g.q.Stats(), true }
+	src.Remote = g.remoteState
 	if e := g.commands; e != nil {
 		src.Downlink = func() metrics.DownlinkStatus { return downlinkStatus(g.Config(), e) }
 		src.Commands = func() map[string]uint64 {

@@ -7,6 +7,7 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/fleet"
+	"fieldlink/metrics"
 	"fieldlink/sensors"
 	"fieldlink/uplink"
 )
@@ -95,8 +96,15 @@ func (g *Agent) publishReport(r fleet.Report) bool {
 	return n > 0
 }
 
-// FleetReport is the last configuration state reported; nil before any.
-func (g *Agent) FleetReport() *fleet.Report { return g.fleetReport.Load() }
+// remoteState is the last configuration state reported, for the metrics
+// and the status page; nil before any.
+func (g *Agent) remoteState() *metrics.RemoteState {
+	r := g.fleetReport.Load()
+	if r == nil {
+		return nil
+	}
+	return &metrics.RemoteState{Serial: r.Serial, State: r.State, Reason: r.Reason, At: r.At}
+}
 
 // StartRemote runs the remote configuration's manager beside the gateway,
 // which runs what fleet.Startup gave for local (the site file as on disk),

@@ -138,6 +138,9 @@ remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
 	if st := m.State(); st.Last != 1 || !strings.Contains(st.Reason, "no upstream reachable") {
 		t.Errorf("state %+v", st)
 	}
+	if r := g.Sources().Remote(); r == nil || r.State != fleet.StateReverted || r.Serial != 1 {
+		t.Errorf("metrics and status page see %+v, want bundle 1 reverted", r)
+	}
 	if got := g.Config().Uplink.Upstreams[0].PasswordFile; got != "right.pass" {
 		t.Errorf("the configuration in force has password_file %q, want the known-good right.pass", got)
 	}

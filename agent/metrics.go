@@ -152,9 +152,7 @@ func (g *Agent) siteInfo() metrics.SiteInfo {
 		SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Location: c.Location, Version: Version,
 		Started: st.started, ConfigFile: c.File, ConfigSHA256: hash, LastReload: reload,
 	}
-	if r := g.FleetReport(); r != nil {
-		si.Remote = &metrics.RemoteState{Serial: r.Serial, State: r.State, Reason: r.Reason, At: r.At}
-	}
+	si.Remote = g.remoteState()
 	if hash != "" {
 		if b, err := os.ReadFile(c.File); err != nil {
 			si.OnDiskError = err.Error()

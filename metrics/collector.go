@@ -52,6 +52,7 @@ type descs struct {
 	upProbeRTT, upProbeAge, upProbeFailures           *desc
 	selectorInfo, selectorFallbacks                   *desc
 	commands                                          *desc
+	remoteSerial, remoteState                         *desc
 }
 
 func newDescs() descs {
@@ -130,6 +131,8 @@ func newDescs() descs {
 	d.selectorInfo = n("selector_info", "The selection strategy in use, in the selector label; always 1.", "selector")
 	d.selectorFallbacks = n("selector_fallbacks_total", "Picks the strategy made by its fallback (least_conn) because no fresh server load report existed.", "selector")
 	d.commands = n("commands_total", "Downlink commands by outcome: done, rejected, expired, failed, unknown_outcome.", "status")
+	d.remoteSerial = n("remote_config_serial", "Serial of the bundle the remote configuration last reported on.")
+	d.remoteState = n("remote_config_state", "The remote configuration's last report: 1 for its state (applied, probation, reverted, refused).", "state")
 	return d
 }
 
@@ -154,6 +157,14 @@ func (c *Collector) collect(ch *scrape) {
 	c.collectBuffer(ch)
 	c.collectDelivery(ch)
 	c.collectUpstreams(ch)
+	if c.src.Remote != nil {
+		if r := c.src.Remote(); r != nil {
+			gauge(ch, c.d.remoteSerial, float64(r.Serial))
+			for _, st := range []string{"applied", "probation", "reverted", "refused"} {
+				gauge(ch, c.d.remoteState, boolFloat(r.State == st), st)
+			}
+		}
+	}
 	if c.src.Commands != nil {
 		byStatus := c.src.Commands()
 		for _, status := range slices.Sorted(maps.Keys(byStatus)) {

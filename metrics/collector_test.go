@@ -87,6 +87,7 @@ func fakeSources() Sources {
 		Selector:          func() string { return "p2c_peak_ewma" },
 		SelectorFallbacks: func() uint64 { return 7 },
 		Commands:          func() map[string]uint64 { return map[string]uint64{"rejected": 2, "done": 5} },
+		Remote:            func() *RemoteState { return &RemoteState{Serial: 12, State: "reverted", Reason: "no upstream"} },
 	}
 }
 

@@ -46,6 +46,9 @@ type Sources struct {
 	// named fallback because no fresh server load report existed (cswlc,
 	// irlb, load_aware); nil for a strategy without one.
 	SelectorFallbacks func() uint64
+	// Remote returns the remote configuration's last report; nil without
+	// remote_config, or before its first report.
+	Remote func() *RemoteState
 	// Commands returns how many downlink commands ended in each status;
 	// nil without a downlink.
 	Commands func() map[string]uint64
