@@ -118,6 +118,9 @@ type DiskSpace struct {
 // to the devices), for the status page.
 type DownlinkStatus struct {
 	Enabled bool
+	// Unsigned: commands run without a signature (downlink.allow_unsigned),
+	// so anyone who can publish on the broker can write to the devices.
+	Unsigned bool
 	// Commands are the latest commands, newest first.
 	Commands []DownlinkCommand
 }
