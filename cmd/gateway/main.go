@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	_ "time/tzdata" // minimal ARM images often lack /usr/share/zoneinfo
 
@@ -22,6 +23,7 @@ import (
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/journal"
 	"fieldlink/sensors/profile"
+	"fieldlink/yamlconf"
 )
 
 // Set by the build (scripts/cross-build) with -ldflags -X.
@@ -110,7 +112,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "gateway: unknown command %q\n\n", args[0])
+	names := make([]string, 0, len(commands()))
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	fmt.Fprintf(stderr, "gateway: unknown command %q%s\n\n", args[0], yamlconf.DidYouMean(args[0], names))
 	usage(stderr)
 	return 2
 }
@@ -125,6 +131,8 @@ func flags(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parse parses args, turning a flag error into errUsage (already printed).
+// A command with a -c flag also takes its site file as its one argument
+// ("gateway check site.yaml"), with flags before or after it.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -132,12 +140,24 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 		return errUsage
 	}
+	if site := fs.Lookup("c"); site != nil && !isSet(fs, "c") && fs.NArg() > 0 {
+		if err := fs.Set("c", fs.Arg(0)); err != nil {
+			return errUsage
+		}
+		return parse(fs, fs.Args()[1:])
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
 		return errUsage
 	}
 	return nil
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) (set bool) {
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // loadProfiles is the production profile source: embedded, plus a dir.
@@ -213,6 +233,34 @@ func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "fieldlink gateway %s (commit %s)\n", version, commit)
+	info, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(version, commit, info))
 	return nil
+}
+
+// versionLine names the version and commit: the commit stamped by the
+// build (scripts/cross-build), else the one the go command recorded when
+// it built from a clone.
+func versionLine(version, commit string, info *debug.BuildInfo) string {
+	if commit == "unknown" && info != nil {
+		var rev, modified string
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			commit = rev
+			if modified == "true" {
+				commit += ", modified"
+			}
+		}
+	}
+	return fmt.Sprintf("fieldlink gateway %s (commit %s)", version, commit)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -562,5 +563,46 @@ buses:
 			t.Fatalf("no STOPPING=1 (got %v): %v", got, err)
 		}
 		got[string(buf[:n])]++
+	}
+}
+
+// A near miss of a command's name is answered with the command meant.
+func TestUnknownCommandSuggests(t *testing.T) {
+	code, _, errOut := gw(t, "chek")
+	if code != 2 || !strings.Contains(errOut, `unknown command "chek" (did you mean "check"?)`) {
+		t.Fatalf("chek: %d %s", code, errOut)
+	}
+}
+
+// A site file given without -c is understood, by every command that takes
+// one, with flags before or after it.
+func TestSiteFileWithoutDashC(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "farm.yaml")
+	if code, _, errOut := gw(t, "init", "--kind", "farm", "-o", file); code != 0 {
+		t.Fatalf("init: %s", errOut)
+	}
+	code, out, errOut := gw(t, "check", file)
+	if code != 0 || !strings.Contains(out, "ok:") {
+		t.Fatalf("check FILE: %d\n%s\n%s", code, out, errOut)
+	}
+	if code, _, errOut := gw(t, "check", "-c", file, "other.yaml"); code != 2 || !strings.Contains(errOut, `unexpected argument "other.yaml"`) {
+		t.Fatalf("check -c FILE other.yaml must be refused: %d %s", code, errOut)
+	}
+}
+
+// A binary built from a clone without -ldflags names its commit from the
+// build's own record of it.
+func TestVersionFromBuildInfo(t *testing.T) {
+	info := &debug.BuildInfo{Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0d34e96b1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b"}, {Key: "vcs.modified", Value: "true"},
+	}}
+	if got, want := versionLine("dev", "unknown", info), "fieldlink gateway dev (commit 0d34e96b1e2f, modified)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got, want := versionLine("1.4.0", "abc1234", info), "fieldlink gateway 1.4.0 (commit abc1234)"; got != want {
+		t.Fatalf("a stamped commit wins: got %q, want %q", got, want)
+	}
+	if got, want := versionLine("dev", "unknown", nil), "fieldlink gateway dev (commit unknown)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }
