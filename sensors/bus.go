@@ -242,12 +242,16 @@ func (b *Bus) Run(ctx context.Context, emit func(*packet.Packet)) {
 		} else if ctx.Err() != nil {
 			return
 		}
+		failing := d.streak.fails > 0
 		p, err := b.poll(ctx, d)
 		if ctx.Err() != nil {
 			return
 		}
 		end := time.Now()
 		b.reschedule(d, err == nil, end)
+		if err == nil && failing {
+			b.lineBack(d, end)
+		}
 		if err == nil {
 			p.More = !b.earliest().next.After(end)
 			emit(p)
@@ -263,6 +267,25 @@ func (b *Bus) earliest() *device {
 		}
 	}
 	return best
+}
+
+// lineBack is called when d answers after failing. If every other device
+// on the bus was failing too, the line itself was down (a cut cable, a dead
+// converter, the power of the sensors) and is back: the others are retried
+// now rather than at the end of the backoffs they grew during the outage.
+// A dead device among live neighbours never triggers it: it keeps its
+// backoff, which spares the bus its timeouts.
+func (b *Bus) lineBack(d *device, now time.Time) {
+	for _, o := range b.devs {
+		if o != d && o.streak.fails == 0 {
+			return
+		}
+	}
+	for _, o := range b.devs {
+		if o != d && o.next.After(now) {
+			o.next, o.due = now, now
+		}
+	}
 }
 
 // reschedule sets the next poll of d after a poll that ended at now.

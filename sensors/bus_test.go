@@ -351,3 +351,64 @@ func TestCycleIsPhasedAndMarked(t *testing.T) {
 		t.Fatalf("first cycle %v, want %v", got, want)
 	}
 }
+
+// cutLine is a line whose every device fails until up, recording which
+// slave each request was for and whether it was answered.
+type cutLine struct {
+	mu   sync.Mutex
+	up   bool
+	fail map[byte]int // failed requests per slave
+	log  []string     // "1 ok", "2 fail", ...
+}
+
+func (c *cutLine) Read(ctx context.Context, slave, fc byte, addr, qty uint16) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.up {
+		c.fail[slave]++
+		c.log = append(c.log, fmt.Sprintf("%d fail", slave))
+		return nil, modbus.ErrTimeout
+	}
+	c.log = append(c.log, fmt.Sprintf("%d ok", slave))
+	return make([]byte, 2*int(qty)), nil
+}
+
+// When a whole line comes back after an outage (its first device answers),
+// the others are retried at once, not at the end of the backoffs they grew
+// during the outage.
+func TestLineBackRetriesItsDevicesSoon(t *testing.T) {
+	wind := embedded(t)["generic-wind-speed"]
+	line := &cutLine{fail: map[byte]int{}}
+	specs := []sensors.DeviceSpec{
+		{Name: "fast", Slave: 1, Profile: wind, Interval: 10 * time.Millisecond},
+		{Name: "slow", Slave: 2, Profile: wind, Interval: 200 * time.Millisecond},
+	}
+	bus, err := sensors.NewBus("b", line, specs, sensors.BusOptions{Backoff: time.Hour, MaxGap: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); bus.Run(ctx, func(*packet.Packet) {}) }()
+	defer func() { cancel(); <-done }()
+	// Four failures back the slow device off for 1.6 s: its next try is
+	// far behind the fast device's.
+	testtool.WaitFor(t, 10*time.Second, "the slow device to fail four times", func() bool {
+		line.mu.Lock()
+		defer line.mu.Unlock()
+		if line.fail[2] >= 4 {
+			line.up = true
+		}
+		return line.up
+	})
+	testtool.WaitFor(t, 20*time.Second, "both devices to answer", func() bool {
+		st := bus.Status()
+		return st[0].Health == sensors.OK && st[1].Health == sensors.OK
+	})
+	line.mu.Lock()
+	defer line.mu.Unlock()
+	first := slices.IndexFunc(line.log, func(s string) bool { return strings.HasSuffix(s, " ok") })
+	if first+1 >= len(line.log) || line.log[first+1][0] == line.log[first][0] {
+		t.Fatalf("after the line's first answer (%s) its other device was not retried next: %v", line.log[first], line.log[max(first-3, 0):min(first+4, len(line.log))])
+	}
+}
