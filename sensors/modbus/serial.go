@@ -40,7 +40,7 @@ func openSerial(cfg config, log *slog.Logger) (Link, error) {
 	}
 	port, err := serial.Open(cfg.device, mode)
 	if err != nil {
-		return nil, fmt.Errorf("modbus: open serial port %s at %d %d%c%d: %w", cfg.device, cfg.baud, cfg.dataBits, cfg.parity, cfg.stopBits, err)
+		return nil, fmt.Errorf("modbus: open serial port %s at %d %d%c%d: %w%s", cfg.device, cfg.baud, cfg.dataBits, cfg.parity, cfg.stopBits, err, openHint(err))
 	}
 	tuneLatencyTimer(log, sysfsRoot, cfg.device)
 	return &serialLink{port: port}, nil
@@ -137,4 +137,27 @@ func tuneLatencyTimer(log *slog.Logger, sysRoot, port string) {
 		return
 	}
 	log.Info(fmt.Sprintf("FTDI latency timer %dms -> 1ms", ms), "port", port, "file", file)
+}
+
+// openHint says, for the technician, what to do about a port that would
+// not open.
+func openHint(err error) string {
+	var pe *serial.PortError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return " (no such port: is the adapter plugged in? ls /dev/serial/by-id/ lists the ports there are)"
+	case errors.As(err, &pe):
+		return portHint(pe.Code())
+	}
+	return ""
+}
+
+func portHint(code serial.PortErrorCode) string {
+	switch code {
+	case serial.PermissionDenied:
+		return " (the user running the gateway needs the dialout group: sudo usermod -aG dialout $USER, then log in again; the fieldlink service's user has it)"
+	case serial.PortBusy:
+		return " (another program holds the port: another gateway, or a terminal program)"
+	}
+	return ""
 }

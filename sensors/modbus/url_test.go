@@ -3,6 +3,8 @@ package modbus
 import (
 	"strings"
 	"testing"
+
+	"go.bug.st/serial"
 )
 
 func TestParseURL(t *testing.T) {
@@ -96,6 +98,12 @@ func TestOpenErrors(t *testing.T) {
 	_, err := Open("rtu://"+dev+"?baud=19200&parity=E", Options{})
 	if err == nil || !strings.Contains(err.Error(), "open serial port "+dev+" at 19200 8E1") {
 		t.Errorf("missing port: %v, want an error naming %s", err, dev)
+	}
+	if err == nil || !strings.Contains(err.Error(), "is the adapter plugged in?") {
+		t.Errorf("missing port: %v, want a hint", err)
+	}
+	if h := portHint(serial.PermissionDenied); !strings.Contains(h, "dialout group") {
+		t.Errorf("permission denied: hint %q does not name the dialout group", h)
 	}
 	c, err := Open("tcp://127.0.0.1:1", Options{})
 	if err != nil {
