@@ -64,7 +64,7 @@ func OpenSite(c *config.Config, log *slog.Logger) (*Site, error) {
 			specs[i] = sensors.DeviceSpec{Name: d.Name, Slave: byte(d.Slave), Profile: c.Profiles[d.Profile], Interval: d.Interval, DataType: d.DataType}
 		}
 		bus, err := sensors.NewBus(b.Name, client, specs, sensors.BusOptions{
-			Cost: BusCost(ep, *b.Turnaround), MaxGap: MaxGap(b), Backoff: b.Backoff, Logger: log,
+			Cost: BusCost(ep, *b.Turnaround), MaxGap: MaxGap(b), Backoff: b.Backoff, Logger: log, Hint: modbus.Hint,
 		})
 		if err != nil {
 			s.Close()

@@ -53,6 +53,9 @@ type BusOptions struct {
 	OfflineAfter int
 	// Logger receives state changes and (rate-limited) errors; nil = discard.
 	Logger *slog.Logger
+	// Hint, if set, says what a technician should check about a failure;
+	// it is added to the failure's log line.
+	Hint func(error) string
 }
 
 // Health of a device.
@@ -382,5 +385,10 @@ func (b *Bus) record(d *device, start time.Time, sent uint64, p *packet.Packet, 
 	st.Busy += st.LastDuration
 	line := d.streak.record(st, now, err)
 	b.mu.Unlock()
+	if err != nil && line.msg != "" && b.opt.Hint != nil {
+		if h := b.opt.Hint(err); h != "" {
+			line.args = append(line.args, "hint", h)
+		}
+	}
 	line.to(b.log.With("device", d.spec.Name, "slave", d.spec.Slave))
 }

@@ -89,7 +89,9 @@ func loadSite(file, level, format string, stderr io.Writer) (*config.Config, *sl
 }
 
 func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	file, level, parseArgs := siteFlags("poll", stderr, "warn")
+	// Failures are printed below, with a hint: the bus's own warnings
+	// would say them twice.
+	file, level, parseArgs := siteFlags("poll", stderr, "error")
 	if err := parseArgs(args); err != nil {
 		return err
 	}
@@ -108,6 +110,9 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			failed++
 			fmt.Fprintf(stderr, "error: %v\n", err)
+			if h := modbus.Hint(err); h != "" {
+				fmt.Fprintf(stderr, "  hint: %s\n", h)
+			}
 			return
 		}
 		buf = append(p.AppendJSON(buf[:0], s.Encoding()), '\n')

@@ -158,6 +158,10 @@ buses:
 	if code != 1 || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "device th-1 (slave 9 on bus face)") {
 		t.Fatalf("dead device: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
+	// Said once, with what to check.
+	if strings.Count(errOut, "th-1") != 1 || !strings.Contains(errOut, "hint: check the wiring") {
+		t.Fatalf("the failure must be printed once, with a hint:\n%s", errOut)
+	}
 }
 
 func mustRead(t *testing.T, file string) string {

@@ -72,3 +72,19 @@ func notSent(err error) error { return notSentError{err} }
 func Unsettled(err error) bool {
 	return err != nil && !errors.Is(err, ErrNotSent) && !isException(err)
 }
+
+// Hint says, in a technician's words, what to check when a device fails
+// with err; "" when there is nothing useful to add.
+func Hint(err error) string {
+	switch {
+	case errors.Is(err, ErrTimeout):
+		return "check the wiring (A and B swapped?), the device's power, its slave id and baud rate, or find it with gateway scan"
+	case errors.Is(err, ErrCRC), errors.Is(err, ErrShortFrame):
+		return "garbled replies: check the bus's baud rate and parity against the device's, the termination resistors and the cable's shield"
+	case errors.Is(err, ErrUnexpectedReply):
+		return "a reply that answers another request: two devices may share this slave id"
+	case errors.Is(err, ErrLineBusy):
+		return "a device talks out of turn on the line: disconnect devices one at a time to find it"
+	}
+	return ""
+}
