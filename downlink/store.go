@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"fieldlink/internal/kclock"
 )
 
 // Aux is what the store needs of the buffer file's aux bucket
@@ -28,8 +30,9 @@ type AuxReader interface {
 
 // Defaults of StoreOptions.
 const (
-	// DefaultKeep is how long a command id is remembered, and the least
-	// a store is given: a platform may redeliver within a day.
+	// DefaultKeep is how long a command id is remembered, in time the
+	// gateway has seen pass, and the least a store is given: a platform
+	// may redeliver within a day.
 	DefaultKeep = 24 * time.Hour
 	// DefaultMaxAuditEntries is how many audit entries are kept, the
 	// newest: a few megabytes of the buffer file.
@@ -39,14 +42,25 @@ const (
 // StoreOptions tune a Store. The zero value is the defaults.
 type StoreOptions struct {
 	// Keep is how long an id is remembered after the command arrived (or
-	// after its issued_at, if later). Under DefaultKeep means DefaultKeep.
+	// after its issued_at, if later), counted in elapsed time the store
+	// has observed: see Elapsed. Under DefaultKeep means DefaultKeep.
 	Keep time.Duration
 	// MaxAuditEntries bounds the audit log: the oldest entries go. Zero
 	// or less means DefaultMaxAuditEntries.
 	MaxAuditEntries int
-	// Now is the clock for opening (restart recovery, pruning); Begin and
-	// Finish are given their times. Nil means time.Now.
+	// Now is the wall clock for opening (restart recovery, the audit
+	// log's times); Begin and Finish are given their times. Nil means
+	// time.Now. No duration is measured on it.
 	Now func() time.Time
+	// Elapsed is a clock that never steps: time since any fixed point of
+	// this process. The store adds what it measures on it to the elapsed
+	// time kept in the file, and forgets ids by that count alone. Nil
+	// means the monotonic clock.
+	Elapsed func() time.Duration
+	// Synced reports whether the wall clock is true (the kernel's NTP
+	// state): only then may the start of the record move back to it. Nil
+	// means the kernel's state (false off Linux).
+	Synced func() bool
 }
 
 func (o StoreOptions) withDefaults() StoreOptions {
@@ -57,12 +71,21 @@ func (o StoreOptions) withDefaults() StoreOptions {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Elapsed == nil {
+		start := time.Now()
+		o.Elapsed = func() time.Duration { return time.Since(start) } // monotonic
+	}
+	if o.Synced == nil {
+		o.Synced = kclock.Synced
+	}
 	return o
 }
 
 // Keys in the aux bucket.
 const (
 	keySince     = "downlink.since"      // when the id table began: commands issued before may have run
+	keyForgot    = "downlink.forgot"     // the latest issued_at of a forgotten id: never moves back
+	keyElapsed   = "downlink.elapsed"    // the running time the store has observed, in nanoseconds
 	prefixID     = "downlink.id/"        // + id: an idRecord
 	prefixAudit  = "downlink.audit/"     // + 16 hex digits of seq: an audit entry
 	keyAuditHead = "downlink.audit-head" // the auditHead
@@ -90,21 +113,31 @@ const (
 // A command that reaches Begin is never run twice: its id is recorded
 // before it runs, a duplicate gets the recorded result (or StatusPending),
 // and after a restart a command that was running is closed as
-// StatusUnknownOutcome, never run again. Ids are forgotten Keep after the
-// command arrived; a command issued longer ago than Keep is refused, so
-// that it cannot run again once forgotten. A buffer file that is new or
-// was salvaged (salvage does not keep the aux bucket) has forgotten
-// everything: commands issued before it began are refused too.
+// StatusUnknownOutcome, never run again. Ids are forgotten once the
+// gateway has run Keep since the command arrived, counted on the monotonic
+// clock and kept in the file (time while it is stopped does not count): a
+// wall clock stepped forward forgets nothing early. Forgetting an id
+// raises a floor, kept in the file, that never moves back: a command
+// issued at or before the latest issued_at forgotten is refused, so that
+// a forgotten command cannot run again whatever the gateway's clock says.
+// A buffer file that is new or was salvaged (salvage does not keep the aux
+// bucket) has forgotten everything: commands issued before it began are
+// refused too; that start moves back only to a time the kernel says is
+// synchronised (a file begun while the clock ran ahead), never on a clock
+// that is merely behind.
 //
 // One Store per buffer file: it keeps the ids in memory as well.
 type Store struct {
 	aux Aux
 	opt StoreOptions
 
-	mu    sync.Mutex
-	ids   map[string]*idRecord
-	since time.Time
-	head  auditHead
+	mu     sync.Mutex
+	ids    map[string]*idRecord
+	since  time.Time
+	forgot time.Time     // keyForgot; zero while nothing was forgotten
+	base   time.Duration // keyElapsed when opened
+	e0     time.Duration // opt.Elapsed() when opened
+	head   auditHead
 }
 
 // idRecord is what the store keeps of a command, under prefixID+id.
@@ -113,15 +146,22 @@ type idRecord struct {
 	Command  *Command  `json:"command,omitempty"` // nil: the record was unreadable
 	Received time.Time `json:"received"`
 	Result   *Result   `json:"result,omitempty"` // nil while the command runs
+	// Seen is the store's elapsed time when the command arrived; records
+	// written before it was kept get the elapsed time of the next opening.
+	Seen *time.Duration `json:"seen,omitempty"`
 }
 
-// keepUntil is when r may be forgotten.
-func (r *idRecord) keepUntil(keep time.Duration) time.Time {
-	t := r.Received
-	if r.Command != nil && r.Command.IssuedAt.Time().After(t) {
-		t = r.Command.IssuedAt.Time()
+// forgettable reports whether r may be forgotten at the store's elapsed
+// time elapsed: it finished, and the store has run keep since it arrived,
+// plus the lead of its issued_at over its arrival (a platform clock
+// ahead). One without its command (unreadable) is kept: nothing would
+// raise the floor above it.
+func (r *idRecord) forgettable(elapsed, keep time.Duration) bool {
+	if r.Result == nil || r.Command == nil || r.Seen == nil {
+		return false
 	}
-	return t.Add(keep)
+	lead := max(r.Command.IssuedAt.Time().Sub(r.Received), 0)
+	return elapsed-*r.Seen >= keep+lead
 }
 
 // OpenStore opens the store kept in aux. Commands that were running when
@@ -133,6 +173,10 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 	if err := s.loadHead(); err != nil {
 		return nil, err
 	}
+	if err := s.loadClock(); err != nil {
+		return nil, err
+	}
+	elapsed := s.elapsed()
 	b := s.newBatch()
 	raw, err := aux.Aux(keySince)
 	if err != nil {
@@ -151,9 +195,13 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 			(r.Result != nil && !r.Result.Status.Final()) {
 			// Known, so never run again; what it was is lost.
 			r = idRecord{ID: id, Received: now, Result: &Result{ID: id, Status: StatusUnknownOutcome,
-				Reason: "the gateway's record of the command is unreadable", At: now}}
+				Reason: "the gateway's record of the command is unreadable", At: now}, Seen: &elapsed}
 			b.putID(&r)
 			b.audit(now, KindResult, nil, r.Result, "")
+		}
+		if r.Seen == nil { // its age cannot be vouched for: it starts now
+			r.Seen = &elapsed
+			b.putID(&r)
 		}
 		if r.Result == nil {
 			r.Result = &Result{ID: id, Status: StatusUnknownOutcome, Reason: ReasonRestarted, Value: r.Command.Value, At: now}
@@ -166,7 +214,7 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("downlink: open the command store: %w", err)
 	}
-	gone := s.prune(b, now, "")
+	gone := s.prune(b, "")
 	if err := s.commit(b); err != nil {
 		return nil, fmt.Errorf("downlink: open the command store: %w", err)
 	}
@@ -181,8 +229,8 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 // only then, and reports with Finish. Otherwise it returns the answer
 // without running it: the recorded result of a duplicate (StatusPending
 // while the first still runs), or a rejection when the command was issued
-// before the store can tell whether it ran (more than Keep ago, or before
-// the buffer file began). On error nothing is recorded and the command
+// before the store can tell whether it ran (no later than a command it
+// has forgotten, or before the buffer file began). On error nothing is recorded and the command
 // must not run.
 //
 // Call it after checking the signature: an id that reached Begin is never
@@ -198,7 +246,7 @@ func (s *Store) Begin(cmd Command, now time.Time) (*Result, error) {
 	defer s.mu.Unlock()
 	b := s.newBatch()
 	s.sinceNoLater(b, now)
-	gone := s.prune(b, now, cmd.ID)
+	gone := s.prune(b, cmd.ID)
 	rec, known := s.ids[cmd.ID]
 	var answer *Result
 	switch {
@@ -206,13 +254,13 @@ func (s *Store) Begin(cmd Command, now time.Time) (*Result, error) {
 		res := rec.answer(now)
 		answer = &res
 		b.audit(now, KindDuplicate, &cmd, answer, "")
-	case cmd.IssuedAt.Time().Before(s.floor(b, now)):
-		answer = &Result{ID: cmd.ID, Status: StatusRejected, Reason: s.tooOld(cmd, s.floor(b, now), now), Value: cmd.Value, At: now}
-		rec = &idRecord{ID: cmd.ID, Command: &cmd, Received: now, Result: answer}
+	case s.unvouched(b, cmd) != "":
+		answer = &Result{ID: cmd.ID, Status: StatusRejected, Reason: s.unvouched(b, cmd), Value: cmd.Value, At: now}
+		rec = &idRecord{ID: cmd.ID, Command: &cmd, Received: now, Result: answer, Seen: ptr(s.elapsed())}
 		b.putID(rec)
 		b.audit(now, KindResult, &cmd, answer, "")
 	default:
-		rec = &idRecord{ID: cmd.ID, Command: &cmd, Received: now}
+		rec = &idRecord{ID: cmd.ID, Command: &cmd, Received: now, Seen: ptr(s.elapsed())}
 		b.putID(rec)
 		b.audit(now, KindReceived, &cmd, nil, "")
 	}
@@ -238,38 +286,75 @@ func (r *idRecord) answer(now time.Time) Result {
 	return Result{ID: r.ID, Status: StatusPending, Reason: reasonRunning, Value: r.Command.Value, At: now}
 }
 
-// sinceNoLater moves the start of the id table back to now if it is later:
-// the clock was ahead when it began (a gateway without a real-time clock,
-// before NTP), and every command since would look issued before it.
-// Commands received since it began are all remembered, so any time after
-// it began in truth will do; now is one.
+func ptr[T any](v T) *T { return &v }
+
+// sinceNoLater moves the start of the id table back to now if it is later
+// and the kernel says the clock is synchronised: the clock was ahead when
+// it began (a gateway without a real-time clock, before NTP), and every
+// command since would look issued before it. Commands received since it
+// began are all remembered, so any time after it began in truth will do;
+// a synchronised now is one. A clock that is not synchronised may be
+// behind the truth (fake-hwclock, 1970): the start stays.
 func (s *Store) sinceNoLater(b *batch, now time.Time) {
-	if now.Before(s.since) {
+	if now.Before(s.since) && s.opt.Synced() {
 		b.since = now
 		b.put[keySince], _ = now.MarshalText()
 	}
 }
 
-// floor is the oldest issued_at the store can vouch for with b: the id of
-// every command issued since is remembered.
-func (s *Store) floor(b *batch, now time.Time) time.Time {
-	f := s.since
+// unvouched says why the store cannot vouch that cmd never ran, with b:
+// it was issued before the id table began, or no later than a command
+// whose id was forgotten. "" when every command issued when it was is
+// remembered.
+func (s *Store) unvouched(b *batch, cmd Command) string {
+	since, forgot := s.since, s.forgot
 	if !b.since.IsZero() {
-		f = b.since
+		since = b.since
 	}
-	if old := now.Add(-s.opt.Keep); old.After(f) {
-		f = old
+	if b.forgot.After(forgot) {
+		forgot = b.forgot
 	}
-	return f
+	issued := cmd.IssuedAt.Time()
+	switch {
+	case !forgot.IsZero() && !issued.After(forgot):
+		return fmt.Sprintf("issued at %s, no later than a command whose id the gateway has forgotten (issued at %s, remembered for %v of running time): too old to tell whether it ran already",
+			cmd.IssuedAt, forgot.Format(time.RFC3339), s.opt.Keep)
+	case issued.Before(since):
+		return fmt.Sprintf("issued at %s, before the gateway's record of commands begins (%s: a new or salvaged buffer file, or a clock set back): cannot tell whether it ran already",
+			cmd.IssuedAt, since.Format(time.RFC3339))
+	}
+	return ""
 }
 
-// tooOld says why a command issued before the floor is refused.
-func (s *Store) tooOld(cmd Command, floor, now time.Time) string {
-	if cmd.IssuedAt.Time().Before(now.Add(-s.opt.Keep)) {
-		return fmt.Sprintf("issued at %s, more than %v ago: too old to tell whether it ran already", cmd.IssuedAt, s.opt.Keep)
+// elapsed is the running time the store has observed: what the file kept
+// at opening plus the monotonic time since.
+func (s *Store) elapsed() time.Duration { return s.base + s.opt.Elapsed() - s.e0 }
+
+// loadClock reads the elapsed time and the floor of forgotten ids.
+func (s *Store) loadClock() error {
+	s.e0 = s.opt.Elapsed()
+	raw, err := s.aux.Aux(keyElapsed)
+	if err != nil {
+		return fmt.Errorf("downlink: open the command store: %w", err)
 	}
-	return fmt.Sprintf("issued at %s, before the gateway's record of commands begins (%s: a new or salvaged buffer file, or a clock set back): cannot tell whether it ran already",
-		cmd.IssuedAt, floor.Format(time.RFC3339))
+	if raw != nil {
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("downlink: open the command store: %s is %q, not a count of nanoseconds", keyElapsed, raw)
+		}
+		s.base = time.Duration(n)
+	}
+	if raw, err = s.aux.Aux(keyForgot); err != nil {
+		return fmt.Errorf("downlink: open the command store: %w", err)
+	}
+	if raw != nil {
+		if err := s.forgot.UnmarshalText(raw); err != nil {
+			// Refuse to open rather than forget the floor: the store
+			// could not vouch for any command.
+			return fmt.Errorf("downlink: open the command store: %s is %q: %w", keyForgot, raw, err)
+		}
+	}
+	return nil
 }
 
 // Finish records the final result of a command that Begin let run, and
@@ -327,16 +412,23 @@ func (s *Store) Refused(cmd *Command, res Result) error {
 	return nil
 }
 
-// prune adds to b the deletion of every finished id past Keep but spare
-// (the one being answered) and returns them, to forget once b is
-// committed.
-func (s *Store) prune(b *batch, now time.Time, spare string) []string {
+// prune adds to b the deletion of every forgettable id but spare (the one
+// being answered), and the floor raised to their latest issued_at, and
+// returns them, to forget once b is committed.
+func (s *Store) prune(b *batch, spare string) []string {
 	var gone []string
+	elapsed := s.elapsed()
 	for id, r := range s.ids {
-		if id != spare && r.Result != nil && r.keepUntil(s.opt.Keep).Before(now) {
+		if id != spare && r.forgettable(elapsed, s.opt.Keep) {
 			gone = append(gone, id)
 			b.del = append(b.del, prefixID+id)
+			if at := r.Command.IssuedAt.Time(); at.After(s.forgot) && at.After(b.forgot) {
+				b.forgot = at
+			}
 		}
+	}
+	if !b.forgot.IsZero() {
+		b.put[keyForgot], _ = b.forgot.UTC().MarshalText()
 	}
 	return gone
 }
@@ -355,11 +447,12 @@ func (s *Store) Verify() error {
 // batch is one update of the aux bucket: records and audit entries that
 // are committed together.
 type batch struct {
-	s     *Store
-	put   map[string][]byte
-	del   []string
-	head  auditHead
-	since time.Time // the id table's new start, if it moves
+	s      *Store
+	put    map[string][]byte
+	del    []string
+	head   auditHead
+	since  time.Time // the id table's new start, if it moves
+	forgot time.Time // the floor of forgotten ids, if it rises
 }
 
 func (s *Store) newBatch() *batch {
@@ -383,12 +476,16 @@ func (s *Store) commit(b *batch) error {
 	if b.head != s.head {
 		b.put[keyAuditHead], _ = json.Marshal(b.head)
 	}
+	b.put[keyElapsed] = strconv.AppendInt(nil, int64(s.elapsed()), 10)
 	if err := s.aux.UpdateAux(b.put, b.del); err != nil {
 		return err
 	}
 	s.head = b.head
 	if !b.since.IsZero() {
 		s.since = b.since
+	}
+	if !b.forgot.IsZero() {
+		s.forgot = b.forgot
 	}
 	return nil
 }

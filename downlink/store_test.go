@@ -262,23 +262,30 @@ func TestBeginIsDurable(t *testing.T) {
 	}
 }
 
-// TestKeepWindow: an id is remembered Keep (never less than a day) after
-// it arrived, or after its issued_at if later; then forgotten, and a
-// command issued longer ago than Keep is refused rather than run again.
+// TestKeepWindow: an id is remembered Keep (never less than a day) of
+// the gateway's running time after it arrived, or after its issued_at if
+// later; then forgotten, and a command issued no later than a forgotten
+// one is refused rather than run again. Running time is counted on the
+// monotonic clock (run, here) and kept across restarts; the wall clock
+// plays no part.
 func TestKeepWindow(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	s := openStore(t, buf, t0, StoreOptions{Keep: time.Hour}) // under the minimum: a day
+	var run time.Duration // this process's monotonic clock
+	mono := func() time.Duration { return run }
+	s := openStore(t, buf, t0, StoreOptions{Keep: time.Hour, Elapsed: mono}) // under the minimum: a day
 	old := command("cmd-old", t0)
 	future := command("cmd-future", t0.Add(10*time.Hour)) // a platform clock ahead
 	for _, c := range []Command{old, future} {
 		begin(t, s, c, t0)
 		finish(t, s, Result{ID: c.ID, Status: StatusDone, At: t0})
 	}
+	run = 23 * time.Hour
 	if r := begin(t, s, old, t0.Add(23*time.Hour)); r == nil || r.Status != StatusDone {
 		t.Fatalf("23 h later (Keep is at least a day): %+v", r)
 	}
 	// The duplicate that comes just past the window is answered, and its
 	// record kept until the next command: memory and file agree.
+	run = 24*time.Hour + time.Minute
 	if r := begin(t, s, old, t0.Add(24*time.Hour+time.Minute)); r == nil || r.Status != StatusDone {
 		t.Fatalf("just past the window, still in memory: %+v", r)
 	}
@@ -288,24 +295,80 @@ func TestKeepWindow(t *testing.T) {
 		_ = buf.ScanAux(prefixID, func(string, []byte) error { n++; return nil })
 		return n
 	}
-	// A store opened 25 h later forgets cmd-old, and refuses it.
-	s = openStore(t, buf, t0.Add(25*time.Hour), StoreOptions{})
+	// A restart (a new monotonic clock) with the wall clock a year back:
+	// the running time kept in the file forgets cmd-old, and the floor
+	// refuses it.
+	run = 0
+	s = openStore(t, buf, t0.AddDate(-1, 0, 0), StoreOptions{Elapsed: mono})
 	if n := count(); n != 1 {
-		t.Fatalf("%d id records 25 h later, want 1 (cmd-future)", n)
+		t.Fatalf("%d id records after 24 h of running, want 1 (cmd-future)", n)
 	}
 	r := begin(t, s, old, t0.Add(25*time.Hour))
-	if r == nil || r.Status != StatusRejected || !strings.Contains(r.Reason, "too old") {
-		t.Fatalf("cmd-old 25 h later: %+v, want rejected as too old", r)
+	if r == nil || r.Status != StatusRejected || !strings.Contains(r.Reason, "forgotten") {
+		t.Fatalf("cmd-old after 24 h of running: %+v, want rejected as forgotten", r)
 	}
+	run = 5 * time.Hour
 	if r := begin(t, s, future, t0.Add(30*time.Hour)); r == nil || r.Status != StatusDone {
-		t.Fatalf("cmd-future 30 h later (issued 10 h after it arrived): %+v", r)
+		t.Fatalf("cmd-future after 29 h of running (issued 10 h after it arrived): %+v", r)
 	}
-	// Begin forgets as it goes: 35 h later cmd-future is gone.
+	// Begin forgets as it goes: after 35 h of running cmd-future is gone.
+	run = 11 * time.Hour
 	begin(t, s, command("cmd-new", t0.Add(35*time.Hour)), t0.Add(35*time.Hour))
 	if _, known := s.ids["cmd-future"]; known || count() != 2 {
 		t.Fatalf("35 h later: cmd-future known %v, %d records (want cmd-old's rejection and cmd-new)", known, count())
 	}
 	consistent(t, s, buf)
+	// The floor is cmd-future's issued_at now, whatever the clock says.
+	s = openStore(t, buf, t0, StoreOptions{Elapsed: mono})
+	if r := begin(t, s, command("cmd-late", t0.Add(10*time.Hour)), t0.Add(10*time.Hour)); r == nil || r.Status != StatusRejected {
+		t.Fatalf("a new id issued at the forgotten cmd-future's time: %+v, want rejected", r)
+	}
+	if r := begin(t, s, command("cmd-next", t0.Add(10*time.Hour+time.Second)), t0.Add(10*time.Hour+time.Second)); r != nil {
+		t.Fatalf("issued after the floor: %+v, want it run", r)
+	}
+}
+
+// TestWallClockForgetsNothing: the wall clock stepped years forward,
+// without running time, forgets no id.
+func TestWallClockForgetsNothing(t *testing.T) {
+	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
+	mono := func() time.Duration { return 0 }
+	s := openStore(t, buf, t0, StoreOptions{Elapsed: mono})
+	c := command("cmd-1", t0)
+	begin(t, s, c, t0)
+	finish(t, s, Result{ID: "cmd-1", Status: StatusDone, At: t0})
+	later := t0.AddDate(3, 0, 0)
+	s = openStore(t, buf, later, StoreOptions{Elapsed: mono})
+	begin(t, s, command("cmd-2", later), later) // Begin prunes too
+	if r := begin(t, s, c, later); r == nil || r.Status != StatusDone {
+		t.Fatalf("cmd-1 with the clock 3 years on and no running time: %+v, want its result", r)
+	}
+}
+
+// TestRecordWithoutSeen: an id recorded before the store kept running
+// time is kept a full Keep from the next opening: its age cannot be
+// vouched for.
+func TestRecordWithoutSeen(t *testing.T) {
+	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
+	c := command("cmd-1", t0)
+	old, _ := json.Marshal(map[string]any{"id": c.ID, "command": c, "received": t0,
+		"result": Result{ID: c.ID, Status: StatusDone, At: t0}})
+	if err := buf.UpdateAux(map[string][]byte{prefixID + c.ID: old}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var run time.Duration
+	mono := func() time.Duration { return run }
+	run = 48 * time.Hour // a process long up when the new code first opens
+	s := openStore(t, buf, t0.AddDate(0, 0, 3), StoreOptions{Elapsed: mono})
+	run += 23 * time.Hour
+	if r := begin(t, s, c, t0.AddDate(0, 0, 4)); r == nil || r.Status != StatusDone {
+		t.Fatalf("23 h after the opening: %+v, want its result", r)
+	}
+	run += 2 * time.Hour
+	begin(t, s, command("cmd-2", t0.AddDate(0, 0, 4)), t0.AddDate(0, 0, 4))
+	if r := begin(t, s, c, t0.AddDate(0, 0, 4)); r == nil || r.Status != StatusRejected {
+		t.Fatalf("25 h after the opening: %+v, want forgotten and refused", r)
+	}
 }
 
 // TestSalvagedFileRefusesOlderCommands: salvage does not keep the aux
@@ -352,7 +415,12 @@ func TestSalvagedFileRefusesOlderCommands(t *testing.T) {
 func TestClockAheadAtStart(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
 	openStore(t, buf, t0.AddDate(1, 0, 0), StoreOptions{})
-	s := openStore(t, buf, t0, StoreOptions{})
+	// Until the kernel says the clock is synchronised, the start stays.
+	s := openStore(t, buf, t0, StoreOptions{Synced: func() bool { return false }})
+	if r := begin(t, s, command("cmd-0", t0.Add(time.Second)), t0.Add(time.Second)); r == nil || r.Status != StatusRejected {
+		t.Fatalf("issued before the start, the clock not synchronised: %+v, want rejected", r)
+	}
+	s = openStore(t, buf, t0, StoreOptions{Synced: func() bool { return true }})
 	// Issued before the clock was put right: cannot vouch for it.
 	if r := begin(t, s, command("cmd-1", t0.Add(-time.Second)), t0); r == nil || r.Status != StatusRejected {
 		t.Fatalf("issued before the clock came back: %+v", r)
@@ -637,5 +705,48 @@ func TestUnreadableRecord(t *testing.T) {
 	}
 	if err := s.Verify(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRedeliveredAfterClockStep: a command run, then a restart while the
+// clock runs more than a day fast (the ledger must not forget the id: a
+// day has not passed), then the clock put right, then the command
+// redelivered: it must not run again.
+func TestRedeliveredAfterClockStep(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "buffer.db")
+	buf := openBuffer(t, path)
+	s := openStore(t, buf, t0, StoreOptions{})
+	x := command("cmd-x", t0)
+	if r := begin(t, s, x, t0); r != nil {
+		t.Fatalf("the first delivery: %+v, want it run", r)
+	}
+	finish(t, s, Result{ID: "cmd-x", Status: StatusDone, At: t0})
+	if err := buf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fast := t0.Add(25 * time.Hour) // a minute later in truth
+	buf = openBuffer(t, path)
+	openStore(t, buf, fast, StoreOptions{})
+	if err := buf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	right := t0.Add(2 * time.Minute) // NTP stepped the clock back
+	buf = openBuffer(t, path)
+	s = openStore(t, buf, right, StoreOptions{})
+	if r := begin(t, s, x, right); r == nil {
+		t.Fatal("cmd-x redelivered after the clock came back: nil, it ran a second time")
+	}
+}
+
+// TestSalvageThenClockBack: a buffer file salvaged (its ids lost) while
+// the clock was right, then a restart an hour behind (fake-hwclock's last
+// save): a command issued before the salvage must stay refused.
+func TestSalvageThenClockBack(t *testing.T) {
+	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
+	openStore(t, buf, t0, StoreOptions{}) // the record begins at t0
+	behind := t0.Add(-time.Hour)
+	s := openStore(t, buf, behind, StoreOptions{Synced: func() bool { return false }})
+	if r := begin(t, s, command("cmd-lost", t0.Add(-30*time.Minute)), behind.Add(time.Minute)); r == nil {
+		t.Fatal("a command issued before the record began, with the clock an hour behind: nil, it ran (it may have run before the salvage)")
 	}
 }
