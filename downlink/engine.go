@@ -99,6 +99,10 @@ type Engine struct {
 	mu     sync.Mutex
 	counts map[Status]uint64
 	recent []Recent
+	// described is the writable points as Describe gives them, set with
+	// points: Describe must not wait for a command on the bus, nor read
+	// points while a reload replaces them.
+	described string
 }
 
 // Recent is a command's result with what it was about, for the live
@@ -135,9 +139,17 @@ func (e *Engine) Configure(c *config.Config, keys []ed25519.PublicKey) {
 			}
 		}
 	}
+	names := make([]string, 0, len(points))
+	for k := range points {
+		names = append(names, k[0]+"."+k[1])
+	}
+	slices.Sort(names)
 	e.run.Lock()
 	defer e.run.Unlock()
 	e.points, e.maxAge, e.opt.Keys = points, c.Downlink.MaxAge, keys
+	e.mu.Lock()
+	e.described = strings.Join(names, ", ")
+	e.mu.Unlock()
 }
 
 // Handle runs one command as received (JSON) and returns its result, which
@@ -165,6 +177,17 @@ func (e *Engine) run1(ctx context.Context, cmd Command, local bool) Result {
 	e.run.Lock()
 	defer e.run.Unlock()
 	now := e.opt.Now()
+	if err := cmd.check(); err != nil {
+		// Built in code, not parsed (a parsed command passes): audited
+		// without its fields, which the log could not read back.
+		id := cmd.ID
+		if checkID(id) != nil {
+			id = ""
+		}
+		res := Result{ID: id, Status: StatusRejected, Reason: "command: " + err.Error(), At: now}
+		e.refused(nil, res, false)
+		return res
+	}
 	if len(e.opt.Keys) > 0 && !local {
 		// Checked before the id is kept: a forged command must not take
 		// the id of a real one.
@@ -222,11 +245,14 @@ func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result
 	if why := e.interlocked(p, now); why != "" {
 		return end(StatusRejected, "interlock: %s", why)
 	}
-	deadline := now.Add(WriteTimeout)
-	if !cmd.ExpiresAt.IsZero() && cmd.ExpiresAt.Time().Before(deadline) {
-		deadline = cmd.ExpiresAt.Time()
+	// The bus's context runs on this process's clock, not on Options.Now:
+	// WriteTimeout from the start, or what is left until expires_at by
+	// the gateway's clock if that is shorter.
+	limit := WriteTimeout
+	if !cmd.ExpiresAt.IsZero() {
+		limit = min(limit, cmd.ExpiresAt.Time().Sub(now))
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	attempts := 1
 	if p.rule.Idempotent {
@@ -480,14 +506,13 @@ func (e *Engine) Recent() []Recent {
 	return slices.Clone(e.recent)
 }
 
-// Describe is a one-line summary of the writable points, for logs.
+// Describe is a one-line summary of the writable points, for logs. It is
+// safe beside a reload's Configure and does not wait for a running
+// command.
 func (e *Engine) Describe() string {
-	var s []string
-	for k := range e.points {
-		s = append(s, k[0]+"."+k[1])
-	}
-	slices.Sort(s)
-	return strings.Join(s, ", ")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.described
 }
 
 func jsonUnmarshalLenient(b []byte, v any) error {

@@ -80,6 +80,8 @@ type memLedger struct {
 	seen    map[string]*Result
 	log     []Result
 	refused []Result
+	// refusedCmds are the commands handed to Refused (nil: none).
+	refusedCmds []*Command
 }
 
 func (l *memLedger) Begin(cmd Command, now time.Time) (*Result, error) {
@@ -96,6 +98,7 @@ func (l *memLedger) Refused(cmd *Command, res Result) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refused = append(l.refused, res)
+	l.refusedCmds = append(l.refusedCmds, cmd)
 	return nil
 }
 
@@ -116,12 +119,18 @@ type rig struct {
 	now       time.Time
 }
 
-func newRig(t *testing.T, keys ...ed25519.PublicKey) *rig {
+func engineConfig(t *testing.T) *config.Config {
 	t.Helper()
 	c, err := config.Parse("site.yaml", []byte(engineSite), func(dir string) (profile.Set, error) { return profile.Load(firmwareprofiles.FS, dir) })
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func newRig(t *testing.T, keys ...ed25519.PublicKey) *rig {
+	t.Helper()
+	c := engineConfig(t)
 	r := &rig{site: &fakeSite{latest: map[string]sensors.Point{}}, ledger: &memLedger{seen: map[string]*Result{}}, now: e0}
 	r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: e0.Add(-2 * time.Second), Quality: sensors.Good}
 	r.e = NewEngine(c, Options{
@@ -269,5 +278,56 @@ func TestEngineSignedMode(t *testing.T) {
 	}
 	if res := r.e.Handle(context.Background(), Sign(cmd, priv).JSON()); res.Status != StatusDone || len(r.site.writes) != 1 {
 		t.Errorf("replayed: %+v and %d writes, want the first result and one write", res, len(r.site.writes))
+	}
+}
+
+// Describe reads the writable points while a reload's Configure replaces
+// them: under -race, the two must not race.
+func TestEngineDescribeDuringReload(t *testing.T) {
+	r := newRig(t)
+	c := engineConfig(t)
+	want := "valve-1.FlowTotal, valve-1.Setpoint, valve-1.ValveOpen"
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 200 {
+			r.e.Configure(c, nil)
+		}
+	})
+	for range 200 {
+		if got := r.e.Describe(); got != want {
+			t.Fatalf("Describe() = %q, want %q", got, want)
+		}
+	}
+	wg.Wait()
+}
+
+// A command with a device, point or actor that would not parse back is
+// refused before the ledger, and reaches the audit log without them: the
+// log must stay readable. RunLocal skips the signature, not these checks.
+func TestEngineRefusesUnreadableNames(t *testing.T) {
+	r := newRig(t)
+	r.site.out = sensors.WriteResult{Readback: packet.Float(10, 1)}
+	for name, cmd := range map[string]Command{
+		"long device": {ID: "l1", Device: strings.Repeat("v", maxNameLength+1), Point: "Setpoint", Value: Number(10), IssuedAt: NewTimestamp(e0)},
+		"bad point":   {ID: "l2", Device: "valve-1", Point: "Set\x00point", Value: Number(10), IssuedAt: NewTimestamp(e0)},
+		"long actor":  {ID: "l3", Device: "valve-1", Point: "Setpoint", Value: Number(10), IssuedAt: NewTimestamp(e0), Actor: strings.Repeat("a", maxNameLength+1)},
+		"bad id":      {ID: "l 4", Device: "valve-1", Point: "Setpoint", Value: Number(10), IssuedAt: NewTimestamp(e0)},
+	} {
+		if res := r.e.RunLocal(context.Background(), cmd); res.Status != StatusRejected {
+			t.Errorf("%s: %+v, want rejected", name, res)
+		}
+	}
+	if len(r.site.writes) != 0 || len(r.ledger.seen) != 0 {
+		t.Fatalf("writes %v, ids kept %d; want none", r.site.writes, len(r.ledger.seen))
+	}
+	if len(r.ledger.refused) != 4 {
+		t.Fatalf("%d refusals audited, want 4", len(r.ledger.refused))
+	}
+	for i, c := range r.ledger.refusedCmds {
+		if c != nil {
+			if _, err := ParseCommand(c.JSON()); err != nil {
+				t.Errorf("refusal %d audited with a command that does not parse back: %v", i, err)
+			}
+		}
 	}
 }

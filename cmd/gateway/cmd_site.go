@@ -41,8 +41,8 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		printErr(stderr, err)
 		return errSilent
 	}
-	fmt.Fprintf(stdout, "%s: ok: %s %s, gateway %s, %d buses, %d devices, %d serial sensors\n",
-		c.File, c.Site.IDField, c.Site.ID, c.Gateway.ID, len(c.Buses), c.DeviceCount()-len(c.SerialSensors), len(c.SerialSensors))
+	fmt.Fprintf(stdout, "%s: ok: %s %s, gateway %s, %s, %s, %s\n",
+		c.File, c.Site.IDField, c.Site.ID, c.Gateway.ID, count(len(c.Buses), "bus"), count(c.DeviceCount()-len(c.SerialSensors), "device"), count(len(c.SerialSensors), "serial sensor"))
 	for _, b := range c.Buses {
 		ep, _ := modbus.ParseURL(b.URL)
 		fmt.Fprintf(stdout, "bus %s: %s (%s), timeout %v\n", b.Name, b.URL, ep.LineSettings(), b.Timeout)
@@ -55,8 +55,8 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 			for i, r := range reqs {
 				parts[i] = r.String()
 			}
-			fmt.Fprintf(stdout, "  %s: slave %d, %s, every %v, %d registers in %d requests (%s)\n",
-				d.Name, d.Slave, d.Profile, d.Interval, len(c.Profiles[d.Profile].Registers), len(reqs), strings.Join(parts, ", "))
+			fmt.Fprintf(stdout, "  %s: slave %d, %s, every %v, %s in %s (%s)\n",
+				d.Name, d.Slave, d.Profile, d.Interval, count(len(c.Profiles[d.Profile].Registers), "register"), count(len(reqs), "request"), strings.Join(parts, ", "))
 		}
 	}
 	for _, s := range c.SerialSensors {
@@ -258,6 +258,7 @@ func reload(g *agent.Agent, file string, log *slog.Logger) {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			log.Error("site file error", "error", line)
 		}
+		g.ReloadRefused(err)
 		return
 	}
 	for _, w := range c.Warnings {
@@ -265,6 +266,9 @@ func reload(g *agent.Agent, file string, log *slog.Logger) {
 	}
 	if err := g.ReloadLocal(c, loadProfiles); err != nil {
 		log.Error("site file refused; the running configuration stays in force", "err", err)
+		// Agent.Reload records its own refusals; one before it (the
+		// remote bundle's merge) is recorded here.
+		g.ReloadRefused(err)
 	}
 }
 
