@@ -16,6 +16,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -235,6 +236,32 @@ func checkName(s string, emptyOK bool) error {
 		if !unicode.IsPrint(r) && r != ' ' || r == utf8.RuneError {
 			return fmt.Errorf("character %U at %d: want printable text", r, i)
 		}
+	}
+	return nil
+}
+
+// check holds a command built in code (gateway write, a caller of
+// [Engine.Run]) to the parser's rules: every field within its bounds, and
+// the command reading back from its JSON as itself, as the ledger and the
+// audit log will read it. Its errors name the field.
+func (c Command) check() error {
+	if err := checkID(c.ID); err != nil {
+		return fmt.Errorf("id: %w", err)
+	}
+	for _, f := range []struct {
+		name, v string
+		emptyOK bool
+	}{{"device", c.Device, false}, {"point", c.Point, false}, {"actor", c.Actor, true}} {
+		if err := checkName(f.v, f.emptyOK); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	back, err := ParseCommand(c.JSON())
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "command: "))
+	}
+	if back != c {
+		return errors.New("does not read back from its JSON")
 	}
 	return nil
 }
@@ -506,7 +533,8 @@ func (r Result) JSON() []byte {
 
 // LocalCommand is a command given on the gateway itself (gateway write):
 // value is "true"/"on", "false"/"off" or a number; the id is made unique
-// here.
+// here. Device, point and actor take the checks of a command from the
+// network; an error names the one that fails them.
 func LocalCommand(device, point, value, actor string, now time.Time) (Command, error) {
 	var v Value
 	switch value {
@@ -523,8 +551,12 @@ func LocalCommand(device, point, value, actor string, now time.Time) (Command, e
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
-	return Command{
+	c := Command{
 		ID:     "local-" + now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(id[:]),
 		Device: device, Point: point, Value: v, IssuedAt: NewTimestamp(now), Actor: actor,
-	}, nil
+	}
+	if err := c.check(); err != nil {
+		return Command{}, err
+	}
+	return c, nil
 }

@@ -266,3 +266,25 @@ func TestLocalCommand(t *testing.T) {
 		}
 	}
 }
+
+// A local command's device, point and actor take the checks a command from
+// the network takes: one that would not parse back must not reach the
+// audit log, where it could no longer be read.
+func TestLocalCommandNames(t *testing.T) {
+	now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	long := strings.Repeat("v", maxNameLength+1)
+	for _, tc := range []struct{ device, point, actor, field string }{
+		{long, "Setpoint", "", "device"},
+		{"valve-1", long, "", "point"},
+		{"valve-1", "Setpoint", long, "actor"},
+		{"valve\x00-1", "Setpoint", "", "device"},
+		{"valve-1", "Set\npoint", "", "point"},
+		{"valve-1", "Setpoint", "local:\xff", "actor"},
+		{"", "Setpoint", "", "device"},
+	} {
+		c, err := LocalCommand(tc.device, tc.point, "1", tc.actor, now)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%q %q %q: %+v, %v; want an error naming %s", tc.device, tc.point, tc.actor, c, err, tc.field)
+		}
+	}
+}

@@ -73,6 +73,36 @@ func TestWriteWithoutADaemon(t *testing.T) {
 	}
 }
 
+// gateway write without a daemon takes the name checks of the control
+// socket's path: a device, point or actor the audit log could not read
+// back is refused before anything is written or audited.
+func TestWriteWithoutADaemonChecksNames(t *testing.T) {
+	site := valveSite(t)
+	if code, out, errOut := gw(t, "write", "-c", site, "-device", "valve-1", "-point", "Setpoint", "-value", "10"); code != 0 {
+		t.Fatalf("write: %d %s %s", code, out, errOut)
+	}
+	_, before, _ := gw(t, "audit", "-c", site)
+	long := strings.Repeat("v", 129)
+	for _, args := range [][]string{
+		{"-device", long, "-point", "Setpoint"},
+		{"-device", "valve-1", "-point", "Set\x01point"},
+		{"-device", "valve-1", "-point", "Setpoint", "-actor", long},
+	} {
+		args = append([]string{"write", "-c", site, "-value", "10"}, args...)
+		code, out, errOut := gw(t, args...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "want") {
+			t.Errorf("%q: %d %q %q; want exit 1 and why on stderr", args, code, out, errOut)
+		}
+	}
+	code, out, errOut := gw(t, "audit", "-c", site)
+	if code != 0 || strings.Contains(out, "unreadable") || out != before {
+		t.Fatalf("audit: %d\n%s%s\nwant, as before the refused writes:\n%s", code, out, errOut, before)
+	}
+	if code, out, errOut := gw(t, "audit", "-c", site, "-verify"); code != 0 {
+		t.Fatalf("audit -verify: %d %s %s", code, out, errOut)
+	}
+}
+
 // With a daemon running, gateway write goes through its control socket:
 // the daemon, which holds the bus and the buffer, runs it.
 func TestWriteThroughTheDaemon(t *testing.T) {
