@@ -282,6 +282,27 @@ func watchdog(ctx context.Context, healthy func() bool) func() {
 	return func() { cancel(); <-done }
 }
 
+// count is n and what, plural unless n is 1: "1 register", "3 registers".
+func count(n int, what string) string {
+	switch {
+	case n == 1:
+	case strings.HasSuffix(what, "s"):
+		what += "es"
+	default:
+		what += "s"
+	}
+	return fmt.Sprintf("%d %s", n, what)
+}
+
+// maker names a profile's device: its manufacturer, then its model, once
+// ("generic RS-485 valve", not "generic generic RS-485 valve").
+func maker(manufacturer, model string) string {
+	if manufacturer == "" || strings.HasPrefix(strings.ToLower(model), strings.ToLower(manufacturer)) {
+		return model
+	}
+	return manufacturer + " " + model
+}
+
 func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("profiles", stderr)
 	file := fs.String("c", "", "site file whose profiles_dir to include")
@@ -302,11 +323,11 @@ func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	for _, n := range set.Names() {
 		p := set[n]
-		kind := fmt.Sprintf("%d registers", len(p.Registers))
+		kind := count(len(p.Registers), "register")
 		if p.IsLine() {
-			kind = fmt.Sprintf("line, %d fields", len(p.Line.Fields))
+			kind = "line, " + count(len(p.Line.Fields), "field")
 		}
-		fmt.Fprintf(stdout, "%-28s %-8s %-14s %s %s\n", n, p.DataType, kind, p.Manufacturer, p.Model)
+		fmt.Fprintf(stdout, "%-28s %-8s %-14s %s\n", n, p.DataType, kind, maker(p.Manufacturer, p.Model))
 	}
 	return nil
 }
