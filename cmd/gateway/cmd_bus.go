@@ -133,7 +133,19 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			urls = append(urls, u.String())
 		}
 	}
+	// Each silent id costs the timeout: say how long the worst case takes,
+	// and how to narrow it.
+	worst := time.Duration(len(urls)*len(ids)) * *timeout
+	if worst >= time.Second {
+		worst = worst.Round(time.Second)
+	}
+	fmt.Fprintf(stderr, "trying %s at %s: at most about %v (a silent id costs -timeout %v); -slaves and -bauds narrow it, Ctrl-C stops\n",
+		count(len(ids), "slave id"), count(len(urls), "line setting"), worst, *timeout)
 	found := 0
+	stopped := func(u string, id byte) error {
+		fmt.Fprintf(stderr, "scan stopped at slave %d of %s: %s found so far\n", id, u, count(found, "device"))
+		return errSilent
+	}
 	for _, u := range urls {
 		client, err := modbus.Open(u, modbus.Options{Timeout: *timeout})
 		if err != nil {
@@ -145,9 +157,13 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		for _, id := range ids {
 			if ctx.Err() != nil {
 				client.Close()
-				return ctx.Err()
+				return stopped(u, id)
 			}
 			_, err := client.Read(ctx, id, area.FunctionCode(), uint16(*address), 1)
+			if ctx.Err() != nil {
+				client.Close()
+				return stopped(u, id)
+			}
 			var mbErr *gm.ModbusError
 			switch {
 			case err == nil:

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -272,6 +273,19 @@ func TestScanFindsSlaves(t *testing.T) {
 	}
 	if strings.Contains(out, "found slave 4") || strings.Contains(out, "found slave 5") {
 		t.Fatalf("phantom slaves:\n%s", out)
+	}
+	if !strings.Contains(errOut, "trying 5 slave ids at 1 line setting: at most about 250ms") || !strings.Contains(errOut, "Ctrl-C stops") {
+		t.Fatalf("scan gives no estimate:\n%s", errOut)
+	}
+
+	// Stopped (Ctrl-C), it says where it was and what it found, not
+	// "context canceled".
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var o, e bytes.Buffer
+	err := cmdScan(ctx, []string{"-url", "rtuovertcp://" + addr + "?baud=9600", "-slaves", "1-247"}, &o, &e)
+	if !errors.Is(err, errSilent) || !strings.Contains(e.String(), "scan stopped at slave 1 of rtuovertcp://") || strings.Contains(e.String(), "context canceled") {
+		t.Fatalf("stopped scan: %v\n%s", err, e.String())
 	}
 }
 
