@@ -81,8 +81,18 @@ func (g *Agent) configureDownlink(c *config.Config) error {
 		return fmt.Errorf("downlink.keys: %w", err)
 	}
 	g.commands.Configure(c, keys)
+	if unsigned(c) {
+		// At every start and reload: gateway check let it through only
+		// because the site file says so.
+		g.log.Warn("downlink runs unsigned commands: anyone who can publish on its topic can write to the devices (downlink.allow_unsigned: true); give downlink.keys",
+			"topic", c.Downlink.Topic)
+	}
 	return nil
 }
+
+// unsigned reports whether c's downlink runs commands without a
+// signature.
+func unsigned(c *config.Config) bool { return c.Downlink.Enabled && len(c.Downlink.Keys) == 0 }
 
 // subscriptions are what every MQTT upstream subscribes to: the
 // downlink's commands when it is enabled, and requests for an early pull
@@ -186,7 +196,7 @@ func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Si
 // downlinkStatus is the downlink as the status page shows it: newest
 // command first.
 func downlinkStatus(c *config.Config, e *downlink.Engine) metrics.DownlinkStatus {
-	st := metrics.DownlinkStatus{Enabled: c.Downlink.Enabled}
+	st := metrics.DownlinkStatus{Enabled: c.Downlink.Enabled, Unsigned: unsigned(c)}
 	recent := e.Recent()
 	for i := len(recent) - 1; i >= 0; i-- {
 		r := recent[i]

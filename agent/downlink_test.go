@@ -158,6 +158,10 @@ func startDownlinkSite(t *testing.T, extra string, brokers ...*testtool.Mosquitt
 	devs[3].Faults.RefuseWrites = true
 	frames := &frameLog{frames: map[byte][]string{}}
 	_, addr := emutest.ServeDevices(t, false, devs, emulator.Options{Seed: 1, OnRequest: frames.on})
+	unsigned := ""
+	if !strings.Contains(extra, "keys:") {
+		unsigned = ", allow_unsigned: true" // said explicitly, or the site file is refused
+	}
 	var ups strings.Builder
 	for _, b := range brokers {
 		fmt.Fprintf(&ups, "    - {url: %q}\n", b.URL())
@@ -190,7 +194,7 @@ buses:
 uplink:
   probe: {interval: 200ms, timeout: 100ms}
   upstreams:
-` + ups.String() + `downlink: {enabled: true` + extra + `}
+` + ups.String() + `downlink: {enabled: true` + extra + unsigned + `}
 `
 	file := filepath.Join(dir, "site.yaml")
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
@@ -366,6 +370,13 @@ func TestCommandsEndToEnd(t *testing.T) {
 	if !dl.Enabled || len(dl.Commands) == 0 || dl.Commands[0].Device != "valve-refuse" || dl.Commands[0].OK || !strings.Contains(dl.Commands[0].Command, "ValveOpen = true (refuse-1)") {
 		t.Errorf("status page downlink: %+v", dl)
 	}
+	// Without keys, the page and the log say commands run unsigned.
+	if !dl.Unsigned {
+		t.Errorf("status page downlink: Unsigned is false; the site has no keys")
+	}
+	if !strings.Contains(r.log.String(), "unsigned commands") {
+		t.Errorf("the log does not warn that commands run unsigned:\n%s", r.log)
+	}
 	counts := r.g.Commands().Counts()
 	if counts[downlink.StatusDone] < 7 || counts[downlink.StatusExpired] != 2 || counts[downlink.StatusFailed] != 2 {
 		t.Errorf("counts %v", counts)
@@ -407,6 +418,9 @@ func TestSignedCommands(t *testing.T) {
 	b := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
 	p := newPlatform(t, b.Addr())
 	r := startDownlinkSite(t, fmt.Sprintf(", keys: [%q]", filepath.Join(dir, "ops.pub")), b)
+	if r.g.Sources().Downlink().Unsigned || strings.Contains(r.log.String(), "unsigned commands") {
+		t.Error("a site with keys is shown or logged as running unsigned commands")
+	}
 
 	cmd, err := downlink.ParseCommand([]byte(command("s-1", "valve-1", "ValveOpen", "true", time.Now(), "")))
 	if err != nil {

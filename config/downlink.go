@@ -35,6 +35,11 @@ type Downlink struct {
 	// Keys are Ed25519 public key files; when set, only commands signed by
 	// one of them run.
 	Keys []string `yaml:"keys"`
+	// AllowUnsigned lets an enabled downlink without Keys run: its
+	// commands are then unsigned, and anyone who can publish on the
+	// command topic can write to the devices. Default false: gateway
+	// check refuses such a site file.
+	AllowUnsigned bool `yaml:"allow_unsigned"`
 }
 
 // Writable is one point of a device that commands may write.
@@ -147,6 +152,15 @@ func (c *Config) validateDownlink(doc *yamlconf.Doc) {
 	}
 	if d.Enabled && !hasMQTT && c.Uplink != nil {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%s: downlink is enabled but no upstream is MQTT: commands arrive only by gateway write", c.File))
+	}
+	switch {
+	case d.Enabled && len(d.Keys) == 0 && !d.AllowUnsigned:
+		doc.Errorf("downlink.enabled", "the downlink has no keys: it would run unsigned commands from anyone who can publish on %s; "+
+			"give downlink.keys (public keys written by gateway keygen), or set downlink.allow_unsigned: true to run unsigned commands", d.Topic)
+	case d.Enabled && len(d.Keys) == 0:
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%s: downlink runs unsigned commands (downlink.allow_unsigned: true): anyone who can publish on %s can write to the devices; give downlink.keys", c.File, d.Topic))
+	case d.AllowUnsigned && len(d.Keys) > 0:
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%s: downlink.allow_unsigned has no effect with downlink.keys: only signed commands run", c.File))
 	}
 	if d.Enabled && writable == 0 {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%s: downlink is enabled but no device lists a writable point: every command will be rejected", c.File))

@@ -35,7 +35,7 @@ buses:
         profile: generic-mine-methane-breaker
         slave: 6
 uplink: {upstreams: [{url: 'mqtt://127.0.0.1:1883'}]}
-downlink: {enabled: true}
+downlink: {enabled: true, allow_unsigned: true}
 `
 
 // A site file that allows writes gets the defaults, and the interlock's
@@ -69,9 +69,9 @@ func TestDownlinkErrors(t *testing.T) {
 		{"device: th-1", "device: th-9", "buses[0].devices[0].writable[1].interlock[0].device", "13:35", `no device "th-9" in this site`},
 		{"point: Temperature", "point: Level", "buses[0].devices[0].writable[1].interlock[0].point", "13:48", `device th-1 has no point "Level"`},
 		{", above: 0.2}", "}", "buses[0].devices[0].writable[1].interlock[0]", "13:26", "give above, below or both"},
-		{"{enabled: true}", "{enabled: true, max_age: 48h}", "downlink.max_age", "22:36", "must be between 1s and 12h0m0s"},
-		{"{enabled: true}", "{enabled: true, keys: [nowhere.pub]}", "downlink.keys[0]", "22:34", "gateway keygen"},
-		{"{enabled: true}", "{enabled: true, result_topic: 'fieldlink/{site}/{gateway}/cmd'}", "downlink.result_topic", "22:41", "must differ from downlink.topic"},
+		{"{enabled: true,", "{enabled: true, max_age: 48h,", "downlink.max_age", "22:36", "must be between 1s and 12h0m0s"},
+		{"{enabled: true,", "{enabled: true, keys: [nowhere.pub],", "downlink.keys[0]", "22:34", "gateway keygen"},
+		{"{enabled: true,", "{enabled: true, result_topic: 'fieldlink/{site}/{gateway}/cmd',", "downlink.result_topic", "22:41", "must differ from downlink.topic"},
 	} {
 		src := strings.Replace(downlinkSite, tc.old, tc.new, 1)
 		if src == downlinkSite {
@@ -95,5 +95,33 @@ func TestDownlinkErrors(t *testing.T) {
 		if !found {
 			t.Errorf("no error at %s saying %q; got:\n%v", tc.field, tc.msg, err)
 		}
+	}
+}
+
+// A downlink without keys runs unsigned commands from anyone who can
+// publish on the broker: gateway check refuses it, at downlink.enabled,
+// unless the site file says downlink.allow_unsigned: true, and then warns.
+func TestDownlinkUnsigned(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "site.yaml")
+	src := strings.Replace(downlinkSite, "{enabled: true, allow_unsigned: true}", "{enabled: true}", 1)
+	_, err := config.Parse(file, []byte(src), embedded)
+	es, ok := yamlconf.IsErrors(err)
+	if !ok || len(es) != 1 || es[0].Field != "downlink.enabled" || !strings.HasPrefix(es[0].Error(), file+":22:21:") ||
+		!strings.Contains(es[0].Msg, "downlink.keys") || !strings.Contains(es[0].Msg, "downlink.allow_unsigned: true") {
+		t.Fatalf("enabled without keys: want one error at %s:22:21 downlink.enabled naming downlink.keys and allow_unsigned, got %v", file, err)
+	}
+
+	c, err := config.Parse(file, []byte(downlinkSite), embedded)
+	if err != nil {
+		t.Fatalf("allow_unsigned: %v", err)
+	}
+	if !c.Downlink.AllowUnsigned || !strings.Contains(strings.Join(c.Warnings, "\n"), "unsigned") {
+		t.Errorf("allow_unsigned: %+v, warnings %q; want a warning that commands run unsigned", c.Downlink, c.Warnings)
+	}
+
+	// Off, the downlink needs neither.
+	off := strings.Replace(downlinkSite, "{enabled: true, allow_unsigned: true}", "{enabled: false}", 1)
+	if c, err := config.Parse(file, []byte(off), embedded); err != nil || strings.Contains(strings.Join(c.Warnings, "\n"), "unsigned") {
+		t.Errorf("downlink off: %v %q", err, c.Warnings)
 	}
 }

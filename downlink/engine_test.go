@@ -41,7 +41,7 @@ buses:
         profile: renke-rs-ws-n01
         slave: 5
 uplink: {upstreams: [{url: 'mqtt://127.0.0.1:1883'}]}
-downlink: {enabled: true}
+downlink: {enabled: true, allow_unsigned: true}
 `
 
 type fakeSite struct {
