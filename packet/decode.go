@@ -127,6 +127,12 @@ func (d decoder) head(p *Packet) error {
 			}
 		case "AlarmFields":
 			p.AlarmFields, err = d.strs(key)
+		case "ClockUnsynced":
+			var s string
+			p.ClockUnsynced = true
+			if s, err = d.str(key); err == nil && s != "True" {
+				err = fmt.Errorf("DataHead.ClockUnsynced is %q, want \"True\"", s)
+			}
 		default:
 			if p.IDField != "" {
 				return fmt.Errorf("DataHead has two id fields, %q and %q", p.IDField, key)

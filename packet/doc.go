@@ -26,6 +26,12 @@
 //   - TS: the reading time in RFC 3339, UTC, to the second
 //     ("2026-11-29T08:00:00Z"). Sub-second parts are truncated, like Time's.
 //   - Epoch, only when set.
+//   - "ClockUnsynced":"True", only when the reading time was read from a
+//     clock the kernel did not hold as synchronised (see
+//     [Packet.ClockUnsynced]): Date, Time and TS may then be far from the
+//     truth (an hour behind, or 1970). The buffer re-stamps such packets
+//     once the clock is set, in the same boot, and drops the mark; packets
+//     of an earlier boot keep it and their time as read.
 //   - "Alarm":"True" and "AlarmFields":["CH4","CO"], only for an alarm packet
 //     (see [Packet.Alarm]).
 //

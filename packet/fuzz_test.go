@@ -61,7 +61,7 @@ func floatText(f float64, prec int) string {
 
 var headKeys = map[string]bool{
 	"Date": true, "Time": true, "DataType": true, "GatewayId": true, "DeviceId": true,
-	"Seq": true, "TS": true, "Epoch": true, "Alarm": true, "AlarmFields": true,
+	"Seq": true, "TS": true, "Epoch": true, "Alarm": true, "AlarmFields": true, "ClockUnsynced": true,
 }
 
 // FuzzAppendJSON checks, for arbitrary names, strings, numbers and times,

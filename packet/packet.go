@@ -44,6 +44,17 @@ type Packet struct {
 	// Seq is the gateway's persistent, strictly increasing sequence number.
 	Seq uint64
 
+	// ClockUnsynced says that At was read from a clock the kernel did not
+	// hold as synchronised (before NTP set it: fake-hwclock's last saved
+	// time, or 1970), so that At may be far from the truth. DataHead gets
+	// "ClockUnsynced":"True".
+	ClockUnsynced bool
+
+	// Mono is the monotonic clock's reading (CLOCK_MONOTONIC, of this
+	// boot) when At was taken, for a ClockUnsynced packet: once the clock
+	// is set, the buffer re-stamps it from this. Zero: none. Not encoded.
+	Mono time.Duration
+
 	// AlarmFields names the fields whose value crossed an alarm threshold,
 	// in body order. Non-empty makes this an alarm packet: DataHead gets
 	// "Alarm":"True" and "AlarmFields", and alarms are delivered first.
@@ -59,6 +70,11 @@ type Packet struct {
 	// cycle's packets in one commit. It is not encoded.
 	More bool
 }
+
+// UnsyncedMark is how DataHead marks a packet whose At was read from an
+// unsynchronised clock, as AppendJSON writes it: after TS and Epoch,
+// before Alarm.
+const UnsyncedMark = `,"ClockUnsynced":"True"`
 
 // Alarm reports whether p is an alarm packet, that is, whether any field
 // crossed its threshold.
@@ -125,6 +141,9 @@ func (p *Packet) AppendJSON(dst []byte, enc Encoding) []byte {
 	if p.Epoch != "" {
 		dst = append(dst, `,"Epoch":`...)
 		dst = appendString(dst, p.Epoch)
+	}
+	if p.ClockUnsynced {
+		dst = append(dst, UnsyncedMark...)
 	}
 	if len(p.AlarmFields) > 0 {
 		dst = append(dst, `,"Alarm":"True","AlarmFields":[`...)

@@ -411,3 +411,31 @@ func TestAppendJSONAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestClockUnsynced: the mark comes after Epoch and before Alarm, only when
+// set, and reads back; anything but "True" does not read.
+func TestClockUnsynced(t *testing.T) {
+	p := mineGas(t)
+	plain := p.AppendJSON(nil, packet.Strings)
+	p.ClockUnsynced = true
+	p.Mono = 42 * time.Second // not encoded
+	marked := p.AppendJSON(nil, packet.Strings)
+	want := bytes.Replace(plain, []byte(`"Epoch":"3","Alarm"`), []byte(`"Epoch":"3","ClockUnsynced":"True","Alarm"`), 1)
+	if bytes.Equal(want, plain) || !bytes.Equal(marked, want) {
+		t.Fatalf("marked packet:\n got %s\nwant %s", marked, want)
+	}
+	d, err := packet.Decode(marked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.ClockUnsynced || !bytes.Equal(d.AppendJSON(nil, packet.Strings), marked) {
+		t.Fatalf("read back: ClockUnsynced %v, %s", d.ClockUnsynced, d.AppendJSON(nil, packet.Strings))
+	}
+	if d, err := packet.Decode(plain); err != nil || d.ClockUnsynced {
+		t.Fatalf("unmarked packet read back with ClockUnsynced %v (%v)", d.ClockUnsynced, err)
+	}
+	bad := bytes.Replace(marked, []byte(`"ClockUnsynced":"True"`), []byte(`"ClockUnsynced":"False"`), 1)
+	if _, err := packet.Decode(bad); err == nil || !strings.Contains(err.Error(), "ClockUnsynced") {
+		t.Fatalf("ClockUnsynced False: %v, want an error", err)
+	}
+}
