@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,6 +114,35 @@ func (st *statusState) reloaded(c *config.Config, err error) {
 	st.mu.Lock()
 	st.reload = r
 	st.mu.Unlock()
+}
+
+// ReloadRefused records a reload refused before the agent saw the new
+// configuration (a site file that does not load: its errors are err's
+// lines), so that the status page shows it as it shows a refusal of
+// [Agent.Reload]. The page keeps the first [ReloadErrorLines] errors and
+// says how many more there are; the log has them all.
+func (g *Agent) ReloadRefused(err error) {
+	if err == nil {
+		return
+	}
+	r := &metrics.ReloadResult{At: time.Now(), Err: firstLines(err.Error(), ReloadErrorLines)}
+	g.status.mu.Lock()
+	g.status.reload = r
+	g.status.mu.Unlock()
+}
+
+// ReloadErrorLines is how many of a refused site file's errors the status
+// page shows.
+const ReloadErrorLines = 3
+
+// firstLines is the first n lines of s, joined by "; ", and how many more
+// there are.
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) <= n {
+		return strings.Join(lines, "; ")
+	}
+	return strings.Join(lines[:n], "; ") + fmt.Sprintf("; and %d more (see the log)", len(lines)-n)
 }
 
 func fileHash(file string) string {
