@@ -59,7 +59,7 @@ var (
 		{7, "generic-irrigation-valve", emulator.Faults{Turnaround: 5 * time.Millisecond}, 0},
 	}
 	demoMine = []demoDevice{
-		{1, "generic-mine-methane", emulator.Faults{Turnaround: 10 * time.Millisecond}, 0.5},
+		{1, "generic-mine-methane", emulator.Faults{Turnaround: 10 * time.Millisecond}, 1},
 		// A flaky CO sensor: a quarter of its replies never come.
 		{2, "jxct-jxbs-3001-co", emulator.Faults{Drop: 0.25, Turnaround: 10 * time.Millisecond}, 0},
 		{3, "generic-mine-oxygen", emulator.Faults{Turnaround: 10 * time.Millisecond}, 0},
@@ -324,7 +324,16 @@ type Options struct {
 func Run(ctx context.Context, opt Options, stdout, stderr io.Writer) error {
 	duration := &opt.Duration
 	scr := newDemoScreen(stdout, stderr)
-	log := opt.Logger(scr)
+	logTo, logFile := io.Writer(scr), ""
+	if scr.live {
+		f, err := os.CreateTemp("", "fieldlink-demo-*.log")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logTo, logFile = demoLogs{scr, f}, f.Name()
+	}
+	log := opt.Logger(logTo)
 	set := opt.Profiles
 	dir, err := os.MkdirTemp("", "fieldlink-demo-")
 	if err != nil {
@@ -439,7 +448,11 @@ func Run(ctx context.Context, opt Options, stdout, stderr io.Writer) error {
 		undo = append(undo, stop)
 		pages = append(pages, s.kind+" http://"+addr+"/")
 	}
-	fmt.Fprintf(scr, "status pages (readings, device health, buffer, brokers; /status.json beside): %s\n\n", strings.Join(pages, " · "))
+	fmt.Fprintf(scr, "status pages (readings, device health, buffer, brokers; /status.json beside): %s\n", strings.Join(pages, " · "))
+	if logFile != "" {
+		fmt.Fprintf(scr, "logs: %s (the latest line shows under the view)\n", logFile)
+	}
+	fmt.Fprintln(scr)
 	r.lastTick = r.start
 	r.lastDelivered = make([]uint64, len(r.brokers))
 	r.lastLinks = slices.Repeat([]int{-1}, len(r.brokers))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -153,5 +154,51 @@ func TestDemoRelayDelaysAndGoesDown(t *testing.T) {
 	}
 	if _, err := roundTrip(); err != nil {
 		t.Fatalf("after the outage: %v", err)
+	}
+}
+
+// Stopped before its first outage (Ctrl-C), the demo does not claim to
+// have delivered through outages.
+func TestDemoStoppedEarlySaysSo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a demo run")
+	}
+	set, err := profile.Load(firmwareprofiles.FS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	opt := Options{Duration: time.Minute, Profiles: set,
+		Logger: func(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }}
+	if err := Run(ctx, opt, &out, &errb); err != nil {
+		t.Fatalf("demo: %v\n%s", err, errb.String())
+	}
+	log := errb.String()
+	if strings.Contains(log, "through the outages") || !strings.Contains(log, "stopped before the first outage") {
+		t.Fatalf("the summary of a run stopped before any outage:\n%s", log)
+	}
+}
+
+// On a terminal the logs go to a file, and only their latest line shows,
+// under the view: a burst of warnings does not push the view around.
+func TestDemoLogsStayUnderTheView(t *testing.T) {
+	var term, file bytes.Buffer
+	s := &demoScreen{stdout: io.Discard, stderr: &term, live: true}
+	s.show([]byte("VIEW\n"))
+	logs := demoLogs{s, &file}
+	for i := range 30 {
+		fmt.Fprintf(logs, "level=WARN msg=\"mqtt upstream down\" n=%d\n", i)
+	}
+	if strings.Count(file.String(), "mqtt upstream down") != 30 {
+		t.Fatalf("the log file has:\n%s", file.String())
+	}
+	screen := term.String()
+	if !strings.Contains(screen, `latest log: level=WARN msg="mqtt upstream down" n=29`) {
+		t.Fatalf("the terminal got:\n%q", screen)
+	}
+	if strings.Count(screen, "n=") != 30 || strings.Count(screen, "latest log:") != 30 {
+		t.Fatalf("each line should replace the last under the view:\n%q", screen)
 	}
 }

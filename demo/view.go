@@ -25,8 +25,34 @@ type demoScreen struct {
 	live   bool   // stderr is a terminal: redraw the view in place
 	shared bool   // stdout is that same terminal
 	view   []byte // the view as last drawn (live only)
+	latest []byte // the latest log line, shown under the live view
 	rows   int    // lines the drawn view takes; 0 when none is drawn
 	buf    []byte
+}
+
+// demoLogs is where the demo's logger writes on a terminal: a file, with
+// the latest line shown under the live view, so that a burst of warnings
+// (an outage's reconnects) does not push the view around.
+type demoLogs struct {
+	s *demoScreen
+	f io.Writer
+}
+
+func (l demoLogs) Write(p []byte) (int, error) {
+	n, err := l.f.Write(p)
+	line := bytes.TrimSpace(p)
+	if i := bytes.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	s := l.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latest = append(s.latest[:0], line...)
+	if s.rows > 0 {
+		s.buf = s.draw(s.erase(s.buf[:0]))
+		_, _ = s.stderr.Write(s.buf)
+	}
+	return n, err
 }
 
 func newDemoScreen(stdout, stderr io.Writer) *demoScreen {
@@ -63,8 +89,14 @@ func (s *demoScreen) draw(b []byte) []byte {
 	}
 	b = append(b, "\x1b[?7l"...)
 	b = append(b, s.view...)
-	b = append(b, "\x1b[?7h"...)
 	s.rows = bytes.Count(s.view, []byte{'\n'})
+	if len(s.latest) > 0 {
+		b = append(b, "latest log: "...)
+		b = append(b, s.latest...)
+		b = append(b, '\n')
+		s.rows++
+	}
+	b = append(b, "\x1b[?7h"...)
 	return b
 }
 
@@ -316,8 +348,10 @@ func (r *demoRun) summary(w io.Writer, why string) error {
 	}
 	fmt.Fprintf(w, "\nfieldlink demo summary (%s, %s):\n", demoSecs(time.Since(r.start)), why)
 	r.mu.Lock()
+	outages := false
 	for _, e := range r.events {
 		fmt.Fprintf(w, "  %s\n", e)
+		outages = outages || strings.Contains(e, "outage:")
 	}
 	r.mu.Unlock()
 	fmt.Fprintln(w)
@@ -355,7 +389,11 @@ func (r *demoRun) summary(w io.Writer, why string) error {
 		produced, stored, delivered, left, distinct, dups)
 	switch {
 	case left == 0 && failed == 0 && uint64(distinct) >= stored:
-		fmt.Fprintf(w, "nothing lost: every packet produced reached a broker, through the outages\n")
+		if outages {
+			fmt.Fprintf(w, "nothing lost: every packet produced reached a broker, through the outages\n")
+		} else {
+			fmt.Fprintf(w, "nothing lost: every packet produced reached a broker (stopped before the first outage)\n")
+		}
 	case left > 0:
 		fmt.Fprintf(w, "%d packets were still in the buffer at exit: the next run of the gateway would deliver them\n", left)
 	}

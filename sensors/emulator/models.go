@@ -140,9 +140,11 @@ func (m *model) value(t time.Time) float64 {
 		base := 0.04 + 0.24*m.fractal(saltSlow, s, 2*3600, 1200, 240)
 		minute := math.Floor(s / 60)
 		if m.spike > 0 && m.u(saltSpike, int64(minute)) < m.spike {
-			// A one-minute excursion shaped as a hump, highest mid-minute.
+			// A short excursion, highest mid-minute, as a pocket of gas
+			// passing a sensor: the 8th power of a sine is above 0.6 of
+			// its height for 13 s of the minute.
 			top := 0.8 + 0.2*m.u(saltSpikeHeight, int64(minute))
-			hump := math.Sin(math.Pi * (s/60 - minute))
+			hump := math.Pow(math.Sin(math.Pi*(s/60-minute)), 8)
 			base += (top - base) * hump
 		}
 		return m.min + span*clamp01(base)

@@ -262,3 +262,23 @@ registers:
 		t.Errorf("AirTemperature %v", tv)
 	}
 }
+
+// TestDriftSpikeIsShort: a spike is a short excursion, not the whole
+// minute: with a spike in every minute, the methane profile's reading
+// (0.02-1.6 %VOL) is past its 1.0 %VOL alarm for a fifth of the time or
+// so, so that a 20 s demo shows alarms now and then rather than nothing
+// else.
+func TestDriftSpikeIsShort(t *testing.T) {
+	m := testModel("drift", 0.02, 1.6)
+	m.spike = 1
+	alarms, n := 0, 0
+	for s := time.Duration(0); s < 2*time.Hour; s += time.Second {
+		if m.value(day0.Add(s)) >= 1 {
+			alarms++
+		}
+		n++
+	}
+	if share := float64(alarms) / float64(n); share < 0.08 || share > 0.3 {
+		t.Fatalf("past the alarm %.0f%% of the time, want 8-30%%", 100*share)
+	}
+}
