@@ -89,13 +89,28 @@ type UpstreamCounters struct {
 	Picked    uint64 // batches sent to it
 	Delivered uint64 // records it acknowledged
 	Failed    uint64 // batches that failed on it
+	// LastError is the upstream's latest failure in words ([Explain]): a
+	// delivery that failed, or a connection that failed or ended (its
+	// sender's LastError, for MQTT and for HTTP's probes); "" if none
+	// since it was added. LastErrorAt is when.
+	LastError   string
+	LastErrorAt time.Time
+}
+
+// lastErrorer is a [Sender] that keeps its latest connection error in
+// words.
+type lastErrorer interface {
+	LastError() (string, time.Time)
 }
 
 // DeliveryStats are the loop's counters.
 type DeliveryStats struct {
 	Delivered, Retried, DeadLettered, Released uint64
 	InFlight                                   int64
-	Upstreams                                  []UpstreamCounters
+	// LastDelivered is when an upstream last acknowledged a batch; zero
+	// before the first.
+	LastDelivered time.Time
+	Upstreams     []UpstreamCounters
 }
 
 type slot struct {
@@ -110,6 +125,7 @@ type slot struct {
 	// refuse.
 	failRun   atomic.Int64
 	coolUntil atomic.Int64
+	lastErr   lastErr // the latest failed delivery
 }
 
 // cooling reports whether s is resting after failures at now (Unix ns).
@@ -155,6 +171,7 @@ type Delivery struct {
 
 	delivered, retried, dead, released atomic.Uint64
 	inflight                           atomic.Int64
+	lastDelivered                      atomic.Int64 // Unix ns
 }
 
 // NewDelivery returns a loop over q; add upstreams with Add before Run.
@@ -197,11 +214,20 @@ func (d *Delivery) slot(i int) *slot {
 func (d *Delivery) Stats() DeliveryStats {
 	st := DeliveryStats{Delivered: d.delivered.Load(), Retried: d.retried.Load(), DeadLettered: d.dead.Load(),
 		Released: d.released.Load(), InFlight: d.inflight.Load()}
+	if ns := d.lastDelivered.Load(); ns != 0 {
+		st.LastDelivered = time.Unix(0, ns)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range d.slots {
 		if s != nil {
-			st.Upstreams = append(st.Upstreams, UpstreamCounters{Name: s.sender.Name(), Picked: s.picked.Load(), Delivered: s.delivered.Load(), Failed: s.failed.Load()})
+			u := UpstreamCounters{Name: s.sender.Name(), Picked: s.picked.Load(), Delivered: s.delivered.Load(), Failed: s.failed.Load()}
+			u.LastError, u.LastErrorAt = s.lastErr.get()
+			if le, ok := s.sender.(lastErrorer); ok {
+				text, at := le.LastError()
+				u.LastError, u.LastErrorAt = newer(u.LastError, u.LastErrorAt, text, at)
+			}
+			st.Upstreams = append(st.Upstreams, u)
 		}
 	}
 	return st
@@ -408,10 +434,12 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			s.failRun.Store(0)
 			s.delivered.Add(uint64(len(recs)))
 			d.delivered.Add(uint64(len(recs)))
+			d.lastDelivered.Store(time.Now().UnixNano())
 			d.acks <- seqs
 			return
 		}
 		s.failed.Add(1)
+		s.lastErr.note(err)
 		var p permanent
 		if errors.As(err, &p) && p.Permanent() {
 			if len(recs) > 1 {

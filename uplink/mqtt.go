@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -32,7 +34,17 @@ var (
 	// connection is then dropped and made again, so that a stuck link does
 	// not hold the in-flight window.
 	ErrMQTTAckTimeout = errors.New("no PUBACK in time")
+	// ErrMQTTClientIDInUse: the broker dropped this gateway's connections
+	// just after accepting them, several times in a row, as it does when
+	// another client connects with the same client id (two gateways with
+	// the same gateway.id, installed from one image): each connection
+	// knocks the other off. See [MQTT.Run].
+	ErrMQTTClientIDInUse = errors.New("another client uses this gateway's MQTT client id")
 )
+
+// mqttTakeoverDrops is how many connections in a row the broker must drop
+// just after accepting them before [MQTT] says another client uses its id.
+const mqttTakeoverDrops = 3
 
 // Defaults of [MQTTConfig].
 const (
@@ -163,6 +175,7 @@ type MQTT struct {
 
 	cur     atomic.Pointer[mqttConn]
 	lastErr atomic.Pointer[error] // why there is no connection
+	noted   lastErr               // the latest connection error, kept after a reconnect
 	running atomic.Bool
 	loads   chan []byte // latest load report, for Run's dispatcher
 	subs    []*subscription
@@ -629,11 +642,42 @@ func (m *MQTT) setLastErr(err error) {
 	m.lastErr.Store(&err)
 }
 
+// LastError is the latest reason a connection to the broker failed or
+// ended, in words ([Explain]), and when; "" before the first. It stays
+// after the connection is made again: the status page shows it beside
+// the time. Safe for concurrent use.
+func (m *MQTT) LastError() (string, time.Time) { return m.noted.get() }
+
+// acceptedErr is a failure of [MQTT.connect] after the broker accepted
+// the connection (its CONNACK came): the link was up, if briefly.
+type acceptedErr struct{ error }
+
+func (e acceptedErr) Unwrap() error { return e.error }
+
+// droppedByBroker reports whether err ended a connection that the broker
+// had accepted, lived for lived, by the broker closing it (as on a
+// session takeover), rather than by a timeout or by this side.
+func droppedByBroker(err error, lived, within time.Duration) bool {
+	if lived >= within {
+		return false
+	}
+	var acc acceptedErr
+	if errors.As(err, &acc) {
+		return errors.Is(err, ErrMQTTConnLost) && !errors.Is(err, ErrMQTTAckTimeout)
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
 // Run keeps a connection to the broker until ctx ends: it connects, and
 // after a failure or a lost connection waits a jittered exponential backoff
 // (1 s doubling to 60 s; reset after a connection that stayed up that long)
 // and connects again, each time with a fresh paho client (clean session,
-// no automatic reconnect: see [MQTT]). When ctx ends it publishes a
+// no automatic reconnect: see [MQTT]). When the broker closes
+// mqttTakeoverDrops connections in a row that it had accepted, each before
+// it was up for the longest backoff, the loss is reported as
+// [ErrMQTTClientIDInUse]: a broker that drops a client as another connects
+// with its client id does just that, and the other client does the same
+// in turn. When ctx ends it publishes a
 // retained "offline", disconnects cleanly and returns once its goroutines
 // have stopped: at once on a healthy link, after at most about
 // 2×PublishTimeout on a stuck one. Call Run once.
@@ -650,7 +694,7 @@ func (m *MQTT) Run(ctx context.Context) {
 	for _, sub := range m.subs {
 		wg.Go(func() { sub.dispatch(ctx) })
 	}
-	attempt := 0
+	attempt, drops := 0, 0
 	for {
 		c, err := m.connect(ctx)
 		if err == nil {
@@ -683,7 +727,25 @@ func (m *MQTT) Run(ctx context.Context) {
 				attempt = 0
 			}
 		}
+		lived := time.Duration(0)
+		if c != nil {
+			lived = time.Since(c.since)
+		}
+		if droppedByBroker(err, lived, m.backoffMax) {
+			drops++
+		} else {
+			drops = 0
+		}
+		if drops >= mqttTakeoverDrops {
+			err = fmt.Errorf("%w (%s): the broker drops each connection as the other connects (two gateways with the same gateway.id?); last: %v",
+				ErrMQTTClientIDInUse, m.cfg.ClientID, err)
+			if drops == mqttTakeoverDrops {
+				m.log.Error("mqtt: another client uses this gateway's MQTT client id: the broker drops each connection as the other connects; give each gateway its own gateway.id",
+					"upstream", m.name, "client_id", m.cfg.ClientID, "drops_in_a_row", drops)
+			}
+		}
 		m.setLastErr(err)
+		m.noted.note(err)
 		d := m.backoff(attempt)
 		attempt++
 		m.log.Warn("mqtt upstream down", "upstream", m.name, "err", err, "retry_in", d)
@@ -802,7 +864,7 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 	fail := func(err error) (*mqttConn, error) {
 		c.cl.Disconnect(0)
 		c.drop(err)
-		return nil, err
+		return nil, acceptedErr{err}
 	}
 	if !stopped {
 		return fail(ctx.Err())

@@ -74,6 +74,9 @@ func (s *MQTTSender) Window() int { return s.window }
 // Up implements Sender: connected.
 func (s *MQTTSender) Up() bool { return s.m.Connected() }
 
+// LastError is the broker connection's latest failure ([MQTT.LastError]).
+func (s *MQTTSender) LastError() (string, time.Time) { return s.m.LastError() }
+
 // HTTPSender adapts an HTTP publisher to the delivery loop: one POST per
 // batch.
 type HTTPSender struct {
@@ -82,6 +85,7 @@ type HTTPSender struct {
 	window int
 	up     atomic.Bool
 	probe  atomic.Bool // a probe result arrived
+	noted  lastErr     // the latest failed probe or connection
 }
 
 // NewHTTPSender returns the sender of h: batches of up to batch records, up
@@ -186,4 +190,9 @@ func (s *HTTPSender) Up() bool { return !s.probe.Load() || s.up.Load() }
 func (s *HTTPSender) ProbeResult(err error) {
 	s.up.Store(err == nil)
 	s.probe.Store(true)
+	s.noted.note(err)
 }
+
+// LastError is the latest failed probe (or connection refused to a
+// delivery) in words, and when; "" before the first.
+func (s *HTTPSender) LastError() (string, time.Time) { return s.noted.get() }

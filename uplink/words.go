@@ -1,0 +1,95 @@
+package uplink
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+// Explain says in words, for the technician reading the status page, why
+// an upstream failed: what the error means rather than where in the code
+// it arose. It names no credential (the errors of this package never
+// hold one).
+func Explain(err error) string {
+	var (
+		op  *net.OpError
+		dns *net.DNSError
+		he  *HTTPError
+		ne  net.Error
+	)
+	addr := ""
+	if errors.As(err, &op) && op.Addr != nil {
+		addr = " " + op.Addr.String()
+	}
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrMQTTClientIDInUse):
+		return err.Error()
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused: nothing listens at" + addr + " (the server is down, or the address is wrong)"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to" + addr + " (the network is down, or the address is wrong)"
+	case errors.As(err, &dns):
+		return "the name " + dns.Name + " is not found (DNS: " + dns.Err + ")"
+	case errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword), errors.Is(err, packets.ErrorRefusedNotAuthorised):
+		return "the broker refuses the user name or password"
+	case errors.Is(err, packets.ErrorRefusedIDRejected):
+		return "the broker refuses this gateway's client id"
+	case errors.Is(err, packets.ErrorRefusedServerUnavailable):
+		return "the broker says it is unavailable"
+	case errors.Is(err, ErrMQTTAckTimeout):
+		return "the broker did not acknowledge a packet in time; the connection is made again"
+	case errors.As(err, &he) && he.StatusCode != 0:
+		switch he.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return "the server refuses the credentials: " + he.Status
+		case http.StatusNotFound:
+			return "the server has no such path: " + he.Status
+		}
+		return "the server answers " + he.Status
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+		return "the server closed the connection"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "no answer in time from" + addr + " (the network or the server is slow or down)"
+	}
+	return err.Error()
+}
+
+// errNote is an error in words and when it happened.
+type errNote struct {
+	text string
+	at   time.Time
+}
+
+// lastErr keeps the latest error noted; safe for concurrent use.
+type lastErr struct{ p atomic.Pointer[errNote] }
+
+// note records err (nil is ignored) at now.
+func (l *lastErr) note(err error) {
+	if err != nil {
+		l.p.Store(&errNote{text: Explain(err), at: time.Now()})
+	}
+}
+
+// get returns the latest error in words and its time; "" if none.
+func (l *lastErr) get() (string, time.Time) {
+	if n := l.p.Load(); n != nil {
+		return n.text, n.at
+	}
+	return "", time.Time{}
+}
+
+// newer is the later of two notes.
+func newer(a string, at time.Time, b string, bt time.Time) (string, time.Time) {
+	if b != "" && (a == "" || bt.After(at)) {
+		return b, bt
+	}
+	return a, at
+}
