@@ -3,8 +3,11 @@ package health
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,15 +25,21 @@ import (
 // daemon.
 type Site struct {
 	Metrics struct {
-		Listen string `yaml:"listen"`
+		Listen      string `yaml:"listen"`
+		AllowRemote bool   `yaml:"allow_remote"`
+		ScrapeToken bool   `yaml:"scrape_token"`
+		// TokenFile is resolved as the daemon resolves it: relative to the
+		// site file, by default beside the buffer.
+		TokenFile string `yaml:"token_file"`
 	} `yaml:"metrics"`
 	Buffer struct {
+		// Path is resolved relative to the site file, as the daemon does.
 		Path string `yaml:"path"`
 	} `yaml:"buffer"`
 }
 
-// ReadSite reads the metrics listener and buffer path of a site file, with
-// their defaults.
+// ReadSite reads the metrics listener, its token and the buffer path of a
+// site file, with their defaults.
 func ReadSite(file string) (Site, error) {
 	var s Site
 	data, err := os.ReadFile(file)
@@ -46,26 +55,62 @@ func ReadSite(file string) (Site, error) {
 	if s.Metrics.Listen == "off" {
 		return s, fmt.Errorf("%s: metrics.listen is off: gateway health reads the daemon's /metrics (give metrics.listen, such as %s)", file, metrics.DefaultListen)
 	}
+	rel := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(filepath.Dir(file), p)
+	}
 	if s.Buffer.Path == "" {
 		s.Buffer.Path = config.DefaultBufferPath
 	}
+	s.Buffer.Path = rel(s.Buffer.Path)
+	if s.Metrics.TokenFile == "" {
+		s.Metrics.TokenFile = filepath.Join(filepath.Dir(s.Buffer.Path), config.DefaultTokenFile)
+	}
+	s.Metrics.TokenFile = rel(s.Metrics.TokenFile)
 	return s, nil
+}
+
+// Target is where the gate reads the daemon's metrics. With allow_remote
+// and scrape_token the daemon asks every client that is not on loopback
+// for its token, and the gate is one when the listener is a LAN address
+// (it connects from that address): the gate then sends the token of
+// metrics.token_file, which it reads as root or as the service's user. A
+// listener on every interface is reached on loopback, where no token is
+// asked; a token file that does not exist yet (no daemon has started with
+// allow_remote) leaves the scrape to say what the daemon answers.
+func (s Site) Target() (Target, error) {
+	t := Target{Addr: s.Metrics.Listen}
+	if !s.Metrics.AllowRemote || !s.Metrics.ScrapeToken {
+		return t, nil
+	}
+	data, err := os.ReadFile(s.Metrics.TokenFile)
+	switch {
+	case err == nil:
+		t.Token = strings.TrimSpace(string(data))
+		return t, nil
+	case errors.Is(err, fs.ErrNotExist) || onLoopback(dialAddr(t.Addr)):
+		return t, nil
+	}
+	return t, fmt.Errorf("metrics.scrape_token: the daemon asks for the token of metrics.token_file on %s/metrics, and the gate cannot read it: %w; run gateway health as root (as the updater does) or as the service's user",
+		dialAddr(t.Addr), err)
 }
 
 // BaselineFile is where the baseline of an update is kept: beside the
 // buffer.
 func (s Site) BaselineFile() string { return s.Buffer.Path + ".update.json" }
 
-// Wait judges the daemon listening at addr against base every second until
+// Wait judges the daemon at t against base every second until
 // it is healthy or wait has passed; progress sees each new reason it is not
 // yet. It returns the summary of a healthy daemon, or the last reason why
 // not.
-func Wait(ctx context.Context, addr string, base *Baseline, c Criteria, wait time.Duration, progress func(elapsed time.Duration, why string)) (summary string, why string, err error) {
+func Wait(ctx context.Context, t Target, base *Baseline, c Criteria, wait time.Duration, progress func(elapsed time.Duration, why string)) (summary string, why string, err error) {
 	start := time.Now()
 	deadline := start.Add(wait)
 	last := ""
 	for {
-		s, err := Scrape(ctx, addr)
+		s, err := t.Scrape(ctx)
 		if err != nil {
 			why, summary = err.Error(), ""
 		} else {

@@ -9,8 +9,9 @@
 // reachable then and how many devices answered; [Judge] asks for deliveries
 // only when one was, and holds the devices to the share that answered.
 //
-// Everything is read from the metrics endpoint the daemon already serves on
-// its loopback listener: nothing in the daemon knows about updates.
+// Everything is read from the metrics endpoint the daemon already serves
+// (on loopback, or on a LAN address with its token): nothing in the daemon
+// knows about updates.
 package health
 
 import (
@@ -22,6 +23,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -86,21 +88,41 @@ func (s Sample) Delivered() uint64 {
 	return n
 }
 
-// Scrape reads http://addr/metrics. addr is the daemon's metrics.listen;
-// an unspecified host (every interface) is reached on loopback.
+// Target is a daemon's metrics listener as the gate reads it.
+type Target struct {
+	// Addr is the daemon's metrics.listen; an unspecified host (every
+	// interface) is reached on loopback.
+	Addr string
+	// Token, when set, is sent as a bearer token: the daemon asks for it
+	// on /metrics (metrics.scrape_token) from clients not on loopback.
+	Token string
+}
+
+// Scrape reads http://addr/metrics, without a token; see [Target.Scrape].
 func Scrape(ctx context.Context, addr string) (Sample, error) {
-	u := "http://" + dialAddr(addr) + "/metrics"
+	return Target{Addr: addr}.Scrape(ctx)
+}
+
+// Scrape reads the daemon's /metrics.
+func (t Target) Scrape(ctx context.Context) (Sample, error) {
+	u := "http://" + dialAddr(t.Addr) + "/metrics"
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return Sample{}, err
 	}
+	if t.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+t.Token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return Sample{}, fmt.Errorf("the gateway's metrics at %s: %w", u, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized && t.Token == "" {
+		return Sample{}, fmt.Errorf("the gateway's metrics at %s: %s (metrics.scrape_token asks for the token of metrics.token_file, and the gate found none)", u, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return Sample{}, fmt.Errorf("the gateway's metrics at %s: %s", u, resp.Status)
 	}
@@ -124,6 +146,17 @@ func dialAddr(listen string) string {
 		host = "::1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// onLoopback reports whether the host of addr (host:port) is a loopback
+// address.
+func onLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // Parse reads the text exposition format and keeps the series a [Sample]

@@ -2,9 +2,11 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -220,4 +222,75 @@ func TestBaselineFile(t *testing.T) {
 
 func ups2() []Upstream {
 	return []Upstream{{Name: "mqtt://a"}, {Name: "mqtt://b", Up: true}}
+}
+
+// With allow_remote and scrape_token the gate sends the token of
+// metrics.token_file (relative to the site file, by default beside the
+// buffer); a token file it cannot read is an error that says what to do,
+// unless the listener is on loopback, where no token is asked.
+func TestSiteTarget(t *testing.T) {
+	const token = "0123456789abcdef-token"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "token required", http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte("fieldlink_device_polls_total{bus=\"b\",device=\"d\"} 3\n"))
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("data/status-token", token+"\n")
+	write("other-token", token+"\n")
+	for name, metrics := range map[string]string{
+		"default token file": fmt.Sprintf("{listen: %q, allow_remote: true, scrape_token: true}", addr),
+		"token_file":         fmt.Sprintf("{listen: %q, allow_remote: true, scrape_token: true, token_file: other-token}", addr),
+	} {
+		s, err := ReadSite(write("site.yaml", "metrics: "+metrics+"\nbuffer: {path: data/buf.db}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Buffer.Path != filepath.Join(dir, "data/buf.db") {
+			t.Errorf("%s: buffer path %s, want it relative to the site file", name, s.Buffer.Path)
+		}
+		target, err := s.Target()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := target.Scrape(context.Background())
+		if err != nil || len(got.Devices) != 1 || got.Devices[0].Polls != 3 {
+			t.Errorf("%s: %+v, %v", name, got, err)
+		}
+	}
+
+	// Without scrape_token, no token is read or sent: the daemon asks for
+	// none on /metrics.
+	s, _ := ReadSite(write("site.yaml", fmt.Sprintf("metrics: {listen: %q, allow_remote: true}\n", addr)))
+	if target, err := s.Target(); err != nil || target.Token != "" {
+		t.Errorf("without scrape_token: %+v, %v", target, err)
+	} else if _, err := target.Scrape(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a scrape the daemon refuses: %v", err)
+	}
+
+	// A token file the gate cannot read (here a directory): on a LAN
+	// address, an error naming the option and what to do.
+	s, _ = ReadSite(write("site.yaml", "metrics: {listen: \"192.0.2.1:9273\", allow_remote: true, scrape_token: true, token_file: data}\n"))
+	if _, err := s.Target(); err == nil || !strings.Contains(err.Error(), "metrics.scrape_token") || !strings.Contains(err.Error(), "as root") {
+		t.Errorf("unreadable token on a LAN address: %v", err)
+	}
+	s, _ = ReadSite(write("site.yaml", "metrics: {listen: \"0.0.0.0:9273\", allow_remote: true, scrape_token: true, token_file: data}\n"))
+	if _, err := s.Target(); err != nil {
+		t.Errorf("unreadable token, every interface (reached on loopback): %v", err)
+	}
 }

@@ -23,7 +23,7 @@ const defaultSiteFile = "/etc/fieldlink/site.yaml"
 // the previous version cannot read.
 func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("health", stderr)
-	file := fs.String("c", defaultSiteFile, "site file of the running gateway (its metrics.listen and buffer.path)")
+	file := fs.String("c", defaultSiteFile, "site file of the running gateway (its metrics listener and token, and buffer.path)")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the daemon to be healthy; longer than the slowest device's interval")
 	cycles := fs.Int("cycles", health.DefaultCriteria.Cycles, "successful polls of the busiest device, and records stored, that make a healthy daemon")
 	maxDrop := fs.Float64("max-drop", health.DefaultCriteria.MaxDrop*100, "largest fall, in points, of the share of devices answering since the baseline")
@@ -49,6 +49,10 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	target, err := site.Target()
+	if err != nil {
+		return err
+	}
 	baselineFile := site.BaselineFile()
 	switch {
 	case *forget:
@@ -57,7 +61,7 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return nil
 	case *record:
-		s, err := health.Scrape(ctx, site.Metrics.Listen)
+		s, err := target.Scrape(ctx)
 		var sp *health.Sample
 		if err == nil {
 			sp = &s
@@ -74,7 +78,7 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	start := time.Now()
-	summary, why, err := health.Wait(ctx, site.Metrics.Listen, base, health.Criteria{Cycles: *cycles, MaxDrop: *maxDrop / 100}, *wait,
+	summary, why, err := health.Wait(ctx, target, base, health.Criteria{Cycles: *cycles, MaxDrop: *maxDrop / 100}, *wait,
 		func(elapsed time.Duration, why string) {
 			fmt.Fprintf(stderr, "health: %s: %s\n", elapsed.Round(time.Second), why)
 		})

@@ -297,3 +297,74 @@ func TestHealthFormats(t *testing.T) {
 		t.Errorf("junk: %d %s", code, errOut)
 	}
 }
+
+// lanIP returns an address of this host that is not loopback, as a
+// gateway's LAN address.
+func lanIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	if testtool.InCI() {
+		t.Fatal("no IPv4 address but loopback: the test needs one, as a gateway's LAN address")
+	}
+	t.Skip("no IPv4 address but loopback: the test needs one, as a gateway's LAN address")
+	return ""
+}
+
+// With metrics.listen on a LAN address, allow_remote and scrape_token, the
+// daemon asks every client that is not on loopback for its token, the gate
+// too (it reaches the LAN address from that address): the gate reads the
+// token file and sends it, and judges the daemon instead of its 401.
+func TestHealthGateWithScrapeToken(t *testing.T) {
+	ip := lanIP(t)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	_, devAddr := serve(t, false, "generic-wind-speed")
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site.yaml")
+	src := fmt.Sprintf(`site: {id: "H1", id_field: FarmId}
+gateway: {id: gw-h}
+metrics: {listen: %q, allow_remote: true, scrape_token: true}
+buffer: {path: buffer.db}
+buses:
+  - name: field
+    url: tcp://%s
+    timeout: 200ms
+    devices:
+      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 100ms}
+uplink:
+  probe: {interval: 200ms, timeout: 100ms}
+  upstreams: [{url: "mqtt://%s"}]
+`, metricsAddr, devAddr, freeAddr(t))
+	if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startHealthDaemon(t, site)
+	var out, errOut string
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out, "1 of 1 devices answering"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no baseline says the device answers; the latest: %s%s", out, errOut)
+		}
+		_, out, errOut = gw(t, "health", "-c", site, "-record")
+	}
+	if !strings.Contains(out, filepath.Join(dir, "buffer.db.update.json")) {
+		t.Errorf("the baseline is not beside the buffer, relative to the site file: %s", out)
+	}
+	if code, out, errOut := gw(t, "health", "-c", site, "-forget"); code != 0 {
+		t.Fatalf("health -forget: %s %s", out, errOut)
+	}
+	if code, out, errOut := gw(t, "health", "-c", site, "-wait", "30s"); code != 0 || !strings.Contains(out, "healthy after") {
+		t.Fatalf("health: %d %s %s", code, out, errOut)
+	}
+}
