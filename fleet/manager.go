@@ -187,11 +187,13 @@ func (m *Manager) handle(data []byte, etag string) {
 	defer m.mu.Unlock()
 	now := m.opt.Now()
 	man, site, err := Open(data, m.keys, m.local.Gateway.ID, now)
+	// refuse records and reports a refusal; the configuration in force,
+	// and its probation, stay as they are.
 	refuse := func(serial uint64, why string) {
-		m.st.Event, m.st.Reason, m.st.At, m.st.Last, m.st.ETag = StateRefused, why, now, serial, etag
+		m.st.Refused, m.st.ETag = &Refusal{Serial: serial, Reason: why, At: now}, etag
 		m.saveLocked()
 		m.opt.Log.Warn("bundle refused; the configuration in force stays", "serial", serial, "reason", why)
-		m.reportLocked()
+		m.gw.Report(m.st.Refused.report())
 	}
 	switch {
 	case err != nil:
@@ -324,16 +326,27 @@ func (m *Manager) saveLocked() {
 	}
 }
 
+// report reports what happened last: a refusal, or the configuration in
+// force.
 func (m *Manager) report() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if f := m.st.Refused; f != nil && f.At.After(m.st.At) {
+		m.gw.Report(f.report())
+		return
+	}
 	m.reportLocked()
 }
 
+// reportLocked reports the configuration in force.
 func (m *Manager) reportLocked() {
 	r := Report{Serial: m.st.Last, State: m.st.Event, Reason: m.st.Reason, At: m.st.At}
 	if r.State == "" {
 		r.State, r.Serial = StateApplied, m.st.Serial
 	}
 	m.gw.Report(r)
+}
+
+func (f *Refusal) report() Report {
+	return Report{Serial: f.Serial, State: StateRefused, Reason: f.Reason, At: f.At}
 }

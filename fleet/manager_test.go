@@ -31,6 +31,8 @@ type fakeGateway struct {
 	reports  []Report
 	health   Health
 	failLoad error
+	// reported, if set, is sent each report, without waiting.
+	reported chan Report
 }
 
 func (g *fakeGateway) Reload(c *config.Config) error {
@@ -53,6 +55,10 @@ func (g *fakeGateway) Report(r Report) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reports = append(g.reports, r)
+	select {
+	case g.reported <- r:
+	default:
+	}
 }
 
 func (g *fakeGateway) last() (Report, int) {
@@ -72,6 +78,9 @@ type server struct {
 	bundle []byte
 	gets   int
 	not    int
+	// short, if above 0, cuts the next answer's body to so many bytes
+	// under the whole bundle's ETag: a download cut short.
+	short int
 }
 
 func newServer(t *testing.T) *server {
@@ -91,7 +100,11 @@ func newServer(t *testing.T) *server {
 			return
 		}
 		w.Header().Set("ETag", etag)
-		_, _ = w.Write(s.bundle)
+		body := s.bundle
+		if s.short > 0 {
+			body, s.short = body[:s.short], 0
+		}
+		_, _ = w.Write(body)
 	}))
 	t.Cleanup(s.Close)
 	return s
@@ -111,7 +124,8 @@ type rig struct {
 	srv   *server
 	gw    *fakeGateway
 	m     *Manager
-	now   time.Time
+	now   time.Time // the wall clock
+	mono  time.Duration
 	mu    sync.Mutex
 	step  func(string)
 }
@@ -171,11 +185,18 @@ func (r *rig) clock() time.Time {
 	return r.now
 }
 
+// advance lets d pass, then watches the probation.
 func (r *rig) advance(d time.Duration) {
 	r.mu.Lock()
-	r.now = r.now.Add(d)
+	r.now, r.mono = r.now.Add(d), r.mono+d
 	r.mu.Unlock()
 	r.m.watch()
+}
+
+func (r *rig) setHealth(h Health) {
+	r.gw.mu.Lock()
+	defer r.gw.mu.Unlock()
+	r.gw.health = h
 }
 
 // bundle signs site (the local file with old replaced by new) as serial.

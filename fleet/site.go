@@ -87,9 +87,9 @@ func dotted(p []string) string {
 
 // Startup returns the configuration a gateway starts from: the last
 // known-good bundle merged with the local file, or the local file. A
-// bundle that was on probation when the gateway stopped is reverted (a
-// bundle that crashes the gateway must not keep it in a restart loop). It
-// never waits for the configuration server.
+// bundle that was on probation when the gateway stopped is reverted,
+// whatever happened last (a bundle that crashes the gateway must not keep
+// it in a restart loop). It never waits for the configuration server.
 func Startup(local *config.Config, profiles config.ProfileSource) (*config.Config, State, error) {
 	if local.RemoteConfig == nil {
 		return local, State{}, nil
@@ -99,9 +99,9 @@ func Startup(local *config.Config, profiles config.ProfileSource) (*config.Confi
 	if err != nil {
 		return local, st, fmt.Errorf("remote configuration state unreadable, starting from the local file: %w", err)
 	}
-	if st.Event == StateProbation && st.Serial != st.KnownGood {
+	if st.Serial != st.KnownGood { // on probation
 		st.Reverted = append(st.Reverted, st.Serial)
-		st.Last, st.Serial, st.Event = st.Serial, st.KnownGood, StateReverted
+		st.Last, st.Serial, st.Event, st.At = st.Serial, st.KnownGood, StateReverted, time.Now()
 		st.Reason = "the gateway restarted while the bundle was on probation"
 		st.ProbationUntil, st.ETag = time.Time{}, ""
 		if err := s.save(st); err != nil {

@@ -13,7 +13,9 @@ import (
 	"fieldlink/internal/atomicfile"
 )
 
-// States of the configuration in force, as reported.
+// States reported. The first three are the configuration in force's;
+// refused is a bundle's that was not applied, which never changes the
+// configuration in force.
 const (
 	StateApplied   = "applied"   // a bundle confirmed after its probation (or the local file)
 	StateProbation = "probation" // a bundle applied and watched
@@ -32,17 +34,24 @@ type Health struct {
 // State is the remote configuration's record, kept beside the buffer in
 // state.json. Each bundle's site file is kept as bundle-SERIAL.yaml, so
 // that whatever step a crash stops, state.json names files that exist.
+//
+// It holds the configuration in force and, apart, the last refusal: a
+// refused bundle never changes the configuration in force, its probation
+// or what a revert goes back to. A bundle is on probation exactly when
+// Serial differs from KnownGood.
 type State struct {
 	// Serial of the bundle in force: on probation, or confirmed; 0 is the
 	// local site file.
 	Serial uint64 `json:"serial"`
 	// KnownGood is the last confirmed serial; 0 is the local site file.
 	KnownGood uint64 `json:"known_good"`
-	// Event is the last thing that happened and why.
+	// Event is the last thing that happened to the configuration in force
+	// (applied, probation or reverted), and why.
 	Event  string    `json:"state"`
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
-	// Last is the serial the last event was about.
+	// Last is the serial the last event was about: for a revert, the
+	// bundle reverted.
 	Last uint64 `json:"last_serial,omitempty"`
 	// ProbationUntil and Baseline describe the bundle on probation.
 	ProbationUntil time.Time `json:"probation_until,omitzero"`
@@ -51,6 +60,29 @@ type State struct {
 	Reverted []uint64 `json:"reverted,omitempty"`
 	// ETag of the last bundle fetched, for a conditional GET.
 	ETag string `json:"etag,omitempty"`
+	// Refused is the last bundle refused; nil if none was.
+	Refused *Refusal `json:"refused,omitempty"`
+}
+
+// Refusal is a bundle refused: the serial its manifest gave (0 when it
+// could not be read), why, and when.
+type Refusal struct {
+	Serial uint64    `json:"serial"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// fromRefused reads a state.json in which a refusal replaced the event of
+// the configuration in force ("state": "refused"), as gateways wrote
+// before refusals were kept apart: the refusal goes to Refused, and a
+// bundle that was on probation is on probation again (Startup reverts it).
+func fromRefused(st State) State {
+	st.Refused = &Refusal{Serial: st.Last, Reason: st.Reason, At: st.At}
+	st.Event, st.Reason, st.Last = StateApplied, "", st.Serial
+	if st.Serial != st.KnownGood || !st.ProbationUntil.IsZero() {
+		st.Event = StateProbation
+	}
+	return st
 }
 
 // Report is what the gateway publishes about its configuration.
@@ -79,6 +111,9 @@ func (s store) load() (State, error) {
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("%s: %w", filepath.Join(s.dir, "state.json"), err)
+	}
+	if st.Event == StateRefused {
+		st = fromRefused(st)
 	}
 	return st, nil
 }
