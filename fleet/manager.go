@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -188,40 +189,47 @@ func (m *Manager) handle(data []byte, etag string) {
 	now := m.opt.Now()
 	man, site, err := Open(data, m.keys, m.local.Gateway.ID, now)
 	// refuse records and reports a refusal; the configuration in force,
-	// and its probation, stay as they are.
-	refuse := func(serial uint64, why string) {
-		m.st.Refused, m.st.ETag = &Refusal{Serial: serial, Reason: why, At: now}, etag
+	// and its probation, stay as they are. The ETag is kept only when the
+	// same bundle would be refused again, so that one refused for now (not
+	// valid yet, cut short, another on probation, a full disk) is
+	// downloaded again at the next pull.
+	refuse := func(serial uint64, why string, forGood bool) {
+		m.st.Refused = &Refusal{Serial: serial, Reason: why, At: now}
+		if forGood {
+			m.st.ETag = etag
+		}
 		m.saveLocked()
 		m.opt.Log.Warn("bundle refused; the configuration in force stays", "serial", serial, "reason", why)
 		m.gw.Report(m.st.Refused.report())
 	}
 	switch {
 	case err != nil:
-		refuse(man.Serial, err.Error())
+		// A download cut short or altered on the way may come whole next time.
+		refuse(man.Serial, err.Error(), !errors.Is(err, ErrNotYet) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrDigest))
 		return
 	case man.Serial == m.st.Serial:
 		m.st.ETag = etag // the bundle in force: nothing new
 		m.saveLocked()
 		return
 	case slices.Contains(m.st.Reverted, man.Serial):
-		refuse(man.Serial, fmt.Sprintf("serial %d was reverted on this gateway; publish a new serial", man.Serial))
+		refuse(man.Serial, fmt.Sprintf("serial %d was reverted on this gateway; publish a new serial", man.Serial), true)
 		return
 	case man.Serial < m.st.Serial:
-		refuse(man.Serial, fmt.Sprintf("serial %d is not above the serial in force, %d", man.Serial, m.st.Serial))
+		refuse(man.Serial, fmt.Sprintf("serial %d is not above the serial in force, %d", man.Serial, m.st.Serial), true)
 		return
 	case m.st.Event == StateProbation:
-		refuse(man.Serial, fmt.Sprintf("bundle %d is still on probation", m.st.Serial))
+		refuse(man.Serial, fmt.Sprintf("bundle %d is still on probation", m.st.Serial), false)
 		return
 	}
 	c, err := Merge(m.local, site, man.Serial, m.opt.Profiles)
 	if err != nil {
-		refuse(man.Serial, err.Error())
+		refuse(man.Serial, err.Error(), true)
 		return
 	}
 	base := m.gw.Health()
 	m.opt.Step("write bundle")
 	if err := m.s.putBundle(man.Serial, site); err != nil {
-		refuse(man.Serial, "cannot keep it on disk: "+err.Error())
+		refuse(man.Serial, "cannot keep it on disk: "+err.Error(), false)
 		return
 	}
 	prev := m.st
@@ -230,7 +238,7 @@ func (m *Manager) handle(data []byte, etag string) {
 	m.opt.Step("record probation")
 	if err := m.s.save(m.st); err != nil {
 		m.st = prev
-		refuse(man.Serial, "cannot record it: "+err.Error())
+		refuse(man.Serial, "cannot record it: "+err.Error(), false)
 		return
 	}
 	m.opt.Step("reload")
@@ -238,7 +246,7 @@ func (m *Manager) handle(data []byte, etag string) {
 		// Refused by the reload: the configuration in force never changed.
 		m.st = prev
 		m.st.Reverted = append(slices.Clone(prev.Reverted), man.Serial)
-		refuse(man.Serial, "the gateway cannot run it: "+err.Error())
+		refuse(man.Serial, "the gateway cannot run it: "+err.Error(), true)
 		return
 	}
 	m.downSince, m.fewerSince = time.Time{}, time.Time{}
@@ -290,7 +298,8 @@ func (m *Manager) confirmLocked() {
 	m.opt.Step("confirm")
 	prevGood := m.st.KnownGood
 	m.st.KnownGood, m.st.Event, m.st.Reason, m.st.At, m.st.Last = m.st.Serial, StateApplied, "", m.opt.Now(), m.st.Serial
-	m.st.ProbationUntil = time.Time{}
+	// A bundle refused for good during the probation may be taken now.
+	m.st.ProbationUntil, m.st.ETag = time.Time{}, ""
 	m.saveLocked()
 	m.s.prune(m.st.KnownGood)
 	m.opt.Log.Info("bundle confirmed after its probation: it is the known-good configuration", "serial", m.st.Serial, "previous", prevGood)

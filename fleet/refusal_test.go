@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -108,5 +109,130 @@ func TestStartupReadsARefusedProbation(t *testing.T) {
 	}
 	if st.ETag != "" {
 		t.Errorf("etag %q kept across the revert", st.ETag)
+	}
+}
+
+// A temporary refusal keeps no ETag: once its cause is gone, the next
+// pull applies the same bundle.
+func TestTemporaryRefusalPullsAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reason string
+		// cause sets the refusal's cause up and returns the bundle and
+		// what removes the cause.
+		cause func(r *rig) ([]byte, func())
+	}{
+		{"not valid yet", "not valid yet", func(r *rig) ([]byte, func()) {
+			site := []byte(fmt.Sprintf(localSite, r.srv.URL))
+			b, err := Sign(site, Manifest{Serial: 1, NotBefore: b0.Add(time.Hour), Expires: b0.Add(24 * time.Hour)}, r.priv)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			return b, func() { r.advance(2 * time.Hour) }
+		}},
+		{"another bundle on probation", "still on probation", func(r *rig) ([]byte, func()) {
+			r.pull(r.bundle(1, "", ""))
+			return r.bundle(2, "", ""), func() { r.advance(2 * time.Minute) }
+		}},
+		{"download cut short", "not a bundle", func(r *rig) ([]byte, func()) {
+			b := r.bundle(1, "", "")
+			r.srv.mu.Lock()
+			r.srv.short = len(b) / 2
+			r.srv.mu.Unlock()
+			return b, func() {}
+		}},
+		{"disk write failed", "cannot keep it on disk", func(r *rig) ([]byte, func()) {
+			in := filepath.Join(Dir(r.local), "bundle-1.yaml")
+			if err := os.MkdirAll(in, 0o750); err != nil {
+				r.t.Fatal(err)
+			}
+			return r.bundle(1, "", ""), func() { _ = os.Remove(in) }
+		}},
+		{"state not recorded", "cannot record it", func(r *rig) ([]byte, func()) {
+			in := filepath.Join(Dir(r.local), "state.json")
+			if err := os.MkdirAll(in, 0o750); err != nil {
+				r.t.Fatal(err)
+			}
+			return r.bundle(1, "", ""), func() { _ = os.Remove(in) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			b, clear := tc.cause(r)
+			want := r.m.State().Serial + 1
+			if rep := r.pull(b); rep.State != StateRefused || !strings.Contains(rep.Reason, tc.reason) {
+				t.Fatalf("report %+v, want refused saying %q", rep, tc.reason)
+			}
+			clear()
+			r.m.fetch(context.Background())
+			if st := r.m.State(); st.Serial != want {
+				rep, _ := r.gw.last()
+				t.Errorf("pulled again once the cause is gone: serial %d in force, want %d (report %+v, %d not-modified)", st.Serial, want, rep, r.srv.not)
+			}
+		})
+	}
+}
+
+// A permanent refusal keeps its ETag: the same bundle is not downloaded
+// again.
+func TestPermanentRefusalKeepsTheETag(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reason string
+		bundle func(r *rig) []byte
+	}{
+		{"bad signature", "bad signature", func(r *rig) []byte {
+			_, other := keypair(r.t)
+			b, _ := Sign([]byte(fmt.Sprintf(localSite, r.srv.URL)), Manifest{Serial: 9, NotBefore: b0.Add(-time.Hour), Expires: b0.Add(time.Hour)}, other)
+			return b
+		}},
+		{"another gateway's", "for other gateways", func(r *rig) []byte { return r.bundle(9, "", "", "gw-77") }},
+		{"expired", "expired", func(r *rig) []byte {
+			b, _ := Sign([]byte(fmt.Sprintf(localSite, r.srv.URL)), Manifest{Serial: 9, NotBefore: b0.Add(-2 * time.Hour), Expires: b0.Add(-time.Hour)}, r.priv)
+			return b
+		}},
+		{"serial not above", "not above the serial in force", func(r *rig) []byte { return r.bundle(4, "", "") }},
+		{"serial reverted", "was reverted", func(r *rig) []byte {
+			r.pull(r.bundle(6, "", ""))
+			r.setHealth(Health{})
+			r.advance(time.Second)
+			r.advance(6 * time.Second)
+			r.setHealth(Health{UpstreamUp: true, Answering: 1})
+			if st := r.m.State(); st.Event != StateReverted {
+				r.t.Fatalf("bundle 6 not reverted: %+v", st)
+			}
+			return r.bundle(6, "", "")
+		}},
+		{"does not merge", "remote_config is local to each gateway", func(r *rig) []byte {
+			return r.bundle(9, "probation: 1m", "probation: 2m")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.pull(r.bundle(5, "", ""))
+			r.advance(2 * time.Minute) // 5 in force
+			if rep := r.pull(tc.bundle(r)); rep.State != StateRefused || !strings.Contains(rep.Reason, tc.reason) {
+				t.Fatalf("report %+v, want refused saying %q", rep, tc.reason)
+			}
+			not := r.srv.not
+			r.m.fetch(context.Background())
+			if r.srv.not != not+1 {
+				t.Errorf("the refused bundle downloaded again: %d not-modified, want %d", r.srv.not, not+1)
+			}
+		})
+	}
+}
+
+// A confirmed bundle clears the ETag: what was refused during its
+// probation is downloaded again.
+func TestConfirmClearsTheETag(t *testing.T) {
+	r := newRig(t)
+	r.pull(r.bundle(1, "", ""))
+	if r.m.State().ETag == "" {
+		t.Fatal("no etag kept for the bundle applied")
+	}
+	r.advance(2 * time.Minute)
+	if st := r.m.State(); st.Event != StateApplied || st.ETag != "" {
+		t.Errorf("confirmed: state %q, etag %q; want applied, no etag", st.Event, st.ETag)
 	}
 }

@@ -58,7 +58,9 @@ type State struct {
 	Baseline       Health    `json:"baseline"`
 	// Reverted serials are never applied again.
 	Reverted []uint64 `json:"reverted,omitempty"`
-	// ETag of the last bundle fetched, for a conditional GET.
+	// ETag of the last bundle fetched, for a conditional GET: kept for the
+	// bundle in force and for one refused for good, never for one refused
+	// for now, so that it is fetched again.
 	ETag string `json:"etag,omitempty"`
 	// Refused is the last bundle refused; nil if none was.
 	Refused *Refusal `json:"refused,omitempty"`
