@@ -152,14 +152,21 @@ func Write(ctx context.Context, c *config.Config, cmd downlink.Command, log *slo
 	if !errors.Is(err, ErrNoDaemon) {
 		return res, err
 	}
-	q, err := OpenBuffer(c, log)
+	q, adopt, err := openBuffer(c, log)
 	if errors.Is(err, buffer.ErrLocked) {
 		return downlink.Result{}, fmt.Errorf("%w: a daemon holds the buffer but its control socket %s does not answer (see its log)", err, ControlPath(c))
 	}
 	if err != nil {
 		return downlink.Result{}, err
 	}
-	defer q.Close()
+	defer func() {
+		// Run as root, what the buffer made meanwhile goes to the
+		// service's owner too.
+		q.Close()
+		if err := adopt(); err != nil {
+			log.Error("gateway write: the buffer's files stay root's", "err", err)
+		}
+	}()
 	site, err := OpenSite(c, log)
 	if err != nil {
 		return downlink.Result{}, err

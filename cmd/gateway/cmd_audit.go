@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"fieldlink/agent"
 	"fieldlink/downlink"
@@ -15,8 +13,9 @@ import (
 // cmdAudit is "gateway audit -c site.yaml [-verify] [-json]": the
 // downlink's audit log, kept in the buffer file, one line per entry; or,
 // with -verify, a check of its hash chain. The buffer file is locked by a
-// running gateway: stop it first (the command says so).
-func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) error {
+// running gateway: stop it first (the command says so). A missing file is
+// not created: the command says so and exits 1.
+func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flags("audit", stderr)
 	file := fs.String("c", "", "site file (its buffer.path holds the audit log)")
 	verify := fs.Bool("verify", false, "check the log's hash chain instead of printing it; exit 1 naming the first broken entry")
@@ -29,14 +28,15 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		printErr(stderr, err)
 		return errSilent
 	}
-	if _, err := os.Stat(c.Buffer.Path); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no buffer file at %s: the gateway has recorded no commands there", c.Buffer.Path)
-	}
-	q, err := agent.OpenStoppedBuffer(c, stderr)
+	q, done, err := agent.OpenStoppedBuffer(c, stderr)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer func() {
+		if derr := done(); err == nil {
+			err = derr
+		}
+	}()
 
 	if *verify {
 		sum, err := downlink.CheckAudit(q)

@@ -13,8 +13,9 @@ import (
 )
 
 // cmdBuffer is "gateway buffer stats|export|purge -c FILE". The buffer file
-// is locked by a running gateway: stop it first (these commands say so).
-func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) error {
+// is locked by a running gateway: stop it first (these commands say so). A
+// missing file is not created: there is nothing to show or purge.
+func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	if len(args) == 0 || (args[0] != "stats" && args[0] != "export" && args[0] != "purge") {
 		fmt.Fprintln(stderr, "usage: gateway buffer stats|export|purge -c site.yaml")
 		return errUsage
@@ -35,11 +36,15 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if sub == "purge" && !*yes {
 		return fmt.Errorf("purge deletes every packet waiting in %s; run again with -yes to do it", c.Buffer.Path)
 	}
-	q, err := agent.OpenStoppedBuffer(c, stderr)
+	q, done, err := agent.OpenStoppedBuffer(c, stderr)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer func() {
+		if derr := done(); err == nil {
+			err = derr
+		}
+	}()
 	switch sub {
 	case "stats":
 		st := q.Stats()

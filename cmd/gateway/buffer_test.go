@@ -1,0 +1,42 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The commands that read a stopped gateway's buffer (buffer stats and
+// export, audit and audit -verify) never create it, nor its directory: run
+// with sudo before the service's first start, they would leave root's
+// files where the service, as its own user, must create its own. They say
+// there is none and exit 1.
+func TestReadingCommandsCreateNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "var", "fieldlink", "buf.db")
+	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
+gateway: {id: gw-b}
+buffer: {path: %s}
+buses:
+  - name: b
+    url: tcp://127.0.0.1:1
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1}
+uplink: {upstreams: [{url: "http://127.0.0.1:1/ingest"}]}
+`, path))
+	for _, args := range [][]string{
+		{"buffer", "stats"}, {"buffer", "export"}, {"buffer", "export", "-dead"}, {"buffer", "purge", "-yes"},
+		{"audit"}, {"audit", "-verify"},
+	} {
+		code, out, errOut := gw(t, append(args, "-c", site)...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "no buffer file at "+path) {
+			t.Errorf("%s: %d %q %q; want exit 1 saying there is no buffer file at %s", strings.Join(args, " "), code, out, errOut, path)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "var")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s created %s/var (%v)", strings.Join(args, " "), dir, err)
+		}
+	}
+}
