@@ -113,8 +113,33 @@ func (p *writer) time(t time.Time) {
 		layout = "2006-01-02 15:04"
 	}
 	p.raw(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">`)
-	p.text(lt.Format(layout))
+	p.text(lt.Format(layout) + " " + zone(lt))
 	p.raw(`</time>`)
+}
+
+// zone names t's offset from UTC: UTC, UTC+8, UTC+5:30, UTC-3. The page
+// is in the site's time, the logs in UTC: every time says which.
+func zone(t time.Time) string {
+	_, off := t.Zone()
+	if off == 0 {
+		return "UTC"
+	}
+	sign := "+"
+	if off < 0 {
+		sign, off = "-", -off
+	}
+	z := "UTC" + sign + itoa(off/3600)
+	if m := off % 3600 / 60; m != 0 {
+		z += ":" + strconv.Itoa(100 + m)[1:]
+	}
+	return z
+}
+
+// name writes a device's, point's or bus's name, kept on one line.
+func (p *writer) name(s string) {
+	p.raw(`<span class=name>`)
+	p.text(s)
+	p.raw(`</span>`)
 }
 
 // fine is the class of what "errors only" hides.
@@ -126,8 +151,8 @@ func fine(well bool) string {
 }
 
 func (p *writer) main(s *Snapshot) {
-	p.summary(s)
 	p.alerts(s)
+	p.summary(s)
 	var serial []Device
 	for _, b := range s.Buses {
 		var devs []Device
@@ -141,10 +166,16 @@ func (p *writer) main(s *Snapshot) {
 		p.raw(`<section class="bus` + fine(well) + `" data-bus="`)
 		p.text(b.Name)
 		p.raw(`"><h2>`)
-		p.text(b.Name)
+		p.name(b.Name)
 		p.raw(` `)
 		p.pill(b.State)
-		p.raw(`</h2><p class=meta>`)
+		p.raw(`</h2>`)
+		if b.Cause != "" {
+			p.raw(`<p class="why cause">`)
+			p.text(b.Cause)
+			p.raw(`</p>`)
+		}
+		p.raw(`<p class=meta>`)
 		p.bus(b)
 		p.raw(`</p>`)
 		for _, d := range devs {
@@ -195,13 +226,23 @@ func deviceWell(d Device) bool {
 func (p *writer) summary(s *Snapshot) {
 	sum := s.Summary
 	problems := sum.DevicesNotOK + sum.PointsNotGood + sum.UpstreamsDown
-	p.raw(`<section id=summary><h2>`)
+	p.raw(`<section id=summary>`)
+	if d := sum.NothingDeliveredSeconds; d != nil && s.Buffer != nil && s.Uplink != nil {
+		problems++
+		p.raw(`<p class=stall id=stall>`)
+		p.text(stallText(*d, s))
+		p.raw(`</p>`)
+	}
+	p.raw(`<h2>`)
 	switch {
 	case sum.Devices == 0:
 		p.raw(`No devices`)
 	case sum.DevicesNotOK == 0:
 		p.raw(`All ` + itoa(sum.Devices) + ` devices answer `)
 		p.pill("ok")
+	case sum.DevicesNotOK == sum.Devices && !anyStarting(s):
+		p.raw(`None of ` + itoa(sum.Devices) + ` devices answers `)
+		p.pill("down")
 	default:
 		p.raw(itoa(sum.DevicesNotOK) + ` of ` + itoa(sum.Devices) + ` devices not ok `)
 		p.pill("degraded")
@@ -214,23 +255,63 @@ func (p *writer) summary(s *Snapshot) {
 		p.raw(` · ` + itoa(s.Buffer.Waiting) + ` packets waiting`)
 	}
 	p.raw(`</p></section>`)
-	if problems == 0 && s.Clock.Problem == "" && !s.Site.Config.Changed {
+	if problems == 0 && s.Clock.Problem == "" && !s.Site.Config.Changed && (s.Downlink == nil || !s.Downlink.Unsigned) {
 		p.raw(`<p class=allok>Nothing needs a look.</p>`)
 	}
 }
 
-// alerts are what a technician must know before the details: a clock
-// that cannot be trusted, a site file not in force.
+// stallText is the headline of a stall: how long nothing was delivered,
+// what waits, and each upstream's last error in words (those down first).
+func stallText(d float64, s *Snapshot) string {
+	t := "Nothing delivered for " + ageText(d) + ": " + plural(s.Buffer.Waiting, "packet") + " waiting"
+	var down, up []string
+	for _, u := range s.Uplink.Upstreams {
+		if u.LastError == nil || u.State == "retired" {
+			continue
+		}
+		if u.State == "down" {
+			down = append(down, u.Name+": "+*u.LastError)
+		} else {
+			up = append(up, u.Name+": "+*u.LastError)
+		}
+	}
+	if why := append(down, up...); len(why) > 0 {
+		return t + "; " + strings.Join(why, "; ")
+	}
+	return t + "; " + itoa(s.Summary.UpstreamsActive) + " of " + itoa(len(s.Uplink.Upstreams)) + " upstreams up"
+}
+
+// anyStarting reports whether a device was not polled yet.
+func anyStarting(s *Snapshot) bool {
+	for _, d := range s.Devices {
+		if d.Health == "unknown" {
+			return true
+		}
+	}
+	return false
+}
+
+// unsignedWords warn of a downlink that runs commands without a signature.
+const unsignedWords = "commands run unsigned: anyone who can publish on the broker can write to the devices"
+
+// alerts are what a technician must know before anything else: a reload
+// refused, a clock that cannot be trusted, a site file not in force, a
+// downlink open to anyone on the broker.
 func (p *writer) alerts(s *Snapshot) {
 	var msgs []string
+	refused := s.Site.LastReload != nil && !s.Site.LastReload.Applied
+	if refused {
+		msgs = append(msgs, "The last reload was refused; the previous configuration stays in force. Fix the site file (gateway check -c "+
+			s.Site.Config.File+" shows every error), then reload again: "+s.Site.LastReload.Error)
+	}
 	if s.Clock.Problem != "" {
 		msgs = append(msgs, "Clock: "+s.Clock.Problem+".")
 	}
-	if s.Site.Config.Changed {
+	if s.Site.Config.Changed && !refused {
 		msgs = append(msgs, "The site file on disk differs from the one in force: reload it (systemctl reload fieldlink), or check it with gateway check.")
 	}
-	if r := s.Site.LastReload; r != nil && !r.Applied {
-		msgs = append(msgs, "The last reload was refused; the previous configuration stays in force: "+r.Error)
+	if d := s.Downlink; d != nil && d.Unsigned {
+		msgs = append(msgs, "Downlink: "+unsignedWords+".")
 	}
 	if len(msgs) == 0 {
 		return
@@ -270,7 +351,7 @@ func (p *writer) device(d Device) {
 	p.raw(`" data-health="`)
 	p.text(d.Health)
 	p.raw(`"><h3>`)
-	p.text(d.Name)
+	p.name(d.Name)
 	p.raw(` `)
 	p.pill(d.Health)
 	p.raw(`</h3>`)
@@ -314,7 +395,7 @@ func (p *writer) point(pt Point) {
 	p.raw(`" data-quality="`)
 	p.text(pt.Quality)
 	p.raw(`"><th>`)
-	p.text(pt.Name)
+	p.name(pt.Name)
 	p.raw(`</th><td class=v>`)
 	switch {
 	case pt.Value != nil:
@@ -359,7 +440,7 @@ func (p *writer) buffer(b *Buffer) {
 	if b.OldestAgeSeconds != nil {
 		p.raw(ageText(*b.OldestAgeSeconds) + ` old`)
 	} else {
-		p.raw(`empty`)
+		p.raw(`none waiting`)
 	}
 	p.raw(`</dd><dt>size</dt><dd>` + size(uint64(b.Bytes)) + ` of ` + size(uint64(b.MaxBytes)) + ` (file ` + size(uint64(b.FileSize)) + `)</dd>`)
 	p.raw(`<dt>evicted</dt><dd>` + utoa(b.Evicted) + ` packets, ` + utoa(b.Rejected) + ` refused when full, ` + utoa(b.DeadLetters) + ` dead letters</dd>`)
@@ -418,9 +499,9 @@ func (p *writer) uplink(u *Uplink) {
 		}
 		p.raw(`</td><td>`)
 		switch {
-		case up.LastFailure == nil:
+		case up.LastFailure == nil && up.LastError == nil:
 			p.raw(`none`)
-		default:
+		case up.LastFailure != nil:
 			if up.ConsecutiveFailures > 0 {
 				p.raw(utoa(up.ConsecutiveFailures) + ` in a row; `)
 			}
@@ -430,19 +511,39 @@ func (p *writer) uplink(u *Uplink) {
 			}
 			p.time(*up.LastFailure)
 		}
+		if up.LastError != nil {
+			if up.LastFailure != nil {
+				p.raw(`<br>`)
+			}
+			cls := "meta"
+			if up.State == "down" {
+				cls = "why"
+			}
+			p.raw(`<span class=` + cls + `>`)
+			p.text(*up.LastError)
+			if up.LastErrorAt != nil {
+				p.raw(` (`)
+				p.time(*up.LastErrorAt)
+				p.raw(`)`)
+			}
+			p.raw(`</span>`)
+		}
 		p.raw(`</td></tr>`)
 	}
 	p.raw(`</table></section>`)
 }
 
 func (p *writer) downlink(d *Downlink) {
-	p.raw(`<section class="downlink fine" id=downlink><h2>Downlink `)
+	p.raw(`<section class="downlink` + fine(!d.Unsigned) + `" id=downlink><h2>Downlink `)
 	if d.Enabled {
 		p.pill("up")
 	} else {
 		p.raw(`<b class=pill>disabled</b>`)
 	}
 	p.raw(`</h2>`)
+	if d.Unsigned {
+		p.raw(`<p class=why>` + unsignedWords + `</p>`)
+	}
 	if len(d.Commands) == 0 {
 		p.raw(`<p class=meta>no command received</p>`)
 	} else {
@@ -451,7 +552,7 @@ func (p *writer) downlink(d *Downlink) {
 			p.raw(`<tr><td>`)
 			p.time(c.At)
 			p.raw(`</td><td>`)
-			p.text(c.Device)
+			p.name(c.Device)
 			p.raw(`</td><td>`)
 			p.text(c.Command)
 			p.raw(`</td><td>`)

@@ -41,6 +41,7 @@ type doc struct {
 			Timeout, CRC, Exception, Framing, IO uint64
 		} `json:"errors"`
 		Utilisation *float64 `json:"utilisation"`
+		Cause       string   `json:"cause"`
 	} `json:"buses"`
 	Devices []struct {
 		Name     string     `json:"name"`
@@ -67,8 +68,9 @@ type doc struct {
 	Uplink *struct {
 		Selector  string `json:"selector"`
 		Upstreams []struct {
-			Name  string `json:"name"`
-			State string `json:"state"`
+			Name      string  `json:"name"`
+			State     string  `json:"state"`
+			LastError *string `json:"last_error"`
 		} `json:"upstreams"`
 	} `json:"uplink"`
 	Downlink json.RawMessage `json:"downlink"`
@@ -234,6 +236,9 @@ func TestJSONDeviceOfflineAndBack(t *testing.T) {
 		t.Errorf("bus b with its only device offline: state %s, errors %+v", b.State, b.Errors)
 	}
 	t.Logf("stale seen while degraded: %v", sawStale)
+	if !strings.Contains(b.Cause, "refuses connections") {
+		t.Errorf("bus b down, its emulator gone: cause %q", b.Cause)
+	}
 
 	// The page says the same: the device offline, its points without a
 	// number.
@@ -242,6 +247,9 @@ func TestJSONDeviceOfflineAndBack(t *testing.T) {
 		t.Fatalf("page: %d\n%s", code, page)
 	}
 	checkNoNumberUnlessGood(t, page)
+	if n := strings.Count(page, "refuses connections"); n != 1 {
+		t.Errorf("bus b's cause shows %d times on the page, want once", n)
+	}
 
 	eb.start()
 	testtool.WaitFor(t, 30*time.Second, "wind-1 back with good points", func() bool {
@@ -255,7 +263,7 @@ func TestJSONDeviceOfflineAndBack(t *testing.T) {
 }
 
 var (
-	rowRE   = regexp.MustCompile(`<tr class="q-(\w+)[^"]*" data-point="[^"]*" data-quality="\w+"><th>[^<]*</th><td class=v>(.*?)</td>`)
+	rowRE   = regexp.MustCompile(`<tr class="q-(\w+)[^"]*" data-point="[^"]*" data-quality="\w+"><th><span class=name>[^<]*</span></th><td class=v>(.*?)</td>`)
 	digitRE = regexp.MustCompile(`[0-9]`)
 )
 
@@ -331,4 +339,29 @@ buses:
 		n = w.Body.Len()
 	}
 	b.ReportMetric(float64(n), "bytes/op")
+}
+
+// The only upstream refuses connections: its row in the JSON says so in
+// words, where it said "failures": 0 and nothing else.
+func TestJSONUpstreamDownSaysWhy(t *testing.T) {
+	ea, eb := newEmu(t, "generic-mine-methane"), newEmu(t, "generic-wind-speed")
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens at its address now
+	c := writeSite(t, twoBuses(ea.addr, eb.addr, closed.URL, "off"))
+	g, err := agent.Start(c, agent.Options{Logger: testtool.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	srv := httptest.NewServer(agent.MetricsHandler(c, g.Sources(), testtool.Logger(t)))
+	defer srv.Close()
+	var last *doc
+	testtool.WaitFor(t, 20*time.Second, "the upstream down with its last error", func() bool {
+		last = fetchDoc(t, srv.URL)
+		return last.Uplink != nil && len(last.Uplink.Upstreams) == 1 && last.Uplink.Upstreams[0].LastError != nil && last.Uplink.Upstreams[0].State == "down"
+	})
+	up := last.Uplink.Upstreams[0]
+	if up.State != "down" || !strings.Contains(*up.LastError, "connection refused: nothing listens at") {
+		t.Errorf("the upstream refusing connections: %s, %q", up.State, *up.LastError)
+	}
 }

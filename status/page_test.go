@@ -31,6 +31,11 @@ type fake struct {
 	ups       []selector.Stats
 	site      metrics.SiteInfo
 	downlink  *metrics.DownlinkStatus
+	buf       buffer.Stats
+	// upErr is each upstream's last error in words, at t0 - 5 s;
+	// lastDelivered when an upstream last acknowledged a batch.
+	upErr         map[string]string
+	lastDelivered time.Time
 }
 
 func (f *fake) sources() metrics.Sources {
@@ -47,13 +52,15 @@ func (f *fake) sources() metrics.Sources {
 		Modbus: func() map[string]modbus.Stats {
 			return map[string]modbus.Stats{"a": {Requests: 10, Timeouts: 1, CRCErrors: 2, Exceptions: 3, FrameErrors: 4, IOErrors: 5}}
 		},
-		Buffer: func() (buffer.Stats, bool) {
-			return buffer.Stats{Normal: 7, Alarms: 1, OldestSeq: 3, OldestAt: t0.Add(-time.Minute), Bytes: 100, MaxBytes: 1000}, true
-		},
+		Buffer: func() (buffer.Stats, bool) { return f.buf, true },
 		Delivery: func() (uplink.DeliveryStats, bool) {
-			st := uplink.DeliveryStats{}
+			st := uplink.DeliveryStats{LastDelivered: f.lastDelivered}
 			for _, name := range []string{"mqtt://one:1883", "mqtt://two:1883"} {
-				st.Upstreams = append(st.Upstreams, uplink.UpstreamCounters{Name: name, Delivered: f.delivered[name]})
+				u := uplink.UpstreamCounters{Name: name, Delivered: f.delivered[name]}
+				if e := f.upErr[name]; e != "" {
+					u.LastError, u.LastErrorAt = e, t0.Add(-5*time.Second)
+				}
+				st.Upstreams = append(st.Upstreams, u)
 				st.Delivered += f.delivered[name]
 			}
 			return st, true
@@ -83,6 +90,11 @@ func newFake() *fake {
 		},
 		busy:      map[string]time.Duration{},
 		delivered: map[string]uint64{},
+		buf:       buffer.Stats{Normal: 7, Alarms: 1, OldestSeq: 3, OldestAt: t0.Add(-time.Minute), Bytes: 100, MaxBytes: 1000},
+		upErr:     map[string]string{},
+		// Delivered a moment ago: the buffer's minute-old packets are not
+		// a stall.
+		lastDelivered: t0.Add(-time.Second),
 		ups: []selector.Stats{
 			{Name: "mqtt://one:1883", Up: true, Samples: 3, LatencyMean: 40 * time.Millisecond},
 			{Name: "mqtt://two:1883", ConsecutiveFailures: 2, LastFailure: t0.Add(-time.Second), LastTimeout: t0.Add(-time.Second)},
@@ -321,11 +333,17 @@ func TestAlerts(t *testing.T) {
 	if i < 0 || i > strings.Index(page, `data-device=`) {
 		t.Fatalf("no alerts before the devices:\n%s", page)
 	}
-	for _, want := range []string{"Clock: not synchronised", "differs from the one in force", "a restart is needed to apply it; changed: buffer"} {
+	for _, want := range []string{"Clock: not synchronised", "Fix the site file", "a restart is needed to apply it; changed: buffer"} {
 		if !strings.Contains(page[i:], want) {
 			t.Errorf("alerts lack %q", want)
 		}
 	}
+	// Changed on disk with no refused reload: reload it.
+	f.site.LastReload = nil
+	if page := string(renderMain(s.Snapshot())); !strings.Contains(page, "differs from the one in force: reload it") {
+		t.Errorf("a site file changed on disk and not reloaded is not said:\n%s", page)
+	}
+	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "a restart is needed to apply it; changed: buffer"}
 	snap := s.Snapshot()
 	if !snap.Site.Config.Changed || snap.Site.LastReload == nil || snap.Site.LastReload.Applied {
 		t.Errorf("site %+v", snap.Site)

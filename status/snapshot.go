@@ -8,6 +8,7 @@ import (
 	"fieldlink/metrics"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
+	"fieldlink/uplink"
 )
 
 // Snapshot is what the page shows, and what /status.json serves. Times are
@@ -34,7 +35,17 @@ type Summary struct {
 	PointsNotGood   int `json:"points_not_good"`
 	UpstreamsDown   int `json:"upstreams_down"`
 	UpstreamsActive int `json:"upstreams_active"`
+	// NothingDeliveredSeconds is how long nothing was delivered while
+	// packets wait: set once the oldest waiting packet and the last
+	// delivery (or the start) are both at least [StallAfter] old; null
+	// otherwise.
+	NothingDeliveredSeconds *float64 `json:"nothing_delivered_s"`
 }
+
+// StallAfter is how long packets may wait with nothing delivered before
+// the page's headline says so: long enough for a broker's reconnect or a
+// burst after an outage, short enough that a technician on site sees it.
+const StallAfter = 30 * time.Second
 
 // Site is who the gateway is and what it runs.
 type Site struct {
@@ -104,6 +115,11 @@ type Bus struct {
 	// Errors are the failed exchanges by kind.
 	Errors   BusErrors `json:"errors"`
 	Overruns uint64    `json:"overruns"`
+	// Cause is why the bus is down, in words, when no device answers and
+	// every failing one fails for the same reason on the link (its
+	// address refuses connections, its serial port is missing): said once
+	// here rather than under each device.
+	Cause string `json:"cause,omitempty"`
 	// LastRoundTripSeconds is the latest successful poll's time on the
 	// wire (all its requests), of LastRoundTripDevice.
 	LastRoundTripSeconds *float64 `json:"last_round_trip_s"`
@@ -131,8 +147,10 @@ type Device struct {
 	Kind string `json:"kind"`
 	// Health is unknown (not polled yet), ok, degraded (failing) or
 	// offline (failing in a row: backed off); Why says why in words.
-	Health              string     `json:"health"`
-	Why                 string     `json:"why,omitempty"`
+	Health string `json:"health"`
+	Why    string `json:"why,omitempty"`
+	// LastError is the last failed poll's error as the driver gave it.
+	LastError           string     `json:"last_error,omitempty"`
 	ConsecutiveFailures int        `json:"failures_in_row"`
 	Polls               uint64     `json:"polls"`
 	Errors              uint64     `json:"errors"`
@@ -189,6 +207,7 @@ type Uplink struct {
 	// ShareWindowSeconds is the window of each upstream's Share.
 	ShareWindowSeconds float64    `json:"share_window_s"`
 	Upstreams          []Upstream `json:"upstreams"`
+	lastDelivered      time.Time
 }
 
 // Upstream is one MQTT broker or HTTP endpoint, by its credential-free
@@ -212,11 +231,18 @@ type Upstream struct {
 	// LastFailureTimeout says the last failure was a timeout.
 	LastFailureTimeout bool     `json:"last_failure_timeout"`
 	ProbeRTTSeconds    *float64 `json:"probe_rtt_s"`
+	// LastError is the latest failed connection, probe or delivery, in
+	// words, and LastErrorAt when; null when none since the start.
+	LastError   *string    `json:"last_error"`
+	LastErrorAt *time.Time `json:"last_error_at"`
 }
 
 // Downlink is the state of the downlink.
 type Downlink struct {
-	Enabled  bool      `json:"enabled"`
+	Enabled bool `json:"enabled"`
+	// Unsigned: commands run without a signature, so anyone who can
+	// publish on the broker can write to the devices.
+	Unsigned bool      `json:"unsigned"`
 	Commands []Command `json:"commands"`
 }
 
@@ -268,17 +294,29 @@ func (s *Server) build(now time.Time) *Snapshot {
 	}
 	past := s.window.add(now, busy, delivered)
 	snap.Buses = buses(samples, mb, devs, past, now, snap.Site.Started)
+	// A bus's cause is said at the bus, not again under each device.
+	for _, b := range snap.Buses {
+		if b.Cause == "" {
+			continue
+		}
+		for i, d := range snap.Devices {
+			if d.Bus == b.Name && d.Kind == "modbus" && d.Why != "" && d.Health != "unknown" {
+				snap.Devices[i].Why = whyOnBus(d)
+			}
+		}
+	}
 	snap.Buffer = s.buffer(now)
 	snap.Uplink = s.uplink(past, now)
 	if src.Downlink != nil {
 		d := src.Downlink()
-		dl := &Downlink{Enabled: d.Enabled, Commands: []Command{}}
+		dl := &Downlink{Enabled: d.Enabled, Unsigned: d.Unsigned, Commands: []Command{}}
 		for _, c := range d.Commands {
 			dl.Commands = append(dl.Commands, Command{At: c.At.UTC(), Device: c.Device, Command: c.Command, OK: c.OK, Result: c.Result})
 		}
 		snap.Downlink = dl
 	}
 	snap.Summary = summarise(snap)
+	snap.Summary.NothingDeliveredSeconds = s.stalled(snap, now)
 	return snap
 }
 
@@ -326,7 +364,7 @@ func devices(devs []sensors.DeviceStatus, points []sensors.Point, now time.Time)
 			kind = "serial"
 		}
 		dev := Device{
-			Name: d.Name, Bus: d.Bus, Kind: kind, Health: d.Health.String(), Why: why(d),
+			Name: d.Name, Bus: d.Bus, Kind: kind, Health: d.Health.String(), Why: why(d), LastError: d.LastError,
 			ConsecutiveFailures: d.ConsecutiveFailures, Polls: d.Polls, Errors: d.Errors,
 			LastOK: timePtr(d.LastOK), Points: byDev[d.Name],
 		}
@@ -352,6 +390,14 @@ func why(d sensors.DeviceStatus) string {
 		return "no answer: " + plural(d.ConsecutiveFailures, "failure") + " in a row, polled less often until it answers; last: " + d.LastError
 	}
 	return ""
+}
+
+// whyOnBus is why a device does not answer when its bus says why.
+func whyOnBus(d Device) string {
+	if d.Health == "offline" {
+		return "no answer: " + plural(d.ConsecutiveFailures, "failure") + " in a row, polled less often until it answers; the bus is down (above)"
+	}
+	return "last poll failed: the bus is down (above)"
 }
 
 func point(p sensors.Point, now time.Time) Point {
@@ -407,6 +453,9 @@ func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []senso
 			}
 		}
 		failing := n[sensors.Degraded] + n[sensors.Offline]
+		if failing > 0 && n[sensors.OK] == 0 {
+			b.Cause = busCause(smp.Name, devs)
+		}
 		switch {
 		case n[sensors.Unknown] == b.Devices:
 			b.State = "starting"
@@ -445,7 +494,9 @@ func (s *Server) buffer(now time.Time) *Buffer {
 		Evicted: st.EvictedMaxBytes + st.EvictedMaxAge, Rejected: st.RejectedFull, DeadLetters: st.DeadLetters,
 		LastError: st.LastError, LastErrorAt: timePtr(st.LastErrorAt),
 	}
-	if st.OldestSeq != 0 && !st.OldestAt.IsZero() {
+	// The oldest record may be one acknowledged whose deletion waits for
+	// the next commit: not counted as waiting, so not aged either.
+	if b.Waiting > 0 && st.OldestSeq != 0 && !st.OldestAt.IsZero() {
 		b.OldestAgeSeconds = ptr(max(seconds(now.Sub(st.OldestAt)), 0))
 	}
 	if s.src.Disk != nil {
@@ -468,9 +519,14 @@ func (s *Server) uplink(past *sample, now time.Time) *Uplink {
 	if s.src.Selector != nil {
 		u.Selector = s.src.Selector()
 	}
+	u.lastDelivered = del.LastDelivered
 	delivered := map[string]uint64{}
+	lastErr := map[string]uplink.UpstreamCounters{}
 	for _, c := range del.Upstreams {
 		delivered[c.Name] += c.Delivered
+		if c.LastError != "" {
+			lastErr[c.Name] = c
+		}
 	}
 	// Each upstream's share of the records delivered over the window, or
 	// since the start when there is no window yet (or a reload restarted
@@ -513,10 +569,34 @@ func (s *Server) uplink(past *sample, now time.Time) *Uplink {
 			if st.ProbeRTT > 0 {
 				up.ProbeRTTSeconds = ptr(seconds(st.ProbeRTT))
 			}
+			if c, ok := lastErr[st.Name]; ok {
+				up.LastError, up.LastErrorAt = ptr(c.LastError), timePtr(c.LastErrorAt)
+			}
 			u.Upstreams = append(u.Upstreams, up)
 		}
 	}
 	return u
+}
+
+// stalled is how long nothing was delivered while packets wait, once
+// that and the oldest waiting packet's age are both StallAfter or more;
+// nil otherwise. Before the first delivery it counts from the start.
+func (s *Server) stalled(snap *Snapshot, now time.Time) *float64 {
+	b, u := snap.Buffer, snap.Uplink
+	if b == nil || u == nil || b.Waiting == 0 || b.OldestAgeSeconds == nil || *b.OldestAgeSeconds < StallAfter.Seconds() {
+		return nil
+	}
+	since := u.lastDelivered
+	if since.IsZero() {
+		since = snap.Site.Started
+	}
+	if since.IsZero() {
+		return nil
+	}
+	if d := now.Sub(since); d >= StallAfter {
+		return ptr(seconds(d))
+	}
+	return nil
 }
 
 func summarise(s *Snapshot) Summary {

@@ -1,0 +1,54 @@
+package status
+
+import (
+	"strings"
+
+	"fieldlink/sensors"
+)
+
+// busCause is why every failing device of bus fails, in words, when it is
+// one reason on the link itself (the address refuses connections or does
+// not answer them, the serial port is missing or not allowed); "" when
+// the devices fail for different or other reasons.
+func busCause(bus string, devs []sensors.DeviceStatus) string {
+	cause := ""
+	for _, d := range devs {
+		if d.Bus != bus || (d.Health != sensors.Degraded && d.Health != sensors.Offline) {
+			continue
+		}
+		c := linkCause(d.LastError)
+		if c == "" || (cause != "" && c != cause) {
+			return ""
+		}
+		cause = c
+	}
+	return cause
+}
+
+// linkCause reads a poll's error for a failure to open the link, and says
+// it in words; "" for any other error.
+func linkCause(err string) string {
+	if i := strings.LastIndex(err, "dial tcp "); i >= 0 {
+		rest := err[i+len("dial tcp "):]
+		addr, why, _ := strings.Cut(rest, ": ")
+		switch {
+		case strings.Contains(why, "connection refused"):
+			return addr + " refuses connections: nothing listens there (the Modbus gateway is off or restarting, or the address is wrong)"
+		case strings.Contains(why, "i/o timeout"):
+			return addr + " does not answer connections (the network or the Modbus gateway is down, or the address is wrong)"
+		case strings.Contains(why, "no route to host"), strings.Contains(why, "network is unreachable"):
+			return "no route to " + addr + " (the network is down, or the address is wrong)"
+		}
+		return ""
+	}
+	if i := strings.LastIndex(err, "open /dev/"); i >= 0 {
+		port, why, _ := strings.Cut(err[i+len("open "):], ": ")
+		switch {
+		case strings.HasPrefix(why, "no such file or directory"):
+			return "the serial port " + port + " is missing (adapter unplugged, or the name is wrong)"
+		case strings.HasPrefix(why, "permission denied"):
+			return "the gateway may not open the serial port " + port + " (the dialout group)"
+		}
+	}
+	return ""
+}
