@@ -56,16 +56,18 @@ type Options struct {
 }
 
 // Manager pulls, applies, watches and reverts bundles for one gateway.
+// Its methods may be called from any goroutine.
 type Manager struct {
-	local *config.Config
-	keys  []ed25519.PublicKey
-	gw    Gateway
-	opt   Options
-	s     store
-	pull  chan struct{}
+	gw   Gateway
+	opt  Options
+	s    store
+	pull chan struct{}
 
 	mu sync.Mutex
-	st State
+	// local and keys change on SetLocal (SIGHUP).
+	local *config.Config
+	keys  []ed25519.PublicKey
+	st    State
 	// answeringSince and downSince time the breakages of a probation.
 	downSince, fewerSince time.Time
 }
@@ -73,13 +75,9 @@ type Manager struct {
 // NewManager returns the manager of local's remote configuration; st is
 // the state Startup returned.
 func NewManager(local *config.Config, st State, gw Gateway, opt Options) (*Manager, error) {
-	paths := make([]string, len(local.RemoteConfig.Keys))
-	for i, k := range local.RemoteConfig.Keys {
-		paths[i] = local.Rel(k)
-	}
-	keys, err := signing.LoadPublicKeys(paths)
+	keys, err := loadKeys(local)
 	if err != nil {
-		return nil, fmt.Errorf("remote_config.keys: %w", err)
+		return nil, err
 	}
 	if opt.Client == nil {
 		opt.Client = &http.Client{Timeout: fetchTimeout}
@@ -117,19 +115,45 @@ func (m *Manager) PullNow() {
 	}
 }
 
-// SetLocal applies a reread local file (SIGHUP) to what the manager
-// merges bundles with.
-func (m *Manager) SetLocal(local *config.Config) {
+// loadKeys reads the public keys of local's remote_config.keys.
+func loadKeys(local *config.Config) ([]ed25519.PublicKey, error) {
+	paths := make([]string, len(local.RemoteConfig.Keys))
+	for i, k := range local.RemoteConfig.Keys {
+		paths[i] = local.Rel(k)
+	}
+	keys, err := signing.LoadPublicKeys(paths)
+	if err != nil {
+		return nil, fmt.Errorf("remote_config.keys: %w", err)
+	}
+	return keys, nil
+}
+
+// SetLocal applies a reread local file (SIGHUP): what the manager merges
+// bundles with, the keys it trusts, where and how often it pulls. If a key
+// file cannot be read, nothing changes and the error says why.
+func (m *Manager) SetLocal(local *config.Config) error {
+	keys, err := loadKeys(local)
+	if err != nil {
+		m.opt.Log.Error("reread site file refused: the remote configuration's keys in force stay", "err", err)
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.local = local
+	m.local, m.keys = local, keys
+	return nil
+}
+
+// remote returns the remote_config section in force.
+func (m *Manager) remote() *config.RemoteConfig {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.local.RemoteConfig
 }
 
 // Run pulls at the configured interval (the first pull at once) and on
 // PullNow, and watches a bundle on probation, until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	m.report()
-	interval := m.local.RemoteConfig.Interval
 	next := time.NewTimer(0)
 	defer next.Stop()
 	watch := time.NewTicker(m.opt.WatchEvery)
@@ -140,7 +164,7 @@ func (m *Manager) Run(ctx context.Context) {
 			return
 		case <-next.C:
 			m.fetch(ctx)
-			next.Reset(interval)
+			next.Reset(m.remote().Interval)
 		case <-m.pull:
 			m.fetch(ctx)
 		case <-watch.C:
@@ -151,13 +175,15 @@ func (m *Manager) Run(ctx context.Context) {
 
 // fetch GETs the bundle (conditionally) and handles a new one.
 func (m *Manager) fetch(ctx context.Context) {
-	url := m.local.RemoteConfig.URL
+	m.mu.Lock()
+	url, etag := m.local.RemoteConfig.URL, m.st.ETag
+	m.mu.Unlock()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		m.opt.Log.Error("remote configuration: bad URL", "err", err)
 		return
 	}
-	if etag := m.State().ETag; etag != "" {
+	if etag != "" {
 		req.Header.Set("If-None-Match", etag)
 	}
 	resp, err := m.opt.Client.Do(req)
