@@ -43,8 +43,15 @@ type Gateway interface {
 type Options struct {
 	Profiles config.ProfileSource
 	Client   *http.Client // nil: a client with fetchTimeout
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Now is the wall clock: a bundle's validity, and the times reported
+	// and kept in state.json; nil means time.Now.
+	Now func() time.Time
+	// Elapsed is a monotonic clock, the time since any fixed origin: it
+	// times a probation and its grace, which a step of the wall clock (NTP
+	// at boot) must neither shorten nor lengthen. Nil means the monotonic
+	// reading time.Now carries.
+	Elapsed func() time.Duration
+	Log     *slog.Logger
 	// Step, if set, is called before each step of applying, confirming
 	// and reverting a bundle (tests kill the process there).
 	Step func(name string)
@@ -68,8 +75,29 @@ type Manager struct {
 	local *config.Config
 	keys  []ed25519.PublicKey
 	st    State
-	// answeringSince and downSince time the breakages of a probation.
-	downSince, fewerSince time.Time
+	// The probation in force, by Options.Elapsed: when it began, how long
+	// it lasts, and how long each breakage has lasted.
+	probStart, probFor time.Duration
+	down, fewer        lasting
+}
+
+// lasting times how long a condition has held, by Options.Elapsed.
+type lasting struct {
+	since time.Duration
+	on    bool
+}
+
+// hold notes whether the condition holds at el, and returns for how long
+// it has held without a break.
+func (l *lasting) hold(el time.Duration, cond bool) time.Duration {
+	if !cond {
+		l.on = false
+		return 0
+	}
+	if !l.on {
+		l.since, l.on = el, true
+	}
+	return el - l.since
 }
 
 // NewManager returns the manager of local's remote configuration; st is
@@ -85,6 +113,10 @@ func NewManager(local *config.Config, st State, gw Gateway, opt Options) (*Manag
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	if opt.Elapsed == nil {
+		origin := time.Now()
+		opt.Elapsed = func() time.Duration { return time.Since(origin) }
+	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
@@ -97,7 +129,13 @@ func NewManager(local *config.Config, st State, gw Gateway, opt Options) (*Manag
 	if opt.WatchEvery <= 0 {
 		opt.WatchEvery = watchEvery
 	}
-	return &Manager{local: local, keys: keys, gw: gw, opt: opt, s: store{Dir(local)}, pull: make(chan struct{}, 1), st: st}, nil
+	m := &Manager{local: local, keys: keys, gw: gw, opt: opt, s: store{Dir(local)}, pull: make(chan struct{}, 1), st: st}
+	if st.Event == StateProbation {
+		// Not a state Startup gave (it reverts a probation): the bundle
+		// gets a whole probation from now.
+		m.probStart, m.probFor = opt.Elapsed(), local.RemoteConfig.Probation
+	}
+	return m, nil
 }
 
 // State returns the remote configuration's state.
@@ -260,7 +298,8 @@ func (m *Manager) handle(data []byte, etag string) {
 	}
 	prev := m.st
 	m.st.Serial, m.st.Event, m.st.Reason, m.st.At, m.st.Last, m.st.ETag = man.Serial, StateProbation, "", now, man.Serial, etag
-	m.st.ProbationUntil, m.st.Baseline = now.Add(m.local.RemoteConfig.Probation), base
+	m.probStart, m.probFor = m.opt.Elapsed(), m.local.RemoteConfig.Probation
+	m.st.ProbationUntil, m.st.Baseline = now.Add(m.probFor), base
 	m.opt.Step("record probation")
 	if err := m.s.save(m.st); err != nil {
 		m.st = prev
@@ -275,7 +314,7 @@ func (m *Manager) handle(data []byte, etag string) {
 		refuse(man.Serial, "the gateway cannot run it: "+err.Error(), true)
 		return
 	}
-	m.downSince, m.fewerSince = time.Time{}, time.Time{}
+	m.down, m.fewer = lasting{}, lasting{}
 	m.opt.Log.Info("bundle applied; on probation", "serial", man.Serial, "until", m.st.ProbationUntil, "baseline_upstream_up", base.UpstreamUp, "baseline_answering", base.Answering)
 	m.reportLocked()
 }
@@ -288,34 +327,16 @@ func (m *Manager) watch() {
 	if m.st.Event != StateProbation {
 		return
 	}
-	now := m.opt.Now()
+	el := m.opt.Elapsed()
 	h := m.gw.Health()
-	why := ""
+	down := m.down.hold(el, m.st.Baseline.UpstreamUp && !h.UpstreamUp)
+	fewer := m.fewer.hold(el, h.Answering < m.st.Baseline.Answering-answeringDrop)
 	switch {
-	case m.st.Baseline.UpstreamUp && !h.UpstreamUp:
-		if m.downSince.IsZero() {
-			m.downSince = now
-		}
-		if now.Sub(m.downSince) >= m.opt.Grace {
-			why = fmt.Sprintf("no upstream reachable for %v, though one was before it", now.Sub(m.downSince).Round(time.Second))
-		}
-	default:
-		m.downSince = time.Time{}
-	}
-	if h.Answering < m.st.Baseline.Answering-answeringDrop {
-		if m.fewerSince.IsZero() {
-			m.fewerSince = now
-		}
-		if why == "" && now.Sub(m.fewerSince) >= m.opt.Grace {
-			why = fmt.Sprintf("devices answering fell from %.0f%% to %.0f%%", 100*m.st.Baseline.Answering, 100*h.Answering)
-		}
-	} else {
-		m.fewerSince = time.Time{}
-	}
-	switch {
-	case why != "":
-		m.revertLocked(why)
-	case !now.Before(m.st.ProbationUntil):
+	case down >= m.opt.Grace:
+		m.revertLocked(fmt.Sprintf("no upstream reachable for %v, though one was before it", down.Round(time.Second)))
+	case fewer >= m.opt.Grace:
+		m.revertLocked(fmt.Sprintf("devices answering fell from %.0f%% to %.0f%%", 100*m.st.Baseline.Answering, 100*h.Answering))
+	case el-m.probStart >= m.probFor:
 		m.confirmLocked()
 	}
 }

@@ -173,7 +173,7 @@ func (r *rig) start() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.m, err = NewManager(r.local, st, r.gw, Options{Profiles: profiles, Now: r.clock, Grace: 5 * time.Second, Step: r.step})
+	r.m, err = NewManager(r.local, st, r.gw, Options{Profiles: profiles, Now: r.clock, Elapsed: r.elapsed, Grace: 5 * time.Second, Step: r.step})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -185,10 +185,25 @@ func (r *rig) clock() time.Time {
 	return r.now
 }
 
+func (r *rig) elapsed() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mono
+}
+
 // advance lets d pass, then watches the probation.
 func (r *rig) advance(d time.Duration) {
 	r.mu.Lock()
 	r.now, r.mono = r.now.Add(d), r.mono+d
+	r.mu.Unlock()
+	r.m.watch()
+}
+
+// stepWall steps the wall clock alone by d, as NTP does, then watches the
+// probation: no time passes.
+func (r *rig) stepWall(d time.Duration) {
+	r.mu.Lock()
+	r.now = r.now.Add(d)
 	r.mu.Unlock()
 	r.m.watch()
 }
