@@ -53,7 +53,9 @@ type State struct {
 	// Last is the serial the last event was about: for a revert, the
 	// bundle reverted.
 	Last uint64 `json:"last_serial,omitempty"`
-	// ProbationUntil and Baseline describe the bundle on probation.
+	// ProbationUntil (a wall-clock time, for reports: the probation itself
+	// is timed by the monotonic clock) and Baseline describe the bundle on
+	// probation.
 	ProbationUntil time.Time `json:"probation_until,omitzero"`
 	Baseline       Health    `json:"baseline"`
 	// Reverted serials are never applied again.
