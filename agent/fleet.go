@@ -123,19 +123,13 @@ func (g *Agent) StartRemote(local *config.Config, st fleet.State, profiles confi
 }
 
 // ReloadLocal applies a reread site file, as SIGHUP does: with remote
-// configuration running, the local file is merged with the bundle in force
-// (which stays in force), and the manager takes its remote_config (keys
-// included). A key file that cannot be read refuses the whole file.
+// configuration running, the manager reloads the local file merged with
+// the bundle in force (which stays in force) and takes its remote_config,
+// keys included, only if that reload succeeds; a key file it cannot read
+// refuses the whole file.
 func (g *Agent) ReloadLocal(local *config.Config, profiles config.ProfileSource) error {
-	c := local
 	if m := g.remote.Load(); m != nil && local.RemoteConfig != nil {
-		if err := m.SetLocal(local); err != nil {
-			return err
-		}
-		var err error
-		if c, err = fleet.InForce(local, profiles); err != nil {
-			return err
-		}
+		return m.SetLocal(local)
 	}
-	return g.Reload(c)
+	return g.Reload(local)
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -167,5 +168,140 @@ remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
 		if !seqs[s] {
 			t.Errorf("packet %d never reached the broker", s)
 		}
+	}
+}
+
+// remoteGateway runs a gateway with remote configuration from a site file
+// in dir that trusts fleet.pub (written, with fleet.key, in dir) and pulls
+// what serve is given. load rewrites the site file with a device interval
+// and a key file, and loads it.
+type remoteGateway struct {
+	t    *testing.T
+	dir  string
+	g    *Agent
+	priv ed25519.PrivateKey
+	load func(interval, key string) (*config.Config, string)
+
+	mu     sync.Mutex
+	served []byte
+}
+
+func newRemoteGateway(t *testing.T) *remoteGateway {
+	t.Helper()
+	r := &remoteGateway{t: t, dir: t.TempDir()}
+	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet")); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if r.priv, err = signing.LoadPrivate(filepath.Join(r.dir, "fleet.key")); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.served == nil {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_, _ = w.Write(r.served)
+	}))
+	t.Cleanup(srv.Close)
+	src := `site: {id: "M1", id_field: MineId}
+gateway: {id: gw-fleet}
+buffer: {path: buf.db}
+metrics: {listen: "off"}
+buses:
+  - name: b
+    url: tcp://%s
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: %s}
+remote_config: {url: %q, keys: [%s]}
+`
+	addr := emulate(t, "generic-mine-methane")
+	file := filepath.Join(r.dir, "site.yaml")
+	r.load = func(interval, key string) (*config.Config, string) {
+		t.Helper()
+		site := fmt.Sprintf(src, addr, interval, srv.URL, key)
+		if err := os.WriteFile(file, []byte(site), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := config.Load(file, profiles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, site
+	}
+	local, _ := r.load("100ms", "fleet.pub")
+	c, st, err := fleet.Startup(local, profiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.g, err = Start(c, Options{OnPacket: func(*packet.Packet) {}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopWithin(t, r.g, 30*time.Second) })
+	if err := r.g.StartRemote(local, st, profiles); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A reread site file whose remote_config.keys cannot be read is refused
+// whole: ReloadLocal returns the error and the configuration in force
+// stays.
+func TestReloadLocalRefusesUnreadableRemoteKeys(t *testing.T) {
+	r := newRemoteGateway(t)
+	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet2")); err != nil {
+		t.Fatal(err)
+	}
+	reread, _ := r.load("200ms", "fleet2.pub")
+	if err := os.WriteFile(filepath.Join(r.dir, "fleet2.pub"), []byte("not a key\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.g.ReloadLocal(reread, profiles); err == nil || !strings.Contains(err.Error(), "remote_config.keys") {
+		t.Errorf("ReloadLocal with an unreadable key file: %v; want an error naming remote_config.keys", err)
+	}
+	if iv := r.g.Config().Buses[0].Devices[0].Interval; iv != 100*time.Millisecond {
+		t.Errorf("the configuration in force polls every %v, want the 100ms it had", iv)
+	}
+}
+
+// A key replaced in its file is trusted from the SIGHUP on: a bundle it
+// signs is applied.
+func TestReloadLocalRereadsRemoteKeys(t *testing.T) {
+	r := newRemoteGateway(t)
+	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet2")); err != nil {
+		t.Fatal(err)
+	}
+	priv2, err := signing.LoadPrivate(filepath.Join(r.dir, "fleet2.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub2, err := os.ReadFile(filepath.Join(r.dir, "fleet2.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "fleet.pub"), pub2, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reread, site := r.load("100ms", "fleet.pub")
+	if err := r.g.ReloadLocal(reread, profiles); err != nil {
+		t.Fatal(err)
+	}
+	b, err := fleet.Sign([]byte(site), fleet.Manifest{Serial: 1, NotBefore: time.Now().Add(-time.Minute), Expires: time.Now().Add(time.Hour)}, priv2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.served = b
+	r.mu.Unlock()
+	m := r.g.remote.Load()
+	m.PullNow()
+	testtool.WaitFor(t, 30*time.Second, "the bundle signed by the new key handled", func() bool {
+		st := m.State()
+		return st.Serial == 1 || st.Refused != nil
+	})
+	if st := m.State(); st.Serial != 1 || st.Event != fleet.StateProbation {
+		t.Errorf("state %+v (refused: %+v); want bundle 1 on probation", st, st.Refused)
 	}
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -115,5 +116,48 @@ func TestSetLocalDuringFetch(t *testing.T) {
 	wg.Wait()
 	if st := r.m.State(); st.Serial != 1 {
 		t.Errorf("serial %d in force, want 1", st.Serial)
+	}
+}
+
+// A reread site file the gateway refuses (one only a restart applies)
+// changes nothing in the manager either: it pulls from the URL in force.
+func TestSetLocalRefusedByTheGateway(t *testing.T) {
+	r := newRig(t)
+	other := newServer(t)
+	c := r.reloaded(r.srv.URL, other.URL)
+	r.gw.mu.Lock()
+	r.gw.failLoad = errors.New("a restart is needed to apply it")
+	r.gw.mu.Unlock()
+	if err := r.m.SetLocal(c); err == nil || !strings.Contains(err.Error(), "restart is needed") {
+		t.Errorf("SetLocal of a file the gateway refuses: %v; want the gateway's error", err)
+	}
+	r.gw.mu.Lock()
+	r.gw.failLoad = nil
+	r.gw.mu.Unlock()
+	r.m.fetch(context.Background())
+	if other.gets != 0 || r.srv.gets != 1 {
+		t.Errorf("pulled %d times from the refused file's URL, %d from the URL in force; want 0, 1", other.gets, r.srv.gets)
+	}
+}
+
+// A reread site file is reloaded merged with the bundle in force.
+func TestSetLocalKeepsTheBundleInForce(t *testing.T) {
+	r := newRig(t)
+	// A bundle that leaves remote_config out, as the local file changes it.
+	site := strings.Replace(fmt.Sprintf(localSite, r.srv.URL), "slave: 1}", "slave: 1, interval: 7s}", 1)
+	site = site[:strings.Index(site, "remote_config:")]
+	b, err := Sign([]byte(site), Manifest{Serial: 1, NotBefore: b0.Add(-time.Hour), Expires: b0.Add(time.Hour)}, r.priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := r.pull(b); rep.State != StateProbation {
+		t.Fatalf("%+v", rep)
+	}
+	if err := r.m.SetLocal(r.reloaded("probation: 1m", "probation: 2m")); err != nil {
+		t.Fatal(err)
+	}
+	_, n := r.gw.last()
+	if c := r.gw.loaded[n-1]; n != 2 || c.Buses[0].Devices[0].Interval != 7*time.Second || c.RemoteConfig.Probation != 2*time.Minute {
+		t.Errorf("%d reloads, the last with interval %v and probation %v; want 2, bundle 1's 7s and the reread file's 2m", n, c.Buses[0].Devices[0].Interval, c.RemoteConfig.Probation)
 	}
 }

@@ -166,9 +166,13 @@ func loadKeys(local *config.Config) ([]ed25519.PublicKey, error) {
 	return keys, nil
 }
 
-// SetLocal applies a reread local file (SIGHUP): what the manager merges
-// bundles with, the keys it trusts, where and how often it pulls. If a key
-// file cannot be read, nothing changes and the error says why.
+// SetLocal applies a reread local file (SIGHUP): the gateway reloads it
+// merged with the bundle in force (on probation or confirmed), then the
+// manager merges bundles with it, trusts its keys and pulls from its URL
+// at its interval. If a key file cannot be read, the bundle in force does
+// not merge with it or the gateway refuses it, nothing changes (gateway
+// and manager) and the error says why. Holding the manager's lock
+// throughout, no bundle is applied or reverted meanwhile.
 func (m *Manager) SetLocal(local *config.Config) error {
 	keys, err := loadKeys(local)
 	if err != nil {
@@ -177,6 +181,15 @@ func (m *Manager) SetLocal(local *config.Config) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	c := local
+	if m.st.Serial != 0 {
+		if c, err = loadBundle(m.s, local, m.st.Serial, m.opt.Profiles); err != nil {
+			return fmt.Errorf("bundle %d in force, merged with the reread site file: %w", m.st.Serial, err)
+		}
+	}
+	if err := m.gw.Reload(c); err != nil {
+		return err
+	}
 	m.local, m.keys = local, keys
 	return nil
 }
