@@ -125,17 +125,3 @@ func loadBundle(s store, local *config.Config, serial uint64, profiles config.Pr
 	}
 	return Merge(local, site, serial, profiles)
 }
-
-// InForce is the configuration a SIGHUP applies: the local file reread,
-// merged with the bundle in force (on probation or confirmed).
-func InForce(local *config.Config, profiles config.ProfileSource) (*config.Config, error) {
-	if local.RemoteConfig == nil {
-		return local, nil
-	}
-	s := store{Dir(local)}
-	st, err := s.load()
-	if err != nil || st.Serial == 0 {
-		return local, err
-	}
-	return loadBundle(s, local, st.Serial, profiles)
-}
