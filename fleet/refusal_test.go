@@ -236,3 +236,27 @@ func TestConfirmClearsTheETag(t *testing.T) {
 		t.Errorf("confirmed: state %q, etag %q; want applied, no etag", st.Event, st.ETag)
 	}
 }
+
+// At a start the manager reports what happened last: a refusal made after
+// the configuration in force was confirmed, else the configuration in
+// force.
+func TestStartReportsWhatHappenedLast(t *testing.T) {
+	r := newRig(t)
+	r.pull(r.bundle(1, "", ""))
+	r.advance(2 * time.Minute)
+	r.advance(time.Minute)
+	if rep := r.pull(r.bundle(2, "", "", "gw-77")); rep.State != StateRefused {
+		t.Fatalf("another gateway's bundle: %+v", rep)
+	}
+	r.start()
+	r.m.report()
+	if rep, _ := r.gw.last(); rep.State != StateRefused || rep.Serial != 2 {
+		t.Errorf("at a start after a refusal: %+v; want bundle 2 refused", rep)
+	}
+	r.pull(r.bundle(3, "", ""))
+	r.start() // bundle 3 on probation: reverted
+	r.m.report()
+	if rep, _ := r.gw.last(); rep.State != StateReverted || rep.Serial != 3 {
+		t.Errorf("at a start that reverted bundle 3: %+v; want 3 reverted", rep)
+	}
+}
