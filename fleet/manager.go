@@ -358,7 +358,8 @@ func (m *Manager) confirmLocked() {
 	m.opt.Step("confirm")
 	prevGood := m.st.KnownGood
 	m.st.KnownGood, m.st.Event, m.st.Reason, m.st.At, m.st.Last = m.st.Serial, StateApplied, "", m.opt.Now(), m.st.Serial
-	// A bundle refused for good during the probation may be taken now.
+	// Whatever is published is downloaded afresh at the next pull and
+	// checked against the configuration now known good.
 	m.st.ProbationUntil, m.st.ETag = time.Time{}, ""
 	m.saveLocked()
 	m.s.prune(m.st.KnownGood)
