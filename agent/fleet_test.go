@@ -305,3 +305,40 @@ func TestReloadLocalRereadsRemoteKeys(t *testing.T) {
 		t.Errorf("state %+v (refused: %+v); want bundle 1 on probation", st, st.Refused)
 	}
 }
+
+// A SIGHUP that changes remote_config's key list (a key added for a
+// rotation) is applied without a restart: a bundle signed by the new key
+// is applied, and the devices' new settings in the same file with it.
+func TestReloadLocalTakesANewKeyList(t *testing.T) {
+	r := newRemoteGateway(t)
+	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet2")); err != nil {
+		t.Fatal(err)
+	}
+	priv2, err := signing.LoadPrivate(filepath.Join(r.dir, "fleet2.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reread, site := r.load("200ms", "fleet.pub, fleet2.pub")
+	if err := r.g.ReloadLocal(reread, profiles); err != nil {
+		t.Fatalf("a new key list on SIGHUP: %v", err)
+	}
+	if iv := r.g.Config().Buses[0].Devices[0].Interval; iv != 200*time.Millisecond {
+		t.Errorf("the reread file polls every %v, want 200ms", iv)
+	}
+	b, err := fleet.Sign([]byte(site), fleet.Manifest{Serial: 1, NotBefore: time.Now().Add(-time.Minute), Expires: time.Now().Add(time.Hour)}, priv2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.served = b
+	r.mu.Unlock()
+	m := r.g.remote.Load()
+	m.PullNow()
+	testtool.WaitFor(t, 30*time.Second, "the bundle signed by the new key handled", func() bool {
+		st := m.State()
+		return st.Serial == 1 || st.Refused != nil
+	})
+	if st := m.State(); st.Serial != 1 || st.Event != fleet.StateProbation {
+		t.Errorf("state %+v (refused: %+v); want bundle 1 on probation", st, st.Refused)
+	}
+}

@@ -34,6 +34,7 @@ func TestDiff(t *testing.T) {
 		{"buffer", func(c *Config) { c.Buffer.Path = "/elsewhere.db" }, false, false, "buffer"},
 		{"metrics", func(c *Config) { c.Metrics.Listen = "off" }, false, false, "metrics"},
 		{"uplink removed", func(c *Config) { c.Uplink = nil }, false, true, "uplink added or removed"},
+		{"remote_config added", func(c *Config) { c.RemoteConfig = &RemoteConfig{URL: "https://x/b", Keys: []string{"k.pub"}} }, false, false, "remote_config added or removed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := base()
@@ -49,5 +50,26 @@ func TestDiff(t *testing.T) {
 				t.Errorf("Restart = %q, want %q", got, tc.restart)
 			}
 		})
+	}
+}
+
+// The remote configuration's url, interval, keys and probation are taken
+// by a reload (its manager rereads them); its topics rebuild the uplink.
+func TestDiffRemoteConfig(t *testing.T) {
+	rc := func() *Config {
+		return &Config{Site: Site{ID: "1"}, Gateway: Gateway{ID: "g"}, Uplink: &Uplink{},
+			RemoteConfig: &RemoteConfig{URL: "https://x/b", Keys: []string{"a.pub"}, PullTopic: "p", StateTopic: "s"}}
+	}
+	a := rc()
+	b := rc()
+	b.RemoteConfig.Keys = []string{"a.pub", "b.pub"}
+	b.RemoteConfig.URL, b.RemoteConfig.Interval, b.RemoteConfig.Probation = "https://y/b", 1, 2
+	if d := Diff(a, b); len(d.Restart) != 0 || d.Uplink || d.Sensors {
+		t.Errorf("keys, url, interval, probation: %+v; want nothing rebuilt, no restart", d)
+	}
+	b = rc()
+	b.RemoteConfig.PullTopic = "q"
+	if d := Diff(a, b); len(d.Restart) != 0 || !d.Uplink {
+		t.Errorf("pull_topic: %+v; want the uplink rebuilt", d)
 	}
 }
