@@ -288,6 +288,7 @@ func TestBundleRefusals(t *testing.T) {
 		{"expired", expired, "expired"},
 		{"changes remote_config", r.bundle(9, "probation: 1m", "probation: 2m"), "remote_config is local to each gateway"},
 		{"changes the metrics listener", r.bundle(9, "127.0.0.1:9273", "127.0.0.1:9999"), "metrics is local to each gateway"},
+		{"allows unsigned commands", r.bundle(9, "probation: 1m}", "probation: 1m}\ndownlink: {allow_unsigned: true}"), "downlink.allow_unsigned is local to each gateway"},
 		{"does not parse", r.bundle(9, "slave: 1}", "slave: 1, intervall: 5s}"), "intervall"},
 	} {
 		rep := r.pull(tc.bundle)

@@ -18,8 +18,9 @@ import (
 func Dir(c *config.Config) string { return filepath.Join(filepath.Dir(c.Buffer.Path), "remote") }
 
 // localOnly are the settings a bundle may repeat but never change: the
-// remote configuration itself and its trust keys, the downlink's switch
-// and keys, the metrics and status listener and its token.
+// remote configuration itself and its trust keys, the downlink's switch,
+// keys and consent to unsigned commands, the metrics and status listener
+// and its token.
 var localOnly = []struct {
 	path []string
 	get  func(*config.Config) any
@@ -28,6 +29,7 @@ var localOnly = []struct {
 	{[]string{"metrics"}, func(c *config.Config) any { return c.Metrics }},
 	{[]string{"downlink", "enabled"}, func(c *config.Config) any { return c.Downlink.Enabled }},
 	{[]string{"downlink", "keys"}, func(c *config.Config) any { return c.Downlink.Keys }},
+	{[]string{"downlink", "allow_unsigned"}, func(c *config.Config) any { return c.Downlink.AllowUnsigned }},
 }
 
 // Merge parses a bundle's site file with the strict parser of every site
@@ -53,7 +55,7 @@ func Merge(local *config.Config, site []byte, serial uint64, profiles config.Pro
 		}
 	}
 	c.RemoteConfig, c.Metrics = local.RemoteConfig, local.Metrics
-	c.Downlink.Enabled, c.Downlink.Keys = local.Downlink.Enabled, local.Downlink.Keys
+	c.Downlink.Enabled, c.Downlink.Keys, c.Downlink.AllowUnsigned = local.Downlink.Enabled, local.Downlink.Keys, local.Downlink.AllowUnsigned
 	c.File = local.File
 	return c, nil
 }
