@@ -18,6 +18,7 @@ import (
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/profile"
+	"fieldlink/yamlconf"
 )
 
 // Engine defaults.
@@ -95,6 +96,9 @@ type Engine struct {
 	maxAge time.Duration
 	run    sync.Mutex           // one command on the bus at a time; guards the settings
 	points map[[2]string]*point // by device, point
+	// devices are the site's device names, to tell a command for no
+	// device from one for a point that is not writable.
+	devices []string
 
 	mu     sync.Mutex
 	counts map[Status]uint64
@@ -129,8 +133,13 @@ func NewEngine(c *config.Config, opt Options) *Engine {
 // the next command (a reload).
 func (e *Engine) Configure(c *config.Config, keys []ed25519.PublicKey) {
 	points := map[[2]string]*point{}
+	var devices []string
+	for _, l := range c.SerialSensors {
+		devices = append(devices, l.Name)
+	}
 	for _, b := range c.Buses {
 		for _, d := range b.Devices {
+			devices = append(devices, d.Name)
 			p := c.Profiles[d.Profile]
 			for _, w := range d.Writable {
 				if reg, ok := p.Register(w.Point); ok && reg.Writable() {
@@ -146,7 +155,7 @@ func (e *Engine) Configure(c *config.Config, keys []ed25519.PublicKey) {
 	slices.Sort(names)
 	e.run.Lock()
 	defer e.run.Unlock()
-	e.points, e.maxAge, e.opt.Keys = points, c.Downlink.MaxAge, keys
+	e.points, e.devices, e.maxAge, e.opt.Keys = points, devices, c.Downlink.MaxAge, keys
 	e.mu.Lock()
 	e.described = strings.Join(names, ", ")
 	e.mu.Unlock()
@@ -227,6 +236,26 @@ func (e *Engine) run1(ctx context.Context, cmd Command, local bool) Result {
 	return res
 }
 
+// notWritable says why cmd has no writable point: no such device, or a
+// point the site file does not list as writable, with the name meant when
+// one is near.
+func (e *Engine) notWritable(cmd Command, end func(Status, string, ...any) Result) Result {
+	if !slices.Contains(e.devices, cmd.Device) {
+		return end(StatusRejected, "no device %s on this gateway%s", cmd.Device, yamlconf.DidYouMean(cmd.Device, e.devices))
+	}
+	var writable []string
+	for k := range e.points {
+		if k[0] == cmd.Device {
+			writable = append(writable, k[1])
+		}
+	}
+	hint := yamlconf.DidYouMean(cmd.Point, writable)
+	if hint == "" {
+		hint = " (the site file lists the writable points of each device)"
+	}
+	return end(StatusRejected, "%s.%s is not writable on this gateway%s", cmd.Device, cmd.Point, hint)
+}
+
 // execute checks and runs cmd; the id is already kept.
 func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result {
 	res := Result{ID: cmd.ID, Value: cmd.Value, At: now}
@@ -236,7 +265,7 @@ func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result
 	}
 	p := e.points[[2]string{cmd.Device, cmd.Point}]
 	if p == nil {
-		return end(StatusRejected, "%s.%s is not writable on this gateway (the site file lists the writable points of each device)", cmd.Device, cmd.Point)
+		return e.notWritable(cmd, end)
 	}
 	v, err := p.value(cmd.Value)
 	if err != nil {

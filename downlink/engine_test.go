@@ -179,6 +179,9 @@ func TestEngineRules(t *testing.T) {
 		{name: "older than max_age", cmd: cmdJSON("c9", "ValveOpen", "true", e0.Add(-2*time.Minute)), status: StatusExpired, reason: "more than max_age 1m0s"},
 		{name: "from the future", cmd: cmdJSON("c10", "ValveOpen", "true", e0.Add(time.Hour)), status: StatusRejected, reason: "ahead of the gateway's clock"},
 		{name: "point not writable here", cmd: cmdJSON("c11", "PressureLimit", "3", e0), status: StatusRejected, reason: "not writable on this gateway"},
+		{name: "a writable point's name mistyped", cmd: cmdJSON("c21", "Setpiont", "3", e0), status: StatusRejected, reason: `valve-1.Setpiont is not writable on this gateway (did you mean "Setpoint"?)`},
+		{name: "no such device", cmd: `{"id":"c22","device":"valve-2","point":"ValveOpen","value":true,"issued_at":"2026-12-02T08:00:00Z"}`,
+			status: StatusRejected, reason: `no device valve-2 on this gateway (did you mean "valve-1"?)`},
 		{name: "above max", cmd: cmdJSON("c12", "Setpoint", "101", e0), status: StatusRejected, reason: "above max 100"},
 		{name: "off step", cmd: cmdJSON("c13", "Setpoint", "42.25", e0), status: StatusRejected, reason: "whole number of steps of 0.5"},
 		{name: "bool to a number", cmd: cmdJSON("c14", "Setpoint", "true", e0), status: StatusRejected, reason: "takes a number"},
@@ -221,7 +224,11 @@ func TestEngineRules(t *testing.T) {
 			if _, kept := r.ledger.seen[res.ID]; kept == (res.Status == StatusExpired || tc.name == "from the future") {
 				t.Errorf("id kept: %v; a command too late or too early is never run, and its id is not kept", kept)
 			}
-			if len(r.packets) != 1 || r.packets[0].DataType != "Command" || r.packets[0].DeviceID != "valve-1" {
+			device := "valve-1"
+			if tc.name == "no such device" {
+				device = "valve-2"
+			}
+			if len(r.packets) != 1 || r.packets[0].DataType != "Command" || r.packets[0].DeviceID != device {
 				t.Fatalf("buffered %+v, want one Command packet", r.packets)
 			}
 			if got := r.packets[0].Fields[3]; got.Name != "Status" || got.Value.String() != string(tc.status) {

@@ -411,7 +411,7 @@ func (d *Doc) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 func DidYouMean(key string, names []string) string {
 	best, bestD := "", 3
 	for _, n := range names {
-		if dd := distance(strings.ToLower(key), n); dd < bestD {
+		if dd := distance(strings.ToLower(key), strings.ToLower(n)); dd < bestD {
 			best, bestD = n, dd
 		}
 	}
