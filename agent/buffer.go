@@ -71,7 +71,7 @@ func OpenStoppedBuffer(c *config.Config, stderr io.Writer) (q *buffer.Buffer, do
 	}
 	q, adopt, err := openBuffer(c, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if errors.Is(err, buffer.ErrLocked) {
-		return nil, nil, fmt.Errorf("%w: is the gateway running? It holds the file: stop it first (systemctl stop fieldlink)", err)
+		return nil, nil, heldError{c}
 	}
 	if err != nil {
 		return nil, nil, err
@@ -84,6 +84,20 @@ func OpenStoppedBuffer(c *config.Config, stderr io.Writer) (q *buffer.Buffer, do
 		return err
 	}, nil
 }
+
+// heldError is a stopped gateway's command refused because a running
+// gateway holds the buffer: it says where the figures are meanwhile.
+type heldError struct{ c *config.Config }
+
+func (e heldError) Error() string {
+	meanwhile := ""
+	if l := e.c.Metrics.Listen; l != "off" {
+		meanwhile = fmt.Sprintf(" Its figures are on its status page meanwhile: curl -s http://%s/status.json.", l)
+	}
+	return fmt.Sprintf("the gateway is running: it holds %s, which one process opens at a time.%s To read or change the file here, stop it first (systemctl stop fieldlink)", e.c.Buffer.Path, meanwhile)
+}
+
+func (heldError) Unwrap() error { return buffer.ErrLocked }
 
 // forService prepares the directory of path, the buffer file, for a
 // process running as root: the directories it lacks are created (0750)

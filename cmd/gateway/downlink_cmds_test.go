@@ -143,7 +143,7 @@ func TestAuditCommand(t *testing.T) {
 
 	// While the file is held (as by a running gateway), audit says why it cannot read it.
 	code, _, errOut := gw(t, "audit", "-c", site)
-	if code != 1 || !strings.Contains(errOut, "is the gateway running? It holds the file") {
+	if code != 1 || !strings.Contains(errOut, "the gateway is running: it holds ") {
 		t.Fatalf("audit of a held file: %d %s", code, errOut)
 	}
 	if err := buf.Close(); err != nil {

@@ -401,7 +401,7 @@ uplink:
 	var errOut string
 	testtool.WaitFor(t, 20*time.Second, "buffer stats to refuse while the daemon runs", func() bool {
 		code, _, errOut = gw(t, "buffer", "stats", "-c", site)
-		return code != 0 && strings.Contains(errOut, "is the gateway running?")
+		return code != 0 && strings.Contains(errOut, "the gateway is running: it holds ") && strings.Contains(errOut, "/status.json") && !strings.Contains(errOut, "in use by another gateway process?")
 	})
 	cancel()
 	if err := <-done; err != nil {
