@@ -48,6 +48,9 @@ func openBuffer(c *config.Config, log *slog.Logger) (q *buffer.Buffer, adopt fun
 	}
 	q, err = buffer.Open(c.Buffer.Path, opt)
 	aerr := adopt()
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, nil, fmt.Errorf("buffer %s: %w (set buffer.path in %s to a file this user may create, such as ./buffer.db to try it out; the installed service runs as the %s user, which owns /var/lib/fieldlink)", c.Buffer.Path, err, c.File, ServiceUser)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("buffer %s: %w", c.Buffer.Path, err)
 	}

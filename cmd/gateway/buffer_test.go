@@ -40,3 +40,23 @@ uplink: {upstreams: [{url: "http://127.0.0.1:1/ingest"}]}
 		}
 	}
 }
+
+// A buffer the user may not create says which setting to change, or which
+// user the service runs as, not only "permission denied".
+func TestRunWithABufferItMayNotCreate(t *testing.T) {
+	site := writeSite(t, `site: {id: "M1", id_field: MineId}
+gateway: {id: gw-b}
+buffer: {path: /sys/fieldlink-test/buf.db}
+metrics: {listen: "off"}
+buses:
+  - name: b
+    url: tcp://127.0.0.1:1
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1}
+uplink: {upstreams: [{url: "mqtt://127.0.0.1:1"}]}
+`)
+	code, _, errOut := gw(t, "run", "-c", site)
+	if code != 1 || !strings.Contains(errOut, "not permitted") || !strings.Contains(errOut, "buffer.path") || !strings.Contains(errOut, "the fieldlink user") {
+		t.Fatalf("run: %d %s", code, errOut)
+	}
+}
