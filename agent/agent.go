@@ -15,6 +15,7 @@ import (
 	"fieldlink/config"
 	"fieldlink/downlink"
 	"fieldlink/fleet"
+	"fieldlink/internal/kclock"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/selector"
@@ -37,6 +38,11 @@ type Options struct {
 	// OpenSite opens a site's sensors side; nil means [OpenSite]. Tests
 	// replace it to make a bus fail to open.
 	OpenSite func(*config.Config, *slog.Logger) (*Site, error)
+	// ClockSynced reports whether the wall clock is synchronised; packets
+	// read while it is not are marked "ClockUnsynced" (see
+	// [packet.Packet.ClockUnsynced]) and carry their monotonic reading for
+	// the buffer's re-stamp. Nil means the kernel's NTP state.
+	ClockSynced func() bool
 }
 
 // Agent is one site's running gateway: the sensors side (buses and line
@@ -82,6 +88,7 @@ type Agent struct {
 	reportKick   chan struct{}
 	stopControl  func()      // the control socket of gateway write
 	status       statusState // what the status page knows beyond the snapshots
+	clock        kclock.Clock
 }
 
 // parts are the gateway's parts in force; a reload replaces the value.
@@ -95,6 +102,7 @@ type parts struct {
 // delivering. Stop ends it.
 func Start(c *config.Config, opt Options) (*Agent, error) {
 	g := &Agent{log: opt.Logger, opt: opt, failed: make(chan struct{}), status: statusState{started: time.Now()}}
+	g.clock.Synced = opt.ClockSynced
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +163,9 @@ func (g *Agent) Fatal() error {
 
 // emit is where the pollers' packets go.
 func (g *Agent) emit(p *packet.Packet) {
+	if !p.At.IsZero() {
+		p.ClockUnsynced, p.Mono = g.clock.Unsynced(p.At)
+	}
 	if g.opt.OnPolled != nil {
 		g.opt.OnPolled(p)
 	}

@@ -7,8 +7,13 @@ package kclock
 import (
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 )
+
+// MinTrue is the earliest wall-clock time taken as true, whatever the
+// kernel says: no reading of this gateway's was ever taken before it.
+var MinTrue = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Synced reports whether the kernel says the wall clock is synchronised:
 // its NTP maximum error is under 16 s, as timedatectl reads it. A system
@@ -31,4 +36,52 @@ func BootID() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// Mono is the monotonic clock now (CLOCK_MONOTONIC: time since this boot,
+// not counting suspend), or, where it cannot be read, this process's
+// monotonic time since it started.
+func Mono() time.Duration { return MonoAt(time.Now()) }
+
+// anchor and anchorMono are one reading of both clocks when the process
+// started: MonoAt counts from them on Go's own monotonic reading.
+var anchor, anchorMono = time.Now(), mono()
+
+// MonoAt is CLOCK_MONOTONIC when at was read: at must come from time.Now
+// in this process (it carries Go's monotonic reading; a time without one
+// gives a wall-clock difference).
+func MonoAt(at time.Time) time.Duration { return anchorMono + at.Sub(anchor) }
+
+// lookEvery is how often a Clock asks the kernel again.
+const lookEvery = time.Second
+
+// Clock tells the readings to mark as taken from an unsynchronised clock.
+// It asks the kernel at most once a second. Safe for concurrent use; the
+// zero value asks the kernel.
+type Clock struct {
+	// Synced reports whether the wall clock is synchronised; nil means
+	// Synced, the kernel's state.
+	Synced func() bool
+
+	next   atomic.Int64 // MonoAt of the next look, in nanoseconds
+	synced atomic.Bool
+}
+
+// Unsynced reports whether a reading taken at at (from time.Now) cannot be
+// vouched for: the kernel did not hold the clock as synchronised, or at is
+// before MinTrue. mono is CLOCK_MONOTONIC at at, for a later re-stamp.
+func (c *Clock) Unsynced(at time.Time) (unsynced bool, mono time.Duration) {
+	mono = MonoAt(at)
+	if int64(mono) >= c.next.Load() {
+		f := c.Synced
+		if f == nil {
+			f = Synced
+		}
+		c.synced.Store(f())
+		c.next.Store(int64(mono + lookEvery))
+	}
+	if c.synced.Load() && !at.Before(MinTrue) {
+		return false, 0
+	}
+	return true, mono
 }

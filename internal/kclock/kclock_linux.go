@@ -3,6 +3,7 @@ package kclock
 import (
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // state reads the kernel's NTP state with adjtimex (read only), as
@@ -17,4 +18,13 @@ func state() (synced bool, maxError time.Duration, ok bool) {
 	}
 	maxError = time.Duration(tx.Maxerror) * time.Microsecond
 	return maxError < 16*time.Second, maxError, true
+}
+
+// mono reads CLOCK_MONOTONIC; zero if it cannot.
+func mono() time.Duration {
+	var ts syscall.Timespec
+	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1 /* CLOCK_MONOTONIC */, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
