@@ -72,6 +72,7 @@ func (b *Buffer) AppendAll(ctx context.Context, ps ...*packet.Packet) error {
 		return unstored(r.err)
 	}
 	var errs []error
+	marked := false
 	for i, p := range ps {
 		if err := r.recs[i].err; err != nil {
 			p.Seq, p.Epoch = 0, ""
@@ -79,6 +80,10 @@ func (b *Buffer) AppendAll(ctx context.Context, ps ...*packet.Packet) error {
 			continue
 		}
 		p.Seq, p.Epoch = r.recs[i].seq, b.epoch
+		marked = marked || p.ClockUnsynced
+	}
+	if marked || b.waiting.Load() {
+		b.noteClock(ps)
 	}
 	if len(errs) == 1 {
 		return errs[0]

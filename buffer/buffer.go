@@ -15,6 +15,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"fieldlink/internal/kclock"
 )
 
 // Buffer is a durable store-and-forward queue of packets in one bbolt file.
@@ -43,6 +45,13 @@ type Buffer struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// clockMu guards spans, this boot's runs of records stamped from an
+	// unsynchronised clock (see clock.go); waiting says there are some.
+	clockMu sync.Mutex
+	spans   []span
+	waiting atomic.Bool
+	boot    string // this boot's id; "" where there is none: no re-stamp
 
 	// mu guards the leases and the notify channel.
 	mu     sync.Mutex
@@ -120,6 +129,13 @@ func Open(path string, opt Options) (*Buffer, error) {
 	b.publish(st)
 	b.w = &writer{b: b, st: st, lastIssued: st.seq, floor: b.floor}
 	go b.w.run()
+	b.boot = opt.BootID
+	if b.boot == "" {
+		b.boot = kclock.BootID()
+	}
+	if err := b.loadSpans(); err != nil {
+		b.log.Warn("buffer: cannot read the clock spans: packets stamped before the clock was set keep their mark", "path", b.path, "err", err)
+	}
 	return b, nil
 }
 

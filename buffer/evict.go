@@ -1,6 +1,11 @@
 package buffer
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+
+	"fieldlink/packet"
+)
 
 // makeRoom evicts records to free over bytes for a new record, or says why
 // it may not.
@@ -67,7 +72,11 @@ func (w *writer) evictAged() {
 		return
 	}
 	b := w.b
+	if !b.opt.Synced() {
+		return // now is not to be trusted: a clock stepped forward would age every record
+	}
 	cutoff := b.opt.Now().Add(-b.opt.MaxAge).UnixNano()
+	mark := []byte(packet.UnsyncedMark)
 	for {
 		t, err := w.begin()
 		if err != nil {
@@ -78,7 +87,9 @@ func (w *writer) evictAged() {
 		err = w.contain(func() error {
 			for q := range t.q {
 				n, _, err := t.deleteFirst(q, func(k, v []byte, n int, _ int64) bool {
-					return n < deleteChunk && validRecord(k, v) && recordAt(v) < cutoff
+					// A record stamped from an unsynchronised clock has an
+					// age nobody can vouch for: it and those after it wait.
+					return n < deleteChunk && validRecord(k, v) && recordAt(v) < cutoff && !bytes.Contains(v[headerSize:], mark)
 				})
 				if err != nil {
 					return err

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"fieldlink/internal/kclock"
 	"fieldlink/packet"
 )
 
@@ -177,6 +178,21 @@ type Options struct {
 	// reading time. Nil means time.Now.
 	Now func() time.Time
 
+	// Synced reports whether the wall clock is synchronised. While it is
+	// not, MaxAge evicts nothing (a clock stepped forward would age every
+	// record at once); once it is, the records stamped before are
+	// re-stamped (see Restamp). Nil means the kernel's NTP state, or, when
+	// Now is set, true: a caller's own clock is taken as true.
+	Synced func() bool
+
+	// Mono is the monotonic clock (CLOCK_MONOTONIC), for re-stamping.
+	// Nil means the kernel's.
+	Mono func() time.Duration
+
+	// BootID names this boot, for re-stamping: only records of this boot
+	// can be. Empty means the kernel's boot id.
+	BootID string
+
 	// Test hooks.
 	maxFileSize    int                    // bbolt's MaxSize: disk-full tests where mounts are refused
 	failCommit     func() error           // a non-nil result abandons the commit with that error
@@ -208,8 +224,17 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Synced == nil {
+		o.Synced = kclock.Synced
+		if o.Now != nil {
+			o.Synced = func() bool { return true }
+		}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Mono == nil {
+		o.Mono = kclock.Mono
 	}
 	if o.deadMax <= 0 {
 		o.deadMax = maxDead

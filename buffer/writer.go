@@ -26,6 +26,7 @@ const (
 	opDeadLetter         // move seqs to the dead bucket
 	opPurgeDead          // delete every dead letter
 	opUpdateAux          // set and delete keys of the aux bucket
+	opRestamp            // re-stamp the records of clock spans, delete their aux keys
 )
 
 // request is one call's work for the writer. The caller fills it in and
@@ -37,9 +38,10 @@ type request struct {
 	later    bool              // opAck: AckLater, nobody waits
 	reason   string            // opDeadLetter
 	auxPut   map[string][]byte // opUpdateAux
-	auxDel   []string          // opUpdateAux
+	auxDel   []string          // opUpdateAux, opRestamp
+	restamp  *restamp          // opRestamp
 	dead     [][]byte          // opDropCorrupt: keys of dead letters
-	n        int               // opPurge, opPurgeDead: records deleted
+	n        int               // opPurge, opPurgeDead: records deleted; opRestamp: re-stamped
 	err      error             // the whole request failed
 	state    atomic.Int32
 	done     chan struct{} // nil for opDropCorrupt
@@ -423,6 +425,9 @@ func (w *writer) apply(t *wtx, r *request, interval bool) {
 		r.n = t.purgeDead()
 	case opUpdateAux:
 		t.updateAux(r.auxPut, r.auxDel)
+	case opRestamp:
+		r.n = t.restamp(r.restamp)
+		t.updateAux(nil, r.auxDel)
 	case opPurge:
 		t.purge = r
 		return
