@@ -83,12 +83,13 @@ func (o StoreOptions) withDefaults() StoreOptions {
 
 // Keys in the aux bucket.
 const (
-	keySince     = "downlink.since"      // when the id table began: commands issued before may have run
-	keyForgot    = "downlink.forgot"     // the latest issued_at of a forgotten id: never moves back
-	keyElapsed   = "downlink.elapsed"    // the running time the store has observed, in nanoseconds
-	prefixID     = "downlink.id/"        // + id: an idRecord
-	prefixAudit  = "downlink.audit/"     // + 16 hex digits of seq: an audit entry
-	keyAuditHead = "downlink.audit-head" // the auditHead
+	keySince         = "downlink.since"          // when the id table began: commands issued before may have run
+	keySinceUnsynced = "downlink.since-unsynced" // present: keySince was read from a clock not synchronised
+	keyForgot        = "downlink.forgot"         // the latest issued_at of a forgotten id: never moves back
+	keyElapsed       = "downlink.elapsed"        // the running time the store has observed, in nanoseconds
+	prefixID         = "downlink.id/"            // + id: an idRecord
+	prefixAudit      = "downlink.audit/"         // + 16 hex digits of seq: an audit entry
+	keyAuditHead     = "downlink.audit-head"     // the auditHead
 )
 
 // Audit entry kinds.
@@ -131,13 +132,15 @@ type Store struct {
 	aux Aux
 	opt StoreOptions
 
-	mu     sync.Mutex
-	ids    map[string]*idRecord
-	since  time.Time
-	forgot time.Time     // keyForgot; zero while nothing was forgotten
-	base   time.Duration // keyElapsed when opened
-	e0     time.Duration // opt.Elapsed() when opened
-	head   auditHead
+	mu    sync.Mutex
+	ids   map[string]*idRecord
+	since time.Time
+	// sinceUnsynced: since was read from a clock not synchronised.
+	sinceUnsynced bool
+	forgot        time.Time     // keyForgot; zero while nothing was forgotten
+	base          time.Duration // keyElapsed when opened
+	e0            time.Duration // opt.Elapsed() when opened
+	head          auditHead
 }
 
 // idRecord is what the store keeps of a command, under prefixID+id.
@@ -185,9 +188,19 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 	if err := s.since.UnmarshalText(raw); raw == nil || err != nil {
 		s.since = now
 		b.put[keySince], _ = now.MarshalText()
+		if !s.opt.Synced() {
+			// Not to be trusted in either direction: the first
+			// synchronised time replaces it (see settleSince).
+			s.sinceUnsynced = true
+			b.put[keySinceUnsynced] = []byte("1")
+		}
 		b.audit(now, KindStart, nil, nil, "the command record begins: a new buffer file, or the old one's records were lost (salvage)")
+	} else if raw, err = aux.Aux(keySinceUnsynced); err != nil {
+		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+	} else {
+		s.sinceUnsynced = raw != nil
 	}
-	s.sinceNoLater(b, now)
+	s.settleSince(b, now)
 	err = aux.ScanAux(prefixID, func(key string, v []byte) error {
 		id := strings.TrimPrefix(key, prefixID)
 		var r idRecord
@@ -245,7 +258,7 @@ func (s *Store) Begin(cmd Command, now time.Time) (*Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.newBatch()
-	s.sinceNoLater(b, now)
+	s.settleSince(b, now)
 	gone := s.prune(b, cmd.ID)
 	rec, known := s.ids[cmd.ID]
 	var answer *Result
@@ -288,18 +301,24 @@ func (r *idRecord) answer(now time.Time) Result {
 
 func ptr[T any](v T) *T { return &v }
 
-// sinceNoLater moves the start of the id table back to now if it is later
-// and the kernel says the clock is synchronised: the clock was ahead when
-// it began (a gateway without a real-time clock, before NTP), and every
-// command since would look issued before it. Commands received since it
-// began are all remembered, so any time after it began in truth will do;
-// a synchronised now is one. A clock that is not synchronised may be
-// behind the truth (fake-hwclock, 1970): the start stays.
-func (s *Store) sinceNoLater(b *batch, now time.Time) {
-	if now.Before(s.since) && s.opt.Synced() {
-		b.since = now
-		b.put[keySince], _ = now.MarshalText()
+// settleSince sets the start of the id table to now, when the kernel says
+// the clock is synchronised, if the start is later (the clock was ahead
+// when it began: a gateway without a real-time clock, before NTP, and
+// every command since would look issued before it) or was read from a
+// clock that was not synchronised (it may be behind the truth: 1970, or
+// fake-hwclock's hour). Commands received since it began are all
+// remembered, so any true time after it began will do; a synchronised now
+// is one. A clock that is not synchronised moves nothing.
+func (s *Store) settleSince(b *batch, now time.Time) {
+	if !s.sinceUnsynced && !now.Before(s.since) {
+		return // no need to ask the kernel
 	}
+	if !s.opt.Synced() {
+		return
+	}
+	b.since = now
+	b.put[keySince], _ = now.MarshalText()
+	b.del = append(b.del, keySinceUnsynced)
 }
 
 // unvouched says why the store cannot vouch that cmd never ran, with b:
@@ -482,7 +501,7 @@ func (s *Store) commit(b *batch) error {
 	}
 	s.head = b.head
 	if !b.since.IsZero() {
-		s.since = b.since
+		s.since, s.sinceUnsynced = b.since, false
 	}
 	if !b.forgot.IsZero() {
 		s.forgot = b.forgot

@@ -36,6 +36,9 @@ func openBuffer(t testing.TB, path string) *buffer.Buffer {
 func openStore(t testing.TB, aux Aux, now time.Time, opt StoreOptions) *Store {
 	t.Helper()
 	opt.Now = func() time.Time { return now }
+	if opt.Synced == nil {
+		opt.Synced = func() bool { return true } // not the test machine's
+	}
 	s, err := OpenStore(aux, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -748,5 +751,23 @@ func TestSalvageThenClockBack(t *testing.T) {
 	s := openStore(t, buf, behind, StoreOptions{Synced: func() bool { return false }})
 	if r := begin(t, s, command("cmd-lost", t0.Add(-30*time.Minute)), behind.Add(time.Minute)); r == nil {
 		t.Fatal("a command issued before the record began, with the clock an hour behind: nil, it ran (it may have run before the salvage)")
+	}
+}
+
+// TestUnsyncedStartSettles: a record begun on a clock not synchronised
+// (1970, a salvage at boot) starts at the first synchronised time instead:
+// a command issued before it, which may have run before the salvage, is
+// refused once NTP has set the clock; one issued after runs.
+func TestUnsyncedStartSettles(t *testing.T) {
+	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
+	unsynced := StoreOptions{Synced: func() bool { return false }}
+	openStore(t, buf, time.Unix(90, 0), unsynced) // the record begins in 1970
+	openStore(t, buf, time.Unix(300, 0), unsynced)
+	s := openStore(t, buf, t0, StoreOptions{}) // NTP has set the clock
+	if r := begin(t, s, command("cmd-before", t0.Add(-time.Hour)), t0); r == nil || r.Status != StatusRejected {
+		t.Fatalf("issued an hour before the first good time: %+v, want rejected", r)
+	}
+	if r := begin(t, s, command("cmd-after", t0.Add(time.Second)), t0.Add(time.Second)); r != nil {
+		t.Fatalf("issued after: %+v, want it run", r)
 	}
 }
