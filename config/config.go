@@ -7,6 +7,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -47,6 +48,10 @@ type Config struct {
 	Profiles profile.Set `yaml:"-"`
 	// Warnings are things worth a look that do not stop the gateway.
 	Warnings []string `yaml:"-"`
+
+	// brokenProfiles are profiles whose files have errors, reported
+	// already: a device using one is not also called unknown.
+	brokenProfiles map[string]bool
 }
 
 // Site names the farm or mine.
@@ -166,15 +171,22 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 		}
 	}
 	set, err := profiles(dir)
+	var profileErrs error
 	if err != nil {
-		if _, ok := yamlconf.IsErrors(err); ok || dir == "" {
+		if _, ok := yamlconf.IsErrors(err); ok && set != nil {
+			// Reported with the site file's own errors, so that one run
+			// shows them all; the devices using a broken profile are not
+			// called unknown.
+			profileErrs, c.brokenProfiles = err, brokenProfiles(err)
+		} else if ok || dir == "" {
 			return nil, err
-		}
-		doc.Errorf("profiles_dir", "%v (give a directory of *.yaml profiles, relative to the site file)", err)
-		// Check the devices against the embedded profiles, rather than
-		// report each of them as unknown.
-		if set, err = profiles(""); err != nil {
-			return nil, err
+		} else {
+			doc.Errorf("profiles_dir", "%v (give a directory of *.yaml profiles, relative to the site file)", err)
+			// Check the devices against the embedded profiles, rather
+			// than report each of them as unknown.
+			if set, err = profiles(""); err != nil {
+				return nil, err
+			}
 		}
 	}
 	c.Profiles = set
@@ -183,10 +195,34 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 	c.validateDownlink(doc)
 	c.validateRemote(doc)
 	c.metricsDefaults()
+	if profileErrs != nil {
+		return nil, errors.Join(profileErrs, doc.Err())
+	}
 	if err := doc.Err(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// brokenProfiles names the profiles whose files have the errors in err.
+func brokenProfiles(err error) map[string]bool {
+	broken := map[string]bool{}
+	var walk func(error)
+	walk = func(err error) {
+		var e *yamlconf.Error
+		switch x := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, err := range x.Unwrap() {
+				walk(err)
+			}
+		default:
+			if errors.As(err, &e) {
+				broken[strings.TrimSuffix(filepath.Base(e.File), ".yaml")] = true
+			}
+		}
+	}
+	walk(err)
+	return broken
 }
 
 func (c *Config) defaults() {
@@ -376,6 +412,9 @@ func (c *Config) profileFor(doc *yamlconf.Doc, f, name string, line bool) *profi
 		return nil
 	}
 	p, ok := c.Profiles[name]
+	if !ok && c.brokenProfiles[name] {
+		return nil // its own errors are reported
+	}
 	if !ok {
 		doc.Errorf(f, "unknown profile %q%s (known: %s; gateway profiles lists them)", name, yamlconf.DidYouMean(name, c.Profiles.Names()), strings.Join(c.Profiles.Names(), ", "))
 		return nil

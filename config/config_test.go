@@ -245,3 +245,30 @@ func TestScrapeTokenWithoutRemoteWarns(t *testing.T) {
 		}
 	}
 }
+
+// A profile with errors does not hide the site file's own: both show in one
+// run, and a device that uses the broken profile is not called unknown.
+func TestProfileErrorsAndSiteErrorsTogether(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "profiles"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(windProfile, "scale: 0.1", "scale: lots", 1)
+	if err := os.WriteFile(filepath.Join(dir, "profiles", "gust.yaml"), []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := func(d string) (profile.Set, error) {
+		base, _ := testProfiles("")
+		site, err := profile.Load(nil, d)
+		for k, v := range site {
+			base[k] = v
+		}
+		return base, err
+	}
+	site := filepath.Join(dir, "site.yaml")
+	text := "profiles_dir: profiles\n" + strings.Replace(good, "profile: wind, slave: 2}", "profile: gust, slave: 2, intervall: 5s}", 1)
+	_, err := Parse(site, []byte(text), src)
+	if err == nil || !strings.Contains(err.Error(), "gust.yaml") || !strings.Contains(err.Error(), "intervall") || strings.Contains(err.Error(), `unknown profile "gust"`) {
+		t.Fatalf("want the profile's error and the site file's together, no unknown profile:\n%v", err)
+	}
+}
