@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors/modbus"
 	"fieldlink/sensors/profile"
@@ -233,7 +234,7 @@ func (c *Config) defaults() {
 		c.Site.Timezone = "UTC"
 	}
 	if c.Metrics.Listen == "" {
-		c.Metrics.Listen = "127.0.0.1:9273"
+		c.Metrics.Listen = metrics.DefaultListen
 	}
 }
 

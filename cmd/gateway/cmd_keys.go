@@ -11,7 +11,8 @@ import (
 	"fieldlink/signing"
 )
 
-// stdin is what "gateway command sign" reads; tests replace it.
+// stdin is what "gateway command sign" reads, and where init asks before
+// overwriting; tests replace it.
 var stdin io.Reader = os.Stdin
 
 // cmdKeygen is "gateway keygen -o NAME": a new Ed25519 key pair, NAME.key
