@@ -156,7 +156,7 @@ func TestJudge(t *testing.T) {
 		{"no baseline: no delivery needed", Sample{Start: after, Devices: oneSilent, Buffered: true, Appends: 12, Upstreams: ups(0, false)}, nil, ""},
 		{"no daemon before: one device must answer", Sample{Start: after, Devices: oneSilent, Buffered: true, Appends: 12}, notRunning, ""},
 		{"no sensor answered before: the schedule runs", Sample{Start: after, Devices: cannotPoll, Buffered: true}, deadSensors, ""},
-		{"no sensor answered before: nothing polled yet", Sample{Start: after, Devices: []Device{dev("w1", 1, 1, "offline")}, Buffered: true}, deadSensors, "1 polls since the daemon started, 3 needed"},
+		{"no sensor answered before: nothing polled yet", Sample{Start: after, Devices: []Device{dev("w1", 1, 1, "offline")}, Buffered: true}, deadSensors, "1 poll since the daemon started, 3 needed"},
 		{"no uplink: no buffer to check", Sample{Start: after, Devices: good}, nil, ""},
 		{"no devices", Sample{Start: after}, nil, "no devices"},
 	} {

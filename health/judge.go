@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"fieldlink/internal/atomicfile"
+	"fieldlink/internal/words"
 )
 
 // Baseline is what held just before an update, recorded from the daemon
@@ -146,7 +147,7 @@ func Judge(s Sample, base *Baseline, c Criteria) (why, summary string) {
 		if a > 0 {
 			answering++
 		} else {
-			silent = append(silent, fmt.Sprintf("%s/%s (%d polls failed)", d.Bus, d.Name, d.Errors))
+			silent = append(silent, fmt.Sprintf("%s/%s (%s failed)", d.Bus, d.Name, words.Count(d.Errors, "poll")))
 		}
 	}
 	need := required(base, n, c.MaxDrop)
@@ -158,7 +159,7 @@ func Judge(s Sample, base *Baseline, c Criteria) (why, summary string) {
 			polls += d.Polls
 		}
 		if polls < uint64(c.Cycles) {
-			return fmt.Sprintf("%d polls since the daemon started, %d needed (no device answered before the update)", polls, c.Cycles), ""
+			return fmt.Sprintf("%s since the daemon started, %d needed (no device answered before the update)", words.Count(polls, "poll"), c.Cycles), ""
 		}
 	}
 	if int(answering) < need {
@@ -169,10 +170,10 @@ func Judge(s Sample, base *Baseline, c Criteria) (why, summary string) {
 		return why + "; not answering: " + list(silent), ""
 	}
 	if need > 0 && busiest < uint64(c.Cycles) {
-		return fmt.Sprintf("%d successful polls of the busiest device, %d cycles needed", busiest, c.Cycles), ""
+		return fmt.Sprintf("%s of the busiest device, %d cycles needed", words.Count(busiest, "successful poll"), c.Cycles), ""
 	}
 	if s.Buffered && need > 0 && s.Appends < uint64(c.Cycles) {
-		return fmt.Sprintf("%d records stored in the buffer since the daemon started, %d needed", s.Appends, c.Cycles), ""
+		return fmt.Sprintf("%s in the buffer since the daemon started, %d needed", words.Count(s.Appends, "record")+" stored", c.Cycles), ""
 	}
 	delivered := s.Delivered()
 	wantDelivery := base != nil && base.Reachable
@@ -184,7 +185,7 @@ func Judge(s Sample, base *Baseline, c Criteria) (why, summary string) {
 		return fmt.Sprintf("nothing delivered since the daemon started (upstreams: %s), though %s was reachable before the update",
 			up, strings.Join(base.UpstreamsUp, ", ")), ""
 	}
-	summary = fmt.Sprintf("%d of %d devices answering, busiest %d polls", answering, n, busiest)
+	summary = fmt.Sprintf("%d of %s answering, busiest %s", answering, words.Count(n, "device"), words.Count(busiest, "poll"))
 	if s.Buffered {
 		summary += fmt.Sprintf(", %d records stored, %d queued", s.Appends, s.Queued)
 	}

@@ -12,6 +12,7 @@ import (
 
 	gm "github.com/goburrow/modbus"
 
+	"fieldlink/internal/words"
 	"fieldlink/sensors/modbus"
 	"fieldlink/sensors/profile"
 )
@@ -140,10 +141,10 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		worst = worst.Round(time.Second)
 	}
 	fmt.Fprintf(stderr, "trying %s at %s: at most about %v (a silent id costs -timeout %v); -slaves and -bauds narrow it, Ctrl-C stops\n",
-		count(len(ids), "slave id"), count(len(urls), "line setting"), worst, *timeout)
+		words.Count(len(ids), "slave id"), words.Count(len(urls), "line setting"), worst, *timeout)
 	found := 0
 	stopped := func(u string, id byte) error {
-		fmt.Fprintf(stderr, "scan stopped at slave %d of %s: %s found so far\n", id, u, count(found, "device"))
+		fmt.Fprintf(stderr, "scan stopped at slave %d of %s: %s found so far\n", id, u, words.Count(found, "device"))
 		return errSilent
 	}
 	for _, u := range urls {

@@ -16,6 +16,7 @@ import (
 	"fieldlink/agent"
 	"fieldlink/config"
 	"fieldlink/fleet"
+	"fieldlink/internal/words"
 	"fieldlink/packet"
 	"fieldlink/sdnotify"
 	"fieldlink/sensors"
@@ -42,7 +43,7 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return errSilent
 	}
 	fmt.Fprintf(stdout, "%s: ok: %s %s, gateway %s, %s, %s, %s\n",
-		c.File, c.Site.IDField, c.Site.ID, c.Gateway.ID, count(len(c.Buses), "bus"), count(c.DeviceCount()-len(c.SerialSensors), "device"), count(len(c.SerialSensors), "serial sensor"))
+		c.File, c.Site.IDField, c.Site.ID, c.Gateway.ID, words.Count(len(c.Buses), "bus"), words.Count(c.DeviceCount()-len(c.SerialSensors), "device"), words.Count(len(c.SerialSensors), "serial sensor"))
 	for _, b := range c.Buses {
 		ep, _ := modbus.ParseURL(b.URL)
 		fmt.Fprintf(stdout, "bus %s: %s (%s), timeout %v\n", b.Name, b.URL, ep.LineSettings(), b.Timeout)
@@ -56,7 +57,7 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 				parts[i] = r.String()
 			}
 			fmt.Fprintf(stdout, "  %s: slave %d, %s, every %v, %s in %s (%s)\n",
-				d.Name, d.Slave, d.Profile, d.Interval, count(len(c.Profiles[d.Profile].Registers), "register"), count(len(reqs), "request"), strings.Join(parts, ", "))
+				d.Name, d.Slave, d.Profile, d.Interval, words.Count(len(c.Profiles[d.Profile].Registers), "register"), words.Count(len(reqs), "request"), strings.Join(parts, ", "))
 		}
 	}
 	for _, s := range c.SerialSensors {
@@ -282,18 +283,6 @@ func watchdog(ctx context.Context, healthy func() bool) func() {
 	return func() { cancel(); <-done }
 }
 
-// count is n and what, plural unless n is 1: "1 register", "3 registers".
-func count(n int, what string) string {
-	switch {
-	case n == 1:
-	case strings.HasSuffix(what, "s"):
-		what += "es"
-	default:
-		what += "s"
-	}
-	return fmt.Sprintf("%d %s", n, what)
-}
-
 // maker names a profile's device: its manufacturer, then its model, once
 // ("generic RS-485 valve", not "generic generic RS-485 valve").
 func maker(manufacturer, model string) string {
@@ -323,9 +312,9 @@ func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	for _, n := range set.Names() {
 		p := set[n]
-		kind := count(len(p.Registers), "register")
+		kind := words.Count(len(p.Registers), "register")
 		if p.IsLine() {
-			kind = "line, " + count(len(p.Line.Fields), "field")
+			kind = "line, " + words.Count(len(p.Line.Fields), "field")
 		}
 		fmt.Fprintf(stdout, "%-28s %-8s %-14s %s\n", n, p.DataType, kind, maker(p.Manufacturer, p.Model))
 	}

