@@ -135,6 +135,19 @@ func zone(t time.Time) string {
 	return z
 }
 
+// url writes an upstream's name, which may break after a slash and
+// nowhere else.
+func (p *writer) url(s string) {
+	p.raw(`<span class=url>`)
+	for i, part := range strings.SplitAfter(s, "/") {
+		if i > 0 {
+			p.raw(`<wbr>`)
+		}
+		p.text(part)
+	}
+	p.raw(`</span>`)
+}
+
 // name writes a device's, point's or bus's name, kept on one line.
 func (p *writer) name(s string) {
 	p.raw(`<span class=name>`)
@@ -482,25 +495,23 @@ func (p *writer) uplink(u *Uplink) {
 		p.raw(`<tr class="` + fine(up.State != "down") + `" data-upstream="`)
 		p.text(up.Name)
 		p.raw(`"><th>`)
-		p.text(up.Name)
+		p.url(up.Name)
 		p.raw(`</th><td>`)
 		p.pill(up.State)
-		p.raw(`</td><td>`)
+		p.raw(`</td><td><span class=n>`)
 		if up.Share != nil {
 			p.raw(percent(*up.Share))
 		} else {
 			p.raw(`—`)
 		}
-		p.raw(`</td><td>`)
+		p.raw(`</span></td><td><span class=n>`)
 		if up.LatencySeconds != nil {
 			p.raw(dur(*up.LatencySeconds))
 		} else {
 			p.raw(`—`)
 		}
-		p.raw(`</td><td>`)
+		p.raw(`</span></td><td>`)
 		switch {
-		case up.LastFailure == nil && up.LastError == nil:
-			p.raw(`none`)
 		case up.LastFailure != nil:
 			if up.ConsecutiveFailures > 0 {
 				p.raw(utoa(up.ConsecutiveFailures) + ` in a row; `)
@@ -510,25 +521,30 @@ func (p *writer) uplink(u *Uplink) {
 				p.raw(`(a timeout) `)
 			}
 			p.time(*up.LastFailure)
+		case up.LastError != nil:
+			p.raw(`no delivery failed`)
+		default:
+			p.raw(`none`)
 		}
+		p.raw(`</td></tr>`)
+		// The last error in words, on its own row: a phone's width is
+		// too narrow for it beside the figures.
 		if up.LastError != nil {
-			if up.LastFailure != nil {
-				p.raw(`<br>`)
-			}
 			cls := "meta"
 			if up.State == "down" {
 				cls = "why"
 			}
-			p.raw(`<span class=` + cls + `>`)
+			p.raw(`<tr class="uperr` + fine(up.State != "down") + `" data-upstream="`)
+			p.text(up.Name)
+			p.raw(`"><td colspan=5 class=` + cls + `>last error: `)
 			p.text(*up.LastError)
 			if up.LastErrorAt != nil {
 				p.raw(` (`)
 				p.time(*up.LastErrorAt)
 				p.raw(`)`)
 			}
-			p.raw(`</span>`)
+			p.raw(`</td></tr>`)
 		}
-		p.raw(`</td></tr>`)
 	}
 	p.raw(`</table></section>`)
 }

@@ -72,7 +72,7 @@ func TestNothingDeliveredHeadline(t *testing.T) {
 		t.Errorf("the stall is not marked as one (red): %s", html[max(0, i-80):i])
 	}
 	row := html[index(t, html, `data-upstream="mqtt://one:1883"`):]
-	row = row[:strings.Index(row, "</tr>")]
+	row = row[:strings.Index(row, "</table>")]
 	if strings.Contains(row, ">none<") || !strings.Contains(row, "connection refused") {
 		t.Errorf("the upstream's row: %s", row)
 	}
