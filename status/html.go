@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"fieldlink/metrics"
+	"fieldlink/uplink"
 )
 
 // The page's style and script, inlined: the gateway is often offline, so
@@ -304,6 +305,19 @@ func anyStarting(s *Snapshot) bool {
 	return false
 }
 
+// clientIDRecent is how long an upstream's last error that another client
+// uses the gateway's MQTT client id stays among the warnings: the error
+// stays in its row after the broker stops dropping the connection.
+const clientIDRecent = 5 * time.Minute
+
+// upstreams are u's upstreams; none when u is nil.
+func (u *Uplink) upstreams() []Upstream {
+	if u == nil {
+		return nil
+	}
+	return u.Upstreams
+}
+
 // unsignedWords warn of a downlink that runs commands without a signature.
 const unsignedWords = "commands run unsigned: anyone who can publish on the broker can write to the devices"
 
@@ -322,6 +336,12 @@ func (p *writer) alerts(s *Snapshot) {
 	}
 	if s.Site.Config.Changed && !refused {
 		msgs = append(msgs, "The site file on disk differs from the one in force: reload it (systemctl reload fieldlink), or check it with gateway check.")
+	}
+	for _, u := range s.Uplink.upstreams() {
+		if u.LastError != nil && strings.HasPrefix(*u.LastError, uplink.ErrMQTTClientIDInUse.Error()) &&
+			u.LastErrorAt != nil && s.Generated.Sub(*u.LastErrorAt) < clientIDRecent {
+			msgs = append(msgs, u.Name+": "+*u.LastError+".")
+		}
 	}
 	if d := s.Downlink; d != nil && d.Unsigned {
 		msgs = append(msgs, "Downlink: "+unsignedWords+".")

@@ -3,6 +3,7 @@ package status_test
 import (
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -363,5 +364,55 @@ func TestJSONUpstreamDownSaysWhy(t *testing.T) {
 	up := last.Uplink.Upstreams[0]
 	if up.State != "down" || !strings.Contains(*up.LastError, "connection refused: nothing listens at") {
 		t.Errorf("the upstream refusing connections: %s, %q", up.State, *up.LastError)
+	}
+}
+
+// Two gateways installed from one image, with the same gateway.id, on one
+// real mosquitto: each knocks the other off (one MQTT client id). Their
+// /status.json says so in words in the upstream's last error, and the
+// page among the warnings above everything.
+func TestTwoGatewaysOneIDSaySo(t *testing.T) {
+	broker := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
+	bin := buildGateway(t)
+	e := newEmu(t, "generic-mine-methane")
+	var urls []string
+	for range 2 {
+		addr := freePort(t)
+		c := writeSite(t, fmt.Sprintf(`site: {id: "M9"}
+gateway: {id: gw-cloned}
+buffer: {path: buf.db}
+metrics: {listen: %q}
+buses:
+  - name: a
+    url: tcp://%s
+    devices:
+      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 500ms}
+uplink:
+  upstreams:
+    - url: %s
+`, addr, e.addr, broker.URL()))
+		runGateway(t, bin, c.File)
+		urls = append(urls, "http://"+addr)
+	}
+	const words = "another client uses this gateway's MQTT client id (fieldlink-gw-cloned-1)"
+	for _, u := range urls {
+		testtool.WaitFor(t, 60*time.Second, u+" to say another client uses its id", func() bool {
+			resp, err := http.Get(u + "/status.json")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var d doc
+			if json.NewDecoder(resp.Body).Decode(&d) != nil || d.Uplink == nil || len(d.Uplink.Upstreams) != 1 {
+				return false
+			}
+			le := d.Uplink.Upstreams[0].LastError
+			return le != nil && strings.HasPrefix(*le, words)
+		})
+	}
+	_, page := fetch(t, urls[0]+"/")
+	i, j := strings.Index(page, "id=alerts"), strings.Index(page, "id=summary")
+	if i < 0 || i > j || !strings.Contains(page[i:j], html.EscapeString(words)) {
+		t.Errorf("the page's warnings do not say another client uses the id:\n%.3000s", page)
 	}
 }

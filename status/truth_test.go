@@ -2,6 +2,7 @@ package status
 
 import (
 	"encoding/json"
+	"html"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"fieldlink/metrics"
 	"fieldlink/selector"
 	"fieldlink/sensors"
+	"fieldlink/uplink"
 )
 
 // page is the page of f at now, and its snapshot's JSON.
@@ -181,5 +183,20 @@ func TestDownlinkUnsignedWarned(t *testing.T) {
 	}
 	if !strings.Contains(js, `"unsigned": true`) {
 		t.Error("the JSON's downlink lacks unsigned")
+	}
+}
+
+// An upstream whose client id another client uses: among the warnings
+// above everything while it lasts, not once it is old.
+func TestClientIDInUseWarned(t *testing.T) {
+	f := newFake()
+	words := uplink.ErrMQTTClientIDInUse.Error() + " (fieldlink-gw-1-1): the broker drops each connection as the other connects"
+	f.upErr["mqtt://one:1883"] = words
+	pg, _ := page(t, f, t0)
+	if a, s := index(t, pg, "id=alerts"), index(t, pg, "id=summary"); a > s || !strings.Contains(pg[a:s], html.EscapeString("mqtt://one:1883: "+words)) {
+		t.Errorf("the client id in use is not among the warnings:\n%s", pg)
+	}
+	if pg, _ := page(t, f, t0.Add(time.Hour)); strings.Contains(pg, "id=alerts") {
+		t.Error("an hour-old client id error is still among the warnings")
 	}
 }
