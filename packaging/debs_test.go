@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"fieldlink/config"
 	"fieldlink/internal/testtool"
 )
 
@@ -63,7 +64,10 @@ func buildDebs(t *testing.T) string {
 
 func TestDebs(t *testing.T) {
 	dist := buildDebs(t)
-	site := readFile(t, "../config/starter/farm.yaml")
+	site, err := config.Starter("farm", config.StarterVars{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	unit := readFile(t, "fieldlink.service")
 	for _, a := range arches {
 		t.Run(a.deb, func(t *testing.T) {
@@ -121,7 +125,7 @@ func TestDebs(t *testing.T) {
 				t.Error("the packaged Mender update module differs from packaging/mender/fieldlink-deb")
 			}
 			if got := files["etc/fieldlink/site.yaml"].data; !bytes.Equal(got, site) {
-				t.Error("/etc/fieldlink/site.yaml differs from config/starter/farm.yaml: copy it to packaging/site.yaml")
+				t.Error("/etc/fieldlink/site.yaml differs from the farm starter: gateway init -o packaging/site.yaml -force")
 			}
 			if got := files["lib/systemd/system/fieldlink.service"].data; !bytes.Equal(got, unit) {
 				t.Error("the packaged unit differs from packaging/fieldlink.service")
