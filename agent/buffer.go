@@ -20,6 +20,11 @@ import (
 // as.
 const ServiceUser = "fieldlink"
 
+// UnsafeNoSyncEnv names the environment variable that, set to 1, turns the
+// buffer's fsync off (buffer.Options.UnsafeNoSync), loudly: the control run
+// of the power cut tests (tests/powercut), which must lose packets.
+const UnsafeNoSyncEnv = "FIELDLINK_UNSAFE_NOSYNC"
+
 // OpenBuffer opens a site's buffer with its configured policies. Run as
 // root, the directories it creates for the file and the files created in
 // its directory take the service's owner (see [OpenStoppedBuffer]).
@@ -45,6 +50,11 @@ func openBuffer(c *config.Config, log *slog.Logger) (q *buffer.Buffer, adopt fun
 		WhenFull:   c.Buffer.WhenFull,
 		Order:      c.Buffer.Order,
 		Logger:     log.With("component", "buffer"),
+	}
+	if os.Getenv(UnsafeNoSyncEnv) == "1" {
+		opt.UnsafeNoSync = true
+		log.Error("UNSAFE: "+UnsafeNoSyncEnv+"=1 turns the buffer's fsync off: a power cut loses packets counted as stored. It is the power cut tests' control; never set it in the field",
+			"path", c.Buffer.Path)
 	}
 	q, err = buffer.Open(c.Buffer.Path, opt)
 	aerr := adopt()

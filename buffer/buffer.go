@@ -267,8 +267,9 @@ func (rep *fileReport) schemaError() error {
 func (b *Buffer) boltOptions(f *os.File) *bolt.Options {
 	o := &bolt.Options{
 		Timeout: lockTimeout,
-		// Never NoSync: Interval durability commits less often instead.
-		NoSync: false,
+		// Never NoSync but for the power cut tests' control run: Interval
+		// durability commits less often instead.
+		NoSync: b.opt.UnsafeNoSync,
 		// Syncing the freelist costs a page per commit, but without it bbolt
 		// rebuilds the freelist by walking the whole tree at Open and after
 		// every failed commit (disk full), and does that walk in a goroutine

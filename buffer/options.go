@@ -193,6 +193,11 @@ type Options struct {
 	// can be. Empty means the kernel's boot id.
 	BootID string
 
+	// UnsafeNoSync turns bbolt's fsync off (bbolt's NoSync): commits then
+	// reach only the page cache, and a power cut loses them. For the power
+	// cut tests' control run alone, which must see losses; never in the field.
+	UnsafeNoSync bool
+
 	// Test hooks.
 	maxFileSize    int                    // bbolt's MaxSize: disk-full tests where mounts are refused
 	failCommit     func() error           // a non-nil result abandons the commit with that error
