@@ -267,8 +267,9 @@ func reload(g *agent.Agent, file string, log *slog.Logger) {
 	}
 	if err := g.ReloadLocal(c, loadProfiles); err != nil {
 		log.Error("site file refused; the running configuration stays in force", "err", err)
-		// Agent.Reload records its own refusals; one before it (the
-		// remote bundle's merge) is recorded here.
+		// Agent.Reload records its own refusals; one that never
+		// reached it (the remote configuration's manager refusing the
+		// file) is recorded here.
 		g.ReloadRefused(err)
 	}
 }
