@@ -288,22 +288,7 @@ func TestReloadLocalRereadsRemoteKeys(t *testing.T) {
 	if err := r.g.ReloadLocal(reread, profiles); err != nil {
 		t.Fatal(err)
 	}
-	b, err := fleet.Sign([]byte(site), fleet.Manifest{Serial: 1, NotBefore: time.Now().Add(-time.Minute), Expires: time.Now().Add(time.Hour)}, priv2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.mu.Lock()
-	r.served = b
-	r.mu.Unlock()
-	m := r.g.remote.Load()
-	m.PullNow()
-	testtool.WaitFor(t, 30*time.Second, "the bundle signed by the new key handled", func() bool {
-		st := m.State()
-		return st.Serial == 1 || st.Refused != nil
-	})
-	if st := m.State(); st.Serial != 1 || st.Event != fleet.StateProbation {
-		t.Errorf("state %+v (refused: %+v); want bundle 1 on probation", st, st.Refused)
-	}
+	r.servesAndApplies(site, priv2)
 }
 
 // A SIGHUP that changes remote_config's key list (a key added for a
@@ -325,7 +310,15 @@ func TestReloadLocalTakesANewKeyList(t *testing.T) {
 	if iv := r.g.Config().Buses[0].Devices[0].Interval; iv != 200*time.Millisecond {
 		t.Errorf("the reread file polls every %v, want 200ms", iv)
 	}
-	b, err := fleet.Sign([]byte(site), fleet.Manifest{Serial: 1, NotBefore: time.Now().Add(-time.Minute), Expires: time.Now().Add(time.Hour)}, priv2)
+	r.servesAndApplies(site, priv2)
+}
+
+// servesAndApplies serves site as bundle 1 signed by key, asks for a pull,
+// and checks that the bundle is applied (on probation).
+func (r *remoteGateway) servesAndApplies(site string, key ed25519.PrivateKey) {
+	t := r.t
+	t.Helper()
+	b, err := fleet.Sign([]byte(site), fleet.Manifest{Serial: 1, NotBefore: time.Now().Add(-time.Minute), Expires: time.Now().Add(time.Hour)}, key)
 	if err != nil {
 		t.Fatal(err)
 	}
