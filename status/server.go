@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"fieldlink/internal/kclock"
 	"fieldlink/metrics"
 )
 
@@ -135,7 +136,7 @@ var clockFloor = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // date it must be past.
 func SystemClock(now time.Time) Clock {
 	c := Clock{Now: now.UTC()}
-	if synced, maxErr, ok := kernelClock(); ok {
+	if synced, maxErr, ok := kclock.State(); ok {
 		c.Synchronised, c.MaxErrorSecond = &synced, ptr(maxErr.Seconds())
 		if !synced {
 			c.Problem = "the system clock is not synchronised (no NTP server reached since boot): packets may carry a wrong date"
