@@ -81,7 +81,7 @@ type Uplink struct {
 	DRF *DRF `yaml:"drf"`
 }
 
-// DRF holds seed 000's Delphi results: the servers' resources (TR) and a
+// DRF holds § 000's Delphi results: the servers' resources (TR) and a
 // task's demands (N) per factor, and how often to re-score.
 type DRF struct {
 	TR     DRFFactors    `yaml:"tr"`

@@ -13,7 +13,7 @@ import (
 type CSWLCOptions struct {
 	// K weighs the five capacity factors: CPU speed, memory, disk IO,
 	// network, processes. Default {0.3, 0.2, 0.2, 0.2, 0.1}, the paper's
-	// (its OCR reads 6.3 for 0.3). Negative entries count as 0; the rest
+	// (its scanned text reads 6.3 for 0.3, a misprint: the five must sum to 1). Negative entries count as 0; the rest
 	// are scaled to sum to 1. All zero means the default.
 	K [5]float64
 
@@ -60,8 +60,8 @@ type CSWLCOptions struct {
 // CSWLC is "cswlc": weighted least connections inside a candidate set that
 // a cuckoo search picks from utilisation buckets. Source: Guo, Zhang and
 // He, "Application of load balancing algorithm in smart mine software
-// platform", Industry and Mine Automation 46(5), 2020 (seed 002;
-// docs/algorithms.md § 002).
+// platform", Industry and Mine Automation 46(5), 2020 (docs/algorithms.md
+// § 002).
 //
 // Every Period (table time), from the upstreams' reported [Load]:
 //

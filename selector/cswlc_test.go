@@ -55,7 +55,7 @@ func TestCSWLCUtilisation(t *testing.T) {
 		t.Errorf("no capacities: H = %v, G = %v; want 1, .55", h[0], g[0])
 	}
 
-	// K is scaled to sum 1; the paper's OCR reading 6.3 would not be.
+	// K is scaled to sum 1; the scanned text's 6.3 would not be.
 	if got := cswlcWeights([5]float64{3, 2, 2, 2, 1}); !cswlcNear(got[0], 0.3) || !cswlcNear(got[4], 0.1) {
 		t.Errorf("K {3 2 2 2 1} scaled: %v", got)
 	}

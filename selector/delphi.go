@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// Delphi's consistency checks, from seed 000 § 2.3 (docs/algorithms.md § 000).
+// Delphi's consistency checks, from the DRF paper's § 2.3 (docs/algorithms.md § 000).
 const (
 	// DelphiMinResponseRate is the least share of the experts asked who
 	// must answer every item for a round to count (Call ≥ 90%).
@@ -37,7 +37,7 @@ var (
 	ErrDelphiConsensus = errors.New("selector: delphi: no consensus, CV > 0.5 on more than 40% of items")
 )
 
-// DelphiResult is the outcome of the Delphi step of seed 000: the resource
+// DelphiResult is the outcome of the Delphi step of docs/algorithms.md § 000: the resource
 // amount of each server and the demand of each service, per drf factor.
 type DelphiResult struct {
 	Asked  int           // experts asked, in every round
@@ -45,7 +45,7 @@ type DelphiResult struct {
 	// Servers and Services hold, per name (sorted), the mean over the
 	// answering experts of valid rounds of the PERT estimate
 	// (lowest + 4·most likely + highest) / 6 per factor (reading: the
-	// paper's aggregation formula was lost in OCR).
+	// paper's aggregation formula is illegible in its only copy).
 	Servers  []DelphiEstimate
 	Services []DelphiEstimate
 	// TR is the sum over the servers, per factor: drf's TR.
@@ -365,7 +365,7 @@ func (r DelphiResult) YAML() []byte {
 	if r.Failed != "" {
 		fmt.Fprintf(&b, "# NOT READY: %s\n", r.Failed)
 	}
-	fmt.Fprintf(&b, "# Delphi (seed 000): %d experts asked, %d rounds; PERT (lowest + 4·most likely + highest)/6,\n", r.Asked, len(r.Rounds))
+	fmt.Fprintf(&b, "# Delphi (docs/algorithms.md § 000): %d experts asked, %d rounds; PERT (lowest + 4·most likely + highest)/6,\n", r.Asked, len(r.Rounds))
 	b.WriteString("# mean over the experts who answered every item in the valid rounds.\n")
 	for _, rd := range r.Rounds {
 		cmp, verdict := "≥", "valid"

@@ -55,7 +55,7 @@ e2,2,service:upload,in_flight,1,3,2
 e2,2,service:upload,latency,5,15,10
 `
 
-const delphiYAML = `# Delphi (seed 000): 2 experts asked, 2 rounds; PERT (lowest + 4·most likely + highest)/6,
+const delphiYAML = `# Delphi (docs/algorithms.md § 000): 2 experts asked, 2 rounds; PERT (lowest + 4·most likely + highest)/6,
 # mean over the experts who answered every item in the valid rounds.
 # round 1: 2/2 answered every item (100% ≥ 90%), CV > 0.5 on 9 of 18 items (50% > 40%): valid, no consensus
 # round 2: 2/2 answered every item (100% ≥ 90%), CV > 0.5 on 0 of 18 items (0% ≤ 40%): valid

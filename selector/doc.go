@@ -68,7 +68,7 @@
 //     table's own failure counter, generation and per-upstream statistics
 //     on the pick path, without the allocation of a [Table.Snapshot]; out
 //     of this package it would need them exported.
-//   - [Delphi] (seed 000's expert step) computes drf's TR and N as
+//   - [Delphi] (§ 000's expert step) computes drf's TR and N as
 //     [DRFFactors] and checks its factors by drf's own names: it is drf's
 //     configuration, read by the "gateway delphi" command.
 //   - [LSTM] is irlb's predictor, used by the daemon ([IRLB.Train]).

@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// DRF is "drf": the improved dominant-resource-fairness rule of seed 000
+// DRF is "drf": the improved dominant-resource-fairness rule of docs/algorithms.md § 000
 // (Ma, Wu, Xia et al., "improved DRF load balancing for smart-agriculture
-// microservices", Jiangsu J. of Agr. Sci. 2020; docs/algorithms.md § 000), a
+// microservices", Jiangsu J. of Agr. Sci. 2020), a
 // client-side Ribbon rule.
 //
 // At every re-scoring, each live upstream j (up, not retired) gets the five

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// drfExample is a four-server example worked by hand from seed 000's
+// drfExample is a four-server example worked by hand from § 000's
 // formulas. Factors (failures in the last second, in flight, consecutive
 // failures, response-time σ in ms, probe latency in ms):
 //

@@ -46,8 +46,8 @@ type IRLBOptions struct {
 
 // IRLB is "irlb": identifier-resolution load balancing, a weighted least
 // connections whose weight uses a connection count predicted by an LSTM.
-// Source: Zhang, Cai, Huo, Wang, Huang and Lu, IRLB (seed 003;
-// docs/algorithms.md § 003). For each upstream S, from its reported [Load]:
+// Source: Zhang, Cai, Huo, Wang, Huang and Lu, IRLB (docs/algorithms.md
+// § 003). For each upstream S, from its reported [Load]:
 //
 //	P(S)    = α1·Cd + β1·Md + γ1·Bd           0.3, 0.3, 0.4
 //	L(S)    = α2·Cu + β2·Mu + γ2·Bu           0.3, 0.3, 0.4
@@ -55,7 +55,7 @@ type IRLBOptions struct {
 //	W(S)    = P / ((L + εL) · (Rank + εR))    εL = 0.01, εR = 1
 //
 // and a pick takes the candidate of the largest W (ties at random, from the
-// table's stream). The paper's formula (14) was lost in the OCR; W = P /
+// table's stream). The paper's formula (14) is illegible in its only copy; W = P /
 // (L · Rank) with small epsilons is the **reading** of "the weight rises
 // with performance and falls with load and connections" (docs/algorithms.md
 // § 003).

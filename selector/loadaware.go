@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// LoadAware is "load_aware": the load-aware replica choice of seed 004
-// (HDFS reads of PDM files; docs/algorithms.md § 004). Each upstream reports its
+// LoadAware is "load_aware": the load-aware replica choice of docs/algorithms.md § 004
+// (HDFS reads of PDM files). Each upstream reports its
 // own load ([Table.Report]); its load is
 //
 //	U = λ1·U(Disk) + λ2·U(CPU) + λ3·U(Net),  λ1 + λ2 + λ3 = 1

@@ -50,7 +50,7 @@ type LSTMPoint struct {
 }
 
 // LSTM is a one-layer LSTM with a dense output, predicting the next value
-// of a series from its last Window samples, as IRLB uses it (seed 003,
+// of a series from its last Window samples, as IRLB uses it (docs/algorithms.md § 003,
 // section 2.1): the input at each step is the pair (q, t) of the paper's
 // X = [Q, T], Z-score normalised. **Reading**: the time column is the
 // interval since the previous sample, Δt, not the absolute time, which

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// SOA is "soa": the weight of seed 001 (Chen, Ye, "a SOA-based service
+// SOA is "soa": the weight of docs/algorithms.md § 001 (Chen, Ye, "a SOA-based service
 // management middleware for cloud platforms", Microcomputer Applications
-// 32(7), 2016; docs/algorithms.md § 001), where a monitor centre scores the
+// 32(7), 2016), where a monitor centre scores the
 // providers, a registry pushes the weights and consumers call the best one
 // directly.
 //
@@ -32,7 +32,7 @@ import (
 // τ_exp.
 //
 // The paper folds them into W = WY' + 2·WY'·WN + WY'·WN·WT + WY'·WN·WT·WH
-// (OCR'd; WY' = 1 when not overloaded is the reading), meaning W1 > W2
+// (partly illegible in the paper; WY' = 1 when not overloaded is the reading), meaning W1 > W2
 // whenever WY'1 > WY'2, ties falling to WN, then WT, then WH. That sum does
 // not keep the order (WN = 1/2, WT ≈ 0 scores 2; WN = 1/3, WT ≈ WH ≈ 1
 // scores 2.33), so the comparison is made lexicographically, which is the

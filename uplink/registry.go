@@ -186,7 +186,7 @@ type RegistryConfig struct {
 }
 
 // Registry keeps the upstream list that a registry serves (the role of the
-// Eureka/ZooKeeper registry of seed 001: consumers cache the providers and
+// Eureka/ZooKeeper registry of docs/algorithms.md § 001: consumers cache the providers and
 // keep calling them when the registry is down). The list in use is the last
 // good one: a refresh that fails — registry down, an error status, a body
 // that [ParseRegistry] refuses — changes nothing, and is returned by

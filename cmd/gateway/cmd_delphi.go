@@ -12,7 +12,7 @@ import (
 	"fieldlink/selector"
 )
 
-// cmdDelphi is seed 000's Delphi step: expert estimates in, the drf
+// cmdDelphi is § 000's Delphi step: expert estimates in, the drf
 // strategy's TR and N out as site-file YAML, with the rounds' checks.
 func cmdDelphi(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("delphi", stderr)

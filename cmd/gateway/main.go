@@ -56,7 +56,7 @@ func commands() []command {
 		{"audit", "-c site.yaml [-verify] [-json]", "the downlink's audit log: every command and its outcome; -verify checks its hash chain", cmdAudit},
 		{"keygen", "-o NAME", "a new Ed25519 key pair for signed commands: NAME.key (private, 0600) and NAME.pub", cmdKeygen},
 		{"command", "sign -key NAME.key < command.json", "sign a downlink command: its JSON on stdin, signed on stdout", cmdCommand},
-		{"delphi", "-i experts.csv [-asked N]", "seed 000's Delphi step: expert estimates to the drf selector's TR and N (YAML)", cmdDelphi},
+		{"delphi", "-i experts.csv [-asked N]", "the Delphi step of DRF (docs/algorithms.md § 000): expert estimates to the drf selector's TR and N (YAML)", cmdDelphi},
 		{"lab", "[-scenarios S1,S2] [-seeds 5] [-o docs/selector-lab.md]", "the selector lab: every strategy in simulated scenarios, report and charts", cmdLab},
 		{"profiles", "[-c site.yaml]", "list the firmware profiles", cmdProfiles},
 		{"version", "", "print the version", cmdVersion},

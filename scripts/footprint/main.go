@@ -580,7 +580,7 @@ func newEpoch() string {
 
 func mb(b int64) string { return fmt.Sprintf("%.1f", float64(b)/1e6) }
 
-// targets are the gateway's figures that issue 16 asks for, by step rate:
+// targets are the gateway's figures to meet, by step rate:
 // CPU seconds per 1,000 packets, and the share of one core. The window
 // must also hold every packet (at least -min-delivery of them).
 var targets = map[int]struct{ perK, share float64 }{
