@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,8 +67,11 @@ type HTTPConfig struct {
 	// out of the response excerpts that errors quote.
 	Username, Password string
 
-	// Logger gets one Debug line per Post (no header values, no bodies) and a
-	// Warn at construction if TLS verification is off. nil discards.
+	// Logger gets one Debug line per Post (no header values, no bodies), an
+	// Info "http upstream reached" when a Post first gets a 2xx answer and
+	// again after one that got no answer or a 5xx (as MQTT logs "mqtt
+	// connected" on each connect), and a Warn at construction if TLS
+	// verification is off. nil discards.
 	Logger *slog.Logger
 
 	// GatewayID and Epoch name the gateway and its buffer's epoch in the
@@ -105,6 +109,7 @@ type HTTP struct {
 	transport *http.Transport
 	client    *http.Client
 	log       *slog.Logger
+	reached   atomic.Bool // the last Post got an answer that was not 5xx
 }
 
 // NewHTTP checks cfg and returns a publisher. It does no I/O.
@@ -187,9 +192,11 @@ func (h *HTTP) Close() error {
 // seqs are the packets' sequence numbers, one per packet, in the same order;
 // the Idempotency-Key header names the batch by its first and last:
 //
-//	Idempotency-Key: "<gateway>:<epoch>:<firstSeq>-<lastSeq>"
+//	Idempotency-Key: <gateway>:<epoch>:<firstSeq>-<lastSeq>
 //
-// as an RFC 8941 string (quoted), per draft-ietf-httpapi-idempotency-key-header.
+// unquoted (gw-01:7f3a:1200-1299), as ingest platforms compare the header's
+// value byte for byte; draft-ietf-httpapi-idempotency-key-header's quoted
+// sf-string form would hand them the quotes as part of the key.
 // The key must never name two different payloads: a batch that is resent
 // must be resent whole (a server may answer 422 to the same key with another
 // payload, and 422 is permanent).
@@ -223,7 +230,7 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", httpSFString(key))
+	req.Header.Set("Idempotency-Key", key)
 	start := time.Now()
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -233,19 +240,26 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 		}
 		h.log.Debug("uplink: http post failed", "upstream", h.name, "packets", len(batch),
 			"key", key, "elapsed", time.Since(start), "err", err)
+		h.reached.Store(false)
 		return &HTTPError{Method: http.MethodPost, URL: h.name, Err: err}
 	}
 	herr := httpCheckResponse(http.MethodPost, h.name, resp, h.secrets)
 	h.log.Debug("uplink: http post", "upstream", h.name, "packets", len(batch),
 		"key", key, "status", resp.StatusCode, "elapsed", time.Since(start))
 	if herr != nil {
+		if resp.StatusCode >= 500 {
+			h.reached.Store(false)
+		}
 		return herr
+	}
+	if !h.reached.Swap(true) {
+		h.log.Info("http upstream reached", "upstream", h.name)
 	}
 	return nil
 }
 
 // idempotencyKey returns the key that names a batch: "gateway:epoch:first-last",
-// e.g. "gw-01:7f3a:1200-1299". The header carries it quoted (RFC 8941 string).
+// e.g. "gw-01:7f3a:1200-1299". The header carries it as it is, unquoted.
 // With the buffer's epoch, random per buffer file, a key is never reused for
 // another batch as long as the caller never sends two different sets of
 // packets under the same first and last seq.
@@ -372,25 +386,8 @@ func httpParseRetryAfter(v string, now time.Time) time.Duration {
 	return max(0, min(d, httpMaxRetryAfter))
 }
 
-// httpSFString quotes s as an RFC 8941 sf-string (s is printable ASCII).
-func httpSFString(s string) string {
-	if !strings.ContainsAny(s, `"\`) {
-		return `"` + s + `"`
-	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// httpCheckKeyPart requires a non-empty printable-ASCII string, as RFC 8941
-// strings must be.
+// httpCheckKeyPart requires a non-empty printable-ASCII string, which a
+// header carries unchanged.
 func httpCheckKeyPart(field, v string) error {
 	if v == "" {
 		return fmt.Errorf("%s is required (it is part of the Idempotency-Key)", field)

@@ -134,7 +134,7 @@ func TestHTTPPostSingle(t *testing.T) {
 	if got := r.Header.Get("Content-Type"); got != "application/json" {
 		t.Errorf("Content-Type %q", got)
 	}
-	if got, want := r.Header.Values("Idempotency-Key"), []string{`"gw-1:ep7:42-42"`}; len(got) != 1 || got[0] != want[0] {
+	if got, want := r.Header.Values("Idempotency-Key"), []string{"gw-1:ep7:42-42"}; len(got) != 1 || got[0] != want[0] {
 		t.Errorf("Idempotency-Key %q, want %q", got, want)
 	}
 	if got := r.Header.Get("X-Site"); got != "farm-001" {
@@ -162,7 +162,7 @@ func TestHTTPPostBatch(t *testing.T) {
 	if err := json.Unmarshal(r.Body, &arr); err != nil || len(arr) != 3 {
 		t.Errorf("body is not a JSON array of 3: %v", err)
 	}
-	if got := r.Header.Get("Idempotency-Key"); got != `"gw-1:ep7:5-7"` {
+	if got := r.Header.Get("Idempotency-Key"); got != "gw-1:ep7:5-7" {
 		t.Errorf("Idempotency-Key %q", got)
 	}
 	if got := r.Header.Get("Content-Type"); got != "application/json" {
@@ -173,9 +173,6 @@ func TestHTTPPostBatch(t *testing.T) {
 func TestHTTPidempotencyKey(t *testing.T) {
 	if got := idempotencyKey("gw-01", "7f3a", 1200, 1299); got != "gw-01:7f3a:1200-1299" {
 		t.Errorf("idempotencyKey = %q", got)
-	}
-	if got := httpSFString(`a"b\c`); got != `"a\"b\\c"` {
-		t.Errorf("httpSFString = %s", got)
 	}
 }
 
@@ -882,4 +879,33 @@ func httpIsTLSFailure(err error) bool {
 	// crypto/tls reports alerts as *net.OpError with these ops.
 	var opErr *net.OpError
 	return errors.As(err, &opErr) && (opErr.Op == "remote error" || opErr.Op == "local error")
+}
+
+// TestHTTPLogsReached checks that an HTTP upstream says when it is first
+// reached, and again after an outage, as an MQTT upstream logs "mqtt
+// connected": without it a gateway with only HTTP upstreams logs nothing
+// about them at start.
+func TestHTTPLogsReached(t *testing.T) {
+	var fail atomic.Bool
+	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	var logs testtool.SyncBuffer
+	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	reached := func() int { return strings.Count(logs.String(), "http upstream reached") }
+	for i, step := range []struct {
+		fail bool
+		want int
+	}{{false, 1}, {false, 1}, {true, 1}, {false, 2}} {
+		fail.Store(step.fail)
+		err := h.Post(context.Background(), []uint64{uint64(i + 1)}, [][]byte{httpTestPacket(i + 1)})
+		if (err != nil) != step.fail {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		if got := reached(); got != step.want {
+			t.Fatalf("after post %d: %d lines \"http upstream reached\", want %d:\n%s", i, got, step.want, logs.String())
+		}
+	}
 }
