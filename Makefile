@@ -19,7 +19,7 @@ VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/n
 all: test
 
 ## test: every tier CI runs, fastest first so that a failure shows early; a line before each
-## tier says where the run is. About 17 minutes on 2 cores, 20 the first time (see the README).
+## tier says where the run is. About 17 minutes on 2 cores, 19 the first time (see the README).
 test:
 	@echo "[1/9] vet (gofmt -l, go vet)"
 	@$(MAKE) --no-print-directory vet
@@ -163,7 +163,7 @@ fuzz:
 ## with the guest's dirty pages unwritten (POWER_VM_CUTS, default 5); each level again with the
 ## buffer's fsync off, which must lose packets. Ends with one figures line per level: cuts, packets
 ## stored, lost, reused, salvages. Needs root, qemu-system-x86, busybox-static, fuse3, mosquitto;
-## Debian's kernel is unpacked once into ~/.cache/fieldlink/powercut. About 4 minutes.
+## Debian's kernel is unpacked once into ~/.cache/fieldlink/powercut. About 3 minutes.
 POWER_LOSSY_CUTS ?= 200
 POWER_VM_CUTS ?= 5
 POWER_RUN ?= .
