@@ -61,7 +61,7 @@ func OpenSite(c *config.Config, log *slog.Logger) (*Site, error) {
 		s.clients = append(s.clients, client)
 		specs := make([]sensors.DeviceSpec, len(b.Devices))
 		for i, d := range b.Devices {
-			specs[i] = sensors.DeviceSpec{Name: d.Name, Slave: byte(d.Slave), Profile: c.Profiles[d.Profile], Interval: d.Interval, DataType: d.DataType}
+			specs[i] = sensors.DeviceSpec{Name: d.Name, Slave: byte(d.Slave), Profile: c.DeviceProfile(&d), Interval: d.Interval, DataType: d.DataType}
 		}
 		bus, err := sensors.NewBus(b.Name, client, specs, sensors.BusOptions{
 			Cost: BusCost(ep, *b.Turnaround), MaxGap: MaxGap(b), Backoff: b.Backoff, Logger: log, Hint: modbus.Hint,

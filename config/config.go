@@ -101,6 +101,36 @@ type Device struct {
 	DataType string `yaml:"data_type"`
 	// Writable lists the points commands may write (see Downlink).
 	Writable []Writable `yaml:"writable"`
+	// Points change the profile's points for this device alone (see
+	// [Point]); the device's packets use the result.
+	Points []Point `yaml:"points"`
+
+	// effective is the profile with Points applied; nil without Points.
+	effective *profile.Profile
+}
+
+// Point changes one point of a device's profile: its name in the packets,
+// its scale and offset (value = raw·scale + offset), its alarm limits.
+// Unset fields keep the profile's.
+type Point struct {
+	// Point is the register's name in the profile.
+	Point  string         `yaml:"point,required"`
+	Name   string         `yaml:"name"`
+	Scale  *float64       `yaml:"scale"`
+	Offset *float64       `yaml:"offset"`
+	Alarm  *profile.Alarm `yaml:"alarm"`
+
+	// Line is the line of the site file that names the point, for check.
+	Line int `yaml:"-" json:"-"`
+}
+
+// DeviceProfile is the profile d polls with: its profile with d's points
+// applied.
+func (c *Config) DeviceProfile(d *Device) *profile.Profile {
+	if d.effective != nil {
+		return d.effective
+	}
+	return c.Profiles[d.Profile]
 }
 
 // SerialSensor is a non-Modbus sensor that prints lines on a serial port.
@@ -321,6 +351,7 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 			}
 			p := c.profileFor(doc, df+".profile", d.Profile, false)
 			c.deviceDefaults(doc, df, &d.Interval, &d.DataType, p)
+			c.devicePoints(doc, df, d, p)
 			if p != nil && p.Serial != nil && err == nil && ep.Serial() {
 				if w := serialMismatch(ep, p.Serial); w != "" {
 					line, _ := doc.Line(df + ".profile")
@@ -523,4 +554,73 @@ func (c *Config) DeviceCount() int {
 		n += len(b.Devices)
 	}
 	return n
+}
+
+// devicePoints checks a device's points against its profile p and applies
+// them.
+func (c *Config) devicePoints(doc *yamlconf.Doc, df string, d *Device, p *profile.Profile) {
+	if len(d.Points) == 0 || p == nil {
+		return
+	}
+	writable := map[string]bool{}
+	for _, w := range d.Writable {
+		writable[w.Point] = true
+	}
+	names := map[string]string{} // a point's name in the packets → who gives it
+	for _, r := range p.Registers {
+		names[r.Name] = "the profile's register " + strconv.Quote(r.Name)
+	}
+	seen := map[string]int{}
+	ok := true
+	ovs := make([]profile.Override, len(d.Points))
+	for k := range d.Points {
+		pt := &d.Points[k]
+		pf := fmt.Sprintf("%s.points[%d]", df, k)
+		pt.Line, _ = doc.Line(pf + ".point")
+		ovs[k] = profile.Override{Point: pt.Point, Name: pt.Name, Scale: pt.Scale, Offset: pt.Offset, Alarm: pt.Alarm}
+		r, found := p.Register(pt.Point)
+		if !found {
+			if pt.Point != "" {
+				var known []string
+				for _, r := range p.Registers {
+					known = append(known, r.Name)
+				}
+				doc.Errorf(pf+".point", "profile %s has no point %q%s (its points: %s)", p.Name, pt.Point, yamlconf.DidYouMean(pt.Point, known), strings.Join(known, ", "))
+			}
+			ok = false
+			continue
+		}
+		if j, dup := seen[pt.Point]; dup {
+			doc.Errorf(pf+".point", "point %q is already changed by points[%d] (one entry per point)", pt.Point, j)
+			ok = false
+			continue
+		}
+		seen[pt.Point] = k
+		if writable[pt.Point] && (pt.Name != "" || pt.Scale != nil || pt.Offset != nil) {
+			// A command writes the profile's point by its name and scale.
+			doc.Errorf(pf+".point", "point %q is writable on this device: its name, scale and offset stay the profile's (change its alarm only, or remove it from writable)", pt.Point)
+			ok = false
+		}
+		if pt.Name != "" && pt.Name != pt.Point {
+			if prev, dup := names[pt.Name]; dup {
+				doc.Errorf(pf+".name", "name %q is already used by %s (a packet's field names are unique)", pt.Name, prev)
+				ok = false
+			}
+			names[pt.Name] = pf
+		}
+		if pt.Name == "" && doc.Has(pf+".name") {
+			doc.Errorf(pf+".name", "must not be empty (leave name out to keep %q)", pt.Point)
+		}
+		profile.CheckOverride(doc, pf, r, &ovs[k])
+	}
+	if !ok {
+		return
+	}
+	// Other errors, if any, fail the load: the result is never used.
+	q, err := p.WithOverrides(ovs)
+	if err != nil {
+		doc.Errorf(df+".points", "%v", err)
+		return
+	}
+	d.effective = q
 }

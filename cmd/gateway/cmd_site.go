@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"fieldlink/sdnotify"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/profile"
 )
 
 // printErr prints a config error list one per line, so each names its
@@ -48,7 +50,8 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		ep, _ := modbus.ParseURL(b.URL)
 		fmt.Fprintf(stdout, "bus %s: %s (%s), timeout %v\n", b.Name, b.URL, ep.LineSettings(), b.Timeout)
 		for _, d := range b.Devices {
-			reqs, err := sensors.PlanDevice(c.Profiles[d.Profile], agent.MaxGap(b), agent.BusCost(ep, *b.Turnaround))
+			prof := c.DeviceProfile(&d)
+			reqs, err := sensors.PlanDevice(prof, agent.MaxGap(b), agent.BusCost(ep, *b.Turnaround))
 			if err != nil {
 				return err
 			}
@@ -57,7 +60,8 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 				parts[i] = r.String()
 			}
 			fmt.Fprintf(stdout, "  %s: slave %d, %s, every %v, %s in %s (%s)\n",
-				d.Name, d.Slave, d.Profile, d.Interval, words.Count(len(c.Profiles[d.Profile].Registers), "register"), words.Count(len(reqs), "request"), strings.Join(parts, ", "))
+				d.Name, d.Slave, d.Profile, d.Interval, words.Count(len(prof.Registers), "register"), words.Count(len(reqs), "request"), strings.Join(parts, ", "))
+			printPoints(stdout, c, &d)
 		}
 	}
 	for _, s := range c.SerialSensors {
@@ -320,4 +324,48 @@ func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "%-28s %-8s %-14s %s\n", n, p.DataType, kind, maker(p.Manufacturer, p.Model))
 	}
 	return nil
+}
+
+// printPoints shows what each of a device's points changes, with the line
+// of the site file that says so.
+func printPoints(w io.Writer, c *config.Config, d *config.Device) {
+	base, eff := c.Profiles[d.Profile], c.DeviceProfile(d)
+	for _, pt := range d.Points {
+		i := slices.IndexFunc(base.Registers, func(r profile.Register) bool { return r.Name == pt.Point })
+		if i < 0 {
+			continue
+		}
+		was, now := &base.Registers[i], &eff.Registers[i]
+		var ch []string
+		if now.Name != was.Name {
+			ch = append(ch, fmt.Sprintf("name %s (profile %s)", now.Name, was.Name))
+		}
+		if pt.Scale != nil {
+			ch = append(ch, fmt.Sprintf("scale %g (profile %g)", now.ScaleOr1(), was.ScaleOr1()))
+		}
+		if pt.Offset != nil {
+			ch = append(ch, fmt.Sprintf("offset %g (profile %g)", now.Offset, was.Offset))
+		}
+		if pt.Alarm != nil {
+			ch = append(ch, fmt.Sprintf("alarm %s (profile %s)", alarmText(now.Alarm), alarmText(was.Alarm)))
+		}
+		if len(ch) == 0 {
+			ch = append(ch, "unchanged")
+		}
+		fmt.Fprintf(w, "    %s:%d: point %s: %s\n", c.File, pt.Line, pt.Point, strings.Join(ch, ", "))
+	}
+}
+
+func alarmText(a *profile.Alarm) string {
+	var s []string
+	if a != nil && a.Above != nil {
+		s = append(s, fmt.Sprintf("above %g", *a.Above))
+	}
+	if a != nil && a.Below != nil {
+		s = append(s, fmt.Sprintf("below %g", *a.Below))
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, " and ")
 }
