@@ -291,6 +291,9 @@ func (g *Agent) Sources() metrics.Sources {
 		},
 	}
 	g.statusSources(&src)
+	if g.Config().Metrics.Readings {
+		src.Readings = src.Points
+	}
 	if g.q == nil {
 		return src
 	}

@@ -161,6 +161,10 @@ type Metrics struct {
 	// with allow_remote (mode 0600); relative to the site file. Default:
 	// status-token in the buffer file's directory.
 	TokenFile string `yaml:"token_file"`
+	// Readings adds each point's latest good reading to /metrics
+	// (fieldlink_reading, by device and point), for sites that scrape
+	// their values with Prometheus; default off.
+	Readings bool `yaml:"readings"`
 }
 
 // DefaultTokenFile is the status token's file name beside the buffer file.

@@ -3,6 +3,7 @@ package metrics
 import (
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -53,6 +54,7 @@ type descs struct {
 	selectorInfo, selectorFallbacks                   *desc
 	commands                                          *desc
 	remoteSerial, remoteState                         *desc
+	reading                                           *desc
 }
 
 func newDescs() descs {
@@ -133,6 +135,7 @@ func newDescs() descs {
 	d.commands = n("commands_total", "Downlink commands by outcome: done, rejected, expired, failed, unknown_outcome.", "status")
 	d.remoteSerial = n("remote_config_serial", "Serial of the bundle the remote configuration last reported on.")
 	d.remoteState = n("remote_config_state", "The remote configuration's last report: 1 for its state (applied, probation, reverted, refused).", "state")
+	d.reading = n("reading", "The point's latest good reading, in its unit (a boolean as 1 or 0); a point that is stale, bad or not a number has no series.", "device", "point", "unit")
 	return d
 }
 
@@ -157,6 +160,7 @@ func (c *Collector) collect(ch *scrape) {
 	c.collectBuffer(ch)
 	c.collectDelivery(ch)
 	c.collectUpstreams(ch)
+	c.collectReadings(ch)
 	if c.src.Remote != nil {
 		if r := c.src.Remote(); r != nil {
 			gauge(ch, c.d.remoteSerial, float64(r.Serial))
@@ -195,6 +199,25 @@ func (c *Collector) collectDevices(ch *scrape) {
 		for h := sensors.Unknown; h <= sensors.Offline; h++ {
 			gauge(ch, d.devHealth, boolFloat(s.Health == h), s.Bus, s.Name, h.String())
 		}
+	}
+}
+
+// collectReadings writes the good numeric points. A point that is not
+// good has no series rather than a 0, which a graph would take for a
+// reading.
+func (c *Collector) collectReadings(ch *scrape) {
+	if c.src.Readings == nil {
+		return
+	}
+	for _, p := range c.src.Readings(c.now()) {
+		if p.Quality != sensors.Good {
+			continue
+		}
+		v, ok := p.Value.Float64()
+		if !ok || math.IsNaN(v) {
+			continue
+		}
+		gauge(ch, c.d.reading, v, p.Device, p.Name, p.Unit)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"fieldlink/buffer"
+	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
@@ -34,6 +36,16 @@ var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // a field read into the wrong metric shows in the golden file.
 func fakeSources() Sources {
 	return Sources{
+		Readings: func(time.Time) []sensors.Point {
+			return []sensors.Point{
+				{Device: "ch4-1", Name: "CH4", Unit: "%VOL", Value: packet.Float(0.42, 2), Quality: sensors.Good},
+				{Device: "ch4-1", Name: "Relay", Value: packet.Bool(true), Quality: sensors.Good},
+				{Device: "ch4-1", Name: "Status", Value: packet.String("ok"), Quality: sensors.Good},
+				{Device: "ch4-1", Name: "Drift", Value: packet.Float(math.NaN(), -1), Quality: sensors.Good},
+				{Device: "wind", Name: "WindSpeed", Unit: "m/s", Value: packet.Float(3.5, 1), Quality: sensors.Stale},
+				{Device: "co", Name: "CO", Unit: "ppm", Quality: sensors.Bad},
+			}
+		},
 		Devices: func() []sensors.DeviceStatus {
 			return []sensors.DeviceStatus{
 				{Name: "ch4-1", Bus: "rs485-1", Health: sensors.OK, LastOK: now.Add(-1500 * time.Millisecond),

@@ -55,6 +55,10 @@ type Sources struct {
 	// Ready reports whether the gateway is ready, and why not when it is
 	// not. Nil means always ready. See [DevicesAnswering].
 	Ready func() (ready bool, why string)
+	// Readings returns the last reading of every point, as Points does,
+	// for fieldlink_reading: one gauge per good numeric point. Nil leaves
+	// the readings out (the site file's metrics.readings is off).
+	Readings func(now time.Time) []sensors.Point
 
 	// The status page's own sources; the collector does not read them.
 
