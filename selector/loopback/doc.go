@@ -68,6 +68,23 @@
 //     connections are refused (the lab's fast failure). The lab orders
 //     none of the default strategies there.
 //
+// # MQTT
+//
+// The same check runs over MQTT (TestLoopbackMQTTAgreesWithLab): three
+// mosquitto brokers, each started by the test on a free port and behind
+// its own toxiproxy proxy, and on the gateway side a
+// [fieldlink/uplink.MQTT] per broker (QoS 1: a publish counts once its
+// PUBACK is in; the gateway's window of 64; the publish timeout of the
+// mode), kept connected by its own Run, with an
+// [fieldlink/uplink.MQTTSender] and a TCP prober that kicks a reconnect
+// when the broker answers while the connection is down, as the gateway's
+// pool wires them. Broker 2 is the faulty one: slow (its PUBACKs come 300
+// ms late, S2), a black hole (S4c), refusing connections (its proxy
+// stopped, which also closes the open one, S4a), or joining cold (S7).
+// drf_cswlc, prequal, soa and p2c_ewma run in both modes, against the same
+// lab scenarios, unchanged. A missing mosquitto skips the test, and fails
+// it under CI=true.
+//
 // For every pair of strategies and every metric (mean latency; the share
 // of the fault window's sends that went to the faulty upstream), the test
 // runs the lab scenario, unchanged, in the same test: one seed by default
@@ -86,7 +103,8 @@
 // at 50–70% load (where a strategy spreads load less evenly) has nothing
 // here to show itself in.
 //
-// Set LOOPBACK_LONG=1 for longer blocks, more rounds, more seeds, two more
-// strategies and two more scenarios; with -update as well, that run rewrites
-// docs/selector-loopback.md.
+// Set LOOPBACK_LONG=1 for longer blocks, more rounds, more seeds, and over
+// HTTP two more strategies and two more scenarios; with -update as well,
+// that run rewrites docs/selector-loopback.md: the HTTP test all of it but
+// the MQTT section, which the MQTT test rewrites alone.
 package loopback

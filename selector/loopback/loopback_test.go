@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -389,6 +390,31 @@ func flatten(rounds [][]blockResult) []blockResult {
 // clearly that one strategy beats another and the loopback says the
 // opposite.
 func TestLoopbackAgreesWithLab(t *testing.T) {
+	md := modeOf(t)
+	scs := scenariosOf(md)
+	var r *rig
+	tier := runTier(t, md, scs, func() *rig { r = newRig(t, 4); return r })
+	t.Logf("lab %v, loopback %v, %d upstream posts\n%s\n%d of %d clear lab orderings agree", tier.simTook.Round(time.Second),
+		tier.loopTook.Round(time.Second), r.posts.Load(), tier.tables, tier.agreed, tier.checked)
+	if *update {
+		path := docPath()
+		old, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The MQTT section has its own run (TestLoopbackMQTTAgreesWithLab): keep it.
+		doc := renderDoc(md, tier) + mqttSectionOf(string(old))
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+}
+
+// modeOf is the run's mode, from LOOPBACK_LONG; -update asks for the long
+// one.
+func modeOf(t *testing.T) mode {
+	t.Helper()
 	md := shortMode
 	if os.Getenv("LOOPBACK_LONG") == "1" {
 		md = longMode
@@ -396,12 +422,33 @@ func TestLoopbackAgreesWithLab(t *testing.T) {
 	if *update && md.name != "long" {
 		t.Fatal("-update rewrites docs/selector-loopback.md from the long run only: set LOOPBACK_LONG=1")
 	}
-	started := time.Now()
-	scs := scenariosOf(md)
-	sim := simulate(t, scs, md.strategies, md.seeds)
-	simTook := time.Since(started)
+	return md
+}
 
-	r := newRig(t, 4)
+// docPath is docs/selector-loopback.md, from this package's directory.
+func docPath() string { return filepath.Join("..", "..", "docs", "selector-loopback.md") }
+
+// tier is what one run of the scenarios over a rig found.
+type tier struct {
+	tables            string // the scenarios' Markdown tables
+	comps             []comparison
+	agreed, checked   int
+	simTook, loopTook time.Duration
+	sends             int // every send of every block
+}
+
+// runTier runs the lab scenarios of scs, then, over the rig that newRig
+// starts, each scenario's strategies alternated A-B-C-D, D-C-B-A for the
+// mode's rounds; it fails the test where the loopback orders two
+// strategies against a clear lab, or where the lab was clear about none.
+func runTier(t *testing.T, md mode, scs []scenario, newRig func() *rig) tier {
+	t.Helper()
+	started := time.Now()
+	sim := simulate(t, scs, md.strategies, md.seeds)
+	var out tier
+	out.simTook = time.Since(started)
+
+	r := newRig()
 	loop := map[string]map[string][][]blockResult{} // scenario, strategy, round
 	for _, sc := range scs {
 		loop[sc.lab] = map[string][][]blockResult{}
@@ -410,12 +457,11 @@ func TestLoopbackAgreesWithLab(t *testing.T) {
 			// alike.
 			order := append([]string(nil), md.strategies...)
 			if round%2 == 1 {
-				for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 {
-					order[i], order[j] = order[j], order[i]
-				}
+				slices.Reverse(order)
 			}
 			for _, st := range order {
 				res := r.runBlock(st, sc, md.plan)
+				out.sends += res.sends
 				loop[sc.lab][st] = append(loop[sc.lab][st], []blockResult{res})
 				if res.lost > 0 {
 					t.Errorf("%s %s round %d: %d packets of %d not acked %v after the last arrival",
@@ -424,38 +470,25 @@ func TestLoopbackAgreesWithLab(t *testing.T) {
 			}
 		}
 	}
-	loopTook := time.Since(started) - simTook
+	out.loopTook = time.Since(started) - out.simTook
 
-	var (
-		rep   strings.Builder
-		comps []comparison
-	)
+	var rep strings.Builder
 	for _, sc := range scs {
 		cs := compare(sc, md.strategies, sim[sc.lab], loop[sc.lab])
-		comps = append(comps, cs...)
+		out.comps = append(out.comps, cs...)
 		writeScenario(&rep, sc, md, sim[sc.lab], loop[sc.lab], cs)
 	}
-	agreed, checked := agreement(comps)
-	t.Logf("lab %v, loopback %v, %d upstream posts\n%s\n%d of %d clear lab orderings agree", simTook.Round(time.Second),
-		loopTook.Round(time.Second), r.posts.Load(), rep.String(), agreed, checked)
-
-	for _, c := range comps {
+	out.tables = rep.String()
+	out.agreed, out.checked = agreement(out.comps)
+	for _, c := range out.comps {
 		if c.asserted && c.simSays != 0 && !c.agree {
 			t.Errorf("%s %s: the lab says %s (the loopback says %s)", c.scenario, c.metric, verdictLab(c), verdictLoop(c))
 		}
 	}
-	if checked == 0 {
+	if out.checked == 0 {
 		t.Error("the lab was clear about no pair: nothing was checked")
 	}
-
-	if *update {
-		doc := renderDoc(md, rep.String(), comps, simTook, loopTook)
-		path := filepath.Join("..", "..", "docs", "selector-loopback.md")
-		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", path)
-	}
+	return out
 }
 
 func verdictLab(c comparison) string {
@@ -543,9 +576,9 @@ func writeScenario(w *strings.Builder, sc scenario, md mode, sim map[string][]la
 }
 
 // renderDoc is docs/selector-loopback.md.
-func renderDoc(md mode, tables string, cs []comparison, simTook, loopTook time.Duration) string {
+func renderDoc(md mode, tr tier) string {
 	var w strings.Builder
-	agreed, checked := agreement(cs)
+	agreed, checked, cs := tr.agreed, tr.checked, tr.comps
 	p := md.plan
 	fmt.Fprintf(&w, `# Selector loopback tier
 
@@ -582,8 +615,8 @@ intended arrival (fsync, scheduling on a shared machine): noise common to
 every strategy, not a result; where it is high, so are the latencies of
 whatever ran then.
 `, len(md.strategies), md.rounds, p.warmup, p.fault, p.rate, p.probeEvery, md.seeds,
-		simTook.Round(time.Second), loopTook.Round(time.Second), agreed, checked)
-	w.WriteString(tables)
+		tr.simTook.Round(time.Second), tr.loopTook.Round(time.Second), agreed, checked)
+	w.WriteString(tr.tables)
 	w.WriteString("\n## Where only the loopback is clear\n\n")
 	n := 0
 	for _, c := range cs {

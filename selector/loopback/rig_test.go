@@ -27,22 +27,37 @@ import (
 	"fieldlink/uplink"
 )
 
-// rig is a set of HTTP upstreams on loopback, each behind a toxiproxy
-// proxy. The proxies outlive the blocks; each block has its own gateway
-// side (buffer, table, strategy, senders).
+// rig is a set of upstreams on loopback, each behind a toxiproxy proxy.
+// The proxies outlive the blocks; each block has its own gateway side
+// (buffer, table, strategy, senders), which dial makes per upstream.
 type rig struct {
 	t       *testing.T
 	proxies []*toxiproxy.Proxy
-	posts   atomic.Uint64 // batches the upstreams acked, all blocks
-	sink    []atomic.Bool // upstream i answers 500 at once while sink[i] is set
+	posts   atomic.Uint64 // batches the HTTP upstreams acked, all blocks
+	sink    []atomic.Bool // HTTP upstream i answers 500 at once while sink[i] is set
 	dir     string
 	blocks  int
+	dial    dialer
 }
 
-// newRig starts n upstreams and their proxies, stopped when the test ends.
+// dialer makes the gateway side of upstream i for one block: its sender
+// and prober, as the gateway wires them. table is the block's table, in
+// which i is the upstream's index.
+type dialer func(r *rig, i int, table *selector.Table, epoch string, plan blockPlan) endpoint
+
+// endpoint is the gateway side of one upstream in one block.
+type endpoint struct {
+	sender uplink.Sender
+	prober *uplink.Prober
+	run    func(ctx context.Context) // the connection's own loop, if it has one
+	close  func()                    // after the block's goroutines have returned
+}
+
+// newRig starts n HTTP upstreams and their proxies, stopped when the test
+// ends.
 func newRig(t *testing.T, n int) *rig {
 	t.Helper()
-	r := &rig{t: t, dir: t.TempDir(), sink: make([]atomic.Bool, n)}
+	r := &rig{t: t, dir: t.TempDir(), sink: make([]atomic.Bool, n), dial: dialHTTP}
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	for i := range n {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -58,14 +73,45 @@ func newRig(t *testing.T, n int) *rig {
 			w.WriteHeader(http.StatusNoContent)
 		}))
 		t.Cleanup(srv.Close)
-		p := toxiproxy.NewProxy(api, fmt.Sprintf("up%d", i), "127.0.0.1:0", srv.Listener.Addr().String())
-		if err := p.Start(); err != nil {
-			t.Fatalf("toxiproxy up%d: %v", i, err)
-		}
-		t.Cleanup(p.Stop) // runs before srv.Close
-		r.proxies = append(r.proxies, p)
+		r.proxy(api, i, srv.Listener.Addr().String()) // its Cleanup runs before srv.Close
 	}
 	return r
+}
+
+// proxy starts upstream i's proxy in front of addr, stopped when the test
+// ends.
+func (r *rig) proxy(api *toxiproxy.ApiServer, i int, addr string) {
+	r.t.Helper()
+	p := toxiproxy.NewProxy(api, fmt.Sprintf("up%d", i), "127.0.0.1:0", addr)
+	if err := p.Start(); err != nil {
+		r.t.Fatalf("toxiproxy up%d: %v", i, err)
+	}
+	r.t.Cleanup(p.Stop)
+	r.proxies = append(r.proxies, p)
+}
+
+// dialHTTP is the gateway side of an HTTP upstream: an HTTPSender with the
+// gateway's default batch and window, and a TCP prober feeding Table.Probe
+// and HTTPSender.ProbeResult.
+func dialHTTP(r *rig, i int, table *selector.Table, epoch string, plan blockPlan) endpoint {
+	t := r.t
+	t.Helper()
+	p := r.proxies[i]
+	h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Listen + "/ingest", GatewayID: "gw-loopback", Epoch: epoch, Timeout: plan.timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gateway's defaults: batches of 50, window 64/8.
+	hs := uplink.NewHTTPSender(h, 50, 8)
+	target, err := uplink.ProbeTarget("http://" + p.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := uplink.NewProber(target, plan.probeEvery, 500*time.Millisecond, nil, func(rtt time.Duration, err error) {
+		table.Probe(i, rtt, err)
+		hs.ProbeResult(err)
+	})
+	return endpoint{sender: hs, prober: pr, close: func() { h.Close() }}
 }
 
 // setLatency makes upstream i answer d late (toxiproxy's latency toxic on
@@ -267,40 +313,29 @@ func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var (
-		wg    sync.WaitGroup
-		https []*uplink.HTTP
+		wg     sync.WaitGroup
+		closes []func()
 	)
-	defer func() { // after wg.Wait: the delivery may post until it returns
-		for _, h := range https {
-			h.Close()
+	defer func() { // after wg.Wait: the delivery may send until it returns
+		for _, c := range closes {
+			c()
 		}
 	}()
 	defer wg.Wait()
 	defer cancel()
 	// attach adds upstream i to the table and the delivery, with its prober.
 	attach := func(i int) {
-		p := r.proxies[i]
-		h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Listen + "/ingest", GatewayID: "gw-loopback", Epoch: buf.Epoch(), Timeout: plan.timeout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx, err := table.Add(p.Name, 1)
+		idx, err := table.Add(r.proxies[i].Name, 1)
 		if err != nil || idx != i {
 			t.Fatalf("table index %d (%v) for upstream %d", idx, err, i)
 		}
-		// The gateway's defaults: batches of 50, window 64/8.
-		hs := uplink.NewHTTPSender(h, 50, 8)
-		d.Add(idx, &meteredSender{Sender: hs, idx: idx, m: m})
-		target, err := uplink.ProbeTarget("http://" + p.Listen)
-		if err != nil {
-			t.Fatal(err)
+		ep := r.dial(r, i, table, buf.Epoch(), plan)
+		closes = append(closes, ep.close)
+		if ep.run != nil {
+			wg.Go(func() { ep.run(ctx) })
 		}
-		pr := uplink.NewProber(target, plan.probeEvery, 500*time.Millisecond, nil, func(rtt time.Duration, err error) {
-			table.Probe(idx, rtt, err)
-			hs.ProbeResult(err)
-		})
-		https = append(https, h)
-		wg.Go(func() { pr.Run(ctx) })
+		d.Add(idx, &meteredSender{Sender: ep.sender, idx: idx, m: m})
+		wg.Go(func() { ep.prober.Run(ctx) })
 	}
 	for i := range r.proxies {
 		if sc.join && i == sc.faulty {
