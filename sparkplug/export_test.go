@@ -1,0 +1,3 @@
+package sparkplug
+
+var SamplePayloads = samplePayloads
