@@ -59,8 +59,18 @@ type HTTPConfig struct {
 
 	// Header is added to every request (e.g. Authorization: Bearer …).
 	// Content-Type and Idempotency-Key are Post's and override it. Header
-	// values are never logged.
+	// values are never logged, and are blanked out of response excerpts.
 	Header http.Header
+
+	// Encoding is how packets are posted: "" or [EncodingJSON] as JSON,
+	// [EncodingInfluxLine] as InfluxDB line protocol (see [HTTP.Post]).
+	Encoding Encoding
+
+	// Token, if set, is sent as "Authorization: Bearer <token>", or
+	// "Authorization: Token <token>" with [EncodingInfluxLine], as InfluxDB
+	// wants it. It is never logged, and cannot go with basic auth or an
+	// Authorization in Header.
+	Token string
 
 	// Username and Password, if Username is set, are sent as basic auth.
 	// The password never appears in an error or a log line, and is blanked
@@ -102,6 +112,7 @@ type HTTP struct {
 	url       string // request URL, without userinfo
 	name      string // for errors and logs: no userinfo, no query
 	header    http.Header
+	influx    bool     // Encoding is EncodingInfluxLine
 	secrets   []string // blanked out of response excerpts
 	timeout   time.Duration
 	gateway   string
@@ -161,6 +172,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 			h.secrets = append(h.secrets, pass)
 		}
 	}
+	if err := h.setEncoding(cfg, u); err != nil {
+		return nil, fmt.Errorf("uplink: http %s: %w", name, err)
+	}
 	u.User = nil
 	h.url = u.String()
 	h.transport = httpNewTransport(cfg.TLS)
@@ -187,7 +201,9 @@ func (h *HTTP) Close() error {
 // Body: with one packet, the packet's JSON as it is; with several, a JSON
 // array of them in order, "[p1,p2,…]". Content-Type is application/json.
 // Every packet must be valid JSON, or nothing is sent and the error wraps
-// [ErrInvalidPacket].
+// [ErrInvalidPacket]. With [EncodingInfluxLine] the body is line protocol
+// instead, one line per packet (see [HTTPConfig.Encoding] and
+// docs/influx.md); a batch with no line to write is acknowledged unsent.
 //
 // seqs are the packets' sequence numbers, one per packet, in the same order;
 // the Idempotency-Key header names the batch by its first and last:
@@ -212,9 +228,12 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	if len(seqs) != len(batch) {
 		return fmt.Errorf("uplink: http %s: %d seqs for %d packets", h.name, len(seqs), len(batch))
 	}
-	body, err := httpBatchBody(seqs, batch)
+	body, err := h.body(seqs, batch)
 	if err != nil {
 		return fmt.Errorf("%w (not sent to %s)", err, h.name)
+	}
+	if len(body) == 0 {
+		return nil // line protocol: no packet had a field to write
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -229,7 +248,7 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	for k, v := range h.header {
 		req.Header[k] = v
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", h.contentType())
 	req.Header.Set("Idempotency-Key", key)
 	start := time.Now()
 	resp, err := h.client.Do(req)
