@@ -1,0 +1,338 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/internal/testtool"
+	"fieldlink/sensors/emulator"
+	"fieldlink/sensors/profile"
+)
+
+// gatewayID is the test site's gateway id.
+const gatewayID = "gw-cluster"
+
+// devices are the emulated site: about 23 packets a second.
+var devices = []struct {
+	name, profile string
+	slave         byte
+	interval      time.Duration
+}{
+	{"wind-1", "generic-wind-speed", 1, 100 * time.Millisecond},
+	{"weather-1", "renke-rs-ws-n01", 2, 150 * time.Millisecond},
+	{"rain-1", "generic-tipping-bucket-rain", 3, 200 * time.Millisecond},
+}
+
+// startEmulator serves the devices on a loopback Modbus TCP listener.
+func startEmulator(t *testing.T) string {
+	t.Helper()
+	set, err := profile.Load(firmwareprofiles.FS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []emulator.Device
+	for _, d := range devices {
+		p := set[d.profile]
+		if p == nil {
+			t.Fatalf("no firmware profile %q", d.profile)
+		}
+		devs = append(devs, emulator.Device{Slave: d.slave, Profile: p})
+	}
+	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testtool.ServeLoopback(t, emu.ServeTCP)
+}
+
+// link is the toxiproxy proxy between the gateway and one node's MQTT
+// listener: a killed node's port refuses connections (the proxy is
+// stopped), a black hole and a slow node are toxics on it.
+type link struct {
+	t    *testing.T
+	name string
+	p    *toxiproxy.Proxy
+
+	mu   sync.Mutex
+	down bool
+}
+
+func newLink(t *testing.T, name, upstream string) *link {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatalf("toxiproxy %s: %v", name, err)
+	}
+	l := &link{t: t, name: name, p: p}
+	t.Cleanup(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if !l.down {
+			p.Stop()
+		}
+	})
+	return l
+}
+
+func (l *link) addr() string { return l.p.Listen }
+
+// stop closes the proxy's listener and the connections it carries.
+func (l *link) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.down {
+		l.down = true
+		l.p.Stop()
+	}
+}
+
+// start listens again on the proxy's port.
+func (l *link) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.down {
+		return
+	}
+	var err error
+	for range 50 { // the port may take a moment to be free again
+		if err = l.p.Start(); err == nil {
+			l.down = false
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.t.Errorf("toxiproxy %s: listen again on %s: %v", l.name, l.p.Listen, err)
+}
+
+func (l *link) addToxic(js string) {
+	if _, err := l.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		l.t.Errorf("toxiproxy %s: add toxic %s: %v", l.name, js, err)
+	}
+}
+
+func (l *link) removeToxic(name string) {
+	if err := l.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+		l.t.Errorf("toxiproxy %s: remove toxic %s: %v", l.name, name, err)
+	}
+}
+
+// blackHole makes the link swallow every byte both ways and hold its
+// connections open: a node cut off, whose connections hang.
+func (l *link) blackHole(on bool) {
+	for _, dir := range []string{"upstream", "downstream"} {
+		name := "blackhole-" + dir
+		if on {
+			l.addToxic(fmt.Sprintf(`{"name":%q,"type":"timeout","stream":%q,"attributes":{"timeout":0}}`, name, dir))
+		} else {
+			l.removeToxic(name)
+		}
+	}
+}
+
+// slow delays everything the node sends the gateway (its CONNACKs and
+// PUBACKs) by d.
+func (l *link) slow(d time.Duration) {
+	if d > 0 {
+		l.addToxic(fmt.Sprintf(`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds()))
+	} else {
+		l.removeToxic("slow")
+	}
+}
+
+// subscribe connects the platform's subscriber: a fixed client id, a
+// persistent session (CleanSession false), fieldlink/# at QoS 1. It is
+// connected straight to the nodes, not through the gateway's links, first
+// to brokers[0] and, when that node goes away, to the next that answers;
+// paho reconnects by itself and the session, kept by the cluster, brings
+// what was published meanwhile.
+func subscribe(t *testing.T, led *ledger, brokers ...string) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions()
+	for _, b := range brokers {
+		o.AddBroker("tcp://" + b)
+	}
+	o.SetClientID("fieldlink-cluster-platform")
+	o.SetProtocolVersion(4)
+	o.SetCleanSession(false)
+	o.SetAutoReconnect(true)
+	o.SetConnectRetry(true)
+	o.SetMaxReconnectInterval(time.Second)
+	o.SetConnectTimeout(3 * time.Second)
+	o.SetKeepAlive(5 * time.Second)
+	o.SetOrderMatters(true)
+	handle := func(_ paho.Client, m paho.Message) { led.received(m.Topic(), m.Payload(), time.Now()) }
+	o.SetDefaultPublishHandler(handle)
+	o.SetOnConnectHandler(func(paho.Client) { led.subscriberConnected() })
+	cl := paho.NewClient(o)
+	if tok := cl.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber: connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { cl.Disconnect(100) })
+	tok := cl.Subscribe("fieldlink/#", 1, handle)
+	if !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber: subscribe: %v", tok.Error())
+	}
+	return cl
+}
+
+// buildGateway builds cmd/gateway into a temporary directory.
+func buildGateway(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go") // go test puts its own toolchain first in PATH
+	if err != nil {
+		t.Fatalf("no go command to build the gateway with: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "gateway")
+	cmd := exec.Command(goBin, "build", "-o", out, "fieldlink/cmd/gateway")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build fieldlink/cmd/gateway: %v\n%s", err, b)
+	}
+	return out
+}
+
+// siteFile writes the site: the emulated bus, the buffer, the metrics
+// listener (the test reads each upstream's deliveries there) and the three
+// nodes' links as upstreams, every other setting left to its default.
+func siteFile(t *testing.T, dir, bus string, metricsPort int, upstreams []string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, `# The cluster tier's site (written by tests/cluster).
+site: {id: "CLUSTER", id_field: FarmId}
+gateway: {id: %s}
+metrics: {listen: "127.0.0.1:%d"}
+buses:
+  - name: field
+    url: tcp://%s
+    timeout: 300ms
+    devices:
+`, gatewayID, metricsPort, bus)
+	for _, d := range devices {
+		fmt.Fprintf(&b, "      - {name: %s, profile: %s, slave: %d, interval: %v}\n", d.name, d.profile, d.slave, d.interval)
+	}
+	fmt.Fprintf(&b, "buffer: {path: %s}\nuplink:\n  upstreams:\n", filepath.Join(dir, "buffer.db"))
+	for _, u := range upstreams {
+		fmt.Fprintf(&b, "    - {url: \"mqtt://%s\"}\n", u)
+	}
+	path := filepath.Join(dir, "site.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// gateway is `gateway run -c site.yaml -print` as a process; every line it
+// prints (a packet once stored) goes to the ledger.
+type gateway struct {
+	cmd     *exec.Cmd
+	log     testtool.SyncBuffer
+	drained chan struct{}
+	metrics string
+}
+
+func startGateway(t *testing.T, bin, site string, metricsPort int, led *ledger) *gateway {
+	t.Helper()
+	g := &gateway{drained: make(chan struct{}), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)}
+	g.cmd = exec.Command(bin, "run", "-c", site, "-print", "-log-level", "info", "-log-format", "text")
+	g.cmd.Stderr = &g.log
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := g.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Start(); err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	go func() {
+		defer close(g.drained)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			led.stored(sc.Bytes(), time.Now())
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	t.Cleanup(func() {
+		g.stop()
+		keepLog(t, "gateway.log", g.log.String())
+		if t.Failed() {
+			t.Logf("gateway log (tail):\n%s", tail(g.log.String(), 60))
+		}
+	})
+	return g
+}
+
+// keepLog writes a process's log into $CLUSTER_LOG_DIR, when set.
+func keepLog(t *testing.T, name, log string) {
+	dir := os.Getenv("CLUSTER_LOG_DIR")
+	if dir == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(log), 0o644); err != nil {
+		t.Errorf("keep %s: %v", name, err)
+	}
+}
+
+// stop ends the gateway with SIGTERM (SIGKILL after 15 s) and waits.
+func (g *gateway) stop() {
+	if g.cmd.ProcessState != nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.drained:
+	case <-time.After(15 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.drained
+	}
+	_ = g.cmd.Wait()
+}
+
+// delivered reads, from the gateway's metrics, the records each upstream
+// acknowledged, by upstream name (mqtt://host:port).
+func (g *gateway) delivered() (map[string]float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(g.metrics)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	const prefix = `fieldlink_upstream_delivered_records_total{upstream="`
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		name, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		out[name] = v
+	}
+	return out, sc.Err()
+}
