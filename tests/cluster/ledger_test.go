@@ -168,7 +168,7 @@ func (l *ledger) longestSilence(from, to time.Time) time.Duration {
 // totals are the whole run's counts.
 type totals struct {
 	stored, received, lost, duplicates, outOfOrder, unknown, connects int
-	problems                                                         []string
+	problems                                                          []string
 }
 
 func (l *ledger) totals() totals {
