@@ -179,7 +179,8 @@ type MQTT struct {
 	running atomic.Bool
 	loads   chan []byte // latest load report, for Run's dispatcher
 	subs    []*subscription
-	kick    chan struct{} // ends a reconnect wait early (see Kick)
+	kick    chan struct{}     // ends a reconnect wait early (see Kick)
+	session *sparkplugSession // Sparkplug B births, deaths and commands, or nil (see NewSparkplug)
 }
 
 // Kick tells Run that the broker looks reachable again (a latency probe
@@ -694,6 +695,9 @@ func (m *MQTT) Run(ctx context.Context) {
 	for _, sub := range m.subs {
 		wg.Go(func() { sub.dispatch(ctx) })
 	}
+	if m.session != nil {
+		wg.Go(func() { m.session.run(ctx) })
+	}
 	attempt, drops := 0, 0
 	for {
 		c, err := m.connect(ctx)
@@ -838,6 +842,10 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 	o.SetConnectTimeout(m.cfg.ConnectTimeout)
 	o.SetWriteTimeout(m.cfg.PublishTimeout)
 	o.SetWill(m.status, mqttStatusOffline, 1, true)
+	if m.session != nil { // a Sparkplug node's will is its NDEATH
+		topic, payload := m.session.will()
+		o.SetBinaryWill(topic, payload, 1, false)
+	}
 	if m.cfg.Username != "" {
 		o.SetUsername(m.cfg.Username)
 	}
@@ -890,6 +898,14 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 	if err := m.await(ctx, c, c.cl.Publish(m.status, 1, true, mqttStatusOnline), m.cfg.PublishTimeout); err != nil {
 		return fail(fmt.Errorf("publish %q on the status topic: %w", mqttStatusOnline, err))
 	}
+	if m.session != nil {
+		if err := m.session.subscribe(ctx, c); err != nil {
+			return fail(err)
+		}
+		if err := m.session.births(ctx, c); err != nil {
+			return fail(err)
+		}
+	}
 	return c, nil
 }
 
@@ -937,6 +953,11 @@ func (m *MQTT) shutdown(c *mqttConn) {
 	<-c.pumpDone
 	err := m.await(context.Background(), c, c.cl.Publish(m.status, 1, true, mqttStatusOffline),
 		min(m.cfg.PublishTimeout, mqttOfflineTimeout))
+	if m.session != nil {
+		if serr := m.session.ending(c); serr != nil {
+			m.log.Warn("mqtt NDEATH not acknowledged; the broker publishes the will", "upstream", m.name, "err", serr)
+		}
+	}
 	c.cl.Disconnect(mqttDisconnectQuiesce)
 	c.drop(errors.New("stopped"))
 	if err != nil {

@@ -1,0 +1,499 @@
+package uplink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"fieldlink/buffer"
+	"fieldlink/packet"
+	"fieldlink/sparkplug"
+)
+
+// SparkplugConfig makes an MQTT upstream a Sparkplug B 3.0 edge node: the
+// gateway is the node, each device of the site a Sparkplug device.
+type SparkplugConfig struct {
+	// GroupID and EdgeNode name the node in its topics,
+	// spBv1.0/<group>/<type>/<edge node>[/<device>]. Neither may be empty
+	// nor hold '/', '+' or '#'.
+	GroupID, EdgeNode string
+	// PrimaryHost is the primary host application's id, or empty.
+	PrimaryHost string
+	// Devices are the node's devices, in the order of the site file;
+	// aliases are numbered from 1 across them in that order.
+	Devices []SparkplugDevice
+	// OnCommand runs a DCMD's metrics for device (see [SparkplugCommand]);
+	// nil refuses every DCMD (logged).
+	OnCommand func(ctx context.Context, cmd SparkplugCommand)
+	// Now is the clock of payload timestamps; nil means time.Now.
+	Now func() time.Time
+}
+
+// SparkplugDevice is one device and the metrics its DBIRTH declares.
+type SparkplugDevice struct {
+	Name    string
+	Metrics []SparkplugMetric
+}
+
+// SparkplugMetric is one metric of a device: a point of its profile.
+type SparkplugMetric struct {
+	Name string
+	Type sparkplug.DataType
+	Unit string // engineering units, the DBIRTH's "engUnit" property; may be empty
+}
+
+// SparkplugCommand is one DCMD as it arrived: its device, and its metrics
+// with their names filled in from their aliases.
+type SparkplugCommand struct {
+	Device  string
+	Seq     uint64 // the payload's seq, as the host sent it
+	At      uint64 // the payload's timestamp
+	Metrics []sparkplug.Metric
+}
+
+// sparkplugSession is the Sparkplug B state of an upstream: the
+// birth/death sequence, the message sequence, aliases and the last value
+// of each metric. Its mutex orders every publish of the node: a message's
+// seq is taken and the message handed to paho under it, so the broker gets
+// the messages in seq order.
+type sparkplugSession struct {
+	cfg  SparkplugConfig
+	m    *MQTT
+	log  *slog.Logger
+	now  func() time.Time
+	devs map[string]*spDevice
+	ncmd string
+	dcmd string // prefix: + device
+
+	mu     sync.Mutex
+	bdSeq  uint64 // of the current connection's will and NBIRTH
+	nextBd uint64
+	seq    uint64    // the next message's
+	born   *mqttConn // the connection the births went out on
+
+	cmds chan spIncoming // NCMD and DCMD, for run
+}
+
+type spDevice struct {
+	name    string
+	metrics []SparkplugMetric
+	alias   []uint64
+	byName  map[string]int
+	byAlias map[uint64]int
+	last    []sparkplug.Value // NoValue: none known (sent as is_null)
+	lastAt  []uint64
+	dead    bool // DDEATH sent, no DBIRTH since
+}
+
+type spIncoming struct {
+	device  string // "" for NCMD
+	payload []byte
+}
+
+// newSparkplugSession checks cfg and numbers the aliases.
+func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSession, error) {
+	for _, id := range []struct{ what, v string }{{"group_id", cfg.GroupID}, {"edge_node", cfg.EdgeNode}} {
+		if err := sparkplug.CheckID(id.v); err != nil {
+			return nil, fmt.Errorf("sparkplug %s: %w", id.what, err)
+		}
+	}
+	if cfg.PrimaryHost != "" {
+		if err := sparkplug.CheckID(cfg.PrimaryHost); err != nil {
+			return nil, fmt.Errorf("sparkplug primary_host: %w", err)
+		}
+	}
+	s := &sparkplugSession{cfg: cfg, log: log, now: cfg.Now, devs: map[string]*spDevice{},
+		ncmd: sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, ""),
+		dcmd: sparkplug.Topic(cfg.GroupID, sparkplug.DCMD, cfg.EdgeNode, "") + "/",
+		cmds: make(chan spIncoming, SubscriptionQueue)}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	alias := uint64(1)
+	for _, d := range cfg.Devices {
+		if err := sparkplug.CheckID(d.Name); err != nil {
+			return nil, fmt.Errorf("sparkplug device: %w", err)
+		}
+		if s.devs[d.Name] != nil {
+			return nil, fmt.Errorf("sparkplug: device %q listed twice", d.Name)
+		}
+		sd := &spDevice{name: d.Name, metrics: d.Metrics, byName: map[string]int{}, byAlias: map[uint64]int{},
+			last: make([]sparkplug.Value, len(d.Metrics)), lastAt: make([]uint64, len(d.Metrics))}
+		for i, m := range d.Metrics {
+			if _, dup := sd.byName[m.Name]; dup {
+				return nil, fmt.Errorf("sparkplug: device %q: metric %q listed twice", d.Name, m.Name)
+			}
+			sd.byName[m.Name] = i
+			sd.byAlias[alias] = i
+			sd.alias = append(sd.alias, alias)
+			alias++
+		}
+		s.devs[d.Name] = sd
+	}
+	return s, nil
+}
+
+func (s *sparkplugSession) stamp() uint64 { return uint64(s.now().UnixMilli()) }
+
+// nextSeq returns the seq of the next message; s.mu is held.
+func (s *sparkplugSession) nextSeq() uint64 {
+	q := s.seq
+	s.seq = (s.seq + 1) % 256
+	return q
+}
+
+// will is called once per connection attempt: the NDEATH that the broker
+// publishes if the connection breaks, with a new bdSeq.
+func (s *sparkplugSession) will() (string, []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bdSeq, s.nextBd = s.nextBd, (s.nextBd+1)%256
+	return sparkplug.Topic(s.cfg.GroupID, sparkplug.NDEATH, s.cfg.EdgeNode, ""), s.ndeath()
+}
+
+// ndeath is the NDEATH payload: the bdSeq alone, no seq; s.mu is held.
+func (s *sparkplugSession) ndeath() []byte {
+	p := sparkplug.Payload{Timestamp: s.stamp(), Metrics: []sparkplug.Metric{
+		{Name: sparkplug.BdSeq, Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, int64(s.bdSeq))},
+	}}
+	return p.Marshal()
+}
+
+// subscribe is called on each new connection, before births: NCMD, and
+// DCMD for every device.
+func (s *sparkplugSession) subscribe(ctx context.Context, c *mqttConn) error {
+	topics := map[string]byte{s.ncmd: 1, s.dcmd + "+": 1}
+	st := c.cl.SubscribeMultiple(topics, s.onMessage)
+	if err := s.m.await(ctx, c, st, s.m.cfg.PublishTimeout); err != nil {
+		return fmt.Errorf("subscribe to NCMD and DCMD: %w", err)
+	}
+	return nil
+}
+
+// onMessage runs on paho's router goroutine: it must not block.
+func (s *sparkplugSession) onMessage(_ paho.Client, msg paho.Message) {
+	if msg.Retained() {
+		s.log.Warn("retained Sparkplug command dropped: commands are never run late", "upstream", s.m.name, "topic", msg.Topic())
+		return
+	}
+	in := spIncoming{payload: append([]byte(nil), msg.Payload()...)}
+	if dev, ok := strings.CutPrefix(msg.Topic(), s.dcmd); ok {
+		in.device = dev
+	}
+	select {
+	case s.cmds <- in:
+	default:
+		s.log.Warn("Sparkplug command dropped: too many waiting", "upstream", s.m.name, "topic", msg.Topic(), "waiting", SubscriptionQueue)
+	}
+}
+
+// run handles NCMD and DCMD until ctx ends; [MQTT.Run] owns it.
+func (s *sparkplugSession) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case in := <-s.cmds:
+			s.handle(ctx, in)
+		}
+	}
+}
+
+func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
+	p, err := sparkplug.Unmarshal(in.payload)
+	if err != nil {
+		s.log.Warn("Sparkplug command refused", "upstream", s.m.name, "device", in.device, "err", err)
+		return
+	}
+	if in.device == "" {
+		m, ok := p.Metric(sparkplug.Rebirth)
+		if b, isBool := m.Value.Bool(); !ok || !isBool || !b {
+			s.log.Warn("NCMD without a true Node Control/Rebirth ignored", "upstream", s.m.name)
+			return
+		}
+		c := s.m.conn()
+		if c == nil {
+			return // the next connection births anyway
+		}
+		if err := s.births(ctx, c); err != nil {
+			s.log.Warn("rebirth failed", "upstream", s.m.name, "err", err)
+		}
+		return
+	}
+	d := s.devs[in.device]
+	if d == nil {
+		s.log.Warn("DCMD for an unknown device refused", "upstream", s.m.name, "device", in.device)
+		return
+	}
+	cmd := SparkplugCommand{Device: d.name, Seq: p.Seq, At: p.Timestamp, Metrics: p.Metrics}
+	for i := range cmd.Metrics {
+		m := &cmd.Metrics[i]
+		if m.Name == "" && m.HasAlias {
+			if j, ok := d.byAlias[m.Alias]; ok {
+				m.Name = d.metrics[j].Name
+			}
+		}
+		if j, ok := d.byName[m.Name]; ok && m.Type == 0 {
+			m.Type = d.metrics[j].Type
+		}
+	}
+	if s.cfg.OnCommand == nil {
+		s.log.Warn("DCMD refused: no command handler", "upstream", s.m.name, "device", in.device)
+		return
+	}
+	s.cfg.OnCommand(ctx, cmd)
+}
+
+// births publishes NBIRTH (seq 0) and a DBIRTH for every device not dead,
+// on c, and waits for their PUBACKs. Called on each connection before it
+// carries data, and on a rebirth request.
+func (s *sparkplugSession) births(ctx context.Context, c *mqttConn) error {
+	s.mu.Lock()
+	s.seq = 0
+	s.born = c
+	nb := sparkplug.Payload{Timestamp: s.stamp(), HasSeq: true, Seq: s.nextSeq(), Metrics: []sparkplug.Metric{
+		{Name: sparkplug.BdSeq, Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, int64(s.bdSeq))},
+		{Name: sparkplug.Rebirth, Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
+	}}
+	toks := []paho.Token{c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.NBIRTH, s.cfg.EdgeNode, ""), 1, false, nb.Marshal())}
+	for _, dc := range s.cfg.Devices {
+		if d := s.devs[dc.Name]; !d.dead {
+			toks = append(toks, s.dbirth(c, d))
+		}
+	}
+	s.mu.Unlock()
+	for _, tok := range toks {
+		if err := s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout); err != nil {
+			return fmt.Errorf("births: %w", err)
+		}
+	}
+	return nil
+}
+
+// dbirth hands d's DBIRTH to paho: every metric with its name, alias,
+// datatype, engineering units and last value (is_null when none is
+// known); s.mu is held.
+func (s *sparkplugSession) dbirth(c *mqttConn, d *spDevice) paho.Token {
+	p := sparkplug.Payload{Timestamp: s.stamp(), HasSeq: true, Seq: s.nextSeq()}
+	for i, m := range d.metrics {
+		sm := sparkplug.Metric{Name: m.Name, Alias: d.alias[i], HasAlias: true, Type: m.Type, Timestamp: d.lastAt[i], Value: d.last[i]}
+		if sm.Timestamp == 0 {
+			sm.Timestamp = p.Timestamp
+		}
+		if sm.Value.Kind == sparkplug.NoValue {
+			sm.Null = true
+		}
+		if m.Unit != "" {
+			sm.Properties = &sparkplug.PropertySet{}
+			sm.Properties.Add("engUnit", sparkplug.PropertyValue{Type: sparkplug.String, Value: sparkplug.StringOf(m.Unit)})
+		}
+		p.Metrics = append(p.Metrics, sm)
+	}
+	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DBIRTH, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
+}
+
+// ending publishes the NDEATH before a clean disconnect.
+func (s *sparkplugSession) ending(c *mqttConn) error {
+	s.mu.Lock()
+	tok := c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.NDEATH, s.cfg.EdgeNode, ""), 1, false, s.ndeath())
+	s.mu.Unlock()
+	return s.m.await(context.Background(), c, tok, min(s.m.cfg.PublishTimeout, mqttOfflineTimeout))
+}
+
+// SetOnline tells the node that device went offline (a DDEATH is
+// published, its last values are forgotten: they are stale) or came back
+// (a DBIRTH, its metrics null until a reading arrives). A repeated state
+// publishes nothing. Without a connection the state is kept for the next
+// births.
+func (sp *Sparkplug) SetOnline(ctx context.Context, device string, online bool) error {
+	s := sp.s
+	d := s.devs[device]
+	if d == nil {
+		return fmt.Errorf("uplink: sparkplug: unknown device %q", device)
+	}
+	s.mu.Lock()
+	if d.dead == !online {
+		s.mu.Unlock()
+		return nil
+	}
+	d.dead = !online
+	for i := range d.last {
+		d.last[i], d.lastAt[i] = sparkplug.Value{}, 0
+	}
+	c := s.m.conn()
+	if c == nil || c != s.born {
+		s.mu.Unlock()
+		return nil
+	}
+	var tok paho.Token
+	if online {
+		tok = s.dbirth(c, d)
+	} else {
+		p := sparkplug.Payload{Timestamp: s.stamp(), HasSeq: true, Seq: s.nextSeq()}
+		tok = c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDEATH, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
+	}
+	s.mu.Unlock()
+	if err := s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout); err != nil {
+		return fmt.Errorf("uplink: mqtt %s: %w", s.m.name, err)
+	}
+	return nil
+}
+
+// Sparkplug is the delivery loop's sender for a Sparkplug B upstream: each
+// record, a packet of one device, goes out as a DDATA by alias, and leaves
+// the buffer on that DDATA's PUBACK.
+type Sparkplug struct {
+	s      *sparkplugSession
+	window int
+}
+
+// Name implements Sender.
+func (sp *Sparkplug) Name() string { return sp.s.m.Name() }
+
+// MaxBatch implements Sender: one record, so each is acked on its own.
+func (sp *Sparkplug) MaxBatch() int { return 1 }
+
+// Window implements Sender.
+func (sp *Sparkplug) Window() int { return sp.window }
+
+// Up implements Sender: connected, births sent.
+func (sp *Sparkplug) Up() bool { return sp.s.m.Connected() }
+
+// LastError is the broker connection's latest failure.
+func (sp *Sparkplug) LastError() (string, time.Time) { return sp.s.m.LastError() }
+
+// MQTT is the upstream's connection.
+func (sp *Sparkplug) MQTT() *MQTT { return sp.s.m }
+
+// errSparkplugDead: a packet of a device whose DDEATH was the last word;
+// it waits in the buffer for the device's DBIRTH.
+var errSparkplugDead = errors.New("device is dead (DDEATH sent): the packet waits for its DBIRTH")
+
+// Send publishes each record as a DDATA and waits for its PUBACK.
+func (sp *Sparkplug) Send(ctx context.Context, batch []buffer.Record) error {
+	for _, r := range batch {
+		if err := sp.send(ctx, r); err != nil {
+			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
+		}
+	}
+	return nil
+}
+
+func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
+	s := sp.s
+	pk, err := packet.Decode(r.Data)
+	if err != nil {
+		return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: %w", s.m.name, err)}
+	}
+	d := s.devs[pk.DeviceID]
+	if d == nil {
+		return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: device %q is not one of the node's", s.m.name, pk.DeviceID)}
+	}
+	s.mu.Lock()
+	c := s.m.conn()
+	if c == nil || c != s.born {
+		s.mu.Unlock()
+		return s.m.notConnected()
+	}
+	if d.dead {
+		s.mu.Unlock()
+		return fmt.Errorf("uplink: mqtt %s: sparkplug %s: %w", s.m.name, d.name, errSparkplugDead)
+	}
+	p := sparkplug.Payload{Timestamp: s.stamp()}
+	at := uint64(pk.At.UnixMilli())
+	seen := make([]bool, len(d.metrics))
+	for _, f := range pk.Fields {
+		i, ok := d.byName[f.Name]
+		if !ok {
+			continue // not in the birth: a host could not read it
+		}
+		seen[i] = true
+		v, ok := spValue(d.metrics[i].Type, f.Value)
+		m := sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Value: v, Null: !ok}
+		if !ok {
+			m.Value = sparkplug.Value{}
+		}
+		d.last[i], d.lastAt[i] = m.Value, at
+		p.Metrics = append(p.Metrics, m)
+	}
+	for i, was := range seen {
+		if !was { // the reading has no value for it: failed, never a stale value
+			p.Metrics = append(p.Metrics, sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Null: true})
+			d.last[i], d.lastAt[i] = sparkplug.Value{}, at
+		}
+	}
+	p.HasSeq, p.Seq = true, s.nextSeq()
+	tok := c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
+	s.mu.Unlock()
+	return s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout)
+}
+
+// spValue converts a packet's value to datatype t; ok is false when it
+// has none (NaN, written as null) or cannot be read as t.
+func spValue(t sparkplug.DataType, v packet.Value) (sparkplug.Value, bool) {
+	text := v.String()
+	switch t {
+	case sparkplug.Boolean:
+		switch strings.ToLower(text) {
+		case "true", "1":
+			return sparkplug.BoolOf(true), true
+		case "false", "0":
+			return sparkplug.BoolOf(false), true
+		}
+	case sparkplug.String, sparkplug.Text:
+		return sparkplug.StringOf(text), true
+	case sparkplug.Float, sparkplug.Double:
+		f, err := strconv.ParseFloat(text, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return sparkplug.Value{}, false
+		}
+		if t == sparkplug.Float {
+			return sparkplug.FloatOf(float32(f)), true
+		}
+		return sparkplug.DoubleOf(f), true
+	case sparkplug.UInt8, sparkplug.UInt16, sparkplug.UInt32, sparkplug.UInt64:
+		n, err := strconv.ParseUint(text, 10, 64)
+		if err == nil {
+			return sparkplug.Value{Kind: spKind(t), Num: n}, true
+		}
+	case sparkplug.Int8, sparkplug.Int16, sparkplug.Int32, sparkplug.Int64:
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err == nil {
+			return sparkplug.Int(t, n), true
+		}
+	}
+	return sparkplug.Value{}, false
+}
+
+func spKind(t sparkplug.DataType) sparkplug.Kind {
+	if t == sparkplug.UInt8 || t == sparkplug.UInt16 {
+		return sparkplug.IntValue
+	}
+	return sparkplug.LongValue
+}
+
+// NewSparkplug makes m a Sparkplug B edge node ([SparkplugConfig]) and
+// returns its sender. Call it before m's Run.
+func NewSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*Sparkplug, error) {
+	if m.running.Load() {
+		return nil, errors.New("uplink: sparkplug: the MQTT upstream already runs")
+	}
+	s, err := newSparkplugSession(cfg, m.log)
+	if err != nil {
+		return nil, fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
+	}
+	s.m = m
+	m.session = s
+	if window <= 0 {
+		window = m.Window()
+	}
+	return &Sparkplug{s: s, window: window}, nil
+}

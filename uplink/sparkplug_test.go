@@ -1,0 +1,271 @@
+package uplink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
+	"fieldlink/packet"
+	"fieldlink/sparkplug"
+	"fieldlink/sparkplug/sparkplugtest"
+)
+
+// spMessage is one message a test subscriber received.
+type spMessage struct {
+	topic   string
+	payload []byte
+}
+
+// spRecorder keeps, in order, the node's messages that a subscriber to
+// spBv1.0/# receives.
+type spRecorder struct {
+	mu   sync.Mutex
+	msgs []spMessage
+}
+
+func spRecord(t *testing.T, addr string) *spRecorder {
+	t.Helper()
+	r := &spRecorder{}
+	c := mqttClient(t, addr, fmt.Sprintf("test-sp-%d", time.Now().UnixNano()))
+	tok := c.Subscribe("spBv1.0/#", 1, func(_ paho.Client, m paho.Message) {
+		if _, typ, _, _, err := sparkplug.ParseTopic(m.Topic()); err != nil || typ == sparkplug.NCMD || typ == sparkplug.DCMD {
+			return // the host's, not the node's
+		}
+		r.mu.Lock()
+		r.msgs = append(r.msgs, spMessage{m.Topic(), append([]byte(nil), m.Payload()...)})
+		r.mu.Unlock()
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	return r
+}
+
+func (r *spRecorder) wait(t *testing.T, n int, what string) []spMessage {
+	t.Helper()
+	testtool.WaitFor(t, 10*time.Second, what, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.msgs) >= n
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]spMessage(nil), r.msgs...)
+}
+
+var spTestDevices = []SparkplugDevice{
+	{Name: "rain-1", Metrics: []SparkplugMetric{
+		{Name: "Level", Type: sparkplug.Double, Unit: "mm"},
+		{Name: "Count", Type: sparkplug.UInt16},
+		{Name: "Heater", Type: sparkplug.Boolean},
+	}},
+	{Name: "gas-1", Metrics: []SparkplugMetric{
+		{Name: "CH4", Type: sparkplug.Float, Unit: "%LEL"},
+		{Name: "Offset", Type: sparkplug.Int32},
+	}},
+}
+
+// spRun makes a Sparkplug upstream on the broker and runs it until the
+// test ends; stop ends Run and waits for it.
+func spRun(t *testing.T, url string, cfg SparkplugConfig) (*MQTT, *Sparkplug, func()) {
+	t.Helper()
+	log, _ := mqttLogger(t)
+	m, err := NewMQTT(MQTTConfig{URL: url, Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
+	sp, err := NewSparkplug(m, cfg, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("Run did not return within 15s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return m, sp, stop
+}
+
+func spRecordOf(t *testing.T, p *packet.Packet) buffer.Record {
+	t.Helper()
+	return buffer.Record{Seq: p.Seq, Data: p.AppendJSON(nil, packet.Strings)}
+}
+
+// TestSparkplugSession runs the node against a real mosquitto: births,
+// data by alias, a device's death and return, a rebirth asked by a
+// Tahu-encoded NCMD, the will on a broken connection and the NDEATH of a
+// clean stop. Eclipse Tahu's JavaScript library decodes every message the
+// broker delivered, and each is compared with what the readings and the
+// profile say, seq and bdSeq included.
+func TestSparkplugSession(t *testing.T) {
+	tahu := sparkplugtest.NewTahu(t)
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	rec := spRecord(t, b.Addr())
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := uint64(clock.UnixMilli())
+	m, sp, stop := spRun(t, b.URL(), SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", Devices: spTestDevices,
+		Now: func() time.Time { return clock }})
+
+	// What each message must be, in order, as the steps below make them.
+	type want struct {
+		topic string
+		p     sparkplug.Payload
+	}
+	var wants []want
+	seq := uint64(0)
+	next := func() uint64 { s := seq; seq = (seq + 1) % 256; return s }
+	nbirth := func(bd int64) {
+		seq = 0
+		wants = append(wants, want{"spBv1.0/farm/NBIRTH/gw1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: []sparkplug.Metric{
+			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
+			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
+		}}})
+	}
+	ndeath := func(bd int64) {
+		wants = append(wants, want{"spBv1.0/farm/NDEATH/gw1", sparkplug.Payload{Timestamp: now, Metrics: []sparkplug.Metric{
+			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
+		}}})
+	}
+	// last values, by device and metric, as a DBIRTH must carry them
+	last := map[string][]sparkplug.Value{"rain-1": make([]sparkplug.Value, 3), "gas-1": make([]sparkplug.Value, 2)}
+	lastAt := map[string][]uint64{"rain-1": make([]uint64, 3), "gas-1": make([]uint64, 2)}
+	dbirth := func(dev string) {
+		p := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}
+		alias := uint64(1)
+		for _, d := range spTestDevices {
+			for i, mt := range d.Metrics {
+				if d.Name == dev {
+					sm := sparkplug.Metric{Name: mt.Name, Alias: alias, HasAlias: true, Type: mt.Type, Timestamp: lastAt[dev][i], Value: last[dev][i]}
+					if sm.Timestamp == 0 {
+						sm.Timestamp = now
+					}
+					sm.Null = sm.Value.Kind == sparkplug.NoValue
+					if mt.Unit != "" {
+						sm.Properties = &sparkplug.PropertySet{}
+						sm.Properties.Add("engUnit", sparkplug.PropertyValue{Type: sparkplug.String, Value: sparkplug.StringOf(mt.Unit)})
+					}
+					p.Metrics = append(p.Metrics, sm)
+				}
+				alias++
+			}
+		}
+		wants = append(wants, want{"spBv1.0/farm/DBIRTH/gw1/" + dev, p})
+	}
+
+	nbirth(0)
+	dbirth("rain-1")
+	dbirth("gas-1")
+	rec.wait(t, len(wants), "NBIRTH and two DBIRTHs")
+	mqttWaitConnected(t, m, true)
+
+	// Data: every field by alias; a field the reading lacks is null.
+	at := time.Date(2026, 3, 1, 11, 59, 30, 0, time.UTC)
+	atMs := uint64(at.UnixMilli())
+	ctx := context.Background()
+	readings := []struct {
+		p       packet.Packet
+		metrics []sparkplug.Metric
+	}{
+		{packet.Packet{At: at, DeviceID: "rain-1", DataType: "Rain", Seq: 1, Fields: []packet.Field{
+			{Name: "Level", Value: packet.Float(12.5, 2)}, {Name: "Count", Value: packet.Uint(7)}, {Name: "Heater", Value: packet.Bool(true)}}},
+			[]sparkplug.Metric{
+				{Alias: 1, HasAlias: true, Timestamp: atMs, Type: sparkplug.Double, Value: sparkplug.DoubleOf(12.5)},
+				{Alias: 2, HasAlias: true, Timestamp: atMs, Type: sparkplug.UInt16, Value: sparkplug.Int(sparkplug.UInt16, 7)},
+				{Alias: 3, HasAlias: true, Timestamp: atMs, Type: sparkplug.Boolean, Value: sparkplug.BoolOf(true)},
+			}},
+		{packet.Packet{At: at, DeviceID: "gas-1", DataType: "Gas", Seq: 2, Fields: []packet.Field{
+			{Name: "Offset", Value: packet.Int(-3)}, {Name: "Unknown", Value: packet.Int(1)}}},
+			[]sparkplug.Metric{
+				{Alias: 5, HasAlias: true, Timestamp: atMs, Type: sparkplug.Int32, Value: sparkplug.Int(sparkplug.Int32, -3)},
+				{Alias: 4, HasAlias: true, Timestamp: atMs, Type: sparkplug.Float, Null: true},
+			}},
+	}
+	for _, r := range readings {
+		if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &r.p)}); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+		wants = append(wants, want{"spBv1.0/farm/DDATA/gw1/" + r.p.DeviceID, sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: r.metrics}})
+	}
+	last["rain-1"] = []sparkplug.Value{sparkplug.DoubleOf(12.5), sparkplug.Int(sparkplug.UInt16, 7), sparkplug.BoolOf(true)}
+	lastAt["rain-1"] = []uint64{atMs, atMs, atMs}
+	rec.wait(t, len(wants), "two DDATA")
+
+	// gas-1 goes offline and comes back: DDEATH, then a DBIRTH whose
+	// values are null (the old ones are stale). A packet of the dead
+	// device is not sent.
+	if err := sp.SetOnline(ctx, "gas-1", false); err != nil {
+		t.Fatal(err)
+	}
+	wants = append(wants, want{"spBv1.0/farm/DDEATH/gw1/gas-1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}})
+	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &readings[1].p)}); err == nil {
+		t.Error("a packet of a dead device was sent")
+	}
+	if err := sp.SetOnline(ctx, "gas-1", true); err != nil {
+		t.Fatal(err)
+	}
+	dbirth("gas-1")
+	rec.wait(t, len(wants), "DDEATH and DBIRTH")
+
+	// A rebirth asked by the host, encoded by Tahu.
+	ncmd := tahu.Encode(t, map[string]any{"timestamp": now, "metrics": []map[string]any{
+		{"name": "Node Control/Rebirth", "type": "Boolean", "value": true}}})[0]
+	host := mqttClient(t, b.Addr(), "host")
+	if tok := host.Publish("spBv1.0/farm/NCMD/gw1", 1, false, ncmd); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	nbirth(0)
+	dbirth("rain-1")
+	dbirth("gas-1")
+	rec.wait(t, len(wants), "the births after NCMD rebirth")
+
+	// The connection breaks: the broker publishes the will, the NDEATH
+	// with the NBIRTH's bdSeq; the new connection births with the next.
+	m.cur.Load().drop(errors.New("test: connection cut"))
+	ndeath(0)
+	nbirth(1)
+	dbirth("rain-1")
+	dbirth("gas-1")
+	rec.wait(t, len(wants), "the will and the births of the new connection")
+	mqttWaitConnected(t, m, true)
+
+	// A clean stop publishes the NDEATH itself.
+	stop()
+	ndeath(1)
+	got := rec.wait(t, len(wants), "the NDEATH of a clean stop")
+
+	payloads := make([][]byte, len(got))
+	for i := range got {
+		payloads[i] = got[i].payload
+	}
+	decoded := tahu.Decode(t, payloads...)
+	if len(got) != len(wants) {
+		t.Errorf("%d messages, want %d", len(got), len(wants))
+	}
+	for i := range min(len(got), len(wants)) {
+		if got[i].topic != wants[i].topic {
+			t.Errorf("message %d: topic %s, want %s", i, got[i].topic, wants[i].topic)
+			continue
+		}
+		for _, d := range sparkplugtest.Diff(decoded[i], &wants[i].p) {
+			t.Errorf("message %d (%s): %s", i, got[i].topic, d)
+		}
+	}
+}
