@@ -89,6 +89,7 @@ type Agent struct {
 	stopControl  func()      // the control socket of gateway write
 	status       statusState // what the status page knows beyond the snapshots
 	clock        kclock.Clock
+	heldBack     atomic.Uint64 // polled packets report by exception held back
 }
 
 // parts are the gateway's parts in force; a reload replaces the value.
@@ -161,13 +162,19 @@ func (g *Agent) Fatal() error {
 	return g.in.Fatal()
 }
 
-// emit is where the pollers' packets go.
-func (g *Agent) emit(p *packet.Packet) {
+// emit is where the pollers' packets go; x, the site's report by
+// exception, decides which of them are stored (nil: every one). A packet
+// it holds back never reaches the buffer, so it takes no Seq there.
+func (g *Agent) emit(p *packet.Packet, x *exceptions) {
 	if !p.At.IsZero() {
 		p.ClockUnsynced, p.Mono = g.clock.Unsynced(p.At)
 	}
 	if g.opt.OnPolled != nil {
 		g.opt.OnPolled(p)
+	}
+	if !x.keep(p) {
+		g.heldBack.Add(1)
+		return
 	}
 	if g.in != nil {
 		g.in.Put(p)
@@ -181,7 +188,10 @@ func (g *Agent) emit(p *packet.Packet) {
 func (g *Agent) startPolling(site *Site) {
 	ctx, cancel := context.WithCancel(g.pollBase)
 	done := make(chan struct{})
-	go func() { defer close(done); site.Run(ctx, g.emit) }()
+	go func() {
+		defer close(done)
+		site.Run(ctx, func(p *packet.Packet) { g.emit(p, site.exceptions) })
+	}()
 	g.pollCancel, g.pollDone = cancel, done
 }
 
@@ -242,6 +252,10 @@ func (g *Agent) Stop() error {
 	}
 	return g.Fatal()
 }
+
+// HeldBack is how many polled packets report by exception kept from the
+// buffer since the start.
+func (g *Agent) HeldBack() uint64 { return g.heldBack.Load() }
 
 // Config is the site file in force.
 func (g *Agent) Config() *config.Config { return g.cur.Load().cfg }

@@ -117,7 +117,7 @@ func (g *Agent) subscriptions(c *config.Config) []uplink.Subscription {
 // emitCommand stores a command's record like a polled packet.
 func (g *Agent) emitCommand(p *packet.Packet) {
 	g.Site().Stamp(p)
-	g.emit(p)
+	g.emit(p, nil)
 }
 
 // publishResult sends a result on every connected MQTT upstream.

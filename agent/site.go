@@ -20,6 +20,9 @@ type Site struct {
 	cfg     *config.Config
 	clients []*modbus.Client // by bus, as Site.Buses
 	enc     packet.Encoding
+	// exceptions holds back the packets that report by exception finds
+	// unchanged; nil stores every packet.
+	exceptions *exceptions
 }
 
 // BusCost is the request planner's timing model for a bus: wire timing on
@@ -45,7 +48,7 @@ func MaxGap(b config.Bus) int {
 // OpenSite opens every bus of c and builds its line sensors. Nothing polls
 // until the site runs; Close closes the ports.
 func OpenSite(c *config.Config, log *slog.Logger) (*Site, error) {
-	s := &Site{cfg: c, enc: c.Packet.Values}
+	s := &Site{cfg: c, enc: c.Packet.Values, exceptions: newExceptions(c)}
 	var buses []*sensors.Bus
 	for _, b := range c.Buses {
 		ep, err := modbus.ParseURL(b.URL)

@@ -26,7 +26,7 @@ var errorClasses = []struct {
 }{
 	{class: "YAML syntax", old: "gateway: {id: gw-01}", new: "gateway: {id: gw-01", pos: "1:1", valid: "did not find expected ',' or '}'"},
 	{class: "empty file", src: "# nothing yet\n", valid: "file is empty (expected key: value lines)"},
-	{class: "unknown key", old: "slave: 2}", new: "slave: 2, intervall: 5s}", pos: "9:55", field: "buses[0].devices[1].intervall", valid: `(did you mean "interval"?) (valid: name, profile, slave, interval, data_type, writable, points)`},
+	{class: "unknown key", old: "slave: 2}", new: "slave: 2, intervall: 5s}", pos: "9:55", field: "buses[0].devices[1].intervall", valid: `(did you mean "interval"?) (valid: name, profile, slave, interval, data_type, writable, points, deadband, deadband_percent, heartbeat)`},
 	{class: "wrong type: number", old: "slave: 2}", new: "slave: two}", pos: "9:52", field: "buses[0].devices[1].slave", valid: `expected a whole number, got "two"`},
 	{class: "wrong type: list", old: "devices:\n      - {name: wind-tcp, profile: wind, slave: 1}", new: "devices: {name: wind-tcp, profile: wind, slave: 1}", pos: "12:14", field: "buses[1].devices", valid: "expected a list, got a mapping"},
 	{class: "wrong type: boolean", new: "metrics: {allow_remote: sometimes}", pos: "16:25", field: "metrics.allow_remote", valid: `expected true or false, got "sometimes"`},

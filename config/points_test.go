@@ -58,7 +58,7 @@ func TestPointOverrideErrors(t *testing.T) {
 		{"alarm: {above: 20}", "alarm: {}", `buses[0].devices[0].points[0].alarm: give above, below or both`},
 		{"name: Wind", "name: ''", `buses[0].devices[0].points[0].name: must not be empty`},
 		{"offset: -1", "offset: -1\n          - point: WindSpeed", `buses[0].devices[0].points[1].point: point "WindSpeed" is already changed by points[0]`},
-		{"offset: -1", "offset: -1\n            colour: red", `buses[0].devices[0].points[0].colour: unknown field "colour" (valid: point, name, scale, offset, alarm)`},
+		{"offset: -1", "offset: -1\n            colour: red", `buses[0].devices[0].points[0].colour: unknown field "colour" (valid: point, name, scale, offset, alarm, deadband, deadband_percent, heartbeat)`},
 		{"        points:", "        writable: [{point: WindSpeed}]\n        points:", `point "WindSpeed" is writable on this device`},
 	} {
 		src := strings.Replace(pointsSite, tc.old, tc.new, 1)

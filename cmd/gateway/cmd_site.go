@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,6 +64,9 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 			fmt.Fprintf(stdout, "  %s: slave %d, %s, every %v, %s in %s (%s)\n",
 				d.Name, d.Slave, d.Profile, d.Interval, words.Count(len(prof.Registers), "register"), words.Count(len(reqs), "request"), strings.Join(parts, ", "))
 			printPoints(stdout, c, &d)
+			if d.ReportsByException() {
+				fmt.Fprintf(stdout, "    report by exception: %s\n", exceptionText(d.Exception()))
+			}
 		}
 	}
 	for _, s := range c.SerialSensors {
@@ -109,6 +114,13 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer s.Close()
+	// poll numbers its packets from 1, as a gateway's buffer once did: an
+	// epoch of its own ("poll-" and 8 random hex digits, new each time)
+	// keeps (GatewayId, Epoch, Seq) from naming a packet of the running
+	// gateway, should a poll's output reach the platform.
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	epoch := "poll-" + hex.EncodeToString(rnd[:])
 	failed := 0
 	buf := make([]byte, 0, 1024)
 	s.PollOnce(ctx, func(p *packet.Packet, err error) {
@@ -120,6 +132,7 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			return
 		}
+		p.Epoch = epoch
 		buf = append(p.AppendJSON(buf[:0], s.Encoding()), '\n')
 		_, _ = stdout.Write(buf)
 	})
@@ -349,6 +362,9 @@ func printPoints(w io.Writer, c *config.Config, d *config.Device) {
 		if pt.Alarm != nil {
 			ch = append(ch, fmt.Sprintf("alarm %s (profile %s)", alarmText(now.Alarm), alarmText(was.Alarm)))
 		}
+		if e := (config.Exception{Deadband: pt.Deadband, DeadbandPercent: pt.DeadbandPercent, Heartbeat: pt.Heartbeat}); e != (config.Exception{}) {
+			ch = append(ch, exceptionText(e))
+		}
 		if len(ch) == 0 {
 			ch = append(ch, "unchanged")
 		}
@@ -368,4 +384,22 @@ func alarmText(a *profile.Alarm) string {
 		return "none"
 	}
 	return strings.Join(s, " and ")
+}
+
+// exceptionText says a report-by-exception setting.
+func exceptionText(e config.Exception) string {
+	var s []string
+	switch {
+	case e.Deadband != nil:
+		s = append(s, fmt.Sprintf("deadband %g", *e.Deadband))
+	case e.DeadbandPercent != nil:
+		s = append(s, fmt.Sprintf("deadband %g%%", *e.DeadbandPercent))
+	}
+	if e.Heartbeat != 0 {
+		s = append(s, "heartbeat "+e.Heartbeat.String())
+	}
+	if len(s) == 0 {
+		return "any change"
+	}
+	return strings.Join(s, ", ")
 }
