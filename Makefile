@@ -14,32 +14,34 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long
+.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long
 
 all: test
 
 ## test: every tier CI runs, fastest first so that a failure shows early; a line before each
 ## tier says where the run is. About 17 minutes on 2 cores, 19 the first time (see the README).
 test:
-	@echo "[1/9] vet (gofmt -l, go vet)"
+	@echo "[1/10] vet (gofmt -l, go vet)"
 	@$(MAKE) --no-print-directory vet
-	@echo "[2/9] unit and integration tests (go test -race ./..., chaos apart)"
+	@echo "[2/10] unit and integration tests (go test -race ./..., chaos apart)"
 	@$(MAKE) --no-print-directory test-unit
-	@echo "[3/9] the field build's tests (go test -race -tags field ./cmd/gateway)"
+	@echo "[3/10] the field build's tests (go test -race -tags field ./cmd/gateway)"
 	@$(MAKE) --no-print-directory test-field
-	@echo "[4/9] the chaos run, short (go test -race -v ./chaos/)"
+	@echo "[4/10] the chaos run, short (go test -race -v ./chaos/)"
 	@$(MAKE) --no-print-directory test-chaos
-	@echo "[5/9] govulncheck with the release toolchain"
+	@echo "[5/10] govulncheck with the release toolchain"
 	@$(MAKE) --no-print-directory vulncheck
-	@echo "[6/9] fuzzing, 5 s per target (scripts/fuzz-all)"
+	@echo "[6/10] fuzzing, 5 s per target (scripts/fuzz-all)"
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
-	@echo "[7/9] ARM binaries and tests under qemu (go test -tags crosscheck ./scripts/cross-build/)"
+	@echo "[7/10] ARM binaries and tests under qemu (go test -tags crosscheck ./scripts/cross-build/)"
 	@$(MAKE) --no-print-directory test-cross
-	@echo "[8/9] the .deb on a real systemd and Mender updates through the health gate (make fleet-check)"
+	@echo "[8/10] the .deb on a real systemd and Mender updates through the health gate (make fleet-check)"
 	@$(MAKE) --no-print-directory fleet-check
-	@echo "[9/9] power cuts: a lossy filesystem and a VM with its own kernel (make power-check)"
+	@echo "[9/10] power cuts: a lossy filesystem and a VM with its own kernel (make power-check)"
 	@$(MAKE) --no-print-directory power-check
-	@echo "make test: all 9 tiers passed"
+	@echo "[10/10] a three-node NATS cluster over MQTT: node kills, black hole, slow node, outage (make cluster-check)"
+	@$(MAKE) --no-print-directory cluster-check
+	@echo "make test: all 10 tiers passed"
 
 ## test-fast: vet and the unit and integration tests only (a few minutes): the tiers to run while
 ## working; make test (CI) adds the field build, chaos, govulncheck, fuzzing and qemu
@@ -76,12 +78,14 @@ vet:
 	$(GO) vet -tags crosscheck ./scripts/cross-build/
 	$(GO) vet -tags fleet ./packaging/
 	$(GO) vet -tags powercut ./tests/powercut/
+	$(GO) vet -tags cluster ./tests/cluster/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 lint:
 	$(GO) run $(STATICCHECK) $(PKGS)
+	$(GO) run $(STATICCHECK) -tags cluster ./tests/cluster/
 
 ## vulncheck: govulncheck over every package with the release toolchain; fails on any reachable vulnerability
 vulncheck:
@@ -178,3 +182,20 @@ power-check:
 ## (the VM's boots under TCG make it about an hour)
 power-check-long:
 	@$(MAKE) --no-print-directory power-check POWER_LOSSY_CUTS=2000 POWER_VM_CUTS=100
+
+## cluster-check: the gateway as a process against three clustered nats-server nodes (Debian's, with
+## JetStream, MQTT on each, the MQTT streams on all three) through toxiproxy, and a platform subscriber
+## with a persistent session: a node killed, the stream leader killed, a node black-holed, a node's
+## PUBACKs 200 ms late, the whole cluster down 30 s, then mixed; fails on any packet lost; one figures
+## line per fault (docs/cluster.md), and checks of what a PUBACK means there. Needs nats-server.
+## About 3 minutes on 2 cores.
+CLUSTER_RUN ?= .
+cluster-check:
+	@$(GO) test -count=1 -tags cluster -v -run '$(CLUSTER_RUN)' -timeout 20m ./tests/cluster/ > .cluster-check.log 2>&1; rc=$$?; \
+	grep -E '^\s*(--- |ok|FAIL|PASS)' .cluster-check.log; \
+	if [ $$rc -ne 0 ]; then tail -200 .cluster-check.log; fi; \
+	grep -E '^cluster [a-z0-9-]+:' .cluster-check.log; exit $$rc
+
+## cluster-check-long: make cluster-check with every fault held a minute (about 9 minutes)
+cluster-check-long:
+	@CLUSTER_LONG=1 $(MAKE) --no-print-directory cluster-check

@@ -6,7 +6,8 @@
 // on any packet lost; it prints one figures line per fault. What it found
 // about the engine is in docs/cluster.md.
 //
-// The test needs Debian's nats-server (2.9.10 in bookworm): it skips
-// without it, and fails under CI=true. CLUSTER_LONG=1 (make
-// cluster-check-long) makes every fault phase last longer.
+// The tests build only with -tags cluster (go test ./... leaves them to
+// make cluster-check). They need Debian's nats-server (2.9.10 in
+// bookworm): they skip without it, and fail under CI=true. CLUSTER_LONG=1
+// (make cluster-check-long) makes every fault phase last a minute.
 package cluster

@@ -1,3 +1,5 @@
+//go:build cluster
+
 package cluster
 
 import (
@@ -29,7 +31,7 @@ type ledger struct {
 	recv       map[key]*receipt
 	arrivals   []time.Time       // every receipt, in order
 	maxSeq     map[string]uint64 // highest Seq received, by epoch
-	outOfOrder int               // receipts of a Seq below one received before
+	outOfOrder int               // receipts of a Seq below one received before (the gateway publishes on three connections at once)
 	connects   int               // subscriber connections made
 	problems   []string
 }
