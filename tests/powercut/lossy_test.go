@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,33 +20,33 @@ import (
 	"fieldlink/agent"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/emutest"
+	"fieldlink/packet"
 )
 
 // TestLossy is the fast level: the field gateway as a process on a
 // [LossyFS], cut (SIGKILL, then every write not fsynced dropped) at random
 // moments and in the windows that matter, POWERCUT_LOSSY_CUTS times
-// (default 200); then the same with the buffer's fsync off
-// (POWERCUT_LOSSY_CONTROL_CUTS, default 40), which must lose packets.
+// (default 200); then cut while its buffer is full and evicting
+// (POWERCUT_LOSSY_FULL_CUTS, default 20); then the first run again with
+// the buffer's fsync off (POWERCUT_LOSSY_CONTROL_CUTS, default 40), which
+// must lose packets.
 func TestLossy(t *testing.T) {
 	mosq := testtool.FindMosquitto(t)
 	bin := buildGateway(t)
 	for _, run := range []struct {
-		name    string
-		cuts    int
-		control bool
+		name string
+		cuts int
 	}{
-		{"fsync", envInt(t, "POWERCUT_LOSSY_CUTS", 200), false},
-		{"control", envInt(t, "POWERCUT_LOSSY_CONTROL_CUTS", 40), true},
+		{"fsync", envInt(t, "POWERCUT_LOSSY_CUTS", 200)},
+		{"full", envInt(t, "POWERCUT_LOSSY_FULL_CUTS", 20)},
+		{"control", envInt(t, "POWERCUT_LOSSY_CONTROL_CUTS", 40)},
 	} {
 		t.Run(run.name, func(t *testing.T) {
 			began := time.Now()
 			led := newLedger()
-			f := runLossy(t, bin, mosq, led, run.cuts, run.control)
-			if run.control {
-				f.level = "lossy-control"
-			}
+			f := runLossy(t, bin, mosq, led, run.cuts, run.name)
 			t.Logf("%s, %s", f, time.Since(began).Round(time.Second))
-			check(t, f, led, run.control)
+			check(t, f, led, run.name == "control")
 		})
 	}
 }
@@ -57,7 +58,11 @@ func TestLossy(t *testing.T) {
 // during an uplink outage, with packets piled up in the buffer (outage).
 var cutKinds = []string{"random", "random", "commit", "commit", "ack", "outage"}
 
-func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, control bool) figures {
+// runLossy cuts the gateway cuts times and boots it once more to deliver
+// what it stored. mode is fsync (the real run), full (the real run with a
+// buffer kept full) or control (the buffer's fsync off).
+func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, mode string) figures {
+	control, full := mode == "control", mode == "full"
 	rng, seed := seeded(t)
 	dir := t.TempDir()
 	mnt := filepath.Join(dir, "power")
@@ -81,7 +86,7 @@ func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, control boo
 	broker := testtool.StartMosquitto(t, mosq)
 	subscribe(t, broker, led)
 	uplink := newLink(t, broker)
-	site := siteFile(t, dir, emuAddr, uplink.Addr(), filepath.Join(mnt, "buffer.db"))
+	site := siteFile(t, dir, emuAddr, uplink.Addr(), filepath.Join(mnt, "buffer.db"), full)
 	logPath := filepath.Join(dir, "gateway.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -102,14 +107,25 @@ func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, control boo
 	if control {
 		env = append(env, agent.UnsafeNoSyncEnv+"=1")
 	}
-	t.Logf("seed %d (POWERCUT_SEED=%d replays the cuts), %d cuts, control %v", seed, seed, cuts, control)
+	t.Logf("seed %d (POWERCUT_SEED=%d replays the cuts), %d cuts, %s", seed, seed, cuts, mode)
 
 	var salvaged []string
 	salvages := 0
 	byKind := map[string]int{}
+	var fullTotal int64 // bytes of packets stored by the boots of a full run
 	for i := 1; i <= cuts+1; i++ {
+		if full && i <= cuts {
+			uplink.set(false) // an outage for the whole boot: the buffer fills and evicts
+		}
 		g := startProcess(t, bin, site, env, led, log, i)
-		if i > cuts {
+		switch {
+		case i > cuts && full:
+			// The last boot: no cut, the uplink back. Oldest first, the
+			// backlog goes before the boot's own packets; the rest of what
+			// is missing was evicted, or is still in the buffer.
+			led.waitUntil(time.Minute, func() bool { return g.gone.Load() || g.printed.Load() > 0 && g.allReceivedLocked(led) })
+			g.stop(t)
+		case i > cuts:
 			// The last boot: no cut. Every packet stored must arrive.
 			limit := time.Minute
 			if control {
@@ -117,7 +133,23 @@ func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, control boo
 			}
 			led.waitUntil(limit, func() bool { return g.gone.Load() || g.printed.Load() > 0 && len(led.missingLocked()) == 0 })
 			g.stop(t)
-		} else {
+		case full:
+			// The uplink is down at every boot, so the buffer stays full
+			// once filled: the first boot runs until past full, the
+			// others a moment (2–24 KiB of packets), while the buffer
+			// evicts its oldest records at every commit.
+			limit := int64(2<<10 + rng.IntN(22<<10))
+			if fullTotal < fullBytes*6/5 {
+				limit = fullBytes*6/5 - fullTotal + limit
+			}
+			byKind["full"]++
+			if !led.waitUntil(30*time.Second, func() bool { return g.gone.Load() || g.bytes.Load() >= limit }) || g.gone.Load() {
+				t.Fatalf("cut %d (full): the gateway exited by itself, or stored no %d bytes within 30s; its stderr:\n%s", i, limit, g.stderr.String())
+			}
+			g.kill(t)
+			uplink.set(true)
+			fullTotal += g.bytes.Load()
+		default:
 			kind := cutKinds[rng.IntN(len(cutKinds))]
 			byKind[kind]++
 			var ok bool
@@ -157,7 +189,63 @@ func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, control boo
 		}
 	}
 	t.Logf("cuts by kind %v; %d fsyncs served", byKind, lfs.Fsyncs())
-	return led.figures("lossy", cuts, salvages, salvaged)
+	f := led.figures("lossy-"+mode, cuts, salvages, salvaged)
+	if mode == "fsync" {
+		f.level = "lossy"
+	}
+	if full {
+		// What is missing must have been evicted, or be in the buffer
+		// still: the buffer counts its evictions in the file, committed
+		// with them.
+		left, stats := leftInBuffer(t, bin, site)
+		evicted, err := strconv.Atoi(stats["evicted (max_bytes)"])
+		if err != nil {
+			t.Fatalf("gateway buffer stats: evicted (max_bytes) = %q: %v", stats["evicted (max_bytes)"], err)
+		}
+		missing := 0
+		for _, k := range led.missing() {
+			if !left[k] {
+				missing++
+			}
+		}
+		f.evicted, f.left = evicted, len(left)
+		f.lost = max(0, missing-evicted)
+		t.Logf("full: %d missing, %d left in the buffer, %d evicted (max_bytes) by the buffer's count", missing, len(left), evicted)
+		if evicted == 0 {
+			t.Errorf("the buffer evicted nothing: the full run did not fill it")
+		}
+	}
+	return f
+}
+
+// leftInBuffer is what the stopped gateway's buffer holds (gateway buffer
+// export) and its figures (gateway buffer stats, by name).
+func leftInBuffer(t *testing.T, bin, site string) (map[key]bool, map[string]string) {
+	t.Helper()
+	out, err := exec.Command(bin, "buffer", "export", "-c", site).Output()
+	if err != nil {
+		t.Fatalf("gateway buffer export: %v", err)
+	}
+	left := map[key]bool{}
+	for line := range strings.Lines(string(out)) {
+		p, err := packet.Decode([]byte(line))
+		if err != nil {
+			t.Fatalf("gateway buffer export: %v: %.200s", err, line)
+		}
+		left[key{p.Epoch, p.Seq}] = true
+	}
+	out, err = exec.Command(bin, "buffer", "stats", "-c", site).Output()
+	if err != nil {
+		t.Fatalf("gateway buffer stats: %v", err)
+	}
+	stats := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		// "name  value": the name may hold single spaces, the gap is two.
+		if name, value, ok := strings.Cut(strings.TrimSpace(line), "  "); ok {
+			stats[name] = strings.TrimSpace(value)
+		}
+	}
+	return left, stats
 }
 
 // process is one run of the gateway, from its start to its cut.
@@ -165,9 +253,13 @@ type process struct {
 	n       int
 	cmd     *exec.Cmd
 	printed atomic.Int64 // packets it reported stored
+	bytes   atomic.Int64 // their bytes
 	gone    atomic.Bool  // it has exited
-	stderr  testtool.SyncBuffer
-	exited  chan struct{} // closed once its stdout is drained and it was reaped
+
+	mu     sync.Mutex
+	keys   []key // the packets it reported stored
+	stderr testtool.SyncBuffer
+	exited chan struct{} // closed once its stdout is drained and it was reaped
 }
 
 // startProcess runs `gateway run -print` on site; its stored packets go to
@@ -194,14 +286,32 @@ func startProcess(t *testing.T, bin, site string, env []string, led *ledger, log
 			if err != nil {
 				break // a line cut short by the kill was never reported whole
 			}
+			if k, ok := led.take(line, false); ok {
+				g.mu.Lock()
+				g.keys = append(g.keys, k)
+				g.mu.Unlock()
+			}
+			g.bytes.Add(int64(len(line)))
 			g.printed.Add(1)
-			led.take(line, false)
 		}
 		_ = g.cmd.Wait()
 		g.gone.Store(true)
 		led.poke()
 	}()
 	return g
+}
+
+// allReceivedLocked reports whether the broker delivered every packet this
+// process reported stored; the ledger's lock is held.
+func (g *process) allReceivedLocked(led *ledger) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range g.keys {
+		if len(led.recv[k]) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // kill is the cut: SIGKILL, then wait until the process is reaped (its

@@ -49,8 +49,10 @@ const bootLimit = 3 * time.Minute
 
 // vmCutKinds are the VM's cuts, in turn: during an uplink outage, packets
 // piled up in the buffer (outage); just after a packet was reported
-// stored, in the next poll cycle's commit (commit); anywhere (random).
-var vmCutKinds = []string{"outage", "commit", "random"}
+// stored, in the next poll cycle's commit (commit); just after the broker
+// took packets, while the gateway deletes the acknowledged records (ack);
+// anywhere (random).
+var vmCutKinds = []string{"outage", "commit", "ack", "random"}
 
 // TestVM is the real level: the field build as the daemon of a qemu VM
 // booting Debian's own kernel (TCG: the paravirtual /dev/kvm of these
@@ -104,7 +106,7 @@ func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures
 	broker := testtool.StartMosquitto(t, s.mosq)
 	subscribe(t, broker, led)
 	uplink := newLink(t, broker)
-	site := siteFile(t, dir, guestEmu, guestMQTT, "/data/buffer.db")
+	site := siteFile(t, dir, guestEmu, guestMQTT, "/data/buffer.db", false)
 	initrd := filepath.Join(dir, "initrd.cpio")
 	writeInitramfs(t, initrd, s, site)
 	disk := filepath.Join(dir, "disk.img")
@@ -182,6 +184,9 @@ func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures
 			case "commit":
 				k := vm.printed.Load() + int64(1+rng.IntN(20))
 				ok = led.waitUntil(time.Minute, func() bool { return vm.gone.Load() || vm.printed.Load() >= k })
+			case "ack":
+				base, k := led.receivedCount(), 1+rng.IntN(20)
+				ok = led.waitUntil(time.Minute, func() bool { return vm.gone.Load() || led.received >= base+k })
 			case "outage":
 				uplink.set(false)
 				k := vm.printed.Load() + int64(10+rng.IntN(40))
