@@ -184,9 +184,9 @@ func (p *writer) main(s *Snapshot) {
 		p.raw(` `)
 		p.pill(b.State)
 		p.raw(`</h2>`)
-		if b.Cause != "" {
+		if b.Cause != nil {
 			p.raw(`<p class="why cause">`)
-			p.text(b.Cause)
+			p.text(str(b.Cause))
 			p.raw(`</p>`)
 		}
 		p.raw(`<p class=meta>`)
@@ -269,7 +269,7 @@ func (p *writer) summary(s *Snapshot) {
 		p.raw(` · ` + itoa(s.Buffer.Waiting) + ` packets waiting`)
 	}
 	p.raw(`</p></section>`)
-	if problems == 0 && s.Clock.Problem == "" && !s.Site.Config.Changed && (s.Downlink == nil || !s.Downlink.Unsigned) {
+	if problems == 0 && s.Clock.Problem == nil && !s.Site.Config.Changed && (s.Downlink == nil || !s.Downlink.Unsigned) {
 		p.raw(`<p class=allok>Nothing needs a look.</p>`)
 	}
 }
@@ -329,10 +329,10 @@ func (p *writer) alerts(s *Snapshot) {
 	refused := s.Site.LastReload != nil && !s.Site.LastReload.Applied
 	if refused {
 		msgs = append(msgs, "The last reload was refused; the previous configuration stays in force. Fix the site file (gateway check -c "+
-			s.Site.Config.File+" shows every error), then reload again: "+s.Site.LastReload.Error)
+			s.Site.Config.File+" shows every error), then reload again: "+str(s.Site.LastReload.Error))
 	}
-	if s.Clock.Problem != "" {
-		msgs = append(msgs, "Clock: "+s.Clock.Problem+".")
+	if s.Clock.Problem != nil {
+		msgs = append(msgs, "Clock: "+*s.Clock.Problem+".")
 	}
 	if s.Site.Config.Changed && !refused {
 		msgs = append(msgs, "The site file on disk differs from the one in force: reload it (systemctl reload fieldlink), or check it with gateway check.")
@@ -365,7 +365,7 @@ func (p *writer) bus(b Bus) {
 		`, framing ` + utoa(e.Framing) + `, link ` + utoa(e.IO))
 	if b.LastRoundTripSeconds != nil {
 		p.raw(` · last round trip ` + dur(*b.LastRoundTripSeconds) + ` (`)
-		p.text(b.LastRoundTripDevice)
+		p.text(str(b.LastRoundTripDevice))
 		p.raw(`)`)
 	}
 	if b.Utilisation != nil {
@@ -388,9 +388,9 @@ func (p *writer) device(d Device) {
 	p.raw(` `)
 	p.pill(d.Health)
 	p.raw(`</h3>`)
-	if d.Why != "" {
+	if d.Why != nil {
 		p.raw(`<p class=why>`)
-		p.text(d.Why)
+		p.text(str(d.Why))
 		p.raw(`</p>`)
 	}
 	p.raw(`<p class=meta>`)
@@ -433,9 +433,9 @@ func (p *writer) point(pt Point) {
 	switch {
 	case pt.Value != nil:
 		p.text(*pt.Value)
-		if pt.Unit != "" {
+		if pt.Unit != nil {
 			p.raw(` <small>`)
-			p.text(pt.Unit)
+			p.text(str(pt.Unit))
 			p.raw(`</small>`)
 		}
 	case pt.Quality == "stale":
@@ -452,13 +452,13 @@ func (p *writer) point(pt Point) {
 		p.raw(ageText(*pt.AgeSeconds))
 	}
 	p.raw(`</td><td class=raw>`)
-	p.text(pt.Raw)
+	p.text(str(pt.Raw))
 	if pt.LastValue != nil {
 		p.raw(` <small>(last read: `)
 		p.text(*pt.LastValue)
-		if pt.Unit != "" {
+		if pt.Unit != nil {
 			p.raw(` `)
-			p.text(pt.Unit)
+			p.text(str(pt.Unit))
 		}
 		p.raw(`)</small>`)
 	}
@@ -466,7 +466,7 @@ func (p *writer) point(pt Point) {
 }
 
 func (p *writer) buffer(b *Buffer) {
-	well := b.LastError == "" && b.Rejected == 0 && (b.MaxBytes == 0 || b.Bytes < b.MaxBytes*9/10)
+	well := b.LastError == nil && b.Rejected == 0 && (b.MaxBytes == 0 || b.Bytes < b.MaxBytes*9/10)
 	p.raw(`<section class="buffer` + fine(well) + `" id=buffer><h2>Buffer</h2><dl>`)
 	p.raw(`<dt>waiting</dt><dd>` + itoa(b.Waiting) + ` packets (` + itoa(b.Alarms) + ` alarms), ` + itoa(b.Leased) + ` being sent</dd>`)
 	p.raw(`<dt>oldest</dt><dd>`)
@@ -484,9 +484,9 @@ func (p *writer) buffer(b *Buffer) {
 		p.raw(`unknown`)
 	}
 	p.raw(`</dd>`)
-	if b.LastError != "" {
+	if b.LastError != nil {
 		p.raw(`<dt>last error</dt><dd class=why>`)
-		p.text(b.LastError)
+		p.text(str(b.LastError))
 		if b.LastErrorAt != nil {
 			p.raw(` (`)
 			p.time(*b.LastErrorAt)
@@ -608,7 +608,7 @@ func (p *writer) downlink(d *Downlink) {
 
 func (p *writer) site(s *Snapshot) {
 	st := s.Site
-	well := s.Clock.Problem == "" && !st.Config.Changed && (st.LastReload == nil || st.LastReload.Applied)
+	well := s.Clock.Problem == nil && !st.Config.Changed && (st.LastReload == nil || st.LastReload.Applied)
 	p.raw(`<section class="site` + fine(well) + `" id=site><h2>Gateway</h2><dl><dt>site</dt><dd>`)
 	p.text(st.ID)
 	p.raw(`</dd><dt>gateway</dt><dd>`)
@@ -636,11 +636,11 @@ func (p *writer) site(s *Snapshot) {
 	switch {
 	case st.Config.Changed:
 		p.raw(`; <span class=why>changed on disk (sha256 `)
-		p.text(st.Config.OnDiskSHA256[:min(12, len(st.Config.OnDiskSHA256))])
+		p.text(str(st.Config.OnDiskSHA256)[:min(12, len(str(st.Config.OnDiskSHA256)))])
 		p.raw(`), not in force</span>`)
-	case st.Config.OnDiskError != "":
+	case st.Config.OnDiskError != nil:
 		p.raw(`; <span class=why>`)
-		p.text(st.Config.OnDiskError)
+		p.text(str(st.Config.OnDiskError))
 		p.raw(`</span>`)
 	}
 	p.raw(`</dd><dt>last reload</dt><dd>`)
@@ -654,7 +654,7 @@ func (p *writer) site(s *Snapshot) {
 		p.raw(`<span class=why>refused `)
 		p.time(r.At)
 		p.raw(`: `)
-		p.text(r.Error)
+		p.text(str(r.Error))
 		p.raw(`</span>`)
 	}
 	if r := st.Remote; r != nil {
@@ -666,18 +666,18 @@ func (p *writer) site(s *Snapshot) {
 		}
 		p.text("bundle " + strconv.FormatUint(r.Serial, 10) + " " + r.State + " ")
 		p.time(r.At)
-		if r.Reason != "" {
+		if r.Reason != nil {
 			p.raw(`: `)
-			p.text(r.Reason)
+			p.text(str(r.Reason))
 		}
 		p.raw(`</span>`)
 	}
 	p.raw(`</dd><dt>clock</dt><dd>`)
 	p.time(s.Clock.Now)
 	switch c := s.Clock; {
-	case c.Problem != "":
+	case c.Problem != nil:
 		p.raw(` <span class=why>`)
-		p.text(c.Problem)
+		p.text(str(c.Problem))
 		p.raw(`</span>`)
 	case c.Synchronised != nil:
 		p.raw(` · synchronised (NTP), within ` + dur(*c.MaxErrorSecond))

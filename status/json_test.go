@@ -97,6 +97,7 @@ func fetchDoc(t *testing.T, url string) *doc {
 	if code != http.StatusOK {
 		t.Fatalf("/status.json: %d\n%s", code, body)
 	}
+	testtool.ValidStatus(t, []byte(body))
 	var d doc
 	if err := json.Unmarshal([]byte(body), &d); err != nil {
 		t.Fatalf("/status.json: %v\n%s", err, body)

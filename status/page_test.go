@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/selector"
@@ -166,12 +167,69 @@ func TestSnapshotJSON(t *testing.T) {
 			t.Errorf("/status.json lacks %s", want)
 		}
 	}
+	testtool.ValidStatus(t, []byte(text))
+	// The schema catches a key left out and a number where the rule says
+	// null.
+	for _, broken := range []string{
+		strings.Replace(text, `"why": null,`, ``, 1),
+		strings.Replace(text, `"value": null,`, `"value": "0.0",`, 1),
+		strings.Replace(text, `"oldest_age_s": 60`, `"oldest_age_s": "60"`, 1),
+	} {
+		if broken == text {
+			t.Fatal("a broken document is the document")
+		}
+		if err := testtool.CheckStatus([]byte(broken)); err == nil {
+			t.Errorf("the status schema takes a broken document")
+		}
+	}
+
+	// A key with nothing to say is null, never left out: a client tells
+	// "none" from a key it does not know.
+	nulls := map[string][]string{
+		"devices": {"why", "last_error"},
+		"points":  {"unit", "last_value", "raw"},
+		"buses":   {"cause", "last_round_trip_device"},
+	}
+	var walk func(key string, v any)
+	walk = func(key string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				walk(k, e)
+			}
+		case []any:
+			for _, e := range v {
+				if obj, ok := e.(map[string]any); ok {
+					for _, k := range nulls[key] {
+						if _, ok := obj[k]; !ok {
+							t.Errorf("/status.json: %s %v has no %q (want null)", key, obj["name"], k)
+						}
+					}
+				}
+				walk(key, e)
+			}
+		}
+	}
+	walk("", m)
+	for _, k := range []string{"last_error", "last_error_at"} {
+		if _, ok := m["buffer"].(map[string]any)[k]; !ok {
+			t.Errorf("/status.json: buffer has no %q (want null)", k)
+		}
+	}
+	for _, k := range []string{"problem"} {
+		if _, ok := m["clock"].(map[string]any)[k]; !ok {
+			t.Errorf("/status.json: clock has no %q (want null)", k)
+		}
+	}
+
 	// Never read: no age, no time, no value of any kind.
 	i := strings.Index(text, `"name": "WindSpeed"`)
 	if i < 0 || !strings.Contains(text[i:], `"value": null,
      "quality": "bad",
      "age_s": null,
-     "at": null
+     "at": null,
+     "last_value": null,
+     "raw": null
 `) {
 		t.Errorf("a point never read: %s", text[max(i, 0):])
 	}
@@ -326,7 +384,7 @@ func TestAlerts(t *testing.T) {
 	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "a restart is needed to apply it; changed: buffer"}
 	now := t0
 	s := New(f.sources(), Options{Now: func() time.Time { return now }, Clock: func(now time.Time) Clock {
-		return Clock{Now: now, Synchronised: ptr(false), Problem: "not synchronised"}
+		return Clock{Now: now, Synchronised: ptr(false), Problem: ptr("not synchronised")}
 	}})
 	page := body(t, get(t, metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: s.Pages()}), "/"))
 	i := strings.Index(page, `id=alerts`)
@@ -457,14 +515,14 @@ func TestPointsFollowTheStatusShown(t *testing.T) {
 func TestSystemClockBeforeItsTime(t *testing.T) {
 	boot := time.Date(1970, 1, 1, 0, 3, 0, 0, time.UTC)
 	c := SystemClock(boot)
-	if !strings.Contains(c.Problem, "1970-01-01") || !strings.Contains(c.Problem, "never set") || !c.Now.Equal(boot) {
+	if !strings.Contains(str(c.Problem), "1970-01-01") || !strings.Contains(str(c.Problem), "never set") || !c.Now.Equal(boot) {
 		t.Errorf("clock at 1970: %+v", c)
 	}
 	c = SystemClock(clockFloor.Add(time.Hour))
-	if strings.Contains(c.Problem, "never set") {
+	if strings.Contains(str(c.Problem), "never set") {
 		t.Errorf("clock after the floor: %+v", c)
 	}
-	if c.Synchronised != nil && *c.Synchronised != (c.Problem == "") {
-		t.Errorf("synchronised %v with problem %q", *c.Synchronised, c.Problem)
+	if c.Synchronised != nil && *c.Synchronised != (c.Problem == nil) {
+		t.Errorf("synchronised %v with problem %q", *c.Synchronised, str(c.Problem))
 	}
 }

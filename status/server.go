@@ -139,12 +139,12 @@ func SystemClock(now time.Time) Clock {
 	if synced, maxErr, ok := kclock.State(); ok {
 		c.Synchronised, c.MaxErrorSecond = &synced, ptr(maxErr.Seconds())
 		if !synced {
-			c.Problem = "the system clock is not synchronised (no NTP server reached since boot): packets may carry a wrong date"
+			c.Problem = text("the system clock is not synchronised (no NTP server reached since boot): packets may carry a wrong date")
 		}
 	}
 	if now.Before(clockFloor) {
-		c.Problem = "the system clock says " + now.UTC().Format("2006-01-02 15:04 MST") + ", a date before this gateway's software was written: " +
-			"it was never set, and packets carry a wrong date"
+		c.Problem = text("the system clock says " + now.UTC().Format("2006-01-02 15:04 MST") + ", a date before this gateway's software was written: " +
+			"it was never set, and packets carry a wrong date")
 	}
 	return c
 }

@@ -13,7 +13,9 @@ import (
 
 // Snapshot is what the page shows, and what /status.json serves. Times are
 // RFC 3339; durations and ages are in seconds; a figure with no sample yet
-// is null, never 0.
+// is null, never 0, and a text with nothing to say (a healthy device's why,
+// a bus without a cause) is null: every key is always there, as
+// docs/schema/status.schema.json requires.
 type Snapshot struct {
 	Generated time.Time `json:"generated"`
 	Site      Site      `json:"site"`
@@ -68,7 +70,7 @@ type Site struct {
 type Remote struct {
 	Serial uint64    `json:"serial"`
 	State  string    `json:"state"`
-	Reason string    `json:"reason,omitempty"`
+	Reason *string   `json:"reason"`
 	At     time.Time `json:"at"`
 }
 
@@ -78,16 +80,16 @@ type Config struct {
 	SHA256 string `json:"sha256"`
 	// OnDiskSHA256 is the file on disk now; Changed says it differs from
 	// the one in force (edited, and not yet or not successfully reloaded).
-	OnDiskSHA256 string `json:"on_disk_sha256,omitempty"`
-	OnDiskError  string `json:"on_disk_error,omitempty"`
-	Changed      bool   `json:"changed"`
+	OnDiskSHA256 *string `json:"on_disk_sha256"`
+	OnDiskError  *string `json:"on_disk_error"`
+	Changed      bool    `json:"changed"`
 }
 
 // Reload is the outcome of the latest reload.
 type Reload struct {
 	At      time.Time `json:"at"`
 	Applied bool      `json:"applied"`
-	Error   string    `json:"error,omitempty"`
+	Error   *string   `json:"error"`
 }
 
 // Clock is whether the system clock can be trusted: a gateway without a
@@ -100,7 +102,7 @@ type Clock struct {
 	Synchronised   *bool    `json:"synchronised"`
 	MaxErrorSecond *float64 `json:"max_error_s"`
 	// Problem says what is wrong, in words; "" when nothing is.
-	Problem string `json:"problem,omitempty"`
+	Problem *string `json:"problem"`
 }
 
 // Bus is one bus and its Modbus client's counters.
@@ -119,11 +121,11 @@ type Bus struct {
 	// every failing one fails for the same reason on the link (its
 	// address refuses connections, its serial port is missing): said once
 	// here rather than under each device.
-	Cause string `json:"cause,omitempty"`
+	Cause *string `json:"cause"`
 	// LastRoundTripSeconds is the latest successful poll's time on the
 	// wire (all its requests), of LastRoundTripDevice.
 	LastRoundTripSeconds *float64 `json:"last_round_trip_s"`
-	LastRoundTripDevice  string   `json:"last_round_trip_device,omitempty"`
+	LastRoundTripDevice  *string  `json:"last_round_trip_device"`
 	// Utilisation is the share of wall time the bus was busy polling (0 to
 	// 1) over the last UtilisationWindowSeconds.
 	Utilisation              *float64 `json:"utilisation"`
@@ -147,10 +149,10 @@ type Device struct {
 	Kind string `json:"kind"`
 	// Health is unknown (not polled yet), ok, degraded (failing) or
 	// offline (failing in a row: backed off); Why says why in words.
-	Health string `json:"health"`
-	Why    string `json:"why,omitempty"`
+	Health string  `json:"health"`
+	Why    *string `json:"why"`
 	// LastError is the last failed poll's error as the driver gave it.
-	LastError           string     `json:"last_error,omitempty"`
+	LastError           *string    `json:"last_error"`
 	ConsecutiveFailures int        `json:"failures_in_row"`
 	Polls               uint64     `json:"polls"`
 	Errors              uint64     `json:"errors"`
@@ -165,16 +167,16 @@ type Device struct {
 // current number.
 type Point struct {
 	Name    string  `json:"name"`
-	Unit    string  `json:"unit,omitempty"`
+	Unit    *string `json:"unit"`
 	Value   *string `json:"value"`
 	Quality string  `json:"quality"`
 	// AgeSeconds is the age of the last reading; null when never read.
 	AgeSeconds *float64   `json:"age_s"`
 	At         *time.Time `json:"at"`
-	LastValue  *string    `json:"last_value,omitempty"`
+	LastValue  *string    `json:"last_value"`
 	// Raw is the wire bytes of the last reading in hex, two bytes per
 	// register ("00 7d"); "" for a serial sensor's field.
-	Raw string `json:"raw,omitempty"`
+	Raw *string `json:"raw"`
 }
 
 // Buffer is the store-and-forward queue.
@@ -193,8 +195,8 @@ type Buffer struct {
 	// null when unknown.
 	DiskFree    *uint64    `json:"disk_free"`
 	DiskTotal   *uint64    `json:"disk_total"`
-	LastError   string     `json:"last_error,omitempty"`
-	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	LastError   *string    `json:"last_error"`
+	LastErrorAt *time.Time `json:"last_error_at"`
 }
 
 // Uplink is the delivery side.
@@ -296,12 +298,12 @@ func (s *Server) build(now time.Time) *Snapshot {
 	snap.Buses = buses(samples, mb, devs, past, now, snap.Site.Started)
 	// A bus's cause is said at the bus, not again under each device.
 	for _, b := range snap.Buses {
-		if b.Cause == "" {
+		if b.Cause == nil {
 			continue
 		}
 		for i, d := range snap.Devices {
-			if d.Bus == b.Name && d.Kind == "modbus" && d.Why != "" && d.Health != "unknown" {
-				snap.Devices[i].Why = whyOnBus(d)
+			if d.Bus == b.Name && d.Kind == "modbus" && d.Why != nil && d.Health != "unknown" {
+				snap.Devices[i].Why = text(whyOnBus(d))
 			}
 		}
 	}
@@ -323,17 +325,17 @@ func (s *Server) build(now time.Time) *Snapshot {
 func site(si metrics.SiteInfo, now time.Time) Site {
 	st := Site{
 		ID: si.SiteID, Gateway: si.GatewayID, Version: si.Version, Started: si.Started.UTC(), loc: si.Location,
-		Config: Config{File: si.ConfigFile, SHA256: si.ConfigSHA256, OnDiskSHA256: si.OnDiskSHA256, OnDiskError: si.OnDiskError},
+		Config: Config{File: si.ConfigFile, SHA256: si.ConfigSHA256, OnDiskSHA256: text(si.OnDiskSHA256), OnDiskError: text(si.OnDiskError)},
 	}
 	if !si.Started.IsZero() {
 		st.UptimeSeconds = seconds(now.Sub(si.Started))
 	}
 	st.Config.Changed = si.OnDiskSHA256 != "" && si.OnDiskSHA256 != si.ConfigSHA256
 	if r := si.LastReload; r != nil {
-		st.LastReload = &Reload{At: r.At.UTC(), Applied: r.Err == "", Error: r.Err}
+		st.LastReload = &Reload{At: r.At.UTC(), Applied: r.Err == "", Error: text(r.Err)}
 	}
 	if r := si.Remote; r != nil {
-		st.Remote = &Remote{Serial: r.Serial, State: r.State, Reason: r.Reason, At: r.At.UTC()}
+		st.Remote = &Remote{Serial: r.Serial, State: r.State, Reason: text(r.Reason), At: r.At.UTC()}
 	}
 	return st
 }
@@ -364,7 +366,7 @@ func devices(devs []sensors.DeviceStatus, points []sensors.Point, now time.Time)
 			kind = "serial"
 		}
 		dev := Device{
-			Name: d.Name, Bus: d.Bus, Kind: kind, Health: d.Health.String(), Why: why(d), LastError: d.LastError,
+			Name: d.Name, Bus: d.Bus, Kind: kind, Health: d.Health.String(), Why: text(why(d)), LastError: text(d.LastError),
 			ConsecutiveFailures: d.ConsecutiveFailures, Polls: d.Polls, Errors: d.Errors,
 			LastOK: timePtr(d.LastOK), Points: byDev[d.Name],
 		}
@@ -401,7 +403,7 @@ func whyOnBus(d Device) string {
 }
 
 func point(p sensors.Point, now time.Time) Point {
-	out := Point{Name: p.Name, Unit: p.Unit, Quality: p.Quality.String()}
+	out := Point{Name: p.Name, Unit: text(p.Unit), Quality: p.Quality.String()}
 	if p.At.IsZero() {
 		return out
 	}
@@ -414,7 +416,7 @@ func point(p sensors.Point, now time.Time) Point {
 		out.LastValue = &v
 	}
 	if len(p.Raw) > 0 {
-		out.Raw = hexBytes(p.Raw)
+		out.Raw = text(hexBytes(p.Raw))
 	}
 	return out
 }
@@ -449,12 +451,12 @@ func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []senso
 			n[d.Health]++
 			if d.Health == sensors.OK && d.LastOK.After(latest) {
 				latest = d.LastOK
-				b.LastRoundTripSeconds, b.LastRoundTripDevice = ptr(seconds(d.LastDuration)), d.Name
+				b.LastRoundTripSeconds, b.LastRoundTripDevice = ptr(seconds(d.LastDuration)), text(d.Name)
 			}
 		}
 		failing := n[sensors.Degraded] + n[sensors.Offline]
 		if failing > 0 && n[sensors.OK] == 0 {
-			b.Cause = busCause(smp.Name, devs)
+			b.Cause = text(busCause(smp.Name, devs))
 		}
 		switch {
 		case n[sensors.Unknown] == b.Devices:
@@ -492,7 +494,7 @@ func (s *Server) buffer(now time.Time) *Buffer {
 		Waiting: st.Alarms + st.Normal, Alarms: st.Alarms, Leased: st.Leased,
 		Bytes: st.Bytes, MaxBytes: st.MaxBytes, FileSize: st.FileSize,
 		Evicted: st.EvictedMaxBytes + st.EvictedMaxAge, Rejected: st.RejectedFull, DeadLetters: st.DeadLetters,
-		LastError: st.LastError, LastErrorAt: timePtr(st.LastErrorAt),
+		LastError: text(st.LastError), LastErrorAt: timePtr(st.LastErrorAt),
 	}
 	// The oldest record may be one acknowledged whose deletion waits for
 	// the next commit: not counted as waiting, so not aged either.
@@ -629,6 +631,22 @@ func summarise(s *Snapshot) Summary {
 func seconds(d time.Duration) float64 { return d.Seconds() }
 
 func ptr[T any](v T) *T { return &v }
+
+// text is s, or nil (JSON null) when s is empty.
+func text(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// str is *s, or "" when s is nil.
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
 
 // timePtr is t in UTC, nil for the zero time.
 func timePtr(t time.Time) *time.Time {
