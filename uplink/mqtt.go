@@ -48,8 +48,13 @@ const mqttTakeoverDrops = 3
 
 // Defaults of [MQTTConfig].
 const (
-	DefaultTopic              = "fieldlink/{site}/{gateway}/{data_type}"
-	mqttDefaultStatusTopic    = "fieldlink/{site}/{gateway}/status"
+	DefaultTopic = "fieldlink/{site}/{gateway}/{data_type}"
+	// DefaultStatusTopic is where [MQTTConfig.StatusTopic] publishes
+	// when it is empty.
+	DefaultStatusTopic = "fieldlink/{site}/{gateway}/status"
+	// StatusTopicOff as [MQTTConfig.StatusTopic] publishes no status: no
+	// "online", no "offline", no last will.
+	StatusTopicOff            = "off"
 	DefaultWindow             = 64
 	mqttDefaultKeepAlive      = 30 * time.Second
 	mqttDefaultConnectTimeout = 5 * time.Second
@@ -110,7 +115,8 @@ type MQTTConfig struct {
 	// StatusTopic gets a retained "online" after each connect, a retained
 	// "offline" when Run ends, and "offline" is also the last will, which the
 	// broker publishes (retained) when the connection breaks. Default
-	// "fieldlink/{site}/{gateway}/status", filled from Vars.
+	// [DefaultStatusTopic], filled from Vars; [StatusTopicOff] publishes
+	// none of them. See [CheckStatusTopic].
 	StatusTopic string
 	// KeepAlive (default 30 s; PINGREQ when idle, a dead link is found
 	// within about KeepAlive + 10 s), ConnectTimeout (default 5 s, dial plus
@@ -250,17 +256,12 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		return fail("topic %q: %v", cfg.Topic, err)
 	}
 	if cfg.StatusTopic == "" {
-		cfg.StatusTopic = mqttDefaultStatusTopic
+		cfg.StatusTopic = DefaultStatusTopic
 	}
-	st, err := mqttParseTemplate(cfg.StatusTopic)
-	if err == nil {
-		st, err = st.bind(cfg.Vars)
-	}
-	if err == nil {
-		m.status, err = st.render(nil)
-	}
-	if err != nil {
-		return fail("status topic %q: %v", cfg.StatusTopic, err)
+	if cfg.StatusTopic != StatusTopicOff {
+		if m.status, err = mqttStatusTopic(cfg.StatusTopic, cfg.Vars); err != nil {
+			return fail("status topic %q: %v", cfg.StatusTopic, err)
+		}
 	}
 	if cfg.ClientID == "" {
 		gw := cfg.Vars["gateway"]
@@ -841,7 +842,9 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 	o.SetKeepAlive(m.cfg.KeepAlive)
 	o.SetConnectTimeout(m.cfg.ConnectTimeout)
 	o.SetWriteTimeout(m.cfg.PublishTimeout)
-	o.SetWill(m.status, mqttStatusOffline, 1, true)
+	if m.status != "" {
+		o.SetWill(m.status, mqttStatusOffline, 1, true)
+	}
 	if m.session != nil { // a Sparkplug node's will is its NDEATH
 		topic, payload := m.session.will()
 		o.SetBinaryWill(topic, payload, 1, false)
@@ -895,8 +898,10 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 			m.log.Error("mqtt broker refused a subscription: nothing can arrive through it", "upstream", m.name, "topic", sub.topic)
 		}
 	}
-	if err := m.await(ctx, c, c.cl.Publish(m.status, 1, true, mqttStatusOnline), m.cfg.PublishTimeout); err != nil {
-		return fail(fmt.Errorf("publish %q on the status topic: %w", mqttStatusOnline, err))
+	if m.status != "" {
+		if err := m.await(ctx, c, c.cl.Publish(m.status, 1, true, mqttStatusOnline), m.cfg.PublishTimeout); err != nil {
+			return fail(fmt.Errorf("publish %q on the status topic: %w", mqttStatusOnline, err))
+		}
 	}
 	if m.session != nil {
 		if err := m.session.subscribe(ctx, c); err != nil {
@@ -951,8 +956,11 @@ func (m *MQTT) dial(ctx context.Context, c *mqttConn) (net.Conn, error) {
 func (m *MQTT) shutdown(c *mqttConn) {
 	close(c.closing)
 	<-c.pumpDone
-	err := m.await(context.Background(), c, c.cl.Publish(m.status, 1, true, mqttStatusOffline),
-		min(m.cfg.PublishTimeout, mqttOfflineTimeout))
+	var err error
+	if m.status != "" {
+		err = m.await(context.Background(), c, c.cl.Publish(m.status, 1, true, mqttStatusOffline),
+			min(m.cfg.PublishTimeout, mqttOfflineTimeout))
+	}
 	if m.session != nil {
 		if serr := m.session.ending(c); serr != nil {
 			m.log.Warn("mqtt NDEATH not acknowledged; the broker publishes the will", "upstream", m.name, "err", serr)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"fieldlink/internal/testtool"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 var mqttVars = map[string]string{"site": "s1", "gateway": "gw1"}
@@ -436,6 +439,77 @@ func TestMQTTStatusTopic(t *testing.T) {
 	}
 	if m.Connected() {
 		t.Fatal("Connected() after Run returned")
+	}
+}
+
+// TestMQTTStatusTopicSetting checks uplink.status_topic: a template of its
+// own gets the retained "online", and StatusTopicOff publishes no status at
+// all, not even the last will. Messages of one client arrive in order, so
+// the data published after each connect is the mark that a status would
+// have come before.
+func TestMQTTStatusTopicSetting(t *testing.T) {
+	for _, tc := range []struct {
+		setting, want string // want: the status topic, "" for none
+	}{
+		{"alive/{site}/{gateway}", "alive/s1/gw1"},
+		{StatusTopicOff, ""},
+	} {
+		t.Run(tc.setting, func(t *testing.T) {
+			b := mqttStartBroker(t, mqttBrokerOpts{})
+			relay := mqttStartRelay(t, b.Addr())
+			seen := make(chan string, 100)
+			sub := mqttClient(t, b.Addr(), "test-status-sub")
+			defer sub.Disconnect(0)
+			if tok := sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
+				seen <- m.Topic() + " " + string(m.Payload())
+			}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("subscribe: %v", tok.Error())
+			}
+			m, stop := mqttRun(t, MQTTConfig{URL: relay.url(), StatusTopic: tc.setting})
+			defer stop()
+			var got []string
+			// upTo collects what the broker passed on up to the data
+			// message with payload mark.
+			upTo := func(mark string) {
+				for msg := range seen {
+					if msg == "fieldlink/s1/gw1/r "+mark {
+						return
+					}
+					got = append(got, msg)
+				}
+			}
+			mqttWaitConnected(t, m, true)
+			if err := m.Publish(context.Background(), map[string]string{"data_type": "r"}, []byte("first")); err != nil {
+				t.Fatal(err)
+			}
+			upTo("first")
+			relay.refuse.Store(true)
+			relay.cut() // the last will, if any
+			mqttWaitConnected(t, m, false)
+			relay.refuse.Store(false)
+			mqttWaitConnected(t, m, true)
+			if err := m.Publish(context.Background(), map[string]string{"data_type": "r"}, []byte("second")); err != nil {
+				t.Fatal(err)
+			}
+			upTo("second")
+			var want []string
+			if tc.want != "" {
+				// The will and the reconnect's "online" may cross.
+				want = []string{tc.want + " offline", tc.want + " online", tc.want + " online"}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("status messages %q, want %q", got, want)
+			}
+		})
+	}
+	if err := CheckStatusTopic("fieldlink/{site}/{gateway}/{data_type}"); err == nil {
+		t.Error("CheckStatusTopic takes a per-packet {data_type}")
+	}
+	for _, ok := range []string{"", StatusTopicOff, DefaultStatusTopic, "plain/topic"} {
+		if err := CheckStatusTopic(ok); err != nil {
+			t.Errorf("CheckStatusTopic(%q): %v", ok, err)
+		}
 	}
 }
 

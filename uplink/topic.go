@@ -152,3 +152,27 @@ func ExpandTopic(tmpl string, vars map[string]string) (string, error) {
 	}
 	return t.render(nil)
 }
+
+// CheckStatusTopic reports whether tmpl can be an [MQTTConfig.StatusTopic]
+// (uplink.status_topic): empty (the default), [StatusTopicOff], or a topic
+// whose only {names} are {site} and {gateway}, the ones a gateway fills in.
+// It is for checking a site file; NewMQTT checks it again with the values.
+func CheckStatusTopic(tmpl string) error {
+	if tmpl == "" || tmpl == StatusTopicOff {
+		return nil
+	}
+	_, err := mqttStatusTopic(tmpl, map[string]string{"site": "s", "gateway": "g"})
+	return err
+}
+
+// mqttStatusTopic is the status topic template tmpl filled from vars.
+func mqttStatusTopic(tmpl string, vars map[string]string) (string, error) {
+	t, err := mqttParseTemplate(tmpl)
+	if err == nil {
+		t, err = t.bind(vars)
+	}
+	if err != nil {
+		return "", err
+	}
+	return t.render(nil)
+}
