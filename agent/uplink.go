@@ -120,7 +120,21 @@ func upstreamConfig(c *config.Config, cu config.Upstream) (uplink.UpstreamConfig
 	}
 	uc := uplink.UpstreamConfig{
 		URL: cu.URL, Weight: cu.Weight, Topic: cu.Topic, AtMostOnce: cu.QoS != nil && *cu.QoS == 0,
-		Username: cu.Username, Password: pw, TLS: tlsConf, Health: cu.Health,
+		Username: cu.Username, Password: pw, TLS: tlsConf, Health: cu.Health, Encoding: cu.Encoding,
+	}
+	if cu.TokenFile != "" {
+		if uc.Token, err = firstLine(c.Rel(cu.TokenFile)); err != nil {
+			return uplink.UpstreamConfig{}, fmt.Errorf("%s: token: %w", name, err)
+		}
+	}
+	if cu.HeadersFile != "" {
+		b, err := os.ReadFile(c.Rel(cu.HeadersFile))
+		if err == nil {
+			uc.Header, err = uplink.ParseHeaderFile(b)
+		}
+		if err != nil {
+			return uplink.UpstreamConfig{}, fmt.Errorf("%s: headers: %s: %w", name, c.Rel(cu.HeadersFile), err)
+		}
 	}
 	if l := cu.Load; l != nil {
 		uc.LoadURL, uc.LoadInterval, uc.LoadTopic = l.URL, l.Interval, l.Topic
@@ -133,16 +147,21 @@ func upstreamConfig(c *config.Config, cu config.Upstream) (uplink.UpstreamConfig
 func password(c *config.Config, u config.Upstream) (string, error) {
 	switch {
 	case u.PasswordFile != "":
-		b, err := os.ReadFile(c.Rel(u.PasswordFile))
-		if err != nil {
-			return "", err
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		return strings.TrimRight(line, "\r"), nil
+		return firstLine(c.Rel(u.PasswordFile))
 	case u.PasswordEnv != "":
 		return os.Getenv(u.PasswordEnv), nil
 	}
 	return "", nil
+}
+
+// firstLine reads a secret's file: its first line, without the line end.
+func firstLine(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimRight(line, "\r"), nil
 }
 
 func tlsFor(c *config.Config, scheme string, t *config.TLS) (*tls.Config, error) {

@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"net/http"
+	"slices"
 
 	"fieldlink/buffer"
 	"net/url"
@@ -121,6 +123,14 @@ type Upstream struct {
 	Username     string `yaml:"username"`
 	PasswordFile string `yaml:"password_file"`
 	PasswordEnv  string `yaml:"password_env"`
+	// Encoding of an HTTP upstream: json (default) or influx_line (InfluxDB
+	// line protocol; the URL is InfluxDB's write endpoint, docs/influx.md).
+	Encoding uplink.Encoding `yaml:"encoding"`
+	// TokenFile's first line is sent as a bearer token (InfluxDB's Token
+	// with influx_line); HeadersFile holds custom headers, one "Name: value"
+	// a line. HTTP upstreams only; their contents are never logged.
+	TokenFile   string `yaml:"token_file"`
+	HeadersFile string `yaml:"headers_file"`
 	// Health is an HTTP URL probed for latency instead of a TCP connect.
 	Health string      `yaml:"health"`
 	Load   *LoadSource `yaml:"load"`
@@ -285,6 +295,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 				doc.Errorf(f+".password_file", "%v (give a file the gateway can read, whose first line is the password)", err)
 			}
 		}
+		c.validateHTTPAuth(doc, f, up, mqtt && err == nil)
 		if up.PasswordEnv != "" {
 			if _, ok := os.LookupEnv(up.PasswordEnv); !ok {
 				doc.Errorf(f+".password_env", "environment variable %s is not set (set it in the gateway's environment, or use password_file)", up.PasswordEnv)
@@ -397,4 +408,46 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// validateHTTPAuth checks an HTTP upstream's encoding, and that an MQTT
+// upstream has no influx_line, token_file or headers_file (an MQTT
+// upstream's other encodings are checked with their settings). The header
+// file is read, to check it, but no message repeats a value.
+func (c *Config) validateHTTPAuth(doc *yamlconf.Doc, f string, up *Upstream, mqtt bool) {
+	if mqtt {
+		for _, o := range []struct{ field, set string }{{"token_file", up.TokenFile}, {"headers_file", up.HeadersFile}} {
+			if o.set != "" {
+				doc.Errorf(f+"."+o.field, "applies only to http:// and https:// upstreams")
+			}
+		}
+		if up.Encoding == uplink.EncodingInfluxLine {
+			doc.Errorf(f+".encoding", "influx_line applies only to http:// and https:// upstreams")
+		}
+	} else if up.Encoding != "" && !slices.Contains(uplink.Encodings, up.Encoding) {
+		doc.Errorf(f+".encoding", "unknown encoding %q for an HTTP upstream (valid: json, influx_line)", up.Encoding)
+	}
+	if up.TokenFile != "" {
+		if up.Username != "" {
+			doc.Errorf(f+".token_file", "give username (basic auth) or token_file, not both")
+		}
+		if err := readable(c.rel(up.TokenFile)); err != nil {
+			doc.Errorf(f+".token_file", "%v (give a file the gateway can read, whose first line is the token)", err)
+		}
+	}
+	if up.HeadersFile != "" {
+		b, err := os.ReadFile(c.rel(up.HeadersFile))
+		if err == nil {
+			var h http.Header
+			if h, err = uplink.ParseHeaderFile(b); err == nil && h.Get("Authorization") != "" && (up.Username != "" || up.TokenFile != "") {
+				err = fmt.Errorf("the file sets Authorization, and so does username or token_file")
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", c.rel(up.HeadersFile), err)
+			}
+		}
+		if err != nil {
+			doc.Errorf(f+".headers_file", "%v (give a file the gateway can read, one \"Name: value\" a line)", err)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,10 @@ type UpstreamConfig struct {
 	AtMostOnce         bool
 	Username, Password string
 	TLS                *tls.Config // nil over mqtt:// and http://
+	// Encoding, Token and Header are an HTTP upstream's (see [HTTPConfig]).
+	Encoding Encoding
+	Token    string
+	Header   http.Header
 	// Health is the probe's target; "" derives it from URL ([ProbeTarget]).
 	Health string
 	// LoadURL polls an HTTP load report every LoadInterval; LoadTopic
@@ -285,6 +290,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		sender = NewMQTTSender(mq, cfg.Window)
 	default:
 		h, err := NewHTTP(HTTPConfig{URL: u.URL, TLS: u.TLS, Username: u.Username, Password: u.Password,
+			Encoding: u.Encoding, Token: u.Token, Header: u.Header,
 			Logger: p.log, GatewayID: cfg.GatewayID, Epoch: cfg.Epoch})
 		if err != nil {
 			cancel()

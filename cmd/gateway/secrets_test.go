@@ -1,7 +1,8 @@
 package main
 
 // Secrets never leak: an upstream password given by password_file or by
-// password_env, and a TLS client key, must not appear in anything the
+// password_env, an HTTP upstream's token_file and headers_file, and a TLS
+// client key, must not appear in anything the
 // gateway prints, logs or serves (metrics, status page and its JSON),
 // whatever goes wrong. These tests run the real binary, so that every
 // byte it writes to stdout and stderr is seen,
@@ -194,6 +195,14 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	token, apiKey := "fl-tok-"+hex.EncodeToString(raw[8:]), "fl-key-"+hex.EncodeToString(raw[:8])
+	tokFile, hdrFile := filepath.Join(dir, "ingest.token"), filepath.Join(dir, "ingest.headers")
+	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hdrFile, []byte("X-Api-Key: "+apiKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	clientCert, clientKey, _, keyBody := selfSigned(t, dir, "client")
 	serverCert, _, serverPair, _ := selfSigned(t, dir, "server")
 
@@ -202,6 +211,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 		"the password, base64":              base64.StdEncoding.EncodeToString([]byte(secret)),
 		"the basic auth token":              base64.StdEncoding.EncodeToString([]byte("gw-01:" + secret)),
 		"the password, hex":                 hex.EncodeToString([]byte(secret)),
+		"the token":                         token,
+		"the header value":                  apiKey,
 		"the client key's PEM body":         keyBody,
 		"the client key's first PEM line":   keyBody[:64],
 		"the client key's last PEM line":    keyBody[len(keyBody)/64*64:],
@@ -218,6 +229,16 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	broker := testtool.StartMosquitto(t, mosq, "allow_anonymous false", "password_file "+brokerPw)
 	ingest, ingestRequests := tlsIngest(t, serverPair, http.StatusUnauthorized)
+	// An ingest that refuses and quotes what it got back (as some do): the
+	// gateway must blank it out of the errors it logs.
+	var echoed atomic.Value
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		got := r.URL.Path + " " + r.Header.Get("Authorization") + " " + r.Header.Get("X-Api-Key")
+		echoed.Store(got)
+		http.Error(w, "refused: "+got, http.StatusUnauthorized)
+	}))
+	t.Cleanup(echo.Close)
 	_, emu := serve(t, false, "generic-wind-speed")
 	metricsAddr := freePort(t)
 
@@ -239,8 +260,11 @@ uplink:
       password_env: %s
       tls: {ca: %s, cert: %s, key: %s}
     - {url: "mqtt://%s", username: gw-01, password_env: %s}
+    - {url: "%s/write?db=farm", encoding: influx_line, token_file: %s, headers_file: %s}
+    - {url: "%s/ingest", token_file: %s}
 `, metricsAddr, filepath.Join(dir, "buffer.db"), emu, broker, pwFile,
-		ingest.URL, envName, serverCert, clientCert, clientKey, freePort(t), envName)
+		ingest.URL, envName, serverCert, clientCert, clientKey, freePort(t), envName,
+		echo.URL, tokFile, hdrFile, echo.URL, tokFile)
 	good := filepath.Join(dir, "site.yaml")
 	if err := os.WriteFile(good, []byte(site), 0o600); err != nil {
 		t.Fatal(err)
@@ -313,6 +337,9 @@ uplink:
 	}
 	if ingestRequests.Load() == 0 {
 		t.Error("the HTTPS ingest saw no request: the password was never sent")
+	}
+	if got, _ := echoed.Load().(string); !strings.Contains(got, "/write Token "+token+" "+apiKey) && !strings.Contains(got, "/ingest Bearer "+token) {
+		t.Errorf("the echoing ingest never got the token and the header: last request %q", got)
 	}
 	if !strings.Contains(runLog, broker) || !strings.Contains(strings.ToLower(runLog), "authorized") {
 		t.Errorf("the log never says that the broker %s refused the credentials", broker)
