@@ -114,6 +114,12 @@ func (g *Agent) subscriptions(c *config.Config) []uplink.Subscription {
 	return subs
 }
 
+// dcmd runs the DCMDs of Sparkplug B upstreams through the downlink's
+// engine (see sparkplugCommands).
+func (g *Agent) dcmd() func(context.Context, uplink.SparkplugCommand) {
+	return sparkplugCommands(g.Commands, func() bool { return g.Config().Downlink.Enabled }, g.log.With("component", "downlink"))
+}
+
 // emitCommand stores a command's record like a polled packet.
 func (g *Agent) emitCommand(p *packet.Packet) {
 	g.Site().Stamp(p)

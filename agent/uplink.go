@@ -47,8 +47,9 @@ func Strategy(u *config.Uplink) (selector.Strategy, error) {
 }
 
 // startUplink connects c's upstreams and starts delivering from q.
-// subs are subscribed on every MQTT upstream (see Agent.subscriptions).
-func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription, log *slog.Logger) (*uplinkSide, error) {
+// subs are subscribed on every MQTT upstream (see Agent.subscriptions);
+// dcmd runs the DCMDs of Sparkplug B upstreams.
+func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription, dcmd func(context.Context, uplink.SparkplugCommand), log *slog.Logger) (*uplinkSide, error) {
 	u := c.Uplink
 	strat, err := Strategy(u)
 	if err != nil {
@@ -65,6 +66,9 @@ func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription,
 	})
 	for i, cu := range u.Upstreams {
 		uc, err := upstreamConfig(c, cu)
+		if cu.Sparkplug != nil {
+			uc.Sparkplug = sparkplugNode(c, cu.Sparkplug, dcmd)
+		}
 		if err == nil {
 			_, err = s.pool.Add(uc)
 		}

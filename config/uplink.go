@@ -134,6 +134,9 @@ type Upstream struct {
 	// Health is an HTTP URL probed for latency instead of a TCP connect.
 	Health string      `yaml:"health"`
 	Load   *LoadSource `yaml:"load"`
+	// Sparkplug names the node of an MQTT upstream with encoding
+	// sparkplug_b.
+	Sparkplug *Sparkplug `yaml:"sparkplug"`
 }
 
 // TLS for an upstream. The server is verified against CA (or the system
@@ -296,6 +299,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			}
 		}
 		c.validateHTTPAuth(doc, f, up, mqtt && err == nil)
+		c.validateSparkplug(doc, f, up, mqtt)
 		if up.PasswordEnv != "" {
 			if _, ok := os.LookupEnv(up.PasswordEnv); !ok {
 				doc.Errorf(f+".password_env", "environment variable %s is not set (set it in the gateway's environment, or use password_file)", up.PasswordEnv)

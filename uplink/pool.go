@@ -46,6 +46,9 @@ type UpstreamConfig struct {
 	LoadURL      string
 	LoadInterval time.Duration
 	LoadTopic    string
+	// Sparkplug makes an MQTT upstream a Sparkplug B edge node
+	// ([NewSparkplug]); nil publishes the packets as they are.
+	Sparkplug *SparkplugConfig
 }
 
 // PoolConfig configures a [Pool]. Table and Delivery are required.
@@ -288,6 +291,12 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		}
 		m.mqtt = mq
 		sender = NewMQTTSender(mq, cfg.Window)
+		if u.Sparkplug != nil {
+			if sender, err = NewSparkplug(mq, *u.Sparkplug, cfg.Window); err != nil {
+				cancel()
+				return nil, nil, err
+			}
+		}
 	default:
 		h, err := NewHTTP(HTTPConfig{URL: u.URL, TLS: u.TLS, Username: u.Username, Password: u.Password,
 			Encoding: u.Encoding, Token: u.Token, Header: u.Header,

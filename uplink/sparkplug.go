@@ -57,6 +57,7 @@ type SparkplugCommand struct {
 	Seq     uint64 // the payload's seq, as the host sent it
 	At      uint64 // the payload's timestamp
 	Metrics []sparkplug.Metric
+	Payload []byte // the message as it arrived
 }
 
 // sparkplugSession is the Sparkplug B state of an upstream: the
@@ -233,7 +234,7 @@ func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
 		s.log.Warn("DCMD for an unknown device refused", "upstream", s.m.name, "device", in.device)
 		return
 	}
-	cmd := SparkplugCommand{Device: d.name, Seq: p.Seq, At: p.Timestamp, Metrics: p.Metrics}
+	cmd := SparkplugCommand{Device: d.name, Seq: p.Seq, At: p.Timestamp, Metrics: p.Metrics, Payload: in.payload}
 	for i := range cmd.Metrics {
 		m := &cmd.Metrics[i]
 		if m.Name == "" && m.HasAlias {
@@ -349,7 +350,8 @@ func (sp *Sparkplug) SetOnline(ctx context.Context, device string, online bool) 
 
 // Sparkplug is the delivery loop's sender for a Sparkplug B upstream: each
 // record, a packet of one device, goes out as a DDATA by alias, and leaves
-// the buffer on that DDATA's PUBACK.
+// the buffer on that DDATA's PUBACK. A record with no field that is a
+// metric of its device (a command's record) leaves the buffer unsent.
 type Sparkplug struct {
 	s      *sparkplugSession
 	window int
@@ -407,6 +409,10 @@ func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 		s.mu.Unlock()
 		return fmt.Errorf("uplink: mqtt %s: sparkplug %s: %w", s.m.name, d.name, errSparkplugDead)
 	}
+	if !spReading(d, pk) {
+		s.mu.Unlock()
+		return nil // a command's record, say: nothing a host could read
+	}
 	p := sparkplug.Payload{Timestamp: s.stamp()}
 	at := uint64(pk.At.UnixMilli())
 	seen := make([]bool, len(d.metrics))
@@ -434,6 +440,18 @@ func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 	tok := c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
 	s.mu.Unlock()
 	return s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout)
+}
+
+// spReading reports whether pk is a reading of d: one of its fields is a
+// metric of d. Other records of the device (a command's, say) leave the
+// buffer unsent: they are no metric a host could read.
+func spReading(d *spDevice, pk *packet.Packet) bool {
+	for _, f := range pk.Fields {
+		if _, ok := d.byName[f.Name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // spValue converts a packet's value to datatype t; ok is false when it
@@ -497,3 +515,7 @@ func NewSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*Sparkplug, error) 
 	}
 	return &Sparkplug{s: s, window: window}, nil
 }
+
+// EncodingSparkplugB is the encoding of an MQTT upstream that is a
+// Sparkplug B edge node (see [SparkplugConfig]).
+const EncodingSparkplugB Encoding = "sparkplug_b"

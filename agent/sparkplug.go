@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"fieldlink/config"
+	"fieldlink/downlink"
+	"fieldlink/sensors/profile"
+	"fieldlink/sparkplug"
+	"fieldlink/uplink"
+)
+
+// sparkplugNode is the Sparkplug B node of an upstream: every device of
+// the site, Modbus devices and serial sensors, with the points of its
+// profile as metrics; dcmd runs the node's DCMDs.
+func sparkplugNode(c *config.Config, sp *config.Sparkplug, dcmd func(context.Context, uplink.SparkplugCommand)) *uplink.SparkplugConfig {
+	n := &uplink.SparkplugConfig{GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost, OnCommand: dcmd}
+	for _, b := range c.Buses {
+		for i := range b.Devices {
+			d := &b.Devices[i]
+			dev := uplink.SparkplugDevice{Name: d.Name}
+			if p := c.DeviceProfile(d); p != nil {
+				for _, r := range p.Registers {
+					dev.Metrics = append(dev.Metrics, uplink.SparkplugMetric{Name: r.Name, Type: sparkplugType(&r), Unit: r.Unit})
+				}
+			}
+			n.Devices = append(n.Devices, dev)
+		}
+	}
+	for _, l := range c.SerialSensors {
+		dev := uplink.SparkplugDevice{Name: l.Name}
+		if p := c.Profiles[l.Profile]; p != nil && p.Line != nil {
+			for _, f := range p.Line.Fields {
+				t := sparkplug.Double
+				switch f.Type {
+				case "string":
+					t = sparkplug.String
+				case "bool":
+					t = sparkplug.Boolean
+				}
+				dev.Metrics = append(dev.Metrics, uplink.SparkplugMetric{Name: f.Name, Type: t, Unit: f.Unit})
+			}
+		}
+		n.Devices = append(n.Devices, dev)
+	}
+	return n
+}
+
+// sparkplugType is the datatype of a register's value: its type, but
+// Double for a scaled or offset number (the packet carries the scaled
+// value).
+func sparkplugType(r *profile.Register) sparkplug.DataType {
+	scaled := r.ScaleOr1() != 1 || r.Offset != 0
+	switch r.Type {
+	case profile.Bool:
+		return sparkplug.Boolean
+	case profile.String:
+		return sparkplug.String
+	case profile.Float32:
+		if !scaled {
+			return sparkplug.Float
+		}
+	}
+	if scaled || r.Type == profile.Float64 {
+		return sparkplug.Double
+	}
+	if r.Area.IsBit() {
+		return sparkplug.Boolean
+	}
+	return map[profile.Type]sparkplug.DataType{
+		profile.Int16: sparkplug.Int16, profile.Uint16: sparkplug.UInt16, profile.Int32: sparkplug.Int32,
+		profile.Uint32: sparkplug.UInt32, profile.Int64: sparkplug.Int64, profile.Uint64: sparkplug.UInt64,
+	}[r.Type]
+}
+
+// sparkplugCommands turns a DCMD's metrics into downlink commands and runs
+// each through the engine, with every rule of a command from the
+// platform: writable points, limits, interlocks, read-back, the audit and
+// the command ledger (and the signature, which a DCMD has not: with
+// downlink.keys set, DCMDs are refused).
+//
+// A DCMD carries no command id. Its id is made from what the host sent:
+// "spb-" and a hash of the payload's bytes, the device and the metric's
+// place in the payload. A DCMD delivered twice (a QoS 1 resend, a
+// broker's redelivery after a reconnect) has the same id, and the ledger
+// answers it from its first result instead of writing again; the
+// payload's timestamp is the command's issued_at, so that a DCMD older
+// than downlink.max_age (kept by a broker through an outage) expires.
+func sparkplugCommands(engine func() *downlink.Engine, enabled func() bool, log *slog.Logger) func(context.Context, uplink.SparkplugCommand) {
+	return func(ctx context.Context, cmd uplink.SparkplugCommand) {
+		e := engine()
+		if e == nil || !enabled() {
+			log.Warn("DCMD refused: the downlink is off", "device", cmd.Device)
+			return
+		}
+		for i, m := range cmd.Metrics {
+			c, err := sparkplugCommand(cmd, i, m)
+			if err != nil {
+				log.Warn("DCMD metric refused", "device", cmd.Device, "metric", m.Name, "alias", m.Alias, "err", err)
+				continue
+			}
+			res := e.Run(ctx, c)
+			log.Info("DCMD", "device", cmd.Device, "point", c.Point, "id", c.ID, "status", res.Status, "reason", res.Reason)
+		}
+	}
+}
+
+// sparkplugCommand is the downlink command of metric i of a DCMD.
+func sparkplugCommand(cmd uplink.SparkplugCommand, i int, m sparkplug.Metric) (downlink.Command, error) {
+	if m.Name == "" {
+		return downlink.Command{}, fmt.Errorf("alias %d is not one of the device's", m.Alias)
+	}
+	if cmd.At == 0 {
+		return downlink.Command{}, fmt.Errorf("the DCMD has no timestamp")
+	}
+	var v downlink.Value
+	if b, ok := m.Value.Bool(); ok {
+		v = downlink.Bool(b)
+	} else if f, ok := m.Value.Float64(); ok {
+		v = downlink.Number(f)
+	} else if n, ok := m.Int(); ok {
+		v = downlink.Number(float64(n))
+	} else {
+		return downlink.Command{}, fmt.Errorf("value of datatype %v is not a number or a boolean", m.Type)
+	}
+	h := sha256.New()
+	h.Write(cmd.Payload)
+	fmt.Fprintf(h, "\x00%s\x00%d", cmd.Device, i)
+	return downlink.Command{
+		ID:       "spb-" + hex.EncodeToString(h.Sum(nil)[:16]),
+		Device:   cmd.Device,
+		Point:    m.Name,
+		Value:    v,
+		IssuedAt: downlink.NewTimestamp(time.UnixMilli(int64(cmd.At))),
+		Actor:    "sparkplug:DCMD seq " + strconv.FormatUint(cmd.Seq, 10),
+	}, nil
+}

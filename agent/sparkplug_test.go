@@ -1,0 +1,188 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"fieldlink/config"
+	"fieldlink/downlink"
+	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/emutest"
+	"fieldlink/sensors/emulator"
+	"fieldlink/sparkplug"
+	"fieldlink/sparkplug/sparkplugtest"
+	"fieldlink/uplink"
+)
+
+// TestSparkplugDCMD runs a gateway whose upstream is a Sparkplug B node on
+// a real mosquitto, with an emulated valve: Tahu decodes its DBIRTH, and
+// DCMDs encoded by Tahu, by name and by alias, go through the downlink's
+// rules: a write within the limits reaches the device once, even when the
+// same DCMD arrives twice; one above the limit never does.
+func TestSparkplugDCMD(t *testing.T) {
+	tahu := sparkplugtest.NewTahu(t)
+	b := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
+	frames := &frameLog{frames: map[byte][]string{}}
+	_, addr := emutest.ServeDevices(t, false, emutest.Devices(t, "generic-irrigation-valve"), emulator.Options{Seed: 1, OnRequest: frames.on})
+
+	var mu sync.Mutex
+	births := map[string][]byte{}
+	host := newPlatform(t, b.Addr())
+	if tok := host.c.Subscribe("spBv1.0/farm/DBIRTH/#", 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		births[m.Topic()] = append([]byte(nil), m.Payload()...)
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+
+	dir := t.TempDir()
+	src := `site: {id: "001"}
+gateway: {id: gw-dl}
+buffer: {path: buf.db}
+metrics: {listen: "off"}
+buses:
+  - name: field
+    url: tcp://` + addr + `
+    timeout: 300ms
+    devices:
+      - name: valve-1
+        profile: generic-irrigation-valve
+        slave: 1
+        interval: 200ms
+        writable:
+          - {point: ValveOpen}
+          - {point: Setpoint, min: 0, max: 50, step: 0.1}
+uplink:
+  probe: {interval: 200ms, timeout: 100ms}
+  upstreams:
+    - {url: "` + b.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm}}
+downlink: {enabled: true, allow_unsigned: true}
+`
+	file := filepath.Join(dir, "site.yaml")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(file, profiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &testtool.SyncBuffer{}
+	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stopWithin(t, g, 30*time.Second)
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", log.String())
+		}
+	})
+
+	const birthTopic = "spBv1.0/farm/DBIRTH/gw-dl/valve-1"
+	var birth []byte
+	testtool.WaitFor(t, 15*time.Second, "the DBIRTH of valve-1", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		birth = births[birthTopic]
+		return birth != nil
+	})
+	aliases := map[string]string{}
+	for _, m := range tahu.Decode(t, birth)[0].Metrics {
+		if m.Name == nil || m.Alias == nil {
+			t.Fatalf("DBIRTH metric without a name or alias: %+v", m)
+		}
+		aliases[*m.Name] = *m.Alias
+		want := map[string]string{"ValveOpen": "Boolean", "Setpoint": "Double", "FlowTotal": "Int32", "PressureLimit": "Float", "ValvePosition": "UInt16"}[*m.Name]
+		if want != "" && m.Type != want {
+			t.Errorf("DBIRTH: %s is %s, want %s", *m.Name, m.Type, want)
+		}
+		if *m.Name == "Setpoint" && (m.Properties["engUnit"].Type != "String" || string(m.Properties["engUnit"].Value) != `"L/min"`) {
+			t.Errorf("DBIRTH: Setpoint's engUnit %+v", m.Properties)
+		}
+	}
+	if aliases["ValveOpen"] == "" || aliases["Setpoint"] == "" {
+		t.Fatalf("DBIRTH aliases %v", aliases)
+	}
+
+	now := time.Now().UnixMilli()
+	var alias uint64
+	fmt.Sscan(aliases["Setpoint"], &alias)
+	dcmds := tahu.Encode(t,
+		map[string]any{"timestamp": now, "seq": 0, "metrics": []map[string]any{{"name": "ValveOpen", "type": "Boolean", "value": true}}},
+		map[string]any{"timestamp": now + 1, "seq": 1, "metrics": []map[string]any{{"alias": alias, "type": "Double", "value": 51}}},
+	)
+	publish := func(p []byte) {
+		t.Helper()
+		if tok := host.c.Publish("spBv1.0/farm/DCMD/gw-dl/valve-1", 1, false, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+	}
+	open, err := sparkplugCommand(uplink.SparkplugCommand{Device: "valve-1", At: uint64(now), Payload: dcmds[0]}, 0,
+		sparkplug.Metric{Name: "ValveOpen", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(dcmds[0])
+	if res := host.result(t, open.ID); res.Status != downlink.StatusDone || res.Readback.String() != "true" {
+		t.Fatalf("DCMD ValveOpen: %+v", res)
+	}
+	if got := frames.of(1); len(got) != 1 || got[0] != "050000ff00" {
+		t.Fatalf("the valve received %v, want one write of coil 0 on", got)
+	}
+	// The same DCMD again (a redelivery): answered from the ledger, no frame.
+	publish(dcmds[0])
+	testtool.WaitFor(t, 15*time.Second, "the repeated DCMD answered", func() bool { n, _ := host.count(open.ID); return n >= 2 })
+	// Above the point's max, by alias: refused, no frame.
+	publish(dcmds[1])
+	over, _ := sparkplugCommand(uplink.SparkplugCommand{Device: "valve-1", At: uint64(now + 1), Payload: dcmds[1]}, 0,
+		sparkplug.Metric{Name: "Setpoint", Type: sparkplug.Double, Value: sparkplug.DoubleOf(51)})
+	if res := host.result(t, over.ID); res.Status != downlink.StatusRejected {
+		t.Errorf("DCMD Setpoint 51: %+v", res)
+	}
+	if got := frames.of(1); len(got) != 1 {
+		t.Errorf("the valve received %v, want only the first write", got)
+	}
+}
+
+func TestSparkplugCommandIDs(t *testing.T) {
+	m := sparkplug.Metric{Name: "ValveOpen", Value: sparkplug.BoolOf(true)}
+	cmd := uplink.SparkplugCommand{Device: "v", At: 1700000000000, Payload: []byte{1, 2, 3}}
+	a, err := sparkplugCommand(cmd, 0, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := sparkplugCommand(cmd, 0, m)
+	if a.ID != b.ID || a.IssuedAt.Time().UnixMilli() != 1700000000000 {
+		t.Errorf("same DCMD, ids %s and %s, issued %s", a.ID, b.ID, a.IssuedAt)
+	}
+	for name, other := range map[string]func() (downlink.Command, error){
+		"payload": func() (downlink.Command, error) {
+			c := cmd
+			c.Payload = []byte{1, 2, 4}
+			return sparkplugCommand(c, 0, m)
+		},
+		"device": func() (downlink.Command, error) { c := cmd; c.Device = "w"; return sparkplugCommand(c, 0, m) },
+		"metric": func() (downlink.Command, error) { return sparkplugCommand(cmd, 1, m) },
+	} {
+		if o, _ := other(); o.ID == a.ID {
+			t.Errorf("another %s, the same id %s", name, a.ID)
+		}
+	}
+	if _, err := sparkplugCommand(uplink.SparkplugCommand{Device: "v", Payload: []byte{1}}, 0, m); err == nil {
+		t.Error("a DCMD without a timestamp was accepted")
+	}
+	if _, err := sparkplugCommand(cmd, 0, sparkplug.Metric{Alias: 9, HasAlias: true, Value: sparkplug.BoolOf(true)}); err == nil {
+		t.Error("an unknown alias was accepted")
+	}
+	if _, err := sparkplugCommand(cmd, 0, sparkplug.Metric{Name: "x", Value: sparkplug.StringOf("on")}); err == nil {
+		t.Error("a string value was accepted")
+	}
+}
