@@ -102,7 +102,10 @@ remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
 	}
 	defer sub.Disconnect(0)
 	sub.Subscribe("fieldlink/#", 1, func(_ paho.Client, m paho.Message) {
+		// Beside the packets: the retained status and the configuration's
+		// state reports. Whatever reads as a packet must follow the schema.
 		if p, err := packet.Decode(m.Payload()); err == nil && p.Seq > 0 {
+			testtool.ValidPacket(t, m.Payload())
 			smu.Lock()
 			seqs[p.Seq] = true
 			smu.Unlock()

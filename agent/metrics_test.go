@@ -134,6 +134,9 @@ func TestMetricsHandlerToken(t *testing.T) {
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
+		if w.Code == http.StatusOK {
+			testtool.ValidStatus(t, w.Body.Bytes())
+		}
 		return w.Code
 	}
 	for _, hh := range []http.Handler{h, h2} {

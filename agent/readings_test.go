@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"fieldlink/config"
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -47,6 +48,7 @@ buses:
 		}
 		got := make(chan *packet.Packet, 1)
 		g, err := Start(c, Options{OnPacket: func(p *packet.Packet) {
+			testtool.ValidPacket(t, p.AppendJSON(nil, c.Packet.Values))
 			if p.DeviceID == "ch4-1" {
 				select {
 				case got <- p:

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 	"fieldlink/sensors/profile"
 )
@@ -46,6 +47,7 @@ func TestDemoDeliversEveryPacketThroughOutages(t *testing.T) {
 	seen := map[key]bool{}
 	ids := map[string]int{}
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		testtool.ValidPacket(t, []byte(l))
 		p, err := packet.Decode([]byte(l))
 		if err != nil {
 			t.Fatalf("%v: %s", err, l)

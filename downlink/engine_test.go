@@ -12,6 +12,7 @@ import (
 
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/profile"
@@ -135,8 +136,14 @@ func newRig(t *testing.T, keys ...ed25519.PublicKey) *rig {
 	r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: e0.Add(-2 * time.Second), Quality: sensors.Good}
 	r.e = NewEngine(c, Options{
 		Site: r.site, Ledger: r.ledger, Keys: keys,
-		Errors:  Errors{Refused: func(err error) bool { return errors.Is(err, errRefused) }},
-		Emit:    func(p *packet.Packet) { r.packets = append(r.packets, p) },
+		Errors: Errors{Refused: func(err error) bool { return errors.Is(err, errRefused) }},
+		Emit: func(p *packet.Packet) {
+			// As the gateway sends it: stamped with the site's fields.
+			sp := *p
+			(&packet.Stamper{SiteID: "001", GatewayID: "gw-1", Epoch: "0123abcd"}).Stamp(&sp)
+			testtool.ValidPacket(t, sp.AppendJSON(nil, packet.Strings))
+			r.packets = append(r.packets, p)
+		},
 		Publish: func(res Result) { r.published = append(r.published, res) },
 		Now:     func() time.Time { return r.now },
 	})

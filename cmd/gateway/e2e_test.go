@@ -401,6 +401,9 @@ func e2eNewIngest(t *testing.T, status int) *e2eIngest {
 				in.bad = append(in.bad, err.Error())
 				continue
 			}
+			if err := testtool.CheckPacket(p); err != nil {
+				in.bad = append(in.bad, err.Error())
+			}
 			in.got[pk.Seq]++
 		}
 		w.WriteHeader(status)
@@ -554,6 +557,9 @@ func (l *e2eLedger) stored(line []byte) {
 		l.problems = append(l.problems, fmt.Sprintf("gateway stdout: %v: %s", err, line))
 		return
 	}
+	if err := testtool.CheckPacket(line); err != nil {
+		l.problems = append(l.problems, fmt.Sprintf("gateway stdout: not as docs/schema/packet.schema.json says: %v: %s", err, line))
+	}
 	l.checkEpoch(p, "stored")
 	if _, dup := l.storedAt[p.Seq]; dup {
 		l.problems = append(l.problems, fmt.Sprintf("seq %d stored twice", p.Seq))
@@ -574,6 +580,9 @@ func (l *e2eLedger) received(i int, topic string, payload []byte) {
 	if err != nil {
 		l.problems = append(l.problems, fmt.Sprintf("broker %d, topic %s: %v: %s", i, topic, err, payload))
 		return
+	}
+	if err := testtool.CheckPacket(payload); err != nil {
+		l.problems = append(l.problems, fmt.Sprintf("broker %d, topic %s: not as docs/schema/packet.schema.json says: %v: %s", i, topic, err, payload))
 	}
 	l.checkEpoch(p, topic)
 	if p.GatewayID != "gw-e2e" {

@@ -121,7 +121,10 @@ func TestInitStarterRunsAsItIs(t *testing.T) {
 	})
 	var mu sync.Mutex
 	got := map[string]bool{}
-	e2eSubscribe(t, broker.Addr(), "init", func(_ string, payload []byte) {
+	e2eSubscribe(t, broker.Addr(), "init", func(topic string, payload []byte) {
+		if !strings.HasSuffix(topic, "/status") {
+			testtool.ValidPacket(t, payload)
+		}
 		if p, err := packet.Decode(payload); err == nil {
 			mu.Lock()
 			got[p.DeviceID] = true
@@ -202,7 +205,9 @@ buses:
 		t.Fatalf("%d lines:\n%s", len(lines), out)
 	}
 	seen := map[string]bool{}
+	epochs := map[string]bool{}
 	for _, l := range lines {
+		testtool.ValidPacket(t, []byte(l))
 		p, err := packet.Decode([]byte(l))
 		if err != nil {
 			t.Fatalf("%v: %s", err, l)
@@ -211,12 +216,25 @@ buses:
 		if p.SiteID != "M7" || p.IDField != "MineId" || p.GatewayID != "gw-9" || p.Seq == 0 {
 			t.Fatalf("head: %s", l)
 		}
+		// Its own epoch, so that (GatewayId, Epoch, Seq) never names a
+		// packet of the running gateway, which numbers from 1 too.
+		if !strings.HasPrefix(p.Epoch, "poll-") {
+			t.Fatalf("a poll packet without an epoch of its own: %s", l)
+		}
+		epochs[p.Epoch] = true
 		if !strings.Contains(l, `"DataBody":{"`) || strings.Contains(l, `":"0.`) {
 			t.Fatalf("number mode should print bare numbers: %s", l)
 		}
 	}
 	if !seen["ch4-1"] || !seen["o2-1"] || !seen["th-1"] {
 		t.Fatalf("devices %v", seen)
+	}
+	if len(epochs) != 1 {
+		t.Errorf("one poll, %d epochs: %v", len(epochs), epochs)
+	}
+	_, again, _ := gw(t, "poll", "-c", file)
+	if p, err := packet.Decode([]byte(strings.SplitN(again, "\n", 2)[0])); err != nil || epochs[p.Epoch] {
+		t.Errorf("a second poll reuses the first one's epoch (%v): %s", err, again)
 	}
 
 	// A device that does not answer: the others still print, the exit code
@@ -395,6 +413,7 @@ func TestDemoPrintsFarmAndMinePackets(t *testing.T) {
 	}
 	var farm, mine int
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		testtool.ValidPacket(t, []byte(l))
 		p, err := packet.Decode([]byte(l))
 		if err != nil {
 			t.Fatalf("%v: %s", err, l)
@@ -485,6 +504,7 @@ uplink:
 	}
 	var last uint64
 	for _, l := range lines {
+		testtool.ValidPacket(t, []byte(l))
 		p, err := packet.Decode([]byte(l))
 		if err != nil || p.Seq <= last || p.Epoch == "" {
 			t.Fatalf("export line %q: %v (seq after %d)", l, err, last)

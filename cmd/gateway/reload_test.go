@@ -47,6 +47,7 @@ func newReloadIngest(t *testing.T) *reloadIngest {
 				t.Errorf("upstream got a bad packet: %v", err)
 				continue
 			}
+			testtool.ValidPacket(t, p)
 			if in.got[pk.DeviceID] == nil {
 				in.got[pk.DeviceID] = map[uint64]bool{}
 			}

@@ -316,6 +316,9 @@ uplink:
 		})
 		for _, p := range []string{"/metrics", "/healthz", "/readyz", "/", "/?raw=1", "/status.json"} {
 			body, _ := get(p)
+			if p == "/status.json" {
+				testtool.ValidStatus(t, []byte(body))
+			}
 			scraped = append(scraped, body)
 		}
 	}
