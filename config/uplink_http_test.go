@@ -37,6 +37,8 @@ func TestHTTPUpstreamEncodingTokenAndHeaders(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ add, want string }{
+		{"{url: 'http://h:8086/write', encoding: influx_line}", `uplink.upstreams[0].url: InfluxDB 1.x's /write needs db in the query (such as /write?db=farm)`},
+		{"{url: 'http://h:8086/api/v2/write?org=o&bucket=b&precision=ms', encoding: influx_line}", `uplink.upstreams[0].url: precision=ms: the packets' time is to the second`},
 		{"{url: 'https://h', encoding: csv}", `uplink.upstreams[0].encoding: unknown encoding "csv" for an HTTP upstream (valid: json, influx_line)`},
 		{"{url: 'mqtt://h', encoding: influx_line}", `uplink.upstreams[0].encoding: influx_line applies only to http:// and https:// upstreams`},
 		{"{url: 'mqtt://h', token_file: " + token + "}", `uplink.upstreams[0].token_file: applies only to http://`},

@@ -65,6 +65,18 @@ func influxURL(u *url.URL) error {
 	return nil
 }
 
+// CheckInfluxURL checks the URL of an influx_line upstream as [NewHTTP]
+// will, for gateway check: InfluxDB 1.x's /write needs db, 2.x's
+// /api/v2/write org (or orgID) and bucket, and precision may only be s. The
+// error does not show the URL.
+func CheckInfluxURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a valid URL")
+	}
+	return influxURL(u)
+}
+
 // influxBody returns the body of a line-protocol POST: one line per packet,
 // in order, each ended by a newline. A packet with no field to write gives no
 // line; the body may then be empty. A packet that is not a packet, or whose
