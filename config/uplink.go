@@ -430,6 +430,10 @@ func (c *Config) validateHTTPAuth(doc *yamlconf.Doc, f string, up *Upstream, mqt
 		}
 	} else if up.Encoding != "" && !slices.Contains(uplink.Encodings, up.Encoding) {
 		doc.Errorf(f+".encoding", "unknown encoding %q for an HTTP upstream (valid: json, influx_line)", up.Encoding)
+	} else if up.Encoding == uplink.EncodingInfluxLine {
+		if err := uplink.CheckInfluxURL(up.URL); err != nil {
+			doc.Errorf(f+".url", "%v", err)
+		}
 	}
 	if up.TokenFile != "" {
 		if up.Username != "" {
