@@ -59,7 +59,7 @@ func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription,
 	s.delivery = uplink.NewDelivery(q, s.table, strat, uplink.DeliveryOptions{Logger: log.With("component", "delivery"), DeadLetters: q})
 	s.pool = uplink.NewPool(uplink.PoolConfig{
 		Subscriptions: subs,
-		Table:         s.table, Delivery: s.delivery, Window: u.Window, Batch: u.Batch,
+		Table:         s.table, Delivery: s.delivery, Window: u.Window, Batch: u.Batch, StatusTopic: u.StatusTopic,
 		ProbeInterval: u.Probe.Interval, ProbeTimeout: u.Probe.Timeout,
 		Vars:      topicVars(c),
 		GatewayID: c.Gateway.ID, Epoch: q.Epoch(), Logger: log,

@@ -75,10 +75,17 @@ type Uplink struct {
 	Probe    Probe  `yaml:"probe"`
 	// Window is how many publishes may await an ack per upstream; default 64.
 	Window int `yaml:"window"`
-	// Batch is how many packets one HTTP POST carries at most; default 50.
-	Batch     int        `yaml:"batch"`
-	Upstreams []Upstream `yaml:"upstreams"`
-	Registry  *Registry  `yaml:"registry"`
+	// Batch is how many packets one HTTP POST carries at most, as a JSON
+	// array (one packet alone is sent as it is); default 50.
+	Batch int `yaml:"batch"`
+	// StatusTopic is where every MQTT upstream publishes the gateway's
+	// retained "online" (after each connect) and "offline" (at a clean stop,
+	// and as the last will when the link breaks): default
+	// uplink.DefaultStatusTopic, "fieldlink/{site}/{gateway}/status";
+	// {site} and {gateway} are the only variables; "off" publishes none.
+	StatusTopic string     `yaml:"status_topic"`
+	Upstreams   []Upstream `yaml:"upstreams"`
+	Registry    *Registry  `yaml:"registry"`
 	// DRF parameterises the drf selector (gateway delphi writes it).
 	DRF *DRF `yaml:"drf"`
 }
@@ -251,6 +258,12 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	}
 	if u.Batch < 1 || u.Batch > 10000 {
 		doc.Errorf("uplink.batch", "must be 1..10000, got %d", u.Batch)
+	}
+	if err := uplink.CheckStatusTopic(u.StatusTopic); err != nil {
+		doc.Errorf("uplink.status_topic", "%v (a topic with {site} and {gateway} only, or off)", err)
+	}
+	if u.StatusTopic == "" {
+		u.StatusTopic = uplink.DefaultStatusTopic
 	}
 	if len(u.Upstreams) == 0 && u.Registry == nil {
 		doc.Errorf("uplink.upstreams", "give at least one upstream, or a registry")

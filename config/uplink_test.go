@@ -21,8 +21,17 @@ uplink:
 		t.Fatalf("buffer %+v", b)
 	}
 	u := c.Uplink
+	if u.StatusTopic != "fieldlink/{site}/{gateway}/status" || u.Batch != 50 {
+		t.Errorf("status topic %q, batch %d: want the defaults", u.StatusTopic, u.Batch)
+	}
 	if u.Selector != "drf_cswlc" || u.Window != 64 || u.Probe.Interval != 10*time.Second || u.Upstreams[0].Topic != "fieldlink/{site}/{gateway}/{data_type}" || *u.Upstreams[0].QoS != 1 || u.Upstreams[1].Weight != 3 {
 		t.Fatalf("uplink %+v %+v", u, u.Upstreams)
+	}
+	for _, st := range []string{"off", "farms/{site}/{gateway}/alive"} {
+		c, err := Parse("site.yaml", []byte(good+"uplink: {status_topic: '"+st+"', upstreams: [{url: 'mqtt://h'}]}\n"), testProfiles)
+		if err != nil || c.Uplink.StatusTopic != st {
+			t.Errorf("status_topic %s: %v, %+v", st, err, c)
+		}
 	}
 	c, err = Parse("site.yaml", []byte(good), testProfiles)
 	if err != nil || c.Buffer.Path != DefaultBufferPath || c.Buffer.Durability.String() != "always" || c.Uplink != nil {
@@ -53,6 +62,8 @@ func TestUplinkErrors(t *testing.T) {
 		{"uplink: {upstreams: [{url: 'mqtt://h', load: {}}]}", `uplink.upstreams[0].load: give url`},
 		{"uplink: {upstreams: [{url: 'https://h', load: {topic: x}}]}", `uplink.upstreams[0].load.topic: a load topic needs an MQTT upstream`},
 		{"uplink: {registry: {url: 'mqtt://r'}}", `uplink.registry.url: must be an http:// or https:// URL`},
+		{"uplink: {status_topic: 'st/{data_type}', upstreams: [{url: 'mqtt://h'}]}", `uplink.status_topic: topic variable {data_type} has no value`},
+		{"uplink: {status_topic: 'st/#', upstreams: [{url: 'mqtt://h'}]}", `uplink.status_topic: "st/#": '+', '#' and NUL are not allowed`},
 	} {
 		_, err := Parse("site.yaml", []byte(good+tc.add+"\n"), testProfiles)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "site.yaml:16:") {

@@ -63,6 +63,8 @@ type PoolConfig struct {
 	ProbeInterval, ProbeTimeout time.Duration
 	// Vars are the topic variables the site fixes ({site}, {gateway}).
 	Vars map[string]string
+	// StatusTopic is every MQTT upstream's [MQTTConfig.StatusTopic].
+	StatusTopic string
 	// GatewayID and Epoch go with every HTTP batch (see [HTTPConfig]).
 	GatewayID, Epoch string
 	// Subscriptions are made on every MQTT upstream, the site's and the
@@ -277,7 +279,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 	case "mqtt", "mqtts":
 		mc := MQTTConfig{
 			URL: u.URL, Topic: u.Topic, Window: cfg.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
-			Logger: p.log, Vars: cfg.Vars, AtMostOnce: u.AtMostOnce,
+			Logger: p.log, Vars: cfg.Vars, AtMostOnce: u.AtMostOnce, StatusTopic: cfg.StatusTopic,
 			Subscriptions: cfg.Subscriptions,
 		}
 		if u.LoadTopic != "" {
