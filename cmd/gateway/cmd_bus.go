@@ -13,6 +13,7 @@ import (
 	gm "github.com/goburrow/modbus"
 
 	"fieldlink/internal/words"
+	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
 	"fieldlink/sensors/profile"
 )
@@ -105,8 +106,14 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	timeout := fs.Duration("timeout", 100*time.Millisecond, "reply timeout per try")
 	areaName := fs.String("area", "holding", "area to probe: holding or input")
 	address := fs.Int("address", 0, "address to probe")
+	profilesDir := fs.String("profiles", "", "a directory of extra *.yaml profiles to match the devices found against")
+	identify := fs.Bool("identify", true, "ask each device found what it is (function 43/14) and match it and its registers against the profiles")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	set, err := loadProfiles(*profilesDir)
+	if err != nil {
+		return fmt.Errorf("-profiles: %w", err)
 	}
 	ids, err := parseIDs(*slaves)
 	if err != nil {
@@ -147,7 +154,9 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "scan stopped at slave %d of %s: %s found so far\n", id, u, words.Count(found, "device"))
 		return errSilent
 	}
+	var fragments []busFragment
 	for _, u := range urls {
+		frag := busFragment{url: u}
 		client, err := modbus.Open(u, modbus.Options{Timeout: *timeout})
 		if err != nil {
 			return err
@@ -170,14 +179,32 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			case err == nil:
 				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered a read of %s %d\n", id, u, ep.LineSettings(), area, *address)
 				found++
+				frag.slaves = append(frag.slaves, id)
 			case errors.As(err, &mbErr):
 				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered with exception %d (%v)\n", id, u, ep.LineSettings(), mbErr.ExceptionCode, err)
 				found++
+				frag.slaves = append(frag.slaves, id)
 			case errors.Is(err, modbus.ErrCRC), errors.Is(err, modbus.ErrUnexpectedReply), errors.Is(err, modbus.ErrShortFrame):
 				garbled++
 			}
 		}
+		if *identify {
+			for _, id := range frag.slaves {
+				who, err := sensors.Identify(ctx, client, id, set)
+				if ctx.Err() != nil {
+					client.Close()
+					return stopped(u, id)
+				}
+				if err != nil {
+					fmt.Fprintf(stderr, "slave %d at %s: %v\n", id, u, err)
+				}
+				frag.ids = append(frag.ids, who)
+			}
+		}
 		client.Close()
+		if len(frag.slaves) > 0 {
+			fragments = append(fragments, frag)
+		}
 		if garbled > 0 {
 			fmt.Fprintf(stderr, "  %d garbled replies at %s: a device may be there at another baud rate or parity\n", garbled, ep.LineSettings())
 		}
@@ -185,7 +212,56 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if found == 0 {
 		return fmt.Errorf("no device answered")
 	}
+	if *identify {
+		printFragment(stdout, fragments)
+	}
 	return nil
+}
+
+// busFragment is what scan found at one line setting.
+type busFragment struct {
+	url    string
+	slaves []byte
+	ids    []sensors.Identity // by slave, when identified
+}
+
+// printFragment writes the site file's buses for what scan found: each
+// slave with the profile it matched best and how sure, the other
+// candidates in a comment. Slaves that match no profile are comments.
+func printFragment(w io.Writer, frags []busFragment) {
+	fmt.Fprintf(w, "\n# A site-file fragment for what answered: check the profiles, rename the devices, then gateway check.\nbuses:\n")
+	for i, f := range frags {
+		fmt.Fprintf(w, "  - name: bus-%d\n    url: %q\n    devices:\n", i+1, f.url)
+		listed := 0
+		for k, slave := range f.slaves {
+			who := f.ids[k]
+			if who.ID != nil {
+				fmt.Fprintf(w, "      # slave %d identifies itself: vendor %q, product %q, model %q, revision %q\n",
+					slave, who.ID.Vendor(), who.ID.Product(), who.ID.Model(), who.ID[modbus.ObjectMajorMinorRevision])
+			}
+			if len(who.Matches) == 0 {
+				fmt.Fprintf(w, "      # slave %d: no profile's registers answer; write a profile for it (gateway read helps)\n", slave)
+				continue
+			}
+			m := who.Matches[0]
+			fmt.Fprintf(w, "      - {name: %s-%d, profile: %s, slave: %d}   # %s: %s\n", m.Profile.Name, slave, m.Profile.Name, slave, m.Confidence, m.Why)
+			listed++
+			var others []string
+			for _, o := range who.Matches[1:] {
+				if len(others) == 4 {
+					others = append(others, fmt.Sprintf("and %d more", len(who.Matches)-5))
+					break
+				}
+				others = append(others, fmt.Sprintf("%s (%s)", o.Profile.Name, o.Confidence))
+			}
+			if len(others) > 0 {
+				fmt.Fprintf(w, "      #   its registers also read as: %s\n", strings.Join(others, ", "))
+			}
+		}
+		if listed == 0 {
+			fmt.Fprintf(w, "      []\n")
+		}
+	}
 }
 
 // parseIDs parses "1-10,32" into slave ids.

@@ -464,8 +464,49 @@ func (d *device) process(pdu []byte, now time.Time) []byte {
 			}
 		}
 		return slices.Clone(pdu[:5])
+	case 43:
+		return d.identify(pdu)
 	}
 	return exception(fc, excIllegalFunction)
+}
+
+// identify answers Read Device Identification (43/14) for a profile that
+// names its manufacturer: vendor name, product code (the model up to its
+// first parenthesis) and revision, plus the model name in the regular
+// category. A generic profile's device does not implement it.
+func (d *device) identify(pdu []byte) []byte {
+	p := d.prof
+	if p.Manufacturer == "" || p.Manufacturer == "generic" {
+		return exception(43, excIllegalFunction)
+	}
+	if len(pdu) != 4 || pdu[1] != 0x0E {
+		return exception(43, excIllegalValue)
+	}
+	code, from := pdu[2], pdu[3]
+	product, _, _ := strings.Cut(p.Model, " (")
+	objects := [][]byte{0: []byte(p.Manufacturer), 1: []byte(product), 2: []byte("V1.0")}
+	switch code {
+	case 1: // basic
+	case 2: // regular
+		objects = append(objects, nil, nil, []byte(p.Model))
+	default:
+		return exception(43, excIllegalValue)
+	}
+	if int(from) >= len(objects) {
+		from = 0
+	}
+	out := []byte{43, 0x0E, code, 0x82, 0, 0, 0}
+	n := 0
+	for id := int(from); id < len(objects); id++ {
+		if objects[id] == nil {
+			continue
+		}
+		out = append(out, byte(id), byte(len(objects[id])))
+		out = append(out, objects[id]...)
+		n++
+	}
+	out[6] = byte(n)
+	return out
 }
 
 // check validates a request for qty items from start in area and returns

@@ -371,6 +371,9 @@ func (r *request) isWrite() bool {
 // quantity (reads), value (fc 5, 6) or quantity, byte count and values
 // (fc 15, 16).
 func (r *request) pdu() []byte {
+	if r.fc == fcMEI {
+		return r.data
+	}
 	b := make([]byte, 0, 5+len(r.data))
 	b = append(b, byte(r.addr>>8), byte(r.addr))
 	switch r.fc {
@@ -388,6 +391,9 @@ func (r *request) pdu() []byte {
 func (r *request) echo() []byte { return r.pdu()[:4] }
 
 func (r *request) String() string {
+	if r.fc == fcMEI && len(r.data) == 3 {
+		return fmt.Sprintf("slave %d, %s (fc 43/14) object %d", r.slave, fcName(r.fc), r.data[2])
+	}
 	if r.fc == gm.FuncCodeWriteSingleCoil || r.fc == gm.FuncCodeWriteSingleRegister {
 		if len(r.data) == 2 {
 			return fmt.Sprintf("slave %d, %s (fc %d) addr %d value %02x %02x", r.slave, fcName(r.fc), r.fc, r.addr, r.data[0], r.data[1])
@@ -414,6 +420,8 @@ func fcName(fc byte) string {
 		return "write multiple coils"
 	case gm.FuncCodeWriteMultipleRegisters:
 		return "write multiple registers"
+	case fcMEI:
+		return "read device identification"
 	}
 	return "function"
 }

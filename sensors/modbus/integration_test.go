@@ -174,6 +174,7 @@ func TestPymodbusRTU(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 
 	checkPymodbusReads(t, c)
+	checkPymodbusDeviceID(t, c)
 	writes := checkPymodbusWrites(t, c, true)
 
 	// pymodbus ignores slave ids it does not serve, as a bus does.
@@ -217,6 +218,7 @@ func TestPymodbusTCP(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 
 	checkPymodbusReads(t, c)
+	checkPymodbusDeviceID(t, c)
 	writes := checkPymodbusWrites(t, c, false)
 	if st := c.Stats(); st.Writes != uint64(writes) || st.Broadcasts != 0 || st.Requests != st.Responses {
 		t.Errorf("stats %+v: want %d writes, no broadcast, a response to every request", st, writes)

@@ -264,6 +264,31 @@ func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, 
 	if fc != r.fc {
 		return nil, f.unexpected("function code %d", fc)
 	}
+	if r.fc == fcMEI {
+		// Its length is told object by object.
+		for {
+			need := 2 + deviceIDLen(t.buf[2:f.n])
+			if need <= f.n {
+				break
+			}
+			if need+2 > len(t.buf) {
+				return nil, f.unexpected("device identification longer than a frame")
+			}
+			if err := f.fill(need); err != nil {
+				return nil, err
+			}
+		}
+		if err := f.fill(f.n + 2); err != nil {
+			return nil, err
+		}
+		if err := f.checkCRC(h); err != nil {
+			return nil, err
+		}
+		if slave != r.slave {
+			return nil, f.unexpected("reply from slave %d", slave)
+		}
+		return append([]byte(nil), t.buf[2:f.n-2]...), nil
+	}
 	if r.isWrite() {
 		if err := f.fill(rtuWriteReplyLen); err != nil {
 			return nil, err

@@ -200,7 +200,11 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 		if fc != r.fc {
 			return nil, fmt.Errorf("%w: %s (transaction %d): function code %d, PDU % x", ErrUnexpectedReply, r, t.tid, fc, pdu)
 		}
-		if r.isWrite() {
+		if r.fc == fcMEI {
+			if deviceIDLen(pdu[1:]) != len(pdu)-1 {
+				return nil, fmt.Errorf("%w: %s (transaction %d): device identification of %d bytes, PDU % x", ErrUnexpectedReply, r, t.tid, len(pdu)-1, pdu)
+			}
+		} else if r.isWrite() {
 			if !bytes.Equal(pdu[1:], r.echo()) {
 				return nil, fmt.Errorf("%w: %s (transaction %d): echo % x, want % x", ErrUnexpectedReply, r, t.tid, pdu[1:], r.echo())
 			}
@@ -214,7 +218,10 @@ func (t *tcpTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 			return nil, fmt.Errorf("%w: %s (transaction %d): more bytes follow a reply whose header announced %d",
 				ErrUnexpectedReply, r, t.tid, mbapLen+len(pdu))
 		}
-		if r.isWrite() {
+		switch {
+		case r.fc == fcMEI:
+			return append([]byte(nil), pdu[1:]...), nil
+		case r.isWrite():
 			return nil, nil
 		}
 		return append([]byte(nil), pdu[2:]...), nil

@@ -15,6 +15,9 @@ are mapped, anything else answers exception 2 (illegal data address):
     coil i               = on when i % 3 == 0
     discrete input i     = on when i % 2 == 1
 
+Read Device Identification (43/14) answers vendor "fieldlink-test",
+product code "PM-1", revision "3.0" and model name "pymodbus test slave".
+
 Usage:
     pymodbus_server.py --tcp PORT
     pymodbus_server.py --rtu /dev/pts/N [--baud 9600]
@@ -29,6 +32,7 @@ from pymodbus.datastore import (
     ModbusServerContext,
     ModbusSlaveContext,
 )
+from pymodbus.device import ModbusDeviceIdentification
 from pymodbus.framer.rtu_framer import ModbusRtuFramer
 from pymodbus.server.async_io import ModbusSerialServer, ModbusTcpServer
 
@@ -57,14 +61,21 @@ async def main():
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.debug else logging.WARNING)
 
     context = ModbusServerContext(slaves={1: slave_context(1), 2: slave_context(2)}, single=False)
+    identity = ModbusDeviceIdentification(info_name={
+        "VendorName": "fieldlink-test",
+        "ProductCode": "PM-1",
+        "MajorMinorRevision": "3.0",
+        "ModelName": "pymodbus test slave",
+    })
     if args.tcp is not None:
-        server = ModbusTcpServer(context, address=("127.0.0.1", args.tcp), allow_reuse_address=True)
+        server = ModbusTcpServer(context, identity=identity, address=("127.0.0.1", args.tcp), allow_reuse_address=True)
         task = asyncio.create_task(server.serve_forever())
         await server.serving
     else:
         server = ModbusSerialServer(
             context,
             framer=ModbusRtuFramer,
+            identity=identity,
             port=args.rtu,
             baudrate=args.baud,
             bytesize=8,

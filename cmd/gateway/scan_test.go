@@ -1,0 +1,35 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Scan names what it found: a device that answers Read Device
+// Identification is matched to its profile for sure, one that does not by
+// the registers it answers; what it prints passes check.
+func TestScanNamesWhatItFound(t *testing.T) {
+	_, addr := serve(t, true, "renke-rs-fxjt-n01", "generic-mine-multigas", "vaisala-gmp252")
+	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-4", "-timeout", "50ms")
+	if code != 0 {
+		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		`# slave 1 identifies itself: vendor "Jinan Renke (Shandong Renke Control Technology)", product "RS-FXJT-N01"`,
+		"- {name: renke-rs-fxjt-n01-1, profile: renke-rs-fxjt-n01, slave: 1}   # sure: the device names its vendor",
+		"- {name: generic-mine-multigas-2, profile: generic-mine-multigas, slave: 2}   # guess: all 6 registers answer, as do those of",
+		"- {name: vaisala-gmp252-3, profile: vaisala-gmp252, slave: 3}   # sure:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scan output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "slave 2 identifies itself") {
+		t.Errorf("a generic device that does not implement 43/14 was identified:\n%s", out)
+	}
+	_, frag, _ := strings.Cut(out, "\n# A site-file fragment")
+	file := writeSite(t, "site: {id: \"001\"}\ngateway: {id: gw-scan}\n# A site-file fragment"+frag)
+	if code, out, errOut := gw(t, "check", "-c", file); code != 0 || !strings.Contains(out, "3 devices") {
+		t.Fatalf("check of scan's fragment: %d\n%s\n%s", code, out, errOut)
+	}
+}
