@@ -907,7 +907,7 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 		if err := m.session.subscribe(ctx, c); err != nil {
 			return fail(err)
 		}
-		if err := m.session.births(ctx, c); err != nil {
+		if err := m.session.connected(ctx, c); err != nil {
 			return fail(err)
 		}
 	}

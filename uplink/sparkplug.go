@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,6 +80,14 @@ type sparkplugSession struct {
 	nextBd uint64
 	seq    uint64    // the next message's
 	born   *mqttConn // the connection the births went out on
+	conn   *mqttConn // the latest connection subscribed
+	// The primary host's state, from its STATE messages: online, the
+	// timestamp of the latest valid one, and when it came online (by the
+	// gateway's clock): a reading older than that was kept while the host
+	// was away, and goes out as historical.
+	hostOnline bool
+	hostTS     uint64
+	hostSince  time.Time
 
 	cmds chan spIncoming // NCMD and DCMD, for run
 }
@@ -96,6 +105,7 @@ type spDevice struct {
 
 type spIncoming struct {
 	device  string // "" for NCMD
+	state   bool   // a STATE message of the primary host
 	payload []byte
 }
 
@@ -171,21 +181,83 @@ func (s *sparkplugSession) ndeath() []byte {
 // subscribe is called on each new connection, before births: NCMD, and
 // DCMD for every device.
 func (s *sparkplugSession) subscribe(ctx context.Context, c *mqttConn) error {
+	s.mu.Lock()
+	s.conn, s.hostOnline = c, false // online again once its STATE says so
+	s.mu.Unlock()
 	topics := map[string]byte{s.ncmd: 1, s.dcmd + "+": 1}
+	if s.cfg.PrimaryHost != "" {
+		topics[sparkplug.StateTopic(s.cfg.PrimaryHost)] = 1
+	}
 	st := c.cl.SubscribeMultiple(topics, s.onMessage)
 	if err := s.m.await(ctx, c, st, s.m.cfg.PublishTimeout); err != nil {
-		return fmt.Errorf("subscribe to NCMD and DCMD: %w", err)
+		return fmt.Errorf("subscribe to NCMD, DCMD and STATE: %w", err)
 	}
 	return nil
 }
 
+// connected is called on each new connection once subscribed: the births,
+// at once without a primary host, else when its STATE says it is online.
+func (s *sparkplugSession) connected(ctx context.Context, c *mqttConn) error {
+	if s.cfg.PrimaryHost != "" {
+		return nil
+	}
+	return s.births(ctx, c)
+}
+
+// hostState applies a STATE message of the primary host (JSON
+// {"online": bool, "timestamp": ms}, retained): one older than the
+// latest valid one is ignored; online births the node on the current
+// connection; offline, once the host was online on this connection, ends
+// the connection (the broker publishes the NDEATH will), and Run connects
+// again and waits for the host. (The retained offline STATE that a new
+// connection finds only keeps the node waiting.)
+func (s *sparkplugSession) hostState(ctx context.Context, payload []byte) {
+	var st struct {
+		Online    *bool   `json:"online"`
+		Timestamp *uint64 `json:"timestamp"`
+	}
+	if err := json.Unmarshal(payload, &st); err != nil || st.Online == nil || st.Timestamp == nil {
+		s.log.Warn("Sparkplug STATE of the primary host unreadable: ignored", "upstream", s.m.name, "host", s.cfg.PrimaryHost, "err", err)
+		return
+	}
+	s.mu.Lock()
+	if *st.Timestamp < s.hostTS {
+		s.mu.Unlock()
+		s.log.Info("Sparkplug STATE older than the latest: ignored", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		return
+	}
+	s.hostTS = *st.Timestamp
+	was := s.hostOnline
+	s.hostOnline = *st.Online
+	c := s.conn
+	if *st.Online && !was {
+		s.hostSince = time.Now()
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	switch {
+	case *st.Online && !was:
+		s.log.Info("Sparkplug primary host online: births, then what was kept", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		if err := s.births(ctx, c); err != nil {
+			s.log.Warn("births failed", "upstream", s.m.name, "err", err)
+		}
+	case !*st.Online && was:
+		s.log.Warn("Sparkplug primary host offline: disconnecting; data waits in the buffer", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		c.drop(fmt.Errorf("primary host %s offline", s.cfg.PrimaryHost))
+	}
+}
+
 // onMessage runs on paho's router goroutine: it must not block.
 func (s *sparkplugSession) onMessage(_ paho.Client, msg paho.Message) {
-	if msg.Retained() {
+	in := spIncoming{payload: append([]byte(nil), msg.Payload()...)}
+	if s.cfg.PrimaryHost != "" && msg.Topic() == sparkplug.StateTopic(s.cfg.PrimaryHost) {
+		in.state = true // retained, as it should be
+	} else if msg.Retained() {
 		s.log.Warn("retained Sparkplug command dropped: commands are never run late", "upstream", s.m.name, "topic", msg.Topic())
 		return
 	}
-	in := spIncoming{payload: append([]byte(nil), msg.Payload()...)}
 	if dev, ok := strings.CutPrefix(msg.Topic(), s.dcmd); ok {
 		in.device = dev
 	}
@@ -209,6 +281,10 @@ func (s *sparkplugSession) run(ctx context.Context) {
 }
 
 func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
+	if in.state {
+		s.hostState(ctx, in.payload)
+		return
+	}
 	p, err := sparkplug.Unmarshal(in.payload)
 	if err != nil {
 		s.log.Warn("Sparkplug command refused", "upstream", s.m.name, "device", in.device, "err", err)
@@ -220,9 +296,11 @@ func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
 			s.log.Warn("NCMD without a true Node Control/Rebirth ignored", "upstream", s.m.name)
 			return
 		}
-		c := s.m.conn()
-		if c == nil {
-			return // the next connection births anyway
+		s.mu.Lock()
+		c := s.born
+		s.mu.Unlock()
+		if c == nil || c != s.m.conn() {
+			return // not born on this connection: it births when it may
 		}
 		if err := s.births(ctx, c); err != nil {
 			s.log.Warn("rebirth failed", "upstream", s.m.name, "err", err)
@@ -366,8 +444,15 @@ func (sp *Sparkplug) MaxBatch() int { return 1 }
 // Window implements Sender.
 func (sp *Sparkplug) Window() int { return sp.window }
 
-// Up implements Sender: connected, births sent.
-func (sp *Sparkplug) Up() bool { return sp.s.m.Connected() }
+// Up implements Sender: connected, births sent (with a primary host: it
+// is online). While it is not, the packets wait in the buffer.
+func (sp *Sparkplug) Up() bool {
+	s := sp.s
+	c := s.m.conn()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return c != nil && c == s.born
+}
 
 // LastError is the broker connection's latest failure.
 func (sp *Sparkplug) LastError() (string, time.Time) { return sp.s.m.LastError() }
@@ -415,6 +500,9 @@ func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 	}
 	p := sparkplug.Payload{Timestamp: s.stamp()}
 	at := uint64(pk.At.UnixMilli())
+	// Kept while the primary host was away: historical, and not the
+	// metrics' current values.
+	hist := s.cfg.PrimaryHost != "" && pk.At.Before(s.hostSince)
 	seen := make([]bool, len(d.metrics))
 	for _, f := range pk.Fields {
 		i, ok := d.byName[f.Name]
@@ -423,17 +511,21 @@ func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 		}
 		seen[i] = true
 		v, ok := spValue(d.metrics[i].Type, f.Value)
-		m := sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Value: v, Null: !ok}
+		m := sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Value: v, Null: !ok, Historical: hist}
 		if !ok {
 			m.Value = sparkplug.Value{}
 		}
-		d.last[i], d.lastAt[i] = m.Value, at
+		if !hist {
+			d.last[i], d.lastAt[i] = m.Value, at
+		}
 		p.Metrics = append(p.Metrics, m)
 	}
 	for i, was := range seen {
 		if !was { // the reading has no value for it: failed, never a stale value
-			p.Metrics = append(p.Metrics, sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Null: true})
-			d.last[i], d.lastAt[i] = sparkplug.Value{}, at
+			p.Metrics = append(p.Metrics, sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Null: true, Historical: hist})
+			if !hist {
+				d.last[i], d.lastAt[i] = sparkplug.Value{}, at
+			}
 		}
 	}
 	p.HasSeq, p.Seq = true, s.nextSeq()

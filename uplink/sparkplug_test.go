@@ -269,3 +269,131 @@ func TestSparkplugSession(t *testing.T) {
 		}
 	}
 }
+
+// TestSparkplugPrimaryHost: with a primary host, the node births only
+// once the host's STATE says online; until then packets are refused (they
+// stay in the buffer) and the sender is not up. What was kept goes out
+// with is_historical, a fresh reading without; an offline STATE ends the
+// connection (the will is the NDEATH) and the node waits for the host
+// again; a STATE older than the latest is ignored. Tahu decodes every
+// message.
+func TestSparkplugPrimaryHost(t *testing.T) {
+	tahu := sparkplugtest.NewTahu(t)
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	rec := spRecord(t, b.Addr())
+	host := mqttClient(t, b.Addr(), "scada")
+	state := func(online bool, ts int64) {
+		t.Helper()
+		p := fmt.Sprintf(`{"online":%v,"timestamp":%d}`, online, ts)
+		if tok := host.Publish("spBv1.0/STATE/scada", 1, true, p); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+	}
+	state(false, 100)
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := uint64(clock.UnixMilli())
+	m, sp, _ := spRun(t, b.URL(), SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", PrimaryHost: "scada",
+		Devices: spTestDevices[1:], Now: func() time.Time { return clock }})
+	mqttWaitConnected(t, m, true)
+	ctx := context.Background()
+
+	kept := packet.Packet{At: time.Now().Add(-time.Minute).Truncate(time.Second), DeviceID: "gas-1", Seq: 1, Fields: []packet.Field{
+		{Name: "CH4", Value: packet.Float(1.5, 1)}, {Name: "Offset", Value: packet.Int(2)}}}
+	if sp.Up() {
+		t.Error("up before the primary host is online")
+	}
+	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &kept)}); err == nil {
+		t.Error("a packet was sent before the primary host is online")
+	}
+
+	state(true, 200)
+	testtool.WaitFor(t, 10*time.Second, "the sender up", sp.Up)
+	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &kept)}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := kept
+	fresh.At, fresh.Seq = time.Now().Add(time.Minute).Truncate(time.Second), 2 // packets carry seconds
+	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &fresh)}); err != nil {
+		t.Fatal(err)
+	}
+	keptMs, freshMs := uint64(kept.At.UnixMilli()), uint64(fresh.At.UnixMilli())
+	ddata := func(seq uint64, at uint64, hist bool) sparkplug.Payload {
+		return sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: seq, Metrics: []sparkplug.Metric{
+			{Alias: 1, HasAlias: true, Timestamp: at, Type: sparkplug.Float, Value: sparkplug.FloatOf(1.5), Historical: hist},
+			{Alias: 2, HasAlias: true, Timestamp: at, Type: sparkplug.Int32, Value: sparkplug.Int(sparkplug.Int32, 2), Historical: hist},
+		}}
+	}
+	// A stale offline STATE is ignored: the node stays on this connection.
+	state(false, 150)
+	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &fresh)}); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, 5, "NBIRTH, DBIRTH and three DDATA")
+
+	// The host goes offline: the node disconnects, the broker publishes
+	// the will; on the new connection it waits for the host.
+	state(false, 300)
+	rec.wait(t, 6, "the NDEATH will")
+	testtool.WaitFor(t, 10*time.Second, "a new connection", func() bool { return m.Connected() })
+	if sp.Up() {
+		t.Error("up while the primary host is offline")
+	}
+	state(true, 400)
+	got := rec.wait(t, 8, "the births once the host is back")
+
+	nbirth := func(bd int64) sparkplug.Payload {
+		return sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: 0, Metrics: []sparkplug.Metric{
+			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
+			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
+		}}
+	}
+	dbirth := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: 1}
+	for i, mt := range spTestDevices[1].Metrics {
+		m := sparkplug.Metric{Name: mt.Name, Alias: uint64(i + 1), HasAlias: true, Type: mt.Type, Timestamp: now, Null: true}
+		if mt.Unit != "" {
+			m.Properties = &sparkplug.PropertySet{}
+			m.Properties.Add("engUnit", sparkplug.PropertyValue{Type: sparkplug.String, Value: sparkplug.StringOf(mt.Unit)})
+		}
+		dbirth.Metrics = append(dbirth.Metrics, m)
+	}
+	wants := []struct {
+		topic string
+		p     sparkplug.Payload
+	}{
+		{"spBv1.0/farm/NBIRTH/gw1", nbirth(0)},
+		{"spBv1.0/farm/DBIRTH/gw1/gas-1", dbirth},
+		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(2, keptMs, true)},
+		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(3, freshMs, false)},
+		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(4, freshMs, false)},
+		{"spBv1.0/farm/NDEATH/gw1", sparkplug.Payload{Timestamp: now, Metrics: []sparkplug.Metric{{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, 0)}}}},
+		{"spBv1.0/farm/NBIRTH/gw1", nbirth(1)},
+	}
+	// The second DBIRTH carries the fresh values, the kept ones being
+	// historical.
+	db2 := dbirth
+	db2.Metrics = append([]sparkplug.Metric(nil), dbirth.Metrics...)
+	db2.Metrics[0].Null, db2.Metrics[0].Value, db2.Metrics[0].Timestamp = false, sparkplug.FloatOf(1.5), freshMs
+	db2.Metrics[1].Null, db2.Metrics[1].Value, db2.Metrics[1].Timestamp = false, sparkplug.Int(sparkplug.Int32, 2), freshMs
+	wants = append(wants, struct {
+		topic string
+		p     sparkplug.Payload
+	}{"spBv1.0/farm/DBIRTH/gw1/gas-1", db2})
+
+	payloads := make([][]byte, len(got))
+	for i := range got {
+		payloads[i] = got[i].payload
+	}
+	decoded := tahu.Decode(t, payloads...)
+	if len(got) != len(wants) {
+		t.Errorf("%d messages, want %d", len(got), len(wants))
+	}
+	for i := range min(len(got), len(wants)) {
+		if got[i].topic != wants[i].topic {
+			t.Errorf("message %d: topic %s, want %s", i, got[i].topic, wants[i].topic)
+			continue
+		}
+		for _, d := range sparkplugtest.Diff(decoded[i], &wants[i].p) {
+			t.Errorf("message %d (%s): %s", i, got[i].topic, d)
+		}
+	}
+}
