@@ -1,26 +1,16 @@
-//go:build linux
-
 package uplink
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
-	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,190 +20,27 @@ import (
 	"fieldlink/selector"
 )
 
-// influxd is an InfluxDB 1.x server (Debian's influxdb package) of the test's
-// own, on free loopback ports, with its files in a temporary directory.
-type influxd struct {
-	t          testing.TB
-	bin, conf  string
-	port       int
-	log        testtool.SyncBuffer
-	mu         sync.Mutex
-	cmd        *exec.Cmd
-	exited     chan struct{}
-	httpClient http.Client
-}
-
-// startInfluxd runs influxd until the test ends; without influxd the test
-// is skipped, or fails under CI=true.
-func startInfluxd(t testing.TB) *influxd {
-	t.Helper()
-	bin := testtool.RequireSbin(t, "influxd", "influxdb")
-	dir := t.TempDir()
-	d := &influxd{t: t, bin: bin, conf: filepath.Join(dir, "influxdb.conf")}
-	t.Cleanup(func() {
-		d.kill()
-		if t.Failed() {
-			t.Logf("influxd log:\n%s", d.log.String())
-		}
-	})
-	free := func() int {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().(*net.TCPAddr).Port
-	}
-	for attempt := 1; ; attempt++ {
-		d.port = free()
-		conf := fmt.Sprintf(`reporting-disabled = true
-bind-address = "127.0.0.1:%d"
-[meta]
-  dir = %q
-[data]
-  dir = %q
-  wal-dir = %q
-  query-log-enabled = false
-[http]
-  bind-address = "127.0.0.1:%d"
-  log-enabled = false
-[monitor]
-  store-enabled = false
-[continuous_queries]
-  enabled = false
-`, free(), filepath.Join(dir, "meta"), filepath.Join(dir, "data"), filepath.Join(dir, "wal"), d.port)
-		if err := os.WriteFile(d.conf, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		err := d.tryStart()
-		if err == nil {
-			return d
-		}
-		if attempt == 3 {
-			t.Fatalf("influxd did not start: %v\n%s", err, d.log.String())
-		}
-	}
-}
-
-// tryStart runs influxd and waits until /ping answers, or influxd exits.
-func (d *influxd) tryStart() error {
-	cmd := exec.Command(d.bin, "-config", d.conf)
-	cmd.Stdout, cmd.Stderr = &d.log, &d.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	d.mu.Lock()
-	d.cmd, d.exited = cmd, exited
-	d.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := d.httpClient.Get(d.url("/ping", nil))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return errors.New("influxd exited")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	d.kill()
-	return errors.New("influxd did not answer /ping within 30s")
-}
-
-// start runs influxd again, on its port and files, after kill.
-func (d *influxd) start() {
-	d.t.Helper()
-	var err error
-	for range 5 {
-		if err = d.tryStart(); err == nil {
-			return
-		}
-	}
-	d.t.Fatalf("influxd: %v\n%s", err, d.log.String())
-}
-
-// kill stops influxd with SIGKILL, as a power cut would, and waits for it.
-func (d *influxd) kill() {
-	d.mu.Lock()
-	cmd, exited := d.cmd, d.exited
-	d.cmd = nil
-	d.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-}
-
-func (d *influxd) url(path string, q url.Values) string {
-	u := "http://127.0.0.1:" + strconv.Itoa(d.port) + path
-	if q != nil {
-		u += "?" + q.Encode()
-	}
-	return u
-}
-
-// influxSeries is one series of a query's answer.
-type influxSeries struct {
-	Name    string            `json:"name"`
-	Tags    map[string]string `json:"tags"`
-	Columns []string          `json:"columns"`
-	Values  [][]any           `json:"values"`
-}
-
-// query runs an InfluxQL statement on db (times in seconds) and returns the
-// series of its answer.
-func (d *influxd) query(db, q string) []influxSeries {
-	d.t.Helper()
-	resp, err := d.httpClient.PostForm(d.url("/query", url.Values{"db": {db}, "epoch": {"s"}}), url.Values{"q": {q}})
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var ans struct {
-		Results []struct {
-			Series []influxSeries `json:"series"`
-			Error  string         `json:"error"`
-		} `json:"results"`
-		Error string `json:"error"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&ans); err != nil || resp.StatusCode != http.StatusOK || ans.Error != "" || len(ans.Results) != 1 || ans.Results[0].Error != "" {
-		d.t.Fatalf("%s: %s %s (%v)", q, resp.Status, body, err)
-	}
-	return ans.Results[0].Series
-}
-
 // influxPoints reads every point of db back as influxParsed, tags split
 // from fields by SHOW TAG KEYS, and fields typed by SHOW FIELD KEYS: a
 // float must come back as a float, an integer as an integer.
-func influxPoints(t *testing.T, d *influxd, db string) []influxParsed {
+func influxPoints(t *testing.T, d *testtool.Influxd, db string) []influxParsed {
 	t.Helper()
 	tagKeys := map[string]map[string]bool{}
-	for _, s := range d.query(db, "SHOW TAG KEYS") {
+	for _, s := range d.Query(db, "SHOW TAG KEYS") {
 		tagKeys[s.Name] = map[string]bool{}
 		for _, v := range s.Values {
 			tagKeys[s.Name][v[0].(string)] = true
 		}
 	}
 	fieldTypes := map[string]map[string]string{}
-	for _, s := range d.query(db, "SHOW FIELD KEYS") {
+	for _, s := range d.Query(db, "SHOW FIELD KEYS") {
 		fieldTypes[s.Name] = map[string]string{}
 		for _, v := range s.Values {
 			fieldTypes[s.Name][v[0].(string)] = v[1].(string)
 		}
 	}
 	var out []influxParsed
-	for _, s := range d.query(db, "SELECT * FROM /.*/") {
+	for _, s := range d.Query(db, "SELECT * FROM /.*/") {
 		for _, row := range s.Values {
 			p := influxParsed{Measurement: s.Name, Tags: map[string]string{}, Fields: map[string]any{}}
 			for i, col := range s.Columns {
@@ -244,9 +71,9 @@ func influxPoints(t *testing.T, d *influxd, db string) []influxParsed {
 }
 
 // influxCreate creates database db.
-func influxCreate(t *testing.T, d *influxd, db string) {
+func influxCreate(t *testing.T, d *testtool.Influxd, db string) {
 	t.Helper()
-	d.query("", "CREATE DATABASE "+strconv.Quote(db))
+	d.Query("", "CREATE DATABASE "+strconv.Quote(db))
 }
 
 // influxSortKey orders points for comparison.
@@ -285,7 +112,7 @@ func influxComparePoints(t *testing.T, got []influxParsed, want []influxParsed) 
 // 1.x and reads every point back with its value, type and time; writing the
 // same batch again changes nothing.
 func TestInfluxDBStoresEveryReading(t *testing.T) {
-	d := startInfluxd(t)
+	d := testtool.StartInfluxd(t)
 	influxCreate(t, d, "farm")
 	at := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 	var ps []*packet.Packet
@@ -332,7 +159,7 @@ func TestInfluxDBStoresEveryReading(t *testing.T) {
 		}
 		want = append(want, w)
 	}
-	h := httpTestPublisher(t, HTTPConfig{URL: d.url("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
+	h := httpTestPublisher(t, HTTPConfig{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
 	for range 2 { // at least once: the second write is a resend
 		if err := h.Post(context.Background(), seqs, batch); err != nil {
 			t.Fatal(err)
@@ -357,7 +184,7 @@ func (n influxNoDeadLetters) DeadLetter(reason string, seqs ...uint64) error {
 // InfluxDB that is killed in the middle: the packets taken during the
 // outage wait in the buffer and every one is in InfluxDB once it is back.
 func TestInfluxDBOutageLosesNothing(t *testing.T) {
-	d := startInfluxd(t)
+	d := testtool.StartInfluxd(t)
 	influxCreate(t, d, "farm")
 	q, err := buffer.Open(filepath.Join(t.TempDir(), "buf.db"), buffer.Options{})
 	if err != nil {
@@ -371,7 +198,7 @@ func TestInfluxDBOutageLosesNothing(t *testing.T) {
 	}
 	dl := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: influxNoDeadLetters{t, q}, Backoff: 100 * time.Millisecond})
 	hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{
-		URL: d.url("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine, Epoch: q.Epoch(),
+		URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine, Epoch: q.Epoch(),
 	}), 10, 2)
 	idx, err := table.Add(hs.Name(), 1)
 	if err != nil {
@@ -379,7 +206,7 @@ func TestInfluxDBOutageLosesNothing(t *testing.T) {
 	}
 	dl.Add(idx, hs)
 	// As the pool does: a probe marks the upstream up again once it answers.
-	pr := NewProber("127.0.0.1:"+strconv.Itoa(d.port), 100*time.Millisecond, time.Second, nil, func(rtt time.Duration, err error) {
+	pr := NewProber(d.Addr(), 100*time.Millisecond, time.Second, nil, func(rtt time.Duration, err error) {
 		table.Probe(idx, rtt, err)
 		hs.ProbeResult(err)
 	})
@@ -416,13 +243,13 @@ func TestInfluxDBOutageLosesNothing(t *testing.T) {
 
 	appendN(20)
 	waitFor("delivery before the outage", func() bool { return q.Len() == 0 })
-	d.kill()
+	d.Kill()
 	appendN(30)
 	waitFor("failed send during the outage", func() bool { msg, _ := hs.LastError(); return msg != "" })
 	if q.Len() == 0 {
 		t.Fatal("the buffer is empty during the outage: the packets went nowhere")
 	}
-	d.start()
+	d.Start()
 	waitFor("delivery after the outage", func() bool { return q.Len() == 0 })
 	influxComparePoints(t, influxPoints(t, d, "farm"), want)
 }
