@@ -334,6 +334,7 @@ func leftInBuffer(t *testing.T, bin, site string) (map[key]bool, map[string]stri
 			t.Errorf("gateway buffer export: %v: %.200s", err, sc.Text())
 			continue
 		}
+		testtool.ValidPacket(t, sc.Bytes())
 		left[key{p.Epoch, p.Seq}] = true
 	}
 	out, err = gatewayCmd(bin, "buffer", "stats", "-c", site)

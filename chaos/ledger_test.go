@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -84,6 +85,9 @@ func (l *ledger) stored(line []byte, inst int, at time.Time) {
 		l.problemLocked("gateway %d stdout: %v: %.200s", inst, err, line)
 		return
 	}
+	if err := testtool.CheckPacket(line); err != nil {
+		l.problemLocked("gateway %d stdout: not as docs/schema/packet.schema.json says: %v: %.200s", inst, err, line)
+	}
 	k := key{p.Epoch, p.Seq}
 	if p.Epoch == "" && p.Seq != 0 {
 		// Not from the buffer: a packet whose append failed, printed with
@@ -121,6 +125,9 @@ func (l *ledger) received(i int, topic string, payload []byte, at time.Time) {
 	if err != nil {
 		l.problemLocked("broker %c, topic %s: %v: %.200s", 'A'+i, topic, err, payload)
 		return
+	}
+	if err := testtool.CheckPacket(payload); err != nil {
+		l.problemLocked("broker %c, topic %s: not as docs/schema/packet.schema.json says: %v: %.200s", 'A'+i, topic, err, payload)
 	}
 	if p.GatewayID != l.gatewayID {
 		l.problemLocked("broker %c: seq %d from gateway %q", 'A'+i, p.Seq, p.GatewayID)
