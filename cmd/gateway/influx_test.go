@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"fieldlink/internal/testtool"
+)
+
+// TestRunWritesToInfluxDB runs the real binary with an emulated anemometer
+// and an influx_line upstream to a real InfluxDB 1.x: the site file's
+// encoding reaches the uplink, and the readings are points of measurement
+// Wind with the site's tags, a float WindSpeed, an integer seq, and every
+// seq from the first to the last written.
+func TestRunWritesToInfluxDB(t *testing.T) {
+	d := testtool.StartInfluxd(t)
+	d.Query("", `CREATE DATABASE "farm"`)
+	bin := buildGateway(t)
+	_, emu := serve(t, false, "generic-wind-speed")
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site.yaml")
+	if err := os.WriteFile(site, []byte(fmt.Sprintf(`site: {id: "001"}
+gateway: {id: gw-influx}
+metrics: {listen: "off"}
+buffer: {path: %s}
+buses:
+  - name: b
+    url: tcp://%s
+    devices:
+      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 2s}
+uplink:
+  probe: {interval: 500ms, timeout: 400ms}
+  upstreams:
+    - {url: "%s", encoding: influx_line}
+`, filepath.Join(dir, "buffer.db"), emu, d.URL("/write", map[string][]string{"db": {"farm"}}))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runGateway(t, bin, nil, 0, nil, "check", "-c", site); r.code != 0 {
+		t.Fatalf("check: exit %d\n%s%s", r.code, r.stdout.String(), r.stderr.String())
+	}
+	count := func() int {
+		n := 0
+		for _, s := range d.Query("farm", "SELECT WindSpeed FROM Wind") {
+			n += len(s.Values)
+		}
+		return n
+	}
+	start := time.Now()
+	r := runGateway(t, bin, nil, 100*time.Millisecond, func() {
+		testtool.WaitFor(t, 60*time.Second, "three points in InfluxDB", func() bool { return count() >= 3 })
+	}, "run", "-c", site)
+	if r.code != 0 {
+		t.Errorf("run: exit %d\n%s", r.code, r.stderr.String())
+	}
+
+	types := map[string]string{}
+	for _, s := range d.Query("farm", "SHOW FIELD KEYS FROM Wind") {
+		for _, v := range s.Values {
+			types[v[0].(string)] = v[1].(string)
+		}
+	}
+	if types["WindSpeed"] != "float" || types["seq"] != "integer" {
+		t.Errorf("field types %v, want WindSpeed float and seq integer", types)
+	}
+	series := d.Query("farm", `SELECT WindSpeed, seq FROM Wind GROUP BY *`)
+	if len(series) != 1 {
+		t.Fatalf("%d series, want one: %+v", len(series), series)
+	}
+	s := series[0]
+	if want := map[string]string{"site": "001", "gateway": "gw-influx", "device": "wind-1"}; fmt.Sprint(s.Tags) != fmt.Sprint(want) {
+		t.Errorf("tags %v, want %v", s.Tags, want)
+	}
+	var seqs []int
+	for _, v := range s.Values {
+		at, _ := v[0].(json.Number).Int64()
+		if ts := time.Unix(at, 0); ts.Before(start.Add(-time.Minute)) || ts.After(time.Now().Add(time.Minute)) {
+			t.Errorf("point at %v: not the reading time (the test ran from %v)", ts, start)
+		}
+		if _, err := v[1].(json.Number).Float64(); err != nil {
+			t.Errorf("WindSpeed %v: %v", v[1], err)
+		}
+		seq, _ := v[2].(json.Number).Int64()
+		seqs = append(seqs, int(seq))
+	}
+	sort.Ints(seqs)
+	for i, seq := range seqs {
+		if seq != i+1 {
+			t.Fatalf("seqs %v: want 1 to %d, each once", seqs, len(seqs))
+		}
+	}
+	if t.Failed() {
+		t.Logf("gateway log:\n%s", r.stderr.String())
+	}
+}
