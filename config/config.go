@@ -675,6 +675,23 @@ func (c *Config) DeviceCount() int {
 	return n
 }
 
+// interlockOn names the writable point whose interlock reads point of
+// device, or "" when none does.
+func (c *Config) interlockOn(device, point string) string {
+	for _, b := range c.Buses {
+		for _, d := range b.Devices {
+			for _, w := range d.Writable {
+				for _, il := range w.Interlock {
+					if il.Device == device && il.Point == point {
+						return d.Name + "." + w.Point
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // devicePoints checks a device's points against its profile p and applies
 // them.
 func (c *Config) devicePoints(doc *yamlconf.Doc, df string, d *Device, p *profile.Profile) {
@@ -721,6 +738,11 @@ func (c *Config) devicePoints(doc *yamlconf.Doc, df string, d *Device, p *profil
 			ok = false
 		}
 		if pt.Name != "" && pt.Name != pt.Point {
+			if by := c.interlockOn(d.Name, pt.Point); by != "" {
+				// An interlock reads the point by the profile's name.
+				doc.Errorf(pf+".name", "point %q keeps its name: the interlock of %s reads it", pt.Point, by)
+				ok = false
+			}
 			if prev, dup := names[pt.Name]; dup {
 				doc.Errorf(pf+".name", "name %q is already used by %s (a packet's field names are unique)", pt.Name, prev)
 				ok = false

@@ -60,6 +60,8 @@ func TestPointOverrideErrors(t *testing.T) {
 		{"offset: -1", "offset: -1\n          - point: WindSpeed", `buses[0].devices[0].points[1].point: point "WindSpeed" is already changed by points[0]`},
 		{"offset: -1", "offset: -1\n            colour: red", `buses[0].devices[0].points[0].colour: unknown field "colour" (valid: point, name, scale, offset, alarm, deadband, deadband_percent, heartbeat)`},
 		{"        points:", "        writable: [{point: WindSpeed}]\n        points:", `point "WindSpeed" is writable on this device`},
+		{"      - {name: anemometer-2, profile: wind, slave: 2}", "      - name: anemometer-2\n        profile: wind\n        slave: 2\n        writable: [{point: WindSpeed, interlock: [{device: anemometer-1, point: WindSpeed, below: 30}]}]",
+			`points[0].name: point "WindSpeed" keeps its name: the interlock of anemometer-2.WindSpeed reads it`},
 	} {
 		src := strings.Replace(pointsSite, tc.old, tc.new, 1)
 		_, err := Parse("site.yaml", []byte(src), testProfiles)
