@@ -126,7 +126,7 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			return nil, err
 		}
 		g.cur.Store(p) // the downlink's commands reach the site through it
-		if p.up, err = startUplink(c, g.q, g.subscriptions(c), g.dcmd(), g.log); err != nil {
+		if p.up, err = startUplink(c, g.q, g.subscriptions(c), g.sparkplug(), g.log); err != nil {
 			site.Close()
 			_ = g.q.Close()
 			return nil, err
@@ -411,10 +411,10 @@ func (g *Agent) Reload(c *config.Config) (err error) {
 		if old.up != nil {
 			old.up.stop()
 		}
-		up, err := startUplink(c, g.q, g.subscriptions(c), g.dcmd(), g.log)
+		up, err := startUplink(c, g.q, g.subscriptions(c), g.sparkplug(), g.log)
 		if err != nil {
 			log.Error("new uplink cannot start; the previous uplink is restored", "err", err)
-			if up, err = startUplink(old.cfg, g.q, g.subscriptions(old.cfg), g.dcmd(), g.log); err != nil {
+			if up, err = startUplink(old.cfg, g.q, g.subscriptions(old.cfg), g.sparkplug(), g.log); err != nil {
 				log.Error("the previous uplink cannot restart either; packets wait in the buffer until the next reload", "err", err)
 			}
 			// What runs is the old uplink (or none): keep the old uplink

@@ -114,10 +114,14 @@ func (g *Agent) subscriptions(c *config.Config) []uplink.Subscription {
 	return subs
 }
 
-// dcmd runs the DCMDs of Sparkplug B upstreams through the downlink's
-// engine (see sparkplugCommands).
-func (g *Agent) dcmd() func(context.Context, uplink.SparkplugCommand) {
-	return sparkplugCommands(g.Commands, func() bool { return g.Config().Downlink.Enabled }, g.log.With("component", "downlink"))
+// sparkplug is what Sparkplug B upstreams ask of the gateway: their DCMDs
+// run through the downlink's engine (see sparkplugCommands), and the
+// devices' health, for DDEATH and DBIRTH.
+func (g *Agent) sparkplug() sparkplugHooks {
+	return sparkplugHooks{
+		command: sparkplugCommands(g.Commands, func() bool { return g.Config().Downlink.Enabled }, g.log.With("component", "downlink")),
+		online:  func() map[string]bool { return sparkplugOnline(g.Site().Status()) },
+	}
 }
 
 // emitCommand stores a command's record like a polled packet.

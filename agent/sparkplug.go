@@ -11,16 +11,25 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/downlink"
+	"fieldlink/sensors"
 	"fieldlink/sensors/profile"
 	"fieldlink/sparkplug"
 	"fieldlink/uplink"
 )
 
+// sparkplugHooks are what a Sparkplug B node asks of the gateway: to run
+// its DCMDs, and which devices answer.
+type sparkplugHooks struct {
+	command func(context.Context, uplink.SparkplugCommand)
+	online  func() map[string]bool
+}
+
 // sparkplugNode is the Sparkplug B node of an upstream: every device of
 // the site, Modbus devices and serial sensors, with the points of its
-// profile as metrics; dcmd runs the node's DCMDs.
-func sparkplugNode(c *config.Config, sp *config.Sparkplug, dcmd func(context.Context, uplink.SparkplugCommand)) *uplink.SparkplugConfig {
-	n := &uplink.SparkplugConfig{GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost, OnCommand: dcmd}
+// profile as metrics.
+func sparkplugNode(c *config.Config, sp *config.Sparkplug, h sparkplugHooks) *uplink.SparkplugConfig {
+	n := &uplink.SparkplugConfig{GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost,
+		OnCommand: h.command, Online: h.online}
 	for _, b := range c.Buses {
 		for i := range b.Devices {
 			d := &b.Devices[i]
@@ -50,6 +59,16 @@ func sparkplugNode(c *config.Config, sp *config.Sparkplug, dcmd func(context.Con
 		n.Devices = append(n.Devices, dev)
 	}
 	return n
+}
+
+// sparkplugOnline reports, for each device, whether it answers: any
+// health but offline (after several failed polls in a row).
+func sparkplugOnline(devs []sensors.DeviceStatus) map[string]bool {
+	on := make(map[string]bool, len(devs))
+	for _, d := range devs {
+		on[d.Name] = d.Health != sensors.Offline
+	}
+	return on
 }
 
 // sparkplugType is the datatype of a register's value: its type, but

@@ -48,8 +48,8 @@ func Strategy(u *config.Uplink) (selector.Strategy, error) {
 
 // startUplink connects c's upstreams and starts delivering from q.
 // subs are subscribed on every MQTT upstream (see Agent.subscriptions);
-// dcmd runs the DCMDs of Sparkplug B upstreams.
-func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription, dcmd func(context.Context, uplink.SparkplugCommand), log *slog.Logger) (*uplinkSide, error) {
+// sp serves Sparkplug B upstreams.
+func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription, sp sparkplugHooks, log *slog.Logger) (*uplinkSide, error) {
 	u := c.Uplink
 	strat, err := Strategy(u)
 	if err != nil {
@@ -67,7 +67,7 @@ func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription,
 	for i, cu := range u.Upstreams {
 		uc, err := upstreamConfig(c, cu)
 		if cu.Sparkplug != nil {
-			uc.Sparkplug = sparkplugNode(c, cu.Sparkplug, dcmd)
+			uc.Sparkplug = sparkplugNode(c, cu.Sparkplug, sp)
 		}
 		if err == nil {
 			_, err = s.pool.Add(uc)

@@ -271,7 +271,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	if len(u.Upstreams) > selector.MaxUpstreams {
 		doc.Errorf("uplink.upstreams", "at most %d upstreams, got %d", selector.MaxUpstreams, len(u.Upstreams))
 	}
-	seen := map[string]int{}
+	seen, names := map[string]int{}, map[string]int{}
 	for i := range u.Upstreams {
 		up := &u.Upstreams[i]
 		f := fmt.Sprintf("uplink.upstreams[%d]", i)
@@ -283,6 +283,12 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 			doc.Errorf(f+".url", "same URL as uplink.upstreams[%d] (list each upstream once)", j)
 		}
 		seen[up.URL] = i
+		if name, err := uplink.UpstreamName(up.URL); err == nil {
+			if j, dup := names[name]; dup && up.URL != u.Upstreams[j].URL {
+				doc.Errorf(f+".url", "is uplink.upstreams[%d] again: the gateway knows an upstream by its URL without credentials or query, %s (give each upstream its own host or path)", j, name)
+			}
+			names[name] = i
+		}
 		mqtt := scheme == "mqtt" || scheme == "mqtts"
 		if up.Weight == 0 {
 			up.Weight = 1

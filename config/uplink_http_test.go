@@ -39,6 +39,7 @@ func TestHTTPUpstreamEncodingTokenAndHeaders(t *testing.T) {
 	for _, tc := range []struct{ add, want string }{
 		{"{url: 'http://h:8086/write', encoding: influx_line}", `uplink.upstreams[0].url: InfluxDB 1.x's /write needs db in the query (such as /write?db=farm)`},
 		{"{url: 'http://h:8086/api/v2/write?org=o&bucket=b&precision=ms', encoding: influx_line}", `uplink.upstreams[0].url: precision=ms: the packets' time is to the second`},
+		{"{url: 'http://h:8086/write?db=a', encoding: influx_line}, {url: 'http://h:8086/write?db=b', encoding: influx_line}", `uplink.upstreams[1].url: is uplink.upstreams[0] again: the gateway knows an upstream by its URL without credentials or query, http://h:8086/write?...`},
 		{"{url: 'https://h', encoding: csv}", `uplink.upstreams[0].encoding: unknown encoding "csv" for an HTTP upstream (valid: json, influx_line)`},
 		{"{url: 'mqtt://h', encoding: influx_line}", `uplink.upstreams[0].encoding: influx_line applies only to http:// and https:// upstreams`},
 		{"{url: 'mqtt://h', token_file: " + token + "}", `uplink.upstreams[0].token_file: applies only to http://`},

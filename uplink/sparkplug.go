@@ -34,6 +34,12 @@ type SparkplugConfig struct {
 	// OnCommand runs a DCMD's metrics for device (see [SparkplugCommand]);
 	// nil refuses every DCMD (logged).
 	OnCommand func(ctx context.Context, cmd SparkplugCommand)
+	// Online reports whether each device answers (false: offline); the
+	// node asks every OnlineEvery (default 1s) and publishes a DDEATH or a
+	// DBIRTH for each change (see [Sparkplug.SetOnline]). nil: every
+	// device is online.
+	Online      func() map[string]bool
+	OnlineEvery time.Duration
 	// Now is the clock of payload timestamps; nil means time.Now.
 	Now func() time.Time
 }
@@ -268,14 +274,31 @@ func (s *sparkplugSession) onMessage(_ paho.Client, msg paho.Message) {
 	}
 }
 
-// run handles NCMD and DCMD until ctx ends; [MQTT.Run] owns it.
+// run handles NCMD, DCMD and STATE, and follows the devices' health,
+// until ctx ends; [MQTT.Run] owns it.
 func (s *sparkplugSession) run(ctx context.Context) {
+	var tick <-chan time.Time
+	if s.cfg.Online != nil {
+		every := s.cfg.OnlineEvery
+		if every <= 0 {
+			every = time.Second
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case in := <-s.cmds:
 			s.handle(ctx, in)
+		case <-tick:
+			for dev, on := range s.cfg.Online() {
+				if err := s.setOnline(ctx, dev, on); err != nil {
+					s.log.Warn("Sparkplug device state not published", "upstream", s.m.name, "device", dev, "online", on, "err", err)
+				}
+			}
 		}
 	}
 }
@@ -393,7 +416,10 @@ func (s *sparkplugSession) ending(c *mqttConn) error {
 // publishes nothing. Without a connection the state is kept for the next
 // births.
 func (sp *Sparkplug) SetOnline(ctx context.Context, device string, online bool) error {
-	s := sp.s
+	return sp.s.setOnline(ctx, device, online)
+}
+
+func (s *sparkplugSession) setOnline(ctx context.Context, device string, online bool) error {
 	d := s.devs[device]
 	if d == nil {
 		return fmt.Errorf("uplink: sparkplug: unknown device %q", device)

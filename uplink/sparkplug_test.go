@@ -397,3 +397,43 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 		}
 	}
 }
+
+// TestSparkplugDeviceHealth: the node follows Online, publishing a DDEATH
+// when a device goes offline and a DBIRTH when it is back.
+func TestSparkplugDeviceHealth(t *testing.T) {
+	tahu := sparkplugtest.NewTahu(t)
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	rec := spRecord(t, b.Addr())
+	var mu sync.Mutex
+	online := map[string]bool{"rain-1": true, "gas-1": true}
+	set := func(dev string, on bool) {
+		mu.Lock()
+		online[dev] = on
+		mu.Unlock()
+	}
+	spRun(t, b.URL(), SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", Devices: spTestDevices, OnlineEvery: 5 * time.Millisecond,
+		Online: func() map[string]bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return map[string]bool{"rain-1": online["rain-1"], "gas-1": online["gas-1"]}
+		}})
+	rec.wait(t, 3, "the births")
+	set("gas-1", false)
+	rec.wait(t, 4, "the DDEATH")
+	set("gas-1", true)
+	got := rec.wait(t, 5, "the DBIRTH")
+	want := []string{"NBIRTH/gw1", "DBIRTH/gw1/rain-1", "DBIRTH/gw1/gas-1", "DDEATH/gw1/gas-1", "DBIRTH/gw1/gas-1"}
+	payloads := make([][]byte, len(got))
+	for i := range got {
+		payloads[i] = got[i].payload
+	}
+	for i, p := range tahu.Decode(t, payloads...) {
+		if i >= len(want) {
+			t.Errorf("message %d: %s, want none", i, got[i].topic)
+			continue
+		}
+		if got[i].topic != "spBv1.0/farm/"+want[i] || p.Seq == nil || *p.Seq != fmt.Sprint(i) {
+			t.Errorf("message %d: %s seq %v, want spBv1.0/farm/%s seq %d", i, got[i].topic, p.Seq, want[i], i)
+		}
+	}
+}
