@@ -34,6 +34,12 @@ const (
 //     byte of the answer, so that connection setup, reused or not, is left
 //     out. Only a 2xx is a success. Connections are kept alive between
 //     probes; redirects are not followed.
+//   - MQTT ([NewMQTTProber]): a QoS 1 publish on a probe topic over the
+//     upstream's own connection, timed from the publish to its PUBACK: the
+//     broker's answer, as slow as its acks to the packets are, which a TCP
+//     connect is not (a broker whose acks come late, or never, still
+//     accepts connections). While the connection is down, a TCP connect to
+//     the broker instead, so that a broker that answers again is known.
 //
 // Every probe has the timeout given to [NewProber] (unless the ctx of
 // [Prober.Probe] has a deadline). A Prober is safe for concurrent use.
@@ -43,6 +49,10 @@ type Prober struct {
 	interval time.Duration
 	timeout  time.Duration
 	report   func(rtt time.Duration, err error)
+
+	// MQTT probes only.
+	mqtt      *MQTT
+	mqttTopic string
 
 	// HTTP probes only.
 	url       string
@@ -89,6 +99,19 @@ func NewProber(target string, interval, timeout time.Duration, tlsCfg *tls.Confi
 	return p
 }
 
+// NewMQTTProber returns a prober of m's broker: a QoS 1 publish of an empty
+// message on topic, timed to its PUBACK, while m is connected, and a TCP
+// connect to the broker while it is not (see [Prober]). interval, timeout
+// and report are as for [NewProber]. The publish does not wait for a
+// window slot of m's packets; a PUBACK later than the probe's timeout
+// fails the probe, and drops the connection only past m's publish
+// timeout, as a packet's would.
+func NewMQTTProber(m *MQTT, topic string, interval, timeout time.Duration, report func(rtt time.Duration, err error)) *Prober {
+	p := NewProber(m.addr, interval, timeout, nil, report)
+	p.mqtt, p.mqttTopic = m, topic
+	return p
+}
+
 // Run probes at once, then again every interval (±10% jitter, counted from
 // the end of the previous probe) until ctx ends, reporting every outcome but
 // those cut short by ctx's end. It returns promptly when ctx ends: a probe in
@@ -119,6 +142,9 @@ func (p *Prober) Probe(ctx context.Context) (time.Duration, error) {
 	}
 	if p.client != nil {
 		return p.probeHTTP(ctx)
+	}
+	if p.mqtt != nil && p.mqtt.Connected() {
+		return p.probeMQTT(ctx)
 	}
 	return p.probeTCP(ctx)
 }
@@ -152,6 +178,14 @@ func (p *Prober) probeTCP(ctx context.Context) (time.Duration, error) {
 		start = begin
 	}
 	return max(end.Sub(start), time.Nanosecond), nil
+}
+
+func (p *Prober) probeMQTT(ctx context.Context) (time.Duration, error) {
+	begin := time.Now()
+	if err := p.mqtt.PublishTo(ctx, p.mqttTopic, nil, false); err != nil {
+		return 0, fmt.Errorf("uplink: probe: %w", err) // it names the broker
+	}
+	return max(time.Since(begin), time.Nanosecond), nil
 }
 
 func (p *Prober) probeHTTP(ctx context.Context) (time.Duration, error) {

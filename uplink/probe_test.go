@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"fieldlink/internal/testtool"
 )
 
 // probeTestListener listens on loopback and accepts (and holds) connections.
@@ -261,5 +263,33 @@ func TestProbeTarget(t *testing.T) {
 		if strings.Contains(err.Error(), "secret") {
 			t.Errorf("ProbeTarget(%q): error shows the password: %v", in, err)
 		}
+	}
+}
+
+// An MQTT prober publishes on its topic while the connection is up (the
+// broker's PUBACK ends it), and falls back to a TCP connect while it is
+// down, so that a broker that answers again is seen.
+func TestMQTTProber(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	sub := mqttSubscribe(t, b.Addr(), "fl/probe")
+	m, stop := mqttRun(t, MQTTConfig{URL: b.URL()})
+	mqttWaitConnected(t, m, true)
+	p := NewMQTTProber(m, "fl/probe", time.Second, 5*time.Second, nil)
+	if rtt, err := p.Probe(context.Background()); err != nil || rtt <= 0 {
+		t.Fatalf("probe over the connection: %v, %v", rtt, err)
+	}
+	testtool.WaitFor(t, 10*time.Second, "the probe's publish reaches a subscriber", func() bool { return sub.count() == 1 })
+
+	stop()
+	mqttWaitConnected(t, m, false)
+	if rtt, err := p.Probe(context.Background()); err != nil || rtt <= 0 {
+		t.Errorf("probe with the connection down, the broker up: %v, %v", rtt, err)
+	}
+	b.Kill()
+	if _, err := p.Probe(context.Background()); err == nil {
+		t.Error("probe with the broker gone: no error")
+	}
+	if n := sub.count(); n != 1 {
+		t.Errorf("%d probe publishes reached the subscriber, want 1 (none while down)", n)
 	}
 }
