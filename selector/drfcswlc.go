@@ -16,7 +16,8 @@ import (
 //     off the pick path: W = weight · ((ℓ_best + 5 ms)/(ℓ + 5 ms))^Latency ·
 //     warm, ℓ the upstream's delivery latency (a slower batch replaces the
 //     estimate, a faster one moves it by Fall, none lets it decay toward the
-//     probe round trip with time constant Decay), ℓ_best the lowest.
+//     probe round trip with time constant Decay, and holds it while the
+//     latest probe failed), ℓ_best the lowest.
 //   - Pick: among the upstreams that are not hot, the least
 //     (in-flight + 1 + Reported · connections) / W, a full scan, exact ties
 //     at random; connections is a fresh load report's count, counted only
@@ -228,6 +229,9 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		count, fails, touts := u.count, u.failures.Load(), u.timeouts
 		consec := u.consecutive.Load()
 		probe := float64(u.probeRTT.Load())
+		// A probe that failed last leaves no round trip to decay toward:
+		// the one before it may be from before the upstream turned slow.
+		probeFailing := u.probeConsecutive > 0
 		var recent float64
 		if k := min(int(count-st.seen), u.ringLen); k > 0 {
 			for j := 1; j <= k; j++ {
@@ -258,6 +262,8 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 				st.est = st.est + (recent-st.est)*o.Fall
 			}
 			st.hasEst, st.estAt = true, now
+		case st.hasEst && probe > 0 && probeFailing:
+			st.estAt = now // held: no decay while the probes fail
 		case st.hasEst && probe > 0:
 			w := decay(now-st.estAt, float64(o.Decay))
 			st.est = probe + (st.est-probe)*w

@@ -178,6 +178,35 @@ func TestDRFCSWLCLatencyWeighsAndDecays(t *testing.T) {
 	}
 }
 
+// While its latest probe fails, a slow upstream's estimate holds: the round
+// trip the last answered probe gave may be from before it turned slow.
+// Once a probe answers again, it decays as before.
+func TestDRFCSWLCHoldsWhileProbesFail(t *testing.T) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	feed(tb, c, 0, 20, 2*time.Second, time.Millisecond, nil)
+	tick(tb, c, 500*time.Millisecond)
+	for i := 1; i < 4; i++ {
+		tb.Begin(i)
+	}
+	timeout := errors.New("probe timeout")
+	for range 20 {
+		tick(tb, c, time.Second)
+		tb.Probe(0, 0, timeout)
+		s.Pick(tb, 0) // recompute
+	}
+	if got := dcPicks(tb, s, 1000); got[0] != 0 {
+		t.Errorf("with its probes failing, the slow upstream got %d of 1000 picks after 20 s: %v", got[0], got)
+	}
+	for range 20 {
+		tick(tb, c, time.Second)
+		s.Pick(tb, 0)
+	}
+	if got := dcPicks(tb, s, 1000); got[0] != 1000 {
+		t.Errorf("once its probes answered, the idle upstream got %d of 1000 picks: %v", got[0], got)
+	}
+}
+
 func TestDRFCSWLCPickDoesNotAllocate(t *testing.T) {
 	tb, _, s := dcTable(t, DRFCSWLCOptions{})
 	s.Pick(tb, 0)
