@@ -15,7 +15,9 @@
 // Each upstream is a [Sender]: [MQTTSender] publishes one record per send at
 // QoS 1 and succeeds on its PUBACK ([MQTT.Publish]); [HTTPSender] posts a batch
 // as a JSON array and succeeds on a 2xx ([HTTP.Post]), the batch named by an
-// Idempotency-Key so that the platform can drop a resend.
+// Idempotency-Key so that the platform can drop a resend; with
+// [EncodingInfluxLine] it writes the batch to InfluxDB as line protocol
+// instead, where a point written twice is stored once.
 //
 // On success the records' sequence numbers go to an ack goroutine, which
 // deletes them from the buffer in groups (one buffer write for whatever was

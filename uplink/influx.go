@@ -77,11 +77,24 @@ func CheckInfluxURL(raw string) error {
 	return influxURL(u)
 }
 
+// influxRefusal is why a packet cannot be written as line protocol. It is
+// an [ErrInvalidPacket] to errors.Is: the upstream can never take it.
+type influxRefusal struct {
+	seq uint64
+	err error
+}
+
+func (e *influxRefusal) Error() string {
+	return fmt.Sprintf("uplink: seq %d cannot be written as line protocol: %v", e.seq, e.err)
+}
+
+func (e *influxRefusal) Is(target error) bool { return target == ErrInvalidPacket }
+
 // influxBody returns the body of a line-protocol POST: one line per packet,
 // in order, each ended by a newline. A packet with no field to write gives no
 // line; the body may then be empty. A packet that is not a packet, or whose
-// names line protocol cannot carry, is an error that wraps
-// [ErrInvalidPacket].
+// names line protocol cannot carry, is an error that is [ErrInvalidPacket]
+// to errors.Is.
 func influxBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 	n := 0
 	for _, p := range batch {
@@ -90,11 +103,11 @@ func influxBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 	body := make([]byte, 0, n)
 	for i, data := range batch {
 		p, err := packet.Decode(data)
-		if err != nil {
-			return nil, fmt.Errorf("%w: seq %d: %v", ErrInvalidPacket, seqs[i], err)
+		if err == nil {
+			body, err = appendInfluxLine(body, p)
 		}
-		if body, err = appendInfluxLine(body, p); err != nil {
-			return nil, fmt.Errorf("%w: seq %d: %v", ErrInvalidPacket, seqs[i], err)
+		if err != nil {
+			return nil, &influxRefusal{seqs[i], err}
 		}
 	}
 	return body, nil

@@ -100,8 +100,8 @@ func TestInfluxLineRefusesWhatItCannotWrite(t *testing.T) {
 			p := influxPacket(3, packet.Field{Name: "v", Value: packet.Float(1, 1)})
 			tc.edit(p)
 			_, err := influxBody([]uint64{3}, [][]byte{p.AppendJSON(nil, packet.Strings)})
-			if !errors.Is(err, ErrInvalidPacket) {
-				t.Fatalf("err = %v, want ErrInvalidPacket", err)
+			if !errors.Is(err, ErrInvalidPacket) || !strings.Contains(err.Error(), "seq 3 cannot be written as line protocol: ") {
+				t.Fatalf("err = %v, want ErrInvalidPacket saying why", err)
 			}
 		})
 	}
