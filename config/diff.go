@@ -49,7 +49,8 @@ func Diff(a, b *Config) Change {
 	}
 	c.Sensors = a.Site != b.Site || a.Gateway != b.Gateway || a.Packet != b.Packet ||
 		!same(a.Buses, b.Buses) || !same(a.SerialSensors, b.SerialSensors) || !same(a.Profiles, b.Profiles)
-	c.Uplink = a.Site.ID != b.Site.ID || a.Gateway.ID != b.Gateway.ID || !same(a.Uplink, b.Uplink) || !same(a.Downlink, b.Downlink) || topicsChanged
+	c.Uplink = a.Site.ID != b.Site.ID || a.Gateway.ID != b.Gateway.ID || !same(a.Uplink, b.Uplink) || !same(a.Downlink, b.Downlink) || topicsChanged ||
+		c.Sensors && b.sparkplugNode() // its births list the devices and their points
 	return c
 }
 

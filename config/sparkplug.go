@@ -47,3 +47,16 @@ func (c *Config) validateSparkplug(doc *yamlconf.Doc, f string, up *Upstream, mq
 		}
 	}
 }
+
+// sparkplugNode reports whether an upstream is a Sparkplug B node.
+func (c *Config) sparkplugNode() bool {
+	if c.Uplink == nil {
+		return false
+	}
+	for _, u := range c.Uplink.Upstreams {
+		if u.Sparkplug != nil {
+			return true
+		}
+	}
+	return false
+}

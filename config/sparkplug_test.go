@@ -37,3 +37,24 @@ func TestSparkplugConfig(t *testing.T) {
 		}
 	}
 }
+
+// A reload that changes the devices restarts a Sparkplug node's uplink:
+// its births list them.
+func TestSparkplugDiff(t *testing.T) {
+	load := func(interval, enc string) *Config {
+		t.Helper()
+		src := strings.Replace(good, "interval: 5s", "interval: "+interval, 1) + "uplink: {upstreams: [{url: 'mqtt://h'" + enc + "}]}\n"
+		c, err := Parse("site.yaml", []byte(src), testProfiles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	sp := ", encoding: sparkplug_b, sparkplug: {group_id: g}"
+	if d := Diff(load("5s", sp), load("7s", sp)); !d.Sensors || !d.Uplink {
+		t.Errorf("sparkplug, a device changed: %+v, want sensors and uplink", d)
+	}
+	if d := Diff(load("5s", ""), load("7s", "")); !d.Sensors || d.Uplink {
+		t.Errorf("json, a device changed: %+v, want sensors only", d)
+	}
+}
