@@ -102,11 +102,13 @@ type spDevice struct {
 	name    string
 	metrics []SparkplugMetric
 	alias   []uint64
-	byName  map[string]int
-	byAlias map[uint64]int
-	last    []sparkplug.Value // NoValue: none known (sent as is_null)
-	lastAt  []uint64
-	dead    bool // DDEATH sent, no DBIRTH since
+	// The aliases of the packet's dedupe key, PacketSeq and PacketEpoch.
+	seqAlias, epochAlias uint64
+	byName               map[string]int
+	byAlias              map[uint64]int
+	last                 []sparkplug.Value // NoValue: none known (sent as is_null)
+	lastAt               []uint64
+	dead                 bool // DDEATH sent, no DBIRTH since
 }
 
 type spIncoming struct {
@@ -155,8 +157,29 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 		}
 		s.devs[d.Name] = sd
 	}
+	// After every profile metric, so that those keep their numbers.
+	for _, d := range cfg.Devices {
+		sd := s.devs[d.Name]
+		if _, dup := sd.byName[PacketSeq]; dup {
+			return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the packet's own metric", d.Name, PacketSeq)
+		}
+		if _, dup := sd.byName[PacketEpoch]; dup {
+			return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the packet's own metric", d.Name, PacketEpoch)
+		}
+		sd.seqAlias, sd.epochAlias = alias, alias+1
+		alias += 2
+	}
 	return s, nil
 }
+
+// PacketSeq and PacketEpoch are the metrics of every device that carry a
+// packet's Seq and Epoch in its DDATA: with the edge node, the same dedupe
+// key as a JSON packet's GatewayId, Epoch and Seq. In a DBIRTH they are
+// null.
+const (
+	PacketSeq   = "Packet/Seq"
+	PacketEpoch = "Packet/Epoch"
+)
 
 func (s *sparkplugSession) stamp() uint64 { return uint64(s.now().UnixMilli()) }
 
@@ -399,6 +422,9 @@ func (s *sparkplugSession) dbirth(c *mqttConn, d *spDevice) paho.Token {
 		}
 		p.Metrics = append(p.Metrics, sm)
 	}
+	p.Metrics = append(p.Metrics,
+		sparkplug.Metric{Name: PacketSeq, Alias: d.seqAlias, HasAlias: true, Type: sparkplug.UInt64, Timestamp: p.Timestamp, Null: true},
+		sparkplug.Metric{Name: PacketEpoch, Alias: d.epochAlias, HasAlias: true, Type: sparkplug.String, Timestamp: p.Timestamp, Null: true})
 	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DBIRTH, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
 }
 
@@ -554,6 +580,13 @@ func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 			}
 		}
 	}
+	epoch := sparkplug.Metric{Alias: d.epochAlias, HasAlias: true, Timestamp: at, Type: sparkplug.String, Value: sparkplug.StringOf(pk.Epoch), Historical: hist}
+	if pk.Epoch == "" {
+		epoch.Null, epoch.Value = true, sparkplug.Value{}
+	}
+	p.Metrics = append(p.Metrics,
+		sparkplug.Metric{Alias: d.seqAlias, HasAlias: true, Timestamp: at, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, int64(pk.Seq)), Historical: hist},
+		epoch)
 	p.HasSeq, p.Seq = true, s.nextSeq()
 	tok := c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
 	s.mu.Unlock()

@@ -167,6 +167,11 @@ func TestSparkplugSession(t *testing.T) {
 				alias++
 			}
 		}
+		// The packet's dedupe key, after every profile metric.
+		pa := map[string]uint64{"rain-1": 6, "gas-1": 8}[dev]
+		p.Metrics = append(p.Metrics,
+			sparkplug.Metric{Name: PacketSeq, Alias: pa, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
+			sparkplug.Metric{Name: PacketEpoch, Alias: pa + 1, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
 		wants = append(wants, want{"spBv1.0/farm/DBIRTH/gw1/" + dev, p})
 	}
 
@@ -184,18 +189,22 @@ func TestSparkplugSession(t *testing.T) {
 		p       packet.Packet
 		metrics []sparkplug.Metric
 	}{
-		{packet.Packet{At: at, DeviceID: "rain-1", DataType: "Rain", Seq: 1, Fields: []packet.Field{
+		{packet.Packet{At: at, DeviceID: "rain-1", DataType: "Rain", Seq: 1, Epoch: "e-7f3a", Fields: []packet.Field{
 			{Name: "Level", Value: packet.Float(12.5, 2)}, {Name: "Count", Value: packet.Uint(7)}, {Name: "Heater", Value: packet.Bool(true)}}},
 			[]sparkplug.Metric{
 				{Alias: 1, HasAlias: true, Timestamp: atMs, Type: sparkplug.Double, Value: sparkplug.DoubleOf(12.5)},
 				{Alias: 2, HasAlias: true, Timestamp: atMs, Type: sparkplug.UInt16, Value: sparkplug.Int(sparkplug.UInt16, 7)},
 				{Alias: 3, HasAlias: true, Timestamp: atMs, Type: sparkplug.Boolean, Value: sparkplug.BoolOf(true)},
+				{Alias: 6, HasAlias: true, Timestamp: atMs, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, 1)},
+				{Alias: 7, HasAlias: true, Timestamp: atMs, Type: sparkplug.String, Value: sparkplug.StringOf("e-7f3a")},
 			}},
 		{packet.Packet{At: at, DeviceID: "gas-1", DataType: "Gas", Seq: 2, Fields: []packet.Field{
 			{Name: "Offset", Value: packet.Int(-3)}, {Name: "Unknown", Value: packet.Int(1)}}},
 			[]sparkplug.Metric{
 				{Alias: 5, HasAlias: true, Timestamp: atMs, Type: sparkplug.Int32, Value: sparkplug.Int(sparkplug.Int32, -3)},
 				{Alias: 4, HasAlias: true, Timestamp: atMs, Type: sparkplug.Float, Null: true},
+				{Alias: 8, HasAlias: true, Timestamp: atMs, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, 2)},
+				{Alias: 9, HasAlias: true, Timestamp: atMs, Type: sparkplug.String, Null: true},
 			}},
 	}
 	for _, r := range readings {
@@ -317,10 +326,12 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	keptMs, freshMs := uint64(kept.At.UnixMilli()), uint64(fresh.At.UnixMilli())
-	ddata := func(seq uint64, at uint64, hist bool) sparkplug.Payload {
+	ddata := func(seq uint64, at uint64, hist bool, pseq int64) sparkplug.Payload {
 		return sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: seq, Metrics: []sparkplug.Metric{
 			{Alias: 1, HasAlias: true, Timestamp: at, Type: sparkplug.Float, Value: sparkplug.FloatOf(1.5), Historical: hist},
 			{Alias: 2, HasAlias: true, Timestamp: at, Type: sparkplug.Int32, Value: sparkplug.Int(sparkplug.Int32, 2), Historical: hist},
+			{Alias: 3, HasAlias: true, Timestamp: at, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, pseq), Historical: hist},
+			{Alias: 4, HasAlias: true, Timestamp: at, Type: sparkplug.String, Null: true, Historical: hist},
 		}}
 	}
 	// A stale offline STATE is ignored: the node stays on this connection.
@@ -356,15 +367,18 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 		}
 		dbirth.Metrics = append(dbirth.Metrics, m)
 	}
+	dbirth.Metrics = append(dbirth.Metrics,
+		sparkplug.Metric{Name: PacketSeq, Alias: 3, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
+		sparkplug.Metric{Name: PacketEpoch, Alias: 4, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
 	wants := []struct {
 		topic string
 		p     sparkplug.Payload
 	}{
 		{"spBv1.0/farm/NBIRTH/gw1", nbirth(0)},
 		{"spBv1.0/farm/DBIRTH/gw1/gas-1", dbirth},
-		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(2, keptMs, true)},
-		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(3, freshMs, false)},
-		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(4, freshMs, false)},
+		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(2, keptMs, true, 1)},
+		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(3, freshMs, false, 2)},
+		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(4, freshMs, false, 2)},
 		{"spBv1.0/farm/NDEATH/gw1", sparkplug.Payload{Timestamp: now, Metrics: []sparkplug.Metric{{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, 0)}}}},
 		{"spBv1.0/farm/NBIRTH/gw1", nbirth(1)},
 	}
