@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,5 +185,146 @@ func TestSparkplugCommandIDs(t *testing.T) {
 	}
 	if _, err := sparkplugCommand(cmd, 0, sparkplug.Metric{Name: "x", Value: sparkplug.StringOf("on")}); err == nil {
 		t.Error("a string value was accepted")
+	}
+}
+
+// TestSparkplugPrimaryHostKeepsPackets runs a gateway whose Sparkplug
+// node has a primary host that is offline at first: the packets wait in
+// the buffer, no birth goes out; once the host's STATE says online, the
+// node births, then sends what it kept, oldest first, with is_historical,
+// and live readings after them without. Tahu decodes every DDATA.
+func TestSparkplugPrimaryHostKeepsPackets(t *testing.T) {
+	tahu := sparkplugtest.NewTahu(t)
+	b := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
+	_, addr := emutest.ServeDevices(t, false, emutest.Devices(t, "generic-irrigation-valve"), emulator.Options{Seed: 1})
+	host := newPlatform(t, b.Addr())
+	state := func(online bool) {
+		t.Helper()
+		p := fmt.Sprintf(`{"online":%v,"timestamp":%d}`, online, time.Now().UnixMilli())
+		if tok := host.c.Publish("spBv1.0/STATE/scada", 1, true, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+	}
+	state(false)
+	type msg struct {
+		topic   string
+		payload []byte
+	}
+	var mu sync.Mutex
+	var msgs []msg
+	if tok := host.c.Subscribe("spBv1.0/farm/+/gw-sp/#", 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		msgs = append(msgs, msg{m.Topic(), append([]byte(nil), m.Payload()...)})
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+
+	dir := t.TempDir()
+	src := `site: {id: "001"}
+gateway: {id: gw-sp}
+buffer: {path: buf.db}
+metrics: {listen: "off"}
+buses:
+  - name: field
+    url: tcp://` + addr + `
+    timeout: 300ms
+    devices:
+      - {name: valve-1, profile: generic-irrigation-valve, slave: 1, interval: 100ms}
+uplink:
+  probe: {interval: 200ms, timeout: 100ms}
+  upstreams:
+    - {url: "` + b.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm, primary_host: scada}}
+`
+	file := filepath.Join(dir, "site.yaml")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(file, profiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &testtool.SyncBuffer{}
+	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stopWithin(t, g, 30*time.Second)
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", log.String())
+		}
+	})
+	testtool.WaitFor(t, 15*time.Second, "five packets kept in the buffer", func() bool { return g.q.Len() >= 5 })
+	mu.Lock()
+	before := len(msgs)
+	mu.Unlock()
+	if before != 0 {
+		t.Fatalf("%d messages before the primary host is online", before)
+	}
+	kept := g.q.Len()
+	state(true)
+	testtool.WaitFor(t, 15*time.Second, "the kept packets and two live ones", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		live := 0
+		for _, m := range msgs {
+			if strings.Contains(m.topic, "/DDATA/") {
+				p, err := sparkplug.Unmarshal(m.payload)
+				if err == nil && len(p.Metrics) > 0 && !p.Metrics[0].Historical {
+					live++
+				}
+			}
+		}
+		return live >= 2
+	})
+	mu.Lock()
+	got := append([]msg(nil), msgs...)
+	mu.Unlock()
+	if !strings.HasSuffix(got[0].topic, "/NBIRTH/gw-sp") || !strings.HasSuffix(got[1].topic, "/DBIRTH/gw-sp/valve-1") {
+		t.Fatalf("first messages %s, %s: want NBIRTH then DBIRTH", got[0].topic, got[1].topic)
+	}
+	payloads := make([][]byte, len(got))
+	for i := range got {
+		payloads[i] = got[i].payload
+	}
+	decoded := tahu.Decode(t, payloads...)
+	aliases := map[string]string{}
+	for _, m := range decoded[1].Metrics {
+		aliases[*m.Name] = *m.Alias
+	}
+	hist, live, lastSeq := 0, 0, -1
+	for i, p := range decoded[2:] {
+		if !strings.Contains(got[i+2].topic, "/DDATA/") {
+			continue
+		}
+		var seq, at string
+		h := false
+		for _, m := range p.Metrics {
+			if m.Alias != nil && *m.Alias == aliases[uplink.PacketSeq] {
+				seq = strings.Trim(string(m.Value), `"`)
+				h = m.IsHistorical != nil && *m.IsHistorical
+			}
+			if m.Timestamp != nil {
+				at = *m.Timestamp
+			}
+		}
+		var n int
+		fmt.Sscan(seq, &n)
+		if n <= lastSeq {
+			t.Errorf("DDATA %d: packet Seq %s after %d: want oldest first", i, seq, lastSeq)
+		}
+		lastSeq = n
+		switch {
+		case h && live > 0:
+			t.Errorf("DDATA %d (Seq %s, at %s): historical after a live one", i, seq, at)
+		case h:
+			hist++
+		default:
+			live++
+		}
+	}
+	if hist < kept {
+		t.Errorf("%d historical DDATA, want at least the %d packets kept", hist, kept)
 	}
 }

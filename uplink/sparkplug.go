@@ -480,8 +480,9 @@ func (s *sparkplugSession) setOnline(ctx context.Context, device string, online 
 
 // Sparkplug is the delivery loop's sender for a Sparkplug B upstream: each
 // record, a packet of one device, goes out as a DDATA by alias, and leaves
-// the buffer on that DDATA's PUBACK. A record with no field that is a
-// metric of its device (a command's record) leaves the buffer unsent.
+// the buffer once the DDATA of every record of its batch was acknowledged.
+// A record with no field that is a metric of its device (a command's
+// record) leaves the buffer unsent.
 type Sparkplug struct {
 	s      *sparkplugSession
 	window int
@@ -490,11 +491,14 @@ type Sparkplug struct {
 // Name implements Sender.
 func (sp *Sparkplug) Name() string { return sp.s.m.Name() }
 
-// MaxBatch implements Sender: one record, so each is acked on its own.
-func (sp *Sparkplug) MaxBatch() int { return 1 }
+// MaxBatch implements Sender: a batch's records are published in order,
+// pipelined, up to the upstream's window.
+func (sp *Sparkplug) MaxBatch() int { return sp.window }
 
-// Window implements Sender.
-func (sp *Sparkplug) Window() int { return sp.window }
+// Window implements Sender: one batch at a time, so that the packets go
+// out in the buffer's order (oldest first, after an outage), as
+// store-and-forward wants; concurrent batches would race for the seq.
+func (sp *Sparkplug) Window() int { return 1 }
 
 // Up implements Sender: connected, births sent (with a primary host: it
 // is online). While it is not, the packets wait in the buffer.
@@ -512,29 +516,22 @@ func (sp *Sparkplug) LastError() (string, time.Time) { return sp.s.m.LastError()
 // MQTT is the upstream's connection.
 func (sp *Sparkplug) MQTT() *MQTT { return sp.s.m }
 
-// errSparkplugDead: a packet of a device whose DDEATH was the last word;
-// it waits in the buffer for the device's DBIRTH.
-var errSparkplugDead = errors.New("device is dead (DDEATH sent): the packet waits for its DBIRTH")
-
-// Send publishes each record as a DDATA and waits for its PUBACK.
+// Send publishes the records as DDATA, in order, pipelined, and returns
+// nil once the broker acknowledged every one. A record that is no packet,
+// or a packet of a device that is not the node's, fails the batch at once
+// with a permanent error, before anything is published.
 func (sp *Sparkplug) Send(ctx context.Context, batch []buffer.Record) error {
-	for _, r := range batch {
-		if err := sp.send(ctx, r); err != nil {
-			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
-		}
-	}
-	return nil
-}
-
-func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 	s := sp.s
-	pk, err := packet.Decode(r.Data)
-	if err != nil {
-		return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: %w", s.m.name, err)}
-	}
-	d := s.devs[pk.DeviceID]
-	if d == nil {
-		return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: device %q is not one of the node's", s.m.name, pk.DeviceID)}
+	pks := make([]*packet.Packet, len(batch))
+	for i, r := range batch {
+		pk, err := packet.Decode(r.Data)
+		if err == nil && s.devs[pk.DeviceID] == nil {
+			err = fmt.Errorf("device %q is not one of the node's", pk.DeviceID)
+		}
+		if err != nil {
+			return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: publish seq %d: %w", s.m.name, r.Seq, err)}
+		}
+		pks[i] = pk
 	}
 	s.mu.Lock()
 	c := s.m.conn()
@@ -542,19 +539,34 @@ func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 		s.mu.Unlock()
 		return s.m.notConnected()
 	}
-	if d.dead {
-		s.mu.Unlock()
-		return fmt.Errorf("uplink: mqtt %s: sparkplug %s: %w", s.m.name, d.name, errSparkplugDead)
+	toks := make([]paho.Token, len(pks))
+	for i, pk := range pks {
+		toks[i] = s.ddata(c, s.devs[pk.DeviceID], pk)
 	}
+	s.mu.Unlock()
+	for i, tok := range toks {
+		if tok == nil {
+			continue
+		}
+		if err := s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout); err != nil {
+			return fmt.Errorf("uplink: mqtt %s: publish seq %d: %w", s.m.name, batch[i].Seq, err)
+		}
+	}
+	return nil
+}
+
+// ddata hands pk's DDATA to paho and returns its token; nil when pk is no
+// reading of d (a command's record, say: nothing a host could read). A
+// reading made before the primary host came online, or of a device that
+// is dead now, is historical, and does not become the metrics' current
+// value. s.mu is held.
+func (s *sparkplugSession) ddata(c *mqttConn, d *spDevice, pk *packet.Packet) paho.Token {
 	if !spReading(d, pk) {
-		s.mu.Unlock()
-		return nil // a command's record, say: nothing a host could read
+		return nil
 	}
 	p := sparkplug.Payload{Timestamp: s.stamp()}
 	at := uint64(pk.At.UnixMilli())
-	// Kept while the primary host was away: historical, and not the
-	// metrics' current values.
-	hist := s.cfg.PrimaryHost != "" && pk.At.Before(s.hostSince)
+	hist := d.dead || s.cfg.PrimaryHost != "" && pk.At.Before(s.hostSince)
 	seen := make([]bool, len(d.metrics))
 	for _, f := range pk.Fields {
 		i, ok := d.byName[f.Name]
@@ -588,9 +600,7 @@ func (sp *Sparkplug) send(ctx context.Context, r buffer.Record) error {
 		sparkplug.Metric{Alias: d.seqAlias, HasAlias: true, Timestamp: at, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, int64(pk.Seq)), Historical: hist},
 		epoch)
 	p.HasSeq, p.Seq = true, s.nextSeq()
-	tok := c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
-	s.mu.Unlock()
-	return s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout)
+	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
 }
 
 // spReading reports whether pk is a reading of d: one of its fields is a

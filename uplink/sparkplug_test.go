@@ -219,19 +219,25 @@ func TestSparkplugSession(t *testing.T) {
 
 	// gas-1 goes offline and comes back: DDEATH, then a DBIRTH whose
 	// values are null (the old ones are stale). A packet of the dead
-	// device is not sent.
+	// device, read before it died, goes out as historical.
 	if err := sp.SetOnline(ctx, "gas-1", false); err != nil {
 		t.Fatal(err)
 	}
 	wants = append(wants, want{"spBv1.0/farm/DDEATH/gw1/gas-1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}})
-	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &readings[1].p)}); err == nil {
-		t.Error("a packet of a dead device was sent")
+	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &readings[1].p)}); err != nil {
+		t.Fatal(err)
 	}
+	hist := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}
+	for _, m := range readings[1].metrics {
+		m.Historical = true
+		hist.Metrics = append(hist.Metrics, m)
+	}
+	wants = append(wants, want{"spBv1.0/farm/DDATA/gw1/gas-1", hist})
 	if err := sp.SetOnline(ctx, "gas-1", true); err != nil {
 		t.Fatal(err)
 	}
 	dbirth("gas-1")
-	rec.wait(t, len(wants), "DDEATH and DBIRTH")
+	rec.wait(t, len(wants), "DDEATH, historical DDATA and DBIRTH")
 
 	// A rebirth asked by the host, encoded by Tahu.
 	ncmd := tahu.Encode(t, map[string]any{"timestamp": now, "metrics": []map[string]any{
