@@ -79,12 +79,14 @@ buses:
 		}
 		var mu sync.Mutex
 		var polled, stored, jsonBytes int
+		byDevice := map[string]int{}
 		before := writeBytes(t)
 		g, err := Start(c, Options{
 			OnPolled: func(*packet.Packet) { mu.Lock(); polled++; mu.Unlock() },
 			OnPacket: func(p *packet.Packet) {
 				mu.Lock()
 				stored++
+				byDevice[p.DeviceID]++
 				jsonBytes += len(p.AppendJSON(nil, c.Packet.Values))
 				mu.Unlock()
 			},
@@ -100,8 +102,8 @@ buses:
 		}
 		written := writeBytes(t) - before
 		mu.Lock()
-		t.Logf("report by exception %v, %v: polled %d, stored %d (%.1f%%), packet JSON %d bytes, buffer commits %d, fsyncs %d, written to disk %d bytes",
-			rbe, d, polled, stored, 100*float64(stored)/float64(polled), jsonBytes, st.Commits, st.Fsyncs, written)
+		t.Logf("report by exception %v, %v: polled %d, stored %d (%.1f%%), packet JSON %d bytes, buffer commits %d, fsyncs %d, written to disk %d bytes; stored by device %v",
+			rbe, d, polled, stored, 100*float64(stored)/float64(polled), jsonBytes, st.Commits, st.Fsyncs, written, byDevice)
 		mu.Unlock()
 	}
 }
