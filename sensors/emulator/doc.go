@@ -15,7 +15,11 @@
 // Addresses inside a device's span that no register covers read as 0, so a
 // master may merge reads across gaps; a read touching a profile hole, or
 // beyond the last register (past the next multiple of 16), gets exception 2;
-// a function the device lacks gets exception 1; a request for a slave id
+// a function the device lacks gets exception 1. Read Device
+// Identification (43/14) answers for a profile that names its
+// manufacturer (vendor name, product code = the model up to its first
+// parenthesis, revision V1.0, model name); a generic profile's device
+// lacks it. A request for a slave id
 // that is not emulated, and any broadcast, gets no reply at all, as on a
 // real bus (a broadcast write is executed by every device).
 //

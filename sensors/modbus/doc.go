@@ -14,8 +14,9 @@
 // sloppy timing:
 //
 //   - A reply is read by its expected length (address, function, byte count
-//     or exception code, data, CRC) and judged as soon as it is complete,
-//     rather than after a fixed sleep. No read waits past the request's
+//     or exception code, data, CRC; for Read Device Identification, object
+//     by object) and judged as soon as it is complete, rather than after a
+//     fixed sleep. No read waits past the request's
 //     deadline.
 //   - Before each request, stale input (a late reply to a request that timed
 //     out, a garbage tail, noise) is discarded, so one bad frame cannot
