@@ -566,6 +566,11 @@ func (s *sparkplugSession) ddata(c *mqttConn, d *spDevice, pk *packet.Packet) pa
 	}
 	p := sparkplug.Payload{Timestamp: s.stamp()}
 	at := uint64(pk.At.UnixMilli())
+	// Packets carry whole seconds: a reading of the second the host came
+	// online, made after it, counts as historical too. That errs the safe
+	// way: it is still stored by the host, and the next reading updates
+	// the live value, whereas a kept reading taken for live would put an
+	// old value in its place.
 	hist := d.dead || s.cfg.PrimaryHost != "" && pk.At.Before(s.hostSince)
 	seen := make([]bool, len(d.metrics))
 	for _, f := range pk.Fields {
