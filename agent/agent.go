@@ -308,6 +308,7 @@ func (g *Agent) Sources() metrics.Sources {
 	if g.Config().Metrics.Readings {
 		src.Readings = src.Points
 	}
+	src.HeldBack = g.HeldBack
 	if g.q == nil {
 		return src
 	}

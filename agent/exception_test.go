@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"fieldlink/config"
+	"fieldlink/metrics"
 	"fieldlink/packet"
 )
 
@@ -240,5 +242,12 @@ func TestExceptionRunningGatewayTakesNoSeq(t *testing.T) {
 		if s != uint64(i+1) {
 			t.Fatalf("stored Seqs %v: a held-back packet took a number", seqs)
 		}
+	}
+	var m strings.Builder
+	if err := metrics.NewCollector(g.Sources()).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("\nfieldlink_packets_held_back_total %d\n", polled-len(seqs)); !strings.Contains(m.String(), want) {
+		t.Errorf("/metrics lacks%s", want)
 	}
 }

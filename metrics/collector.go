@@ -54,7 +54,7 @@ type descs struct {
 	selectorInfo, selectorFallbacks                   *desc
 	commands                                          *desc
 	remoteSerial, remoteState                         *desc
-	reading                                           *desc
+	reading, heldBack                                 *desc
 }
 
 func newDescs() descs {
@@ -136,6 +136,7 @@ func newDescs() descs {
 	d.remoteSerial = n("remote_config_serial", "Serial of the bundle the remote configuration last reported on.")
 	d.remoteState = n("remote_config_state", "The remote configuration's last report: 1 for its state (applied, probation, reverted, refused).", "state")
 	d.reading = n("reading", "The point's latest good reading, in its unit (a boolean as 1 or 0); a point that is stale, bad or not a number has no series.", "device", "point", "unit")
+	d.heldBack = n("packets_held_back_total", "Polled packets report by exception kept from the buffer: no point beyond its deadband, no heartbeat due, no alarm.")
 	return d
 }
 
@@ -161,6 +162,9 @@ func (c *Collector) collect(ch *scrape) {
 	c.collectDelivery(ch)
 	c.collectUpstreams(ch)
 	c.collectReadings(ch)
+	if c.src.HeldBack != nil {
+		counter(ch, c.d.heldBack, float64(c.src.HeldBack()))
+	}
 	if c.src.Remote != nil {
 		if r := c.src.Remote(); r != nil {
 			gauge(ch, c.d.remoteSerial, float64(r.Serial))

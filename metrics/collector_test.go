@@ -36,6 +36,7 @@ var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // a field read into the wrong metric shows in the golden file.
 func fakeSources() Sources {
 	return Sources{
+		HeldBack: func() uint64 { return 4321 },
 		Readings: func(time.Time) []sensors.Point {
 			return []sensors.Point{
 				{Device: "ch4-1", Name: "CH4", Unit: "%VOL", Value: packet.Float(0.42, 2), Quality: sensors.Good},

@@ -59,6 +59,9 @@ type Sources struct {
 	// for fieldlink_reading: one gauge per good numeric point. Nil leaves
 	// the readings out (the site file's metrics.readings is off).
 	Readings func(now time.Time) []sensors.Point
+	// HeldBack returns how many polled packets report by exception kept
+	// from the buffer; nil leaves out fieldlink_packets_held_back_total.
+	HeldBack func() uint64
 
 	// The status page's own sources; the collector does not read them.
 
