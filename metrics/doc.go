@@ -53,6 +53,12 @@
 // that `fieldlink_device_health{state="offline"} == 1` alerts and
 // `sum by (state) (fieldlink_device_health)` counts devices per state.
 //
+// Readings. With [Sources.Readings] (the site file's metrics.readings),
+// fieldlink_reading{device,point,unit} is each point's latest good
+// reading. A stale or bad point, a string or a NaN has no series: a 0
+// would read as a measurement on a graph, and an absent series is what
+// Prometheus' own staleness handling expects.
+//
 // Values with no sample yet (latency gauges before the first delivery,
 // the probe round-trip before the first successful probe) are left out
 // rather than reported as 0. The buffer's metrics are left out on a site
