@@ -17,7 +17,11 @@ import (
 //     warm, ℓ the upstream's delivery latency (a slower batch replaces the
 //     estimate, a faster one moves it by Fall, none lets it decay toward the
 //     probe round trip with time constant Decay, and holds it while the
-//     latest probe failed), ℓ_best the lowest.
+//     latest probe failed), ℓ_best the lowest. A probe that saw the
+//     upstream slow (it failed, or answered no faster than half the
+//     estimate, while that was 4× ℓ_best or more: a probe of the server's
+//     own answer, as an MQTT publish is, not a TCP connect) is believed at
+//     once when it next answers 4× faster than the estimate.
 //   - Pick: among the upstreams that are not hot, the least
 //     (in-flight + 1 + Reported · connections) / W, a full scan, exact ties
 //     at random; connections is a fresh load report's count, counted only
@@ -39,7 +43,8 @@ type DRFCSWLC struct {
 	ref refresher[dcWeights]
 
 	// The recomputer's own state, guarded by ref.mu.
-	st [MaxUpstreams]dcState
+	st       [MaxUpstreams]dcState
+	prevBest float64 // the lowest latency at the last recomputation
 }
 
 // DRFCSWLCOptions configures [NewDRFCSWLC]. The zero value is the default;
@@ -140,8 +145,16 @@ type dcState struct {
 	ejectTill int64 // table time the ejection ends
 	ejections int   // ejections in a row
 	okSince   int64 // table time of the first success after an ejection
-	endedAt   int64 // table time a delivery to it last ended (or it was last idle)
-	pending   bool  // deliveries were pending at the last recomputation
+	// probeAt and probeFails are the latest probe seen and the probe
+	// failures counted then: a probe result is new when either moved.
+	probeAt    time.Time
+	probeFails uint64
+	// tracks: while the upstream was slow, a probe failed or answered as
+	// slowly as its deliveries (a probe of its own answer, not a TCP
+	// connect): the next probe that answers fast is believed at once.
+	tracks  bool
+	endedAt int64 // table time a delivery to it last ended (or it was last idle)
+	pending bool  // deliveries were pending at the last recomputation
 }
 
 // NewDRFCSWLC returns a drf_cswlc strategy.
@@ -232,6 +245,7 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		// A probe that failed last leaves no round trip to decay toward:
 		// the one before it may be from before the upstream turned slow.
 		probeFailing := u.probeConsecutive > 0
+		probeAt, probeFails := u.probeAt, u.probeFailures
 		var recent float64
 		if k := min(int(count-st.seen), u.ringLen); k > 0 {
 			for j := 1; j <= k; j++ {
@@ -264,11 +278,19 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 			st.hasEst, st.estAt = true, now
 		case st.hasEst && probe > 0 && probeFailing:
 			st.estAt = now // held: no decay while the probes fail
+		case st.hasEst && probe > 0 && st.tracks && probe < st.est/4 && !probeAt.Equal(st.probeAt):
+			// A probe that saw the slowness sees it gone: believed at once.
+			st.est, st.estAt, st.tracks = probe, now, false
 		case st.hasEst && probe > 0:
 			w := decay(now-st.estAt, float64(o.Decay))
 			st.est = probe + (st.est-probe)*w
 			st.estAt = now
 		}
+		if newProbe := !probeAt.Equal(st.probeAt) || probeFails != st.probeFails; newProbe && st.hasEst &&
+			s.prevBest > 0 && st.est >= 4*s.prevBest && (probeFailing || probe >= st.est/2) {
+			st.tracks = true
+		}
+		st.probeAt, st.probeFails = probeAt, probeFails
 		// Ejection: a timeout, FailuresToEject failures in a row, or
 		// deliveries pending with none ending for Stall times the latency
 		// (at least MinStall): a black hole is found before its timeouts.
@@ -310,6 +332,7 @@ func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 			}
 		}
 	}
+	s.prevBest = best
 	// At most half the live upstreams hot: the longest ejected come back.
 	for bits.OnesCount64(hot) > bits.OnesCount64(live)/2 {
 		j, till := -1, int64(math.MinInt64)

@@ -207,6 +207,30 @@ func TestDRFCSWLCHoldsWhileProbesFail(t *testing.T) {
 	}
 }
 
+// A probe that saw an upstream slow (here, it failed) is believed at once
+// when it answers fast again: the upstream gets picks at the next
+// recomputation, not after its estimate decayed.
+func TestDRFCSWLCBelievesAProbeThatSawTheSlowness(t *testing.T) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	feed(tb, c, 0, 20, 2*time.Second, time.Millisecond, nil)
+	for i := 1; i < 4; i++ {
+		tb.Begin(i)
+	}
+	for range 3 { // a recomputation at least every 375 ms
+		tick(tb, c, 400*time.Millisecond)
+		tb.Probe(0, 0, errors.New("probe timeout"))
+		s.Pick(tb, 0)
+	}
+	if got := dcPicks(tb, s, 1000); got[0] != 0 {
+		t.Errorf("while slow, the upstream got %d of 1000 picks: %v", got[0], got)
+	}
+	tick(tb, c, 400*time.Millisecond) // every probe answers in 20 ms
+	if got := dcPicks(tb, s, 1000); got[0] != 1000 {
+		t.Errorf("a probe that had failed answers fast: the idle upstream got %d of 1000 picks, want all", got[0])
+	}
+}
+
 func TestDRFCSWLCPickDoesNotAllocate(t *testing.T) {
 	tb, _, s := dcTable(t, DRFCSWLCOptions{})
 	s.Pick(tb, 0)
