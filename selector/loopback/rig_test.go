@@ -165,13 +165,21 @@ type blockPlan struct {
 	rate          float64 // packets per second
 	warmup, fault time.Duration
 	drain         time.Duration
-	probeEvery    time.Duration
-	timeout       time.Duration // of one HTTP post (HTTPConfig.Timeout)
+	// after: arrivals go on this long past the fault, which ends on time
+	// (else it ends after the drain).
+	after      time.Duration
+	probeEvery time.Duration
+	timeout    time.Duration // of one HTTP post (HTTPConfig.Timeout), or of an MQTT PUBACK
+	// publishProbe probes a broker with a QoS 1 publish timed to its
+	// PUBACK (uplink.NewMQTTProber) rather than a TCP connect.
+	publishProbe bool
+	// drf, if set, are the options of drf_cswlc instead of its defaults.
+	drf *selector.DRFCSWLCOptions
 }
 
 // arrivals is how many packets the block offers.
 func (p blockPlan) arrivals() int {
-	return int(math.Ceil(float64(p.warmup+p.fault) / float64(p.gap())))
+	return int(math.Ceil(float64(p.warmup+p.fault+p.after) / float64(p.gap())))
 }
 
 func (p blockPlan) gap() time.Duration { return time.Duration(float64(time.Second) / p.rate) }
@@ -185,6 +193,8 @@ type blockResult struct {
 	faultyHits int             // of which to the faulty upstream
 	sends      int             // every send of the block
 	failed     int             // sends that failed
+	trace      []sendAt        // every send, in order
+	from, to   time.Duration   // the fault window, from the block's start
 	// binPicks and binHits split faultPicks and faultyHits over joinBins
 	// equal parts of the fault window: the joiner's share as it ramps up.
 	binPicks, binHits [joinBins]int
@@ -210,8 +220,16 @@ type meter struct {
 	failed     atomic.Int64
 	faultPicks atomic.Int64
 	faultyHits atomic.Int64
+	traceMu    sync.Mutex
+	trace      []sendAt // every send of the block
 	binPicks   [joinBins]atomic.Int64
 	binHits    [joinBins]atomic.Int64
+}
+
+// sendAt is one send: when, from the block's start, and to which upstream.
+type sendAt struct {
+	at  time.Duration
+	idx int
 }
 
 func (m *meter) intended(k int) time.Time { return m.start.Add(time.Duration(k) * m.gap) }
@@ -249,6 +267,9 @@ func (s *meteredSender) Send(ctx context.Context, batch []buffer.Record) error {
 	m := s.m
 	now := time.Now()
 	m.sends.Add(1)
+	m.traceMu.Lock()
+	m.trace = append(m.trace, sendAt{now.Sub(m.start), s.idx})
+	m.traceMu.Unlock()
 	if !now.Before(m.from) && now.Before(m.to) {
 		m.faultPicks.Add(1)
 		bin := min(int(int64(joinBins)*int64(now.Sub(m.from))/int64(m.to.Sub(m.from))), joinBins-1)
@@ -303,8 +324,10 @@ func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult
 	}()
 
 	table := selector.NewTable(selector.Options{})
-	strat, err := selector.New(strategy, selector.StrategyOptions{})
-	if err != nil {
+	var strat selector.Strategy
+	if plan.drf != nil && strategy == "drf_cswlc" {
+		strat = selector.NewDRFCSWLC(*plan.drf)
+	} else if strat, err = selector.New(strategy, selector.StrategyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	n := plan.arrivals()
@@ -349,7 +372,7 @@ func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult
 	// far behind the uplink is; a late append counts in its latency.
 	m.start = time.Now().Add(20 * time.Millisecond)
 	m.from, m.to = m.start.Add(plan.warmup), m.start.Add(plan.warmup+plan.fault)
-	faultOn := false
+	faultOn, faultOff := false, false
 	appended := make([]time.Duration, n)
 	for k := 0; k < n; {
 		now := time.Now()
@@ -361,6 +384,12 @@ func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult
 				attach(sc.faulty)
 			}
 			faultOn = true
+		}
+		if faultOn && !faultOff && plan.after > 0 && !now.Before(m.to) {
+			if sc.fault != nil {
+				sc.fault(r, false)
+			}
+			faultOff = true
 		}
 		var due []*packet.Packet
 		first := k
@@ -380,21 +409,22 @@ func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult
 		}
 		time.Sleep(time.Until(m.intended(k))) // pacing of the arrivals, not synchronisation
 	}
-	timer := time.NewTimer(time.Until(m.to) + plan.drain)
+	timer := time.NewTimer(time.Until(m.to.Add(plan.after)) + plan.drain)
 	select {
 	case <-m.all:
 	case <-timer.C:
 	}
 	timer.Stop()
 	end := time.Now()
-	if sc.fault != nil && faultOn {
+	if sc.fault != nil && faultOn && !faultOff {
 		sc.fault(r, false)
 	}
 	cancel()
 	wg.Wait()
 
 	res := blockResult{faultPicks: int(m.faultPicks.Load()), faultyHits: int(m.faultyHits.Load()),
-		sends: int(m.sends.Load()), failed: int(m.failed.Load())}
+		sends: int(m.sends.Load()), failed: int(m.failed.Load()),
+		trace: m.trace, from: m.from.Sub(m.start), to: m.to.Sub(m.start)}
 	for b := range joinBins {
 		res.binPicks[b], res.binHits[b] = int(m.binPicks[b].Load()), int(m.binHits[b].Load())
 	}
