@@ -85,6 +85,20 @@
 // lab scenarios, unchanged. A missing mosquitto skips the test, and fails
 // it under CI=true.
 //
+// # Recovery
+//
+// TestRecovery (long mode only) measures one thing the orderings do not:
+// how soon drf_cswlc sends to a broker again once it stops being slow (its
+// PUBACKs 1.2 s late for 8 s, so that every packet it gets meanwhile misses
+// the 1 s mark), and the share of the slow phase's packets acked within
+// 1 s, with the pool's TCP probe and with an MQTT publish probe
+// ([fieldlink/uplink.NewMQTTProber]), for drf_cswlc's default decay and
+// shorter ones, beside the lab's S2 for the same decays. A TCP connect
+// answers as fast from a slow broker as from a healthy one, so the only way
+// back is the estimate's decay toward it, which also sends packets to the
+// broker while it is still slow; a publish probe fails or answers slowly
+// while the broker is slow, and its first fast answer brings it back.
+//
 // For every pair of strategies and every metric (mean latency; the share
 // of the fault window's sends that went to the faulty upstream), the test
 // runs the lab scenario, unchanged, in the same test: one seed by default
