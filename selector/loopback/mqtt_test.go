@@ -33,8 +33,9 @@ func newMQTTRig(t *testing.T, n int) *rig {
 // dialMQTT is the gateway side of a broker as the gateway's pool wires it:
 // an MQTT connection (QoS 1, the gateway's window of 64, a publish timeout
 // of plan.timeout) kept up by its Run, an MQTTSender, and a TCP prober
-// that feeds Table.Probe and, when the broker answers while the connection
-// is down, kicks a reconnect.
+// (or, with plan.publishProbe, an MQTT publish prober) that feeds
+// Table.Probe and, when the broker answers while the connection is down,
+// kicks a reconnect.
 func dialMQTT(r *rig, i int, table *selector.Table, _ string, plan blockPlan) endpoint {
 	t := r.t
 	t.Helper()
@@ -48,16 +49,22 @@ func dialMQTT(r *rig, i int, table *selector.Table, _ string, plan blockPlan) en
 		t.Fatal(err)
 	}
 	ms := uplink.NewMQTTSender(m, 64)
-	target, err := uplink.ProbeTarget("mqtt://" + p.Listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr := uplink.NewProber(target, plan.probeEvery, 500*time.Millisecond, nil, func(rtt time.Duration, err error) {
+	report := func(rtt time.Duration, err error) {
 		table.Probe(i, rtt, err)
 		if err == nil && !m.Connected() {
 			m.Kick()
 		}
-	})
+	}
+	var pr *uplink.Prober
+	if plan.publishProbe {
+		pr = uplink.NewMQTTProber(m, "fieldlink/001/gw-loopback/probe", plan.probeEvery, 500*time.Millisecond, report)
+	} else {
+		target, err := uplink.ProbeTarget("mqtt://" + p.Listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr = uplink.NewProber(target, plan.probeEvery, 500*time.Millisecond, nil, report)
+	}
 	return endpoint{sender: ms, prober: pr, run: m.Run, close: func() {}}
 }
 
