@@ -19,19 +19,19 @@ func TestAccount(t *testing.T) {
 		return fmt.Appendf(nil, `{"DataHead":{"Date":"2026-11-29","Time":"08:00:00","FarmId":"CHAOS","DataType":"Wind","GatewayId":"gw-chaos","DeviceId":"wind-1","Seq":%d,"TS":"2026-11-29T08:00:00Z","Epoch":"%s"},"DataBody":{"WindSpeed":"%d"}}`, seq, epoch, seq)
 	}
 	for _, s := range []int{1, 2, 3, 4, 6} {
-		l.stored(pkt(s, "e1"), 1, t0.Add(time.Duration(s)*time.Second))
+		l.stored(pkt(s, "000000e1"), 1, t0.Add(time.Duration(s)*time.Second))
 	}
 	// 7 was committed, then the gateway was killed before printing it.
-	l.received(0, "fieldlink/CHAOS/gw-chaos/Wind", pkt(1, "e1"), t0.Add(2*time.Second))
-	l.received(1, "fieldlink/CHAOS/gw-chaos/Wind", pkt(1, "e1"), t0.Add(3*time.Second))
-	l.received(2, "fieldlink/CHAOS/gw-chaos/Wind", pkt(2, "e1"), t0.Add(12*time.Second))
-	l.received(2, "fieldlink/CHAOS/gw-chaos/Wind", pkt(7, "e1"), t0.Add(13*time.Second))
+	l.received(0, "fieldlink/CHAOS/gw-chaos/Wind", pkt(1, "000000e1"), t0.Add(2*time.Second))
+	l.received(1, "fieldlink/CHAOS/gw-chaos/Wind", pkt(1, "000000e1"), t0.Add(3*time.Second))
+	l.received(2, "fieldlink/CHAOS/gw-chaos/Wind", pkt(2, "000000e1"), t0.Add(12*time.Second))
+	l.received(2, "fieldlink/CHAOS/gw-chaos/Wind", pkt(7, "000000e1"), t0.Add(13*time.Second))
 	l.received(0, "fieldlink/CHAOS/gw-chaos/status", []byte("offline"), t0)
 	// A packet the buffer refused, printed anyway: no epoch.
 	l.stored([]byte(`{"DataHead":{"Date":"2026-11-29","Time":"08:00:00","FarmId":"CHAOS","DataType":"Wind","GatewayId":"gw-chaos","DeviceId":"wind-1","Seq":5,"TS":"2026-11-29T08:00:00Z"},"DataBody":{"WindSpeed":"5"}}`), 1, t0)
 
-	a := l.account(map[key]bool{{"e1", 3}: true})
-	if want := []key{{"e1", 4}, {"e1", 6}}; !slices.Equal(a.missing, want) {
+	a := l.account(map[key]bool{{"000000e1", 3}: true})
+	if want := []key{{"000000e1", 4}, {"000000e1", 6}}; !slices.Equal(a.missing, want) {
 		t.Errorf("missing %v, want %v", a.missing, want)
 	}
 	got := fmt.Sprintf("produced=%d delivered=%d left=%d unconfirmed=%d duplicates=%d refused=%d phantom=%d longest=%v problems=%q",
@@ -42,7 +42,7 @@ func TestAccount(t *testing.T) {
 	}
 
 	// The same seq delivered with another content is a reused seq.
-	l.received(0, "fieldlink/CHAOS/gw-chaos/Wind", []byte(`{"DataHead":{"Date":"2026-11-29","Time":"08:00:01","FarmId":"CHAOS","DataType":"Wind","GatewayId":"gw-chaos","DeviceId":"wind-1","Seq":4,"TS":"2026-11-29T08:00:01Z","Epoch":"e1"},"DataBody":{"WindSpeed":"9"}}`), t0)
+	l.received(0, "fieldlink/CHAOS/gw-chaos/Wind", []byte(`{"DataHead":{"Date":"2026-11-29","Time":"08:00:01","FarmId":"CHAOS","DataType":"Wind","GatewayId":"gw-chaos","DeviceId":"wind-1","Seq":4,"TS":"2026-11-29T08:00:01Z","Epoch":"000000e1"},"DataBody":{"WindSpeed":"9"}}`), t0)
 	if a := l.account(nil); len(a.problems) != 1 {
 		t.Errorf("a delivered packet unlike the stored one under its seq: problems %q, want one", a.problems)
 	}
