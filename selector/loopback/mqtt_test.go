@@ -135,9 +135,9 @@ func TestLoopbackMQTTAgreesWithLab(t *testing.T) {
 	}
 }
 
-// mqttMark opens the MQTT section of docs/selector-loopback.md, its last;
-// each test rewrites its own part and keeps the other.
-const mqttMark = "<!-- The MQTT case: written by TestLoopbackMQTTAgreesWithLab -update. -->\n"
+// mqttMark opens the MQTT section of docs/selector-loopback.md, its last,
+// after a blank line; each test rewrites its own part and keeps the other.
+const mqttMark = "\n<!-- The MQTT case: written by TestLoopbackMQTTAgreesWithLab -update. -->\n"
 
 // mqttSectionOf is doc's MQTT section, from its mark to the end, or "".
 func mqttSectionOf(doc string) string {
