@@ -397,7 +397,7 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 	}
 	loc, err := time.LoadLocation(c.Site.Timezone)
 	if err != nil {
-		doc.Errorf("site.timezone", "unknown time zone %q (use an IANA name such as Asia/Shanghai or UTC)", c.Site.Timezone)
+		doc.Errorf("site.timezone", "unknown time zone %q (%s)", c.Site.Timezone, zoneHint())
 	}
 	c.Location = loc
 	if c.Gateway.ID == "" && doc.Has("gateway.id") {
@@ -765,4 +765,17 @@ func (c *Config) devicePoints(doc *yamlconf.Doc, df string, d *Device, p *profil
 		return
 	}
 	d.effective = q
+}
+
+// zoneinfoDir is where the field binary finds time zones (it carries none
+// of its own); tests point it elsewhere.
+var zoneinfoDir = "/usr/share/zoneinfo"
+
+// zoneHint says what to do about a time zone that does not load: name it
+// right, or give the system its time zone database.
+func zoneHint() string {
+	if _, err := os.Stat(zoneinfoDir); err != nil && os.Getenv("ZONEINFO") == "" {
+		return "this system has no time zone database (" + zoneinfoDir + "): install the tzdata package, or set ZONEINFO to a zoneinfo.zip"
+	}
+	return "use an IANA name such as Asia/Shanghai or UTC"
 }

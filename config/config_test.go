@@ -272,3 +272,21 @@ func TestProfileErrorsAndSiteErrorsTogether(t *testing.T) {
 		t.Fatalf("want the profile's error and the site file's together, no unknown profile:\n%v", err)
 	}
 }
+
+// A time zone that does not load says what to do: name it right, or, on a
+// system without a time zone database (the field binary carries none),
+// install one.
+func TestTimezoneHint(t *testing.T) {
+	bad := strings.Replace(good, "timezone: Asia/Shanghai", "timezone: Asia/Nowhere", 1)
+	_, err := Parse("site.yaml", []byte(bad), testProfiles)
+	if err == nil || !strings.Contains(err.Error(), `unknown time zone "Asia/Nowhere" (use an IANA name`) {
+		t.Fatalf("got %v", err)
+	}
+	defer func(d string) { zoneinfoDir = d }(zoneinfoDir)
+	zoneinfoDir = filepath.Join(t.TempDir(), "zoneinfo")
+	t.Setenv("ZONEINFO", "")
+	_, err = Parse("site.yaml", []byte(bad), testProfiles)
+	if err == nil || !strings.Contains(err.Error(), "install the tzdata package") {
+		t.Fatalf("got %v", err)
+	}
+}

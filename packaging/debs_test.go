@@ -116,6 +116,9 @@ func TestDebs(t *testing.T) {
 					t.Errorf("sh -n %s: %v\n%s", s, err, out)
 				}
 			}
+			if !bytes.Contains(ctrl["control"].data, []byte("Depends: tzdata")) {
+				t.Errorf("the package does not depend on tzdata, whose zones the field binary reads:\n%s", ctrl["control"].data)
+			}
 			if !bytes.Contains(ctrl["postinst"].data, []byte("dialout")) {
 				t.Error("postinst does not add the fieldlink user to dialout")
 			}

@@ -17,7 +17,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-	_ "time/tzdata" // minimal ARM images often lack /usr/share/zoneinfo
 
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
