@@ -245,14 +245,17 @@ func TestDeliveryDeadLettersOnlyThePoisonPacket(t *testing.T) {
 
 func TestDeliveryStopsWithoutLosingInFlight(t *testing.T) {
 	q := newMemQueue(40)
-	slow := &fakeSender{name: "slow", delay: 100 * time.Millisecond, batch: 1}
+	slow := &fakeSender{name: "slow", delay: 300 * time.Millisecond, batch: 1}
 	_, stop := newLoop(t, q, "round_robin", slow)
-	time.Sleep(30 * time.Millisecond)
+	testtool.WaitFor(t, 10*time.Second, "a send to be in flight", func() bool { return slow.calls.Load() > 0 })
 	stop() // in-flight sends finish (they are given their timeout, not the loop's life)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.leased) != 0 {
 		t.Fatalf("%d records still leased after Run returned", len(q.leased))
+	}
+	if slow.got.Load() == 0 {
+		t.Fatalf("the send in flight at the stop was cut short instead of finishing")
 	}
 	if int(slow.got.Load()) != len(q.acked) || len(q.acked)+len(q.recs) != 40 {
 		t.Fatalf("sent %d, acked %d, left %d", slow.got.Load(), len(q.acked), len(q.recs))

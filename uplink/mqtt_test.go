@@ -719,7 +719,7 @@ func BenchmarkMQTTTopic(b *testing.B) {
 // after the backoff that grew while it was down.
 func TestMQTTKickReconnectsAtOnce(t *testing.T) {
 	br := mqttStartBroker(t, mqttBrokerOpts{})
-	log, _ := mqttLogger(t)
+	log, logged := mqttLogger(t)
 	m, err := NewMQTT(MQTTConfig{URL: br.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -732,16 +732,14 @@ func TestMQTTKickReconnectsAtOnce(t *testing.T) {
 	mqttWaitConnected(t, m, true)
 	br.Kill()
 	mqttWaitConnected(t, m, false)
-	time.Sleep(200 * time.Millisecond) // Run is now in a wait of 15 s or more
+	// Run says it is down, with its wait, just before it waits: 15 s or more.
+	testtool.WaitFor(t, 10*time.Second, "Run to start its backoff", func() bool {
+		return strings.Contains(logged.String(), "mqtt upstream down")
+	})
 	br.Start()
 	m.Kick()
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for !m.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatal("not reconnected within 500ms of Kick")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Well inside the backoff: only the kick can have ended the wait.
+	testtool.WaitFor(t, 10*time.Second, "the reconnect the kick asks for", m.Connected)
 }
 
 // doneToken is a paho token that has completed with err.
