@@ -1,7 +1,7 @@
 // Package downlink is the gateway's side of commands from the platform:
 // writes to actuators (valves, pumps, setpoints) that arrive over MQTT.
-// This file is the command and its result as they travel; store.go keeps
-// them, so that a command runs at most once and leaves an audit trail.
+// This file is the command and its result as they travel; ledger.go keeps
+// their ids, so that a command runs at most once, and audit.go its audit trail.
 package downlink
 
 import (
