@@ -481,7 +481,12 @@ func runTier(t *testing.T, md mode, scs []scenario, newRig func() *rig) tier {
 	out.tables = rep.String()
 	out.agreed, out.checked = agreement(out.comps)
 	for _, c := range out.comps {
-		if c.asserted && c.simSays != 0 && !c.agree {
+		// A loopback that splits its rounds is inconclusive, not a
+		// contradiction (two rounds of a short run on a shared machine can
+		// split a 3 % difference): only an order reversed in every round
+		// fails the tier. The agreement count still counts every clear one.
+		reversed := (c.simSays < 0 && c.aWins == 0) || (c.simSays > 0 && c.aWins == c.rounds)
+		if c.asserted && c.simSays != 0 && !c.agree && reversed {
 			t.Errorf("%s %s: the lab says %s (the loopback says %s)", c.scenario, c.metric, verdictLab(c), verdictLoop(c))
 		}
 	}
