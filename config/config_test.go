@@ -162,14 +162,7 @@ func TestProfilesDirRelativeToSiteFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "profiles", "wind.yaml"), []byte(over), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src := func(d string) (profile.Set, error) {
-		base, _ := testProfiles("")
-		site, err := profile.Load(nil, d)
-		for k, v := range site {
-			base[k] = v
-		}
-		return base, err
-	}
+	src := withSiteProfiles
 	site := filepath.Join(dir, "site.yaml")
 	c, err := Parse(site, []byte("profiles_dir: profiles\n"+good), src)
 	if err != nil {
@@ -257,14 +250,7 @@ func TestProfileErrorsAndSiteErrorsTogether(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "profiles", "gust.yaml"), []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src := func(d string) (profile.Set, error) {
-		base, _ := testProfiles("")
-		site, err := profile.Load(nil, d)
-		for k, v := range site {
-			base[k] = v
-		}
-		return base, err
-	}
+	src := withSiteProfiles
 	site := filepath.Join(dir, "site.yaml")
 	text := "profiles_dir: profiles\n" + strings.Replace(good, "profile: wind, slave: 2}", "profile: gust, slave: 2, intervall: 5s}", 1)
 	_, err := Parse(site, []byte(text), src)
@@ -289,4 +275,15 @@ func TestTimezoneHint(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "install the tzdata package") {
 		t.Fatalf("got %v", err)
 	}
+}
+
+// withSiteProfiles is the test profiles plus those of dir, as the
+// production source gives the embedded ones plus profiles_dir.
+func withSiteProfiles(dir string) (profile.Set, error) {
+	base, _ := testProfiles("")
+	site, err := profile.Load(nil, dir)
+	for k, v := range site {
+		base[k] = v
+	}
+	return base, err
 }
