@@ -196,25 +196,7 @@ uplink:
   upstreams:
 ` + ups.String() + `downlink: {enabled: true` + extra + unsigned + `}
 `
-	file := filepath.Join(dir, "site.yaml")
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := config.Load(file, profiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &testtool.SyncBuffer{}
-	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stopWithin(t, g, 30*time.Second)
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", log.String())
-		}
-	})
+	c, g, log := startSiteFile(t, dir, src)
 	// The gateway subscribes to the command topic before it publishes its
 	// retained "online": wait for that on every broker.
 	for _, b := range brokers {
@@ -528,4 +510,30 @@ func TestCommandPendingAtRestartNeverRuns(t *testing.T) {
 	if got := first.frames.of(slaveValve); len(got) != before {
 		t.Errorf("the command pending at the restart wrote: %v", got[before:])
 	}
+}
+
+// startSiteFile writes src as dir/site.yaml, starts a gateway on it with
+// its log kept (and shown if the test fails), and stops it at the end.
+func startSiteFile(t *testing.T, dir, src string) (*config.Config, *Agent, *testtool.SyncBuffer) {
+	t.Helper()
+	file := filepath.Join(dir, "site.yaml")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(file, profiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &testtool.SyncBuffer{}
+	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stopWithin(t, g, 30*time.Second)
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", log.String())
+		}
+	})
+	return c, g, log
 }

@@ -2,9 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +9,6 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"fieldlink/config"
 	"fieldlink/downlink"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/emutest"
@@ -67,25 +63,7 @@ uplink:
     - {url: "` + b.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm}}
 downlink: {enabled: true, allow_unsigned: true}
 `
-	file := filepath.Join(dir, "site.yaml")
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := config.Load(file, profiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &testtool.SyncBuffer{}
-	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stopWithin(t, g, 30*time.Second)
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", log.String())
-		}
-	})
+	startSiteFile(t, dir, src)
 
 	const birthTopic = "spBv1.0/farm/DBIRTH/gw-dl/valve-1"
 	var birth []byte
@@ -236,25 +214,7 @@ uplink:
   upstreams:
     - {url: "` + b.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm, primary_host: scada}}
 `
-	file := filepath.Join(dir, "site.yaml")
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := config.Load(file, profiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &testtool.SyncBuffer{}
-	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stopWithin(t, g, 30*time.Second)
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", log.String())
-		}
-	})
+	_, g, _ := startSiteFile(t, dir, src)
 	testtool.WaitFor(t, 15*time.Second, "five packets kept in the buffer", func() bool { return g.q.Len() >= 5 })
 	mu.Lock()
 	before := len(msgs)
