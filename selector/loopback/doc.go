@@ -104,8 +104,12 @@
 // runs the lab scenario, unchanged, in the same test: one seed by default
 // (the simulator is the costly part under -race), five in the long mode.
 // When the lab is clear (the same direction on every seed, by a factor of
-// two at least, and for the share by 3 points), the loopback must agree,
-// on its figures pooled over the rounds. The test logs, per scenario and in
+// two at least, and for the share by 3 points), the loopback must not
+// clearly contradict it: the test fails when the loopback reverses the
+// order in every round and, pooled over the rounds, by the same margin.
+// A reversal in some rounds only, or by a few per cent, is a shared
+// machine's noise and counts as a disagreement in the log, not a failure.
+// The test logs, per scenario and in
 // all, how many of the lab's clear orderings the loopback agrees with
 // ("N of M clear lab orderings agree"). Percentiles are reported too; p99
 // is not asserted, because a block of a few seconds puts the sends made

@@ -49,18 +49,28 @@ func TestCompareFlagsDisagreement(t *testing.T) {
 		return []blockResult{{lat: []time.Duration{lat, lat}, faultPicks: picks, faultyHits: hits}}
 	}
 	for _, tc := range []struct {
-		name  string
-		loop  map[string][][]blockResult
-		agree bool
+		name         string
+		loop         map[string][][]blockResult
+		agree, fails bool
 	}{
 		{"agrees", map[string][][]blockResult{
 			"a": {block(5*time.Millisecond, 100, 1), block(6*time.Millisecond, 100, 1)},
 			"b": {block(90*time.Millisecond, 100, 15), block(80*time.Millisecond, 100, 14)},
-		}, true},
+		}, true, false},
 		{"disagrees", map[string][][]blockResult{
 			"a": {block(90*time.Millisecond, 100, 15), block(80*time.Millisecond, 100, 14)},
 			"b": {block(5*time.Millisecond, 100, 1), block(6*time.Millisecond, 100, 1)},
-		}, false},
+		}, false, true},
+		// Reversed in both rounds by a few per cent (6.9 vs 6.6 ms, a
+		// shared machine's noise): not the lab's 2×, so inconclusive.
+		{"reversed by noise", map[string][][]blockResult{
+			"a": {block(6900*time.Microsecond, 100, 1), block(7000*time.Microsecond, 100, 1)},
+			"b": {block(6600*time.Microsecond, 100, 1), block(6700*time.Microsecond, 100, 1)},
+		}, false, false},
+		{"split rounds", map[string][][]blockResult{
+			"a": {block(90*time.Millisecond, 100, 15), block(5*time.Millisecond, 100, 1)},
+			"b": {block(5*time.Millisecond, 100, 1), block(90*time.Millisecond, 100, 15)},
+		}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := compare(sc, []string{"a", "b"}, sim, tc.loop)
@@ -75,6 +85,9 @@ func TestCompareFlagsDisagreement(t *testing.T) {
 				checked++
 				if c.agree != tc.agree {
 					t.Errorf("%s: agree = %v, want %v (%s)", c.metric, c.agree, tc.agree, verdictLoop(c))
+				}
+				if c.contradicts() != tc.fails {
+					t.Errorf("%s: contradicts = %v, want %v (%s)", c.metric, c.contradicts(), tc.fails, verdictLoop(c))
 				}
 			}
 			if checked != 2 {
