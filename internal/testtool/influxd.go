@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -45,16 +44,8 @@ func StartInfluxd(t testing.TB) *Influxd {
 			t.Logf("influxd log:\n%s", d.log.String())
 		}
 	})
-	free := func() int {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().(*net.TCPAddr).Port
-	}
 	for attempt := 1; ; attempt++ {
-		d.port = free()
+		d.port = FreePort(t)
 		conf := fmt.Sprintf(`reporting-disabled = true
 bind-address = "127.0.0.1:%d"
 [meta]
@@ -70,7 +61,7 @@ bind-address = "127.0.0.1:%d"
   store-enabled = false
 [continuous_queries]
   enabled = false
-`, free(), filepath.Join(dir, "meta"), filepath.Join(dir, "data"), filepath.Join(dir, "wal"), d.port)
+`, FreePort(t), filepath.Join(dir, "meta"), filepath.Join(dir, "data"), filepath.Join(dir, "wal"), d.port)
 		if err := os.WriteFile(d.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,58 @@
+package testtool
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The release build's flags are those of the Makefile's field target and
+// packaging's build; a cross build names its target.
+func TestBuildArgsAndEnv(t *testing.T) {
+	b := Build{Tags: []string{"field", "nethttpomithttp2"}, GOARCH: "arm", GOARM: "7", Static: true, Release: true}
+	got := strings.Join(b.Args("/tmp/gw"), " ")
+	want := "build -trimpath -buildvcs=false -ldflags -s -w -tags field,nethttpomithttp2 -o /tmp/gw fieldlink/cmd/gateway"
+	if got != want {
+		t.Errorf("args\n got %s\nwant %s", got, want)
+	}
+	env := b.Env()
+	for _, v := range []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm", "GOARM=7"} {
+		if !slices.Contains(env, v) {
+			t.Errorf("env lacks %s", v)
+		}
+	}
+	if got := strings.Join(Build{Race: true, Package: "fieldlink/x"}.Args("o"), " "); got != "build -race -o o fieldlink/x" {
+		t.Errorf("race args: %s", got)
+	}
+}
+
+func TestFreeAddrIsFree(t *testing.T) {
+	addr := FreeAddr(t)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on FreeAddr's %s: %v", addr, err)
+	}
+	ln.Close()
+	port := FreePort(t)
+	ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil || port == 0 {
+		t.Fatalf("listen on FreePort's %d: %v", port, err)
+	}
+	ln.Close()
+}
+
+func TestHTTPGet(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		fmt.Fprint(w, r.URL.Path)
+	}))
+	defer srv.Close()
+	code, body := HTTPGet(t, srv.URL+"/x")
+	if code != http.StatusTeapot || body != "/x" {
+		t.Errorf("HTTPGet = %d %q", code, body)
+	}
+}
