@@ -16,17 +16,6 @@ import (
 	"fieldlink/internal/testtool"
 )
 
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // healthDaemon is gateway run on a site file in a process of its own (this
 // test binary, through TestHealthHelperProcess), as one version of the
 // gateway runs under systemd: the gate tells versions apart by their
@@ -115,9 +104,9 @@ func TestHealthGate(t *testing.T) {
 	mosq := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
 	_, devAddr := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
-	metricsAddr := freeAddr(t)
+	metricsAddr := testtool.FreeAddr(t)
 	site := healthSiteFile(t, dir, devAddr, mosq.Addr(), metricsAddr)
-	badSite := healthSiteFile(t, dir, freeAddr(t), mosq.Addr(), metricsAddr) // its bus answers nothing
+	badSite := healthSiteFile(t, dir, testtool.FreeAddr(t), mosq.Addr(), metricsAddr) // its bus answers nothing
 	baseline := filepath.Join(dir, "buffer.db.update.json")
 
 	// waitRecord records baselines until one says what.
@@ -222,8 +211,8 @@ func TestHealthGate(t *testing.T) {
 // reason once -wait has passed.
 func TestHealthWithoutDaemon(t *testing.T) {
 	dir := t.TempDir()
-	metricsAddr := freeAddr(t)
-	site := healthSiteFile(t, dir, freeAddr(t), freeAddr(t), metricsAddr)
+	metricsAddr := testtool.FreeAddr(t)
+	site := healthSiteFile(t, dir, testtool.FreeAddr(t), testtool.FreeAddr(t), metricsAddr)
 	code, out, errOut := gw(t, "health", "-c", site, "-record")
 	if code != 0 || !strings.Contains(out, "no daemon answered") {
 		t.Fatalf("health -record: %d %s %s", code, out, errOut)
@@ -243,7 +232,7 @@ func TestHealthSiteFile(t *testing.T) {
 	// variable the updater's environment lacks) is still read for the
 	// two keys the gate needs.
 	dir := t.TempDir()
-	lenient := writeSite(t, fmt.Sprintf("future_key: 1\nmetrics: {listen: %q}\nbuffer: {path: %s/b.db}\nuplink: {upstreams: [{url: \"mqtt://x\", password_env: NOT_SET_HERE}]}\n", freeAddr(t), dir))
+	lenient := writeSite(t, fmt.Sprintf("future_key: 1\nmetrics: {listen: %q}\nbuffer: {path: %s/b.db}\nuplink: {upstreams: [{url: \"mqtt://x\", password_env: NOT_SET_HERE}]}\n", testtool.FreeAddr(t), dir))
 	if code, out, errOut := gw(t, "health", "-c", lenient, "-record"); code != 0 || !strings.Contains(out, dir+"/b.db.update.json") {
 		t.Errorf("lenient read: %d %s %s", code, out, errOut)
 	}
@@ -346,7 +335,7 @@ buses:
 uplink:
   probe: {interval: 200ms, timeout: 100ms}
   upstreams: [{url: "mqtt://%s"}]
-`, metricsAddr, devAddr, freeAddr(t))
+`, metricsAddr, devAddr, testtool.FreeAddr(t))
 	if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}

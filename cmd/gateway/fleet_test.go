@@ -129,7 +129,7 @@ remote_config: {url: "http://127.0.0.1:9/gw-fleet.json", keys: [fleet.pub]}
 // but runs nothing yet); the SIGHUP comes at that moment; once fed, the
 // daemon runs, reloads as asked, and stops cleanly on SIGTERM.
 func TestSIGHUPRightAfterStart(t *testing.T) {
-	bin := buildGateway(t)
+	bin := testtool.BuildGateway(t)
 	_, emu := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
 	site := filepath.Join(dir, "site.yaml")

@@ -20,7 +20,7 @@ import (
 func TestRunWritesToInfluxDB(t *testing.T) {
 	d := testtool.StartInfluxd(t)
 	d.Query("", `CREATE DATABASE "farm"`)
-	bin := buildGateway(t)
+	bin := testtool.BuildGateway(t)
 	_, emu := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
 	site := filepath.Join(dir, "site.yaml")

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -262,12 +261,7 @@ func mustRead(t *testing.T, file string) string {
 // pymodbus, a Modbus implementation nobody here wrote, answers gateway read.
 func TestReadAgainstPymodbus(t *testing.T) {
 	py := testtool.RequirePython(t, "pymodbus", "python3-pymodbus")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testtool.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "../../sensors/modbus/testdata/pymodbus_server.py", "--tcp", fmt.Sprint(port))
@@ -525,12 +519,7 @@ uplink:
 // gateway run serves Prometheus metrics, /healthz and /readyz.
 func TestRunServesMetricsAndHealth(t *testing.T) {
 	_, addr := serve(t, false, "generic-mine-methane")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := testtool.FreeAddr(t)
 	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
 gateway: {id: gw-m}
 metrics: {listen: %q}
@@ -553,13 +542,11 @@ uplink:
 		}
 	}()
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + listen + path)
+		code, body, err := testtool.Get("http://" + listen + path)
 		if err != nil {
 			return 0, err.Error()
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return code, body
 	}
 	testtool.WaitFor(t, 10*time.Second, "/readyz to say ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 	if code, body := get("/healthz"); code != 200 || body != "ok\n" && body != "ok" {

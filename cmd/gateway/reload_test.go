@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -92,12 +91,7 @@ func TestReloadSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	bufPath := filepath.Join(dir, "buf.db")
 	site := filepath.Join(dir, "site.yaml")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := testtool.FreeAddr(t)
 	selectorName := "round_robin"
 	write := func(devices, upstream, extra string) {
 		t.Helper()
@@ -140,12 +134,10 @@ uplink:
 
 	// 1. Add rain-1 and move from upstream A to upstream B.
 	selector := func() string {
-		resp, err := http.Get("http://" + listen + "/metrics")
+		_, body, err := testtool.Get("http://" + listen + "/metrics")
 		if err != nil {
 			return err.Error()
 		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
 		for _, l := range strings.Split(string(body), "\n") {
 			if strings.HasPrefix(l, "fieldlink_selector_info{") {
 				return l

@@ -38,33 +38,6 @@ import (
 	"fieldlink/internal/testtool"
 )
 
-// buildGateway builds this command into a temporary directory.
-func buildGateway(t *testing.T) string {
-	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command in PATH (go test runs with one): %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "gateway")
-	out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// freePort returns a loopback address nothing listens on (now).
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // selfSigned writes a fresh key and self-signed certificate for 127.0.0.1
 // as PEM files in dir and returns their paths and the key's PEM body.
 func selfSigned(t *testing.T, dir, name string) (certFile, keyFile string, pair tls.Certificate, keyBody string) {
@@ -181,7 +154,7 @@ func leaks(text string, secrets map[string]string) []string {
 func TestSecretsNeverLeak(t *testing.T) {
 	mosq := testtool.FindMosquitto(t)
 	mpasswd := testtool.Require(t, "mosquitto_passwd", "mosquitto")
-	bin := buildGateway(t)
+	bin := testtool.BuildGateway(t)
 	dir := t.TempDir()
 
 	raw := make([]byte, 16)
@@ -240,7 +213,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}))
 	t.Cleanup(echo.Close)
 	_, emu := serve(t, false, "generic-wind-speed")
-	metricsAddr := freePort(t)
+	metricsAddr := testtool.FreeAddr(t)
 
 	site := fmt.Sprintf(`site: {id: "001"}
 gateway: {id: gw-secrets}
@@ -263,7 +236,7 @@ uplink:
     - {url: "%s/write?db=farm", encoding: influx_line, token_file: %s, headers_file: %s}
     - {url: "%s/ingest", token_file: %s}
 `, metricsAddr, filepath.Join(dir, "buffer.db"), emu, broker, pwFile,
-		ingest.URL, envName, serverCert, clientCert, clientKey, freePort(t), envName,
+		ingest.URL, envName, serverCert, clientCert, clientKey, testtool.FreeAddr(t), envName,
 		echo.URL, tokFile, hdrFile, echo.URL, tokFile)
 	good := filepath.Join(dir, "site.yaml")
 	if err := os.WriteFile(good, []byte(site), 0o600); err != nil {
@@ -295,13 +268,11 @@ uplink:
 	var scraped []string
 	scrape := func() {
 		get := func(path string) (string, bool) {
-			resp, err := http.Get("http://" + metricsAddr + path)
+			code, body, err := testtool.Get("http://" + metricsAddr + path)
 			if err != nil {
 				return "", false
 			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return string(b), resp.StatusCode == http.StatusOK || path != "/metrics"
+			return body, code == http.StatusOK || path != "/metrics"
 		}
 		testtool.WaitFor(t, 20*time.Second, "the metrics endpoint", func() bool {
 			_, ok := get("/metrics")
@@ -362,7 +333,7 @@ uplink:
 // server that the CA did not sign is refused; with it the gateway warns,
 // at check and at run time.
 func TestInsecureSkipVerifyIsExplicitAndLoud(t *testing.T) {
-	bin := buildGateway(t)
+	bin := testtool.BuildGateway(t)
 	dir := t.TempDir()
 	_, _, serverPair, _ := selfSigned(t, dir, "server")
 	_, emu := serve(t, false, "generic-wind-speed")
