@@ -56,3 +56,9 @@ func TestHTTPGet(t *testing.T) {
 		t.Errorf("HTTPGet = %d %q", code, body)
 	}
 }
+
+func TestGetNothingListening(t *testing.T) {
+	if code, _, err := Get("http://" + FreeAddr(t) + "/"); err == nil || code != 0 {
+		t.Errorf("Get on a closed port = %d, %v; want an error", code, err)
+	}
+}
