@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,20 +16,6 @@ import (
 	"fieldlink/internal/testtool"
 	"fieldlink/sensors"
 )
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
 
 func TestHandler(t *testing.T) {
 	var answering atomic.Bool
@@ -45,19 +30,19 @@ func TestHandler(t *testing.T) {
 	srv := httptest.NewServer(Handler(src))
 	defer srv.Close()
 
-	if code, body := get(t, srv.URL+"/healthz"); code != http.StatusOK || body != "ok\n" {
+	if code, body := testtool.HTTPGet(t, srv.URL+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Errorf("/healthz: %d %q, want 200 \"ok\\n\"", code, body)
 	}
-	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable ||
+	if code, body := testtool.HTTPGet(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable ||
 		body != "not ready: no device answering (1 devices: 1 not polled yet)\n" {
 		t.Errorf("/readyz before a device answers: %d %q", code, body)
 	}
 	answering.Store(true)
-	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusOK || body != "ready\n" {
+	if code, body := testtool.HTTPGet(t, srv.URL+"/readyz"); code != http.StatusOK || body != "ready\n" {
 		t.Errorf("/readyz once a device answers: %d %q", code, body)
 	}
 
-	code, body := get(t, srv.URL+"/metrics")
+	code, body := testtool.HTTPGet(t, srv.URL+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d\n%s", code, body)
 	}
@@ -76,7 +61,7 @@ func TestHandler(t *testing.T) {
 		}
 	}
 
-	if code, _ := get(t, srv.URL+"/nope"); code != http.StatusNotFound {
+	if code, _ := testtool.HTTPGet(t, srv.URL+"/nope"); code != http.StatusNotFound {
 		t.Errorf("/nope: %d, want 404", code)
 	}
 }
@@ -85,7 +70,7 @@ func TestHandler(t *testing.T) {
 func TestHandlerNoReady(t *testing.T) {
 	srv := httptest.NewServer(Handler(Sources{}))
 	defer srv.Close()
-	if code, _ := get(t, srv.URL+"/readyz"); code != http.StatusOK {
+	if code, _ := testtool.HTTPGet(t, srv.URL+"/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz: %d, want 200", code)
 	}
 }
@@ -147,7 +132,7 @@ func TestServe(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("Serve did not start listening")
 			}
-			if code, body := get(t, "http://"+addr+"/healthz"); code != http.StatusOK || body != "ok\n" {
+			if code, body := testtool.HTTPGet(t, "http://"+addr+"/healthz"); code != http.StatusOK || body != "ok\n" {
 				t.Errorf("/healthz: %d %q", code, body)
 			}
 

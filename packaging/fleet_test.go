@@ -82,7 +82,7 @@ func TestFleet(t *testing.T) {
 	broker := testtool.NewMosquitto(t, mosquittoBin)
 	link := newCutLink(t, broker.Addr())
 	got := subscribe(t, broker.Addr())
-	metricsAddr := freeLoopback(t)
+	metricsAddr := testtool.FreeAddr(t)
 
 	c := bootContainer(t, nspawn, nsenter, rootfs)
 	for _, f := range built {
@@ -804,16 +804,6 @@ func (l *cutLink) SetDown(down bool) {
 		}
 		clear(l.conns)
 	}
-}
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func writeFile(t *testing.T, name, content string) {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -117,27 +116,6 @@ buses:
 	}
 }
 
-// buildGateway builds the gateway command of this tree.
-func buildGateway(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gateway")
-	out, err := exec.Command("go", "build", "-o", bin, "fieldlink/cmd/gateway").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // runGateway starts `gateway run -c site` until the test ends; the
 // process is there to signal.
 func runGateway(t *testing.T, bin, site string) (*testtool.SyncBuffer, *os.Process) {
@@ -174,14 +152,14 @@ func runGateway(t *testing.T, bin, site string) (*testtool.SyncBuffer, *os.Proce
 // kept as artefacts.
 func TestBrowser(t *testing.T) {
 	chromium := testtool.Require(t, "chromium", "chromium")
-	bin := buildGateway(t)
+	bin := testtool.BuildGateway(t)
 	mine, wind := newEmu(t, "generic-mine-methane", "jxct-jxbs-3001-co", "generic-mine-oxygen"), newEmu(t, "generic-wind-speed")
 	ingest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer ingest.Close()
-	addr := freePort(t)
+	addr := testtool.FreeAddr(t)
 	c := writeSite(t, fmt.Sprintf(`site: {id: "M001", id_field: MineId, timezone: Asia/Shanghai}
 gateway: {id: gw-mine-1}
 buffer: {path: buf.db}
@@ -395,10 +373,10 @@ func checkWords(t *testing.T, ctx context.Context) {
 // with them.
 func TestBrowserWhenThingsAreWrong(t *testing.T) {
 	chromium := testtool.Require(t, "chromium", "chromium")
-	bin := buildGateway(t)
+	bin := testtool.BuildGateway(t)
 	mine := newEmu(t, "generic-mine-methane", "jxct-jxbs-3001-co", "generic-mine-oxygen")
-	closed := freePort(t) // nothing listens there
-	addr := freePort(t)
+	closed := testtool.FreeAddr(t) // nothing listens there
+	addr := testtool.FreeAddr(t)
 	c := writeSite(t, fmt.Sprintf(`site: {id: "M001", id_field: MineId, timezone: Asia/Shanghai}
 gateway: {id: gw-mine-1}
 buffer: {path: buf.db}

@@ -77,23 +77,9 @@ type doc struct {
 	Downlink json.RawMessage `json:"downlink"`
 }
 
-func fetch(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
 func fetchDoc(t *testing.T, url string) *doc {
 	t.Helper()
-	code, body := fetch(t, url+"/status.json")
+	code, body := testtool.HTTPGet(t, url+"/status.json")
 	if code != http.StatusOK {
 		t.Fatalf("/status.json: %d\n%s", code, body)
 	}
@@ -244,7 +230,7 @@ func TestJSONDeviceOfflineAndBack(t *testing.T) {
 
 	// The page says the same: the device offline, its points without a
 	// number.
-	code, page := fetch(t, srv.URL+"/")
+	code, page := testtool.HTTPGet(t, srv.URL+"/")
 	if code != 200 || !strings.Contains(page, `data-device="wind-1" data-health="offline"`) || !strings.Contains(page, `data-device="ch4-1" data-health="ok"`) {
 		t.Fatalf("page: %d\n%s", code, page)
 	}
@@ -374,11 +360,11 @@ func TestJSONUpstreamDownSaysWhy(t *testing.T) {
 // page among the warnings above everything.
 func TestTwoGatewaysOneIDSaySo(t *testing.T) {
 	broker := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
-	bin := buildGateway(t)
+	bin := testtool.BuildGateway(t)
 	e := newEmu(t, "generic-mine-methane")
 	var urls []string
 	for range 2 {
-		addr := freePort(t)
+		addr := testtool.FreeAddr(t)
 		c := writeSite(t, fmt.Sprintf(`site: {id: "M9"}
 gateway: {id: gw-cloned}
 buffer: {path: buf.db}
@@ -411,7 +397,7 @@ uplink:
 			return le != nil && strings.HasPrefix(*le, words)
 		})
 	}
-	_, page := fetch(t, urls[0]+"/")
+	_, page := testtool.HTTPGet(t, urls[0]+"/")
 	i, j := strings.Index(page, "id=alerts"), strings.Index(page, "id=summary")
 	if i < 0 || i > j || !strings.Contains(page[i:j], html.EscapeString(words)) {
 		t.Errorf("the page's warnings do not say another client uses the id:\n%.3000s", page)
