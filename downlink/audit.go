@@ -16,11 +16,11 @@ import (
 // returns an error.
 func (s *Store) Audit(fn func(AuditEntry) error) error { return ReadAudit(s.aux, fn) }
 
-// Verify checks the audit log's chain: see VerifyAudit.
+// Verify checks the audit log's chain: see verifyAudit.
 func (s *Store) Verify() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return VerifyAudit(s.aux)
+	return verifyAudit(s.aux)
 }
 
 // AuditEntry is one entry of the audit log, stored as its JSON (which
@@ -119,7 +119,7 @@ func auditKey(seq uint64) string { return fmt.Sprintf("%s%016x", prefixAudit, se
 // chainHash is the hash of an entry whose JSON without its hash is body,
 // after the entry whose hash is prev (hex).
 func chainHash(prev string, body []byte) string {
-	p, _ := hex.DecodeString(prev) // ours, or checked by VerifyAudit
+	p, _ := hex.DecodeString(prev) // ours, or checked by verifyAudit
 	h := sha256.New()
 	h.Write(p)
 	h.Write(body)
@@ -182,12 +182,12 @@ func (e *AuditError) Error() string {
 	return fmt.Sprintf("audit log: entry %d: %s", e.Seq, e.Reason)
 }
 
-// VerifyAudit checks the audit log kept in aux: every entry's hash, every
+// verifyAudit checks the audit log kept in aux: every entry's hash, every
 // link to the entry before, no entry missing in the middle or at either
 // end. It returns an *AuditError naming the first entry that breaks the
 // chain. It reads only. (Whoever can rewrite the file can rewrite the whole
 // chain from an entry on; the log shows edits, it cannot prevent them.)
-func VerifyAudit(aux AuxReader) error {
+func verifyAudit(aux AuxReader) error {
 	h, ok, err := readHead(aux)
 	if err != nil {
 		return err
@@ -301,7 +301,7 @@ func (s AuditSummary) String() string {
 	return fmt.Sprintf("ok, entries %d to %d (%d), every hash and link checks out", s.First, s.Last, s.Entries)
 }
 
-// CheckAudit verifies the log's hash chain (see VerifyAudit) and counts
+// CheckAudit verifies the log's hash chain (see verifyAudit) and counts
 // its entries.
 func CheckAudit(aux AuxReader) (AuditSummary, error) {
 	var s AuditSummary
@@ -313,7 +313,7 @@ func CheckAudit(aux AuxReader) (AuditSummary, error) {
 		return nil
 	})
 	if err == nil {
-		err = VerifyAudit(aux)
+		err = verifyAudit(aux)
 	}
 	return s, err
 }

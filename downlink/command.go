@@ -29,8 +29,8 @@ import (
 const (
 	// MaxCommandSize bounds a command's JSON.
 	MaxCommandSize = 4 << 10
-	// MaxIDLength bounds an id: letters, digits and "._:-".
-	MaxIDLength = 64
+	// maxIDLength bounds an id: letters, digits and "._:-".
+	maxIDLength = 64
 	// maxNameLength bounds device, point and actor.
 	maxNameLength = 128
 	// maxValueLength bounds the text of a value.
@@ -39,9 +39,9 @@ const (
 	maxTimeLength = 64
 )
 
-// SigningContext is the use a command signature is made for (see package
+// signingContext is the use a command signature is made for (see package
 // signing): a command signature is good for nothing else.
-const SigningContext = "fieldlink command v1"
+const signingContext = "fieldlink command v1"
 
 // Command is one write to an actuator, as the platform sends it:
 //
@@ -171,7 +171,7 @@ func (c *Command) setField(key string, raw json.RawMessage) error {
 		if err != nil {
 			return err
 		}
-		t, err := ParseTimestamp(s)
+		t, err := parseTimestamp(s)
 		if key == "issued_at" {
 			c.IssuedAt = t
 		} else {
@@ -211,11 +211,11 @@ func jsonString(raw json.RawMessage) (string, error) {
 	return s, nil
 }
 
-// checkID accepts 1 to MaxIDLength letters, digits and "._:-": safe in a
+// checkID accepts 1 to maxIDLength letters, digits and "._:-": safe in a
 // key, a topic and a log line.
 func checkID(s string) error {
-	if s == "" || len(s) > MaxIDLength {
-		return fmt.Errorf("%d characters, want 1 to %d", len(s), MaxIDLength)
+	if s == "" || len(s) > maxIDLength {
+		return fmt.Errorf("%d characters, want 1 to %d", len(s), maxIDLength)
 	}
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
@@ -326,7 +326,7 @@ func (c *Command) UnmarshalJSON(data []byte) error {
 }
 
 // SignedMessage returns what a command signature signs (under
-// SigningContext): the fields id, device, point, value, issued_at,
+// signingContext): the fields id, device, point, value, issued_at,
 // expires_at and actor, in that order, each as a netstring
 // "<length in bytes>:<bytes>," of its text as sent (strings unescaped, the
 // value as its JSON text, absent fields empty). A signer builds it from the
@@ -344,7 +344,7 @@ func (c Command) SignedMessage() []byte {
 
 // Sign returns c signed with key.
 func Sign(c Command, key ed25519.PrivateKey) Command {
-	c.Signature = base64.StdEncoding.EncodeToString(signing.Sign(key, SigningContext, c.SignedMessage()))
+	c.Signature = base64.StdEncoding.EncodeToString(signing.Sign(key, signingContext, c.SignedMessage()))
 	return c
 }
 
@@ -358,7 +358,7 @@ func (c Command) Verify(keys []ed25519.PublicKey) error {
 	if err != nil {
 		return fmt.Errorf("command %s: signature: not base64", c.ID)
 	}
-	if err := signing.Verify(keys, SigningContext, c.SignedMessage(), sig); err != nil {
+	if err := signing.Verify(keys, signingContext, c.SignedMessage(), sig); err != nil {
 		return fmt.Errorf("command %s: %w", c.ID, err)
 	}
 	return nil
@@ -459,8 +459,8 @@ type Timestamp struct{ text string }
 // NewTimestamp returns t as a Timestamp, in UTC to the nanosecond.
 func NewTimestamp(t time.Time) Timestamp { return Timestamp{t.UTC().Format(time.RFC3339Nano)} }
 
-// ParseTimestamp reads an RFC 3339 time.
-func ParseTimestamp(s string) (Timestamp, error) {
+// parseTimestamp reads an RFC 3339 time.
+func parseTimestamp(s string) (Timestamp, error) {
 	if len(s) > maxTimeLength {
 		return Timestamp{}, fmt.Errorf("%d characters: not an RFC 3339 time", len(s))
 	}

@@ -214,7 +214,7 @@ func TestValueAndTimestamp(t *testing.T) {
 	if !(Timestamp{}).Time().IsZero() {
 		t.Error("no time is not the zero time")
 	}
-	if _, err := ParseTimestamp(strings.Repeat("9", 65)); err == nil {
+	if _, err := parseTimestamp(strings.Repeat("9", 65)); err == nil {
 		t.Error("a 65-character timestamp")
 	}
 }

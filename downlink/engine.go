@@ -26,15 +26,15 @@ const (
 	// WriteTimeout bounds one command on the bus: waiting for its turn,
 	// the write and its read-back, retries included.
 	WriteTimeout = 10 * time.Second
-	// MaxAttempts is how often an idempotent point is written when the
+	// maxAttempts is how often an idempotent point is written when the
 	// outcome stays unknown; other points are written once.
-	MaxAttempts = 3
-	// FutureSkew is how far ahead of the gateway's clock issued_at may be.
-	FutureSkew = 30 * time.Second
+	maxAttempts = 3
+	// futureSkew is how far ahead of the gateway's clock issued_at may be.
+	futureSkew = 30 * time.Second
 	// recentKept is how many results Recent remembers.
 	recentKept = 20
-	// DataType is the packets' DataType for the record of a command.
-	DataType = "Command"
+	// commandDataType is the packets' DataType for the record of a command.
+	commandDataType = "Command"
 )
 
 // Site is the part of the sensors the engine writes through.
@@ -285,7 +285,7 @@ func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result
 	defer cancel()
 	attempts := 1
 	if p.rule.Idempotent {
-		attempts = MaxAttempts
+		attempts = maxAttempts
 	}
 	for n := 1; ; n++ {
 		out, err := e.opt.Site.Write(ctx, p.device, p.reg.Name, v)
@@ -340,7 +340,7 @@ func (e *Engine) untimely(cmd Command, now time.Time) (Status, string) {
 		return StatusExpired, fmt.Sprintf("expired at %s", cmd.ExpiresAt)
 	case now.Sub(issued) > e.maxAge:
 		return StatusExpired, fmt.Sprintf("issued %s ago, more than max_age %v", now.Sub(issued).Round(time.Second), e.maxAge)
-	case issued.Sub(now) > FutureSkew:
+	case issued.Sub(now) > futureSkew:
 		return StatusRejected, fmt.Sprintf("issued_at %s is %s ahead of the gateway's clock", cmd.IssuedAt, issued.Sub(now).Round(time.Second))
 	}
 	return "", ""
@@ -495,7 +495,7 @@ func recordOf(cmd *Command, res Result) *packet.Packet {
 		{Name: "Actor", Value: packet.String(cmd.Actor)},
 		{Name: "Reason", Value: packet.String(res.Reason)},
 	}
-	return &packet.Packet{At: res.At, DeviceID: cmd.Device, DataType: DataType, Fields: f}
+	return &packet.Packet{At: res.At, DeviceID: cmd.Device, DataType: commandDataType, Fields: f}
 }
 
 // fromPacket turns a read-back into a result value.

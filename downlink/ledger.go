@@ -24,25 +24,26 @@ type AuxReader interface {
 	ScanAux(prefix string, fn func(key string, value []byte) error) error
 }
 
-// Defaults of StoreOptions.
+// Defaults of StoreOptions (its fields say them).
 const (
-	// DefaultKeep is how long a command id is remembered, in time the
+	// defaultKeep is how long a command id is remembered, in time the
 	// gateway has seen pass, and the least a store is given: a platform
 	// may redeliver within a day.
-	DefaultKeep = 24 * time.Hour
-	// DefaultMaxAuditEntries is how many audit entries are kept, the
+	defaultKeep = 24 * time.Hour
+	// defaultMaxAuditEntries is how many audit entries are kept, the
 	// newest: a few megabytes of the buffer file.
-	DefaultMaxAuditEntries = 20000
+	defaultMaxAuditEntries = 20000
 )
 
 // StoreOptions tune a Store. The zero value is the defaults.
 type StoreOptions struct {
 	// Keep is how long an id is remembered after the command arrived (or
 	// after its issued_at, if later), counted in elapsed time the store
-	// has observed: see Elapsed. Under DefaultKeep means DefaultKeep.
+	// has observed: see Elapsed. Under 24 hours (a day, within which a
+	// platform may redeliver) means 24 hours.
 	Keep time.Duration
 	// MaxAuditEntries bounds the audit log: the oldest entries go. Zero
-	// or less means DefaultMaxAuditEntries.
+	// or less means 20,000 (a few megabytes of the buffer file).
 	MaxAuditEntries int
 	// Now is the wall clock for opening (restart recovery, the audit
 	// log's times); Begin and Finish are given their times. Nil means
@@ -60,9 +61,9 @@ type StoreOptions struct {
 }
 
 func (o StoreOptions) withDefaults() StoreOptions {
-	o.Keep = max(o.Keep, DefaultKeep)
+	o.Keep = max(o.Keep, defaultKeep)
 	if o.MaxAuditEntries <= 0 {
-		o.MaxAuditEntries = DefaultMaxAuditEntries
+		o.MaxAuditEntries = defaultMaxAuditEntries
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -99,7 +100,7 @@ const (
 
 // Reasons the store gives.
 const (
-	ReasonRestarted = "gateway restarted while the command ran"
+	reasonRestarted = "gateway restarted while the command ran"
 	reasonRunning   = "a duplicate of a command still running: its result follows"
 )
 
@@ -213,7 +214,7 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 			b.putID(&r)
 		}
 		if r.Result == nil {
-			r.Result = &Result{ID: id, Status: StatusUnknownOutcome, Reason: ReasonRestarted, Value: r.Command.Value, At: now}
+			r.Result = &Result{ID: id, Status: StatusUnknownOutcome, Reason: reasonRestarted, Value: r.Command.Value, At: now}
 			b.putID(&r)
 			b.audit(now, KindResult, r.Command, r.Result, "")
 		}

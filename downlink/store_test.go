@@ -182,7 +182,7 @@ func TestRestartClosesRunningCommands(t *testing.T) {
 	buf = openBuffer(t, path)
 	s = openStore(t, buf, t0.Add(time.Minute), StoreOptions{})
 	r := begin(t, s, a, t0.Add(2*time.Minute))
-	if r == nil || r.Status != StatusUnknownOutcome || r.Reason != ReasonRestarted || !r.At.Equal(t0.Add(time.Minute)) {
+	if r == nil || r.Status != StatusUnknownOutcome || r.Reason != reasonRestarted || !r.At.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("the command running at the restart: %+v", r)
 	}
 	if r := begin(t, s, b, t0.Add(2*time.Minute)); r == nil || r.Status != StatusFailed || r.Reason != "slave 3: timeout" {
@@ -596,7 +596,7 @@ func TestAuditDetectsTampering(t *testing.T) {
 			if err := buf.PutAux(auditKey(5), b.put[auditKey(5)]); err != nil {
 				t.Fatal(err)
 			}
-			if err := VerifyAudit(buf); err == nil || err.(*AuditError).Seq != 6 {
+			if err := verifyAudit(buf); err == nil || err.(*AuditError).Seq != 6 {
 				t.Fatalf("the forged entry itself must check out, the next must not: %v", err)
 			}
 			return buf
@@ -605,7 +605,7 @@ func TestAuditDetectsTampering(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			buf, path := auditFixture(t)
 			buf = c.tamper(t, buf, path)
-			err := VerifyAudit(buf)
+			err := verifyAudit(buf)
 			var ae *AuditError
 			if !errors.As(err, &ae) || ae.Seq != c.seq || !strings.Contains(ae.Error(), c.reason) {
 				t.Fatalf("Verify: %v, want entry %d: %q", err, c.seq, c.reason)
