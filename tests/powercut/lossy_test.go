@@ -65,44 +65,13 @@ func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, mode string
 	control, full := mode == "control", mode == "full"
 	rng, seed := seeded(t)
 	dir := t.TempDir()
-	mnt := filepath.Join(dir, "power")
-	if err := os.Mkdir(mnt, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		testtool.Unsupported(t, "/dev/fuse: the lossy filesystem is a FUSE filesystem")
-	}
-	testtool.Require(t, "fusermount3", "fuse3")
-	lfs, err := MountLossy(mnt)
-	if err != nil {
-		testtool.Unsupported(t, err.Error())
-	}
-	t.Cleanup(func() {
-		if err := lfs.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	lfs, mnt := mountLossyIn(t, dir)
 	_, emuAddr := emutest.Serve(t, false, siteDevices...)
 	broker := testtool.StartMosquitto(t, mosq)
 	subscribe(t, broker, led)
 	uplink := newLink(t, broker)
 	site := siteFile(t, dir, emuAddr, uplink.Addr(), filepath.Join(mnt, "buffer.db"), full)
-	logPath := filepath.Join(dir, "gateway.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &lockedWriter{w: logf}
-	t.Cleanup(func() {
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 20000 {
-				b = append([]byte("…"), b[len(b)-20000:]...)
-			}
-			t.Logf("gateway log (%s):\n%s", logPath, b)
-		}
-	})
+	log := gatewayLog(t, dir)
 	env := os.Environ()
 	if control {
 		env = append(env, agent.UnsafeNoSyncEnv+"=1")
@@ -216,6 +185,49 @@ func runLossy(t *testing.T, bin, mosq string, led *ledger, cuts int, mode string
 		}
 	}
 	return f
+}
+
+// mountLossyIn mounts a [LossyFS] on dir/power until the test ends, or
+// skips the test where FUSE is missing (fails it in CI).
+func mountLossyIn(t *testing.T, dir string) (*LossyFS, string) {
+	t.Helper()
+	mnt := filepath.Join(dir, "power")
+	if err := os.Mkdir(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testtool.Unsupported(t, "/dev/fuse: the lossy filesystem is a FUSE filesystem")
+	}
+	testtool.Require(t, "fusermount3", "fuse3")
+	lfs, err := MountLossy(mnt)
+	if err != nil {
+		testtool.Unsupported(t, err.Error())
+	}
+	t.Cleanup(func() {
+		if err := lfs.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return lfs, mnt
+}
+
+// gatewayLog is dir/gateway.log, where the boots' stderr goes; its tail
+// is shown when the test fails.
+func gatewayLog(t *testing.T, dir string) *lockedWriter {
+	t.Helper()
+	logPath := filepath.Join(dir, "gateway.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("gateway log (%s):\n%s", logPath, tail(string(b), 20000))
+		}
+	})
+	return &lockedWriter{w: logf}
 }
 
 // leftInBuffer is what the stopped gateway's buffer holds (gateway buffer
