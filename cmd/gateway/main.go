@@ -20,7 +20,7 @@ import (
 
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
-	"fieldlink/journal"
+	"fieldlink/internal/journal"
 	"fieldlink/sensors/profile"
 	"fieldlink/yamlconf"
 )
