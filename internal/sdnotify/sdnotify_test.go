@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"fieldlink/sdnotify"
+	"fieldlink/internal/sdnotify"
 )
 
 // listen binds a unixgram socket the way systemd does, points
