@@ -15,6 +15,7 @@ import (
 	"fieldlink/config"
 	"fieldlink/downlink"
 	"fieldlink/fleet"
+	"fieldlink/internal/cardstore"
 	"fieldlink/internal/kclock"
 	"fieldlink/metrics"
 	"fieldlink/packet"
@@ -61,8 +62,11 @@ type Options struct {
 type Agent struct {
 	log *slog.Logger
 	opt Options
-	q   *buffer.Buffer   // nil without an uplink
+	q   *cardstore.Store // the card's buffer and the volatile one; nil without an uplink
 	in  *buffer.Appender // nil without an uplink
+
+	stopRetry context.CancelFunc // ends q's retries of a failed card
+	retryDone chan struct{}
 
 	cur atomic.Pointer[parts]
 
@@ -116,11 +120,15 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 	}
 	p := &parts{cfg: c, site: site}
 	if c.Uplink != nil {
-		if g.q, err = OpenBuffer(c, g.log); err != nil {
+		if g.q, err = openStore(c, g.log); err != nil {
 			site.Close()
 			return nil, err
 		}
-		if err := g.startDownlink(c); err != nil {
+		if g.q.Card() == nil {
+			// A card that fails from the start: no command ledger to
+			// keep a command from running twice, so none runs.
+			g.log.Error("commands from the platform are refused until the gateway restarts on a card that works: their ledger is on the card")
+		} else if err := g.startDownlink(c); err != nil {
 			site.Close()
 			_ = g.q.Close()
 			return nil, err
@@ -136,6 +144,10 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			Logger: g.log.With("component", "buffer"), OnFatal: g.fail, OnStored: opt.OnPacket,
 		})
 		go g.in.Run()
+		var rctx context.Context
+		rctx, g.stopRetry = context.WithCancel(context.Background())
+		g.retryDone = make(chan struct{})
+		go func() { defer close(g.retryDone); g.q.Run(rctx) }()
 	}
 	g.cur.Store(p)
 	g.status.loaded(c)
@@ -248,6 +260,8 @@ func (g *Agent) Stop() error {
 	}
 	p.site.Close()
 	if g.q != nil {
+		g.stopRetry()
+		<-g.retryDone
 		_ = g.q.Close()
 	}
 	return g.Fatal()
@@ -263,8 +277,19 @@ func (g *Agent) Config() *config.Config { return g.cur.Load().cfg }
 // Site is the sensors side in force.
 func (g *Agent) Site() *Site { return g.cur.Load().site }
 
-// Buffer is the gateway's buffer; nil without an uplink.
-func (g *Agent) Buffer() *buffer.Buffer { return g.q }
+// Buffer is the gateway's buffer on the card; nil without an uplink, or
+// while the card's buffer is not open (see [Agent.Store]).
+func (g *Agent) Buffer() *buffer.Buffer {
+	if g.q == nil {
+		return nil
+	}
+	b, _ := g.q.Card().(*buffer.Buffer)
+	return b
+}
+
+// Store is the gateway's buffer with its fallback for a failing card;
+// nil without an uplink.
+func (g *Agent) Store() *cardstore.Store { return g.q }
 
 // Counts are the packets the appender stored and could not store.
 func (g *Agent) Counts() (stored, failed uint64) {
@@ -312,7 +337,8 @@ func (g *Agent) Sources() metrics.Sources {
 	if g.q == nil {
 		return src
 	}
-	src.Buffer = func() (buffer.Stats, bool) { return g.q.Stats(), true }
+	src.Buffer = g.q.Stats
+	src.Durability = func() metrics.Durability { return durability(g.q.State()) }
 	src.Remote = g.remoteState
 	if e := g.commands; e != nil {
 		src.Downlink = func() metrics.DownlinkStatus { return downlinkStatus(g.Config(), e) }

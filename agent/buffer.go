@@ -14,6 +14,8 @@ import (
 
 	"fieldlink/buffer"
 	"fieldlink/config"
+	"fieldlink/internal/cardstore"
+	"fieldlink/metrics"
 )
 
 // ServiceUser is the user the Debian package creates and runs the service
@@ -41,6 +43,41 @@ func openBuffer(c *config.Config, log *slog.Logger) (q *buffer.Buffer, adopt fun
 	if err != nil {
 		return nil, nil, fmt.Errorf("buffer %s: %w", c.Buffer.Path, err)
 	}
+	q, err = buffer.Open(c.Buffer.Path, bufferOptions(c, log))
+	aerr := adopt()
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, nil, fmt.Errorf("buffer %s: %w (set buffer.path in %s to a file this user may create, such as ./buffer.db to try it out; the installed service runs as the %s user, which owns /var/lib/fieldlink)", c.Buffer.Path, err, c.File, ServiceUser)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("buffer %s: %w", c.Buffer.Path, err)
+	}
+	if aerr != nil {
+		q.Close()
+		return nil, nil, fmt.Errorf("buffer %s: %w", c.Buffer.Path, aerr)
+	}
+	return q, adopt, nil
+}
+
+// openStore opens a site's buffer (as OpenBuffer) with its fallback for a
+// failing card (see [cardstore]): a card that fails with an I/O error, a
+// read-only or a full file system starts the gateway without it, not
+// durable, and is tried again on a backoff.
+func openStore(c *config.Config, log *slog.Logger) (*cardstore.Store, error) {
+	return cardstore.Open(cardstore.Options{
+		Path: c.Buffer.Path, Buffer: bufferOptions(c, log),
+		OpenCard: func() (cardstore.Card, error) {
+			q, _, err := openBuffer(c, log)
+			if err != nil {
+				return nil, err
+			}
+			return q, nil
+		},
+		Logger: log.With("component", "buffer"),
+	})
+}
+
+// bufferOptions are the buffer options of c's site file.
+func bufferOptions(c *config.Config, log *slog.Logger) buffer.Options {
 	opt := buffer.Options{
 		SyncEvery:  c.Buffer.SyncEvery,
 		MaxBytes:   int64(c.Buffer.MaxBytes),
@@ -56,19 +93,7 @@ func openBuffer(c *config.Config, log *slog.Logger) (q *buffer.Buffer, adopt fun
 		log.Error("UNSAFE: "+UnsafeNoSyncEnv+"=1 turns the buffer's fsync off: a power cut loses packets counted as stored. It is the power cut tests' control; never set it in the field",
 			"path", c.Buffer.Path)
 	}
-	q, err = buffer.Open(c.Buffer.Path, opt)
-	aerr := adopt()
-	if errors.Is(err, fs.ErrPermission) {
-		return nil, nil, fmt.Errorf("buffer %s: %w (set buffer.path in %s to a file this user may create, such as ./buffer.db to try it out; the installed service runs as the %s user, which owns /var/lib/fieldlink)", c.Buffer.Path, err, c.File, ServiceUser)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("buffer %s: %w", c.Buffer.Path, err)
-	}
-	if aerr != nil {
-		q.Close()
-		return nil, nil, fmt.Errorf("buffer %s: %w", c.Buffer.Path, aerr)
-	}
-	return q, adopt, nil
+	return opt
 }
 
 // OpenStoppedBuffer opens a site's buffer for a command run beside a
@@ -231,4 +256,10 @@ func ownerOf(p string) int {
 		return -1
 	}
 	return int(st.Uid)
+}
+
+// durability is the store's state as the metrics and the status page take
+// it.
+func durability(s cardstore.State) metrics.Durability {
+	return metrics.Durability{Durable: s.Durable, Reason: string(s.Fault), Words: s.Words, Since: s.Since, Volatile: s.Volatile}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"fieldlink/buffer"
 	"fieldlink/config"
 	"fieldlink/selector"
 )
@@ -24,9 +23,15 @@ const irlbInterval = 5 * time.Minute
 // model is saved in the buffer.
 func legacyIRLBModelFile(c *config.Config) string { return c.Buffer.Path + ".irlb.model" }
 
+// auxStore is where the irlb model is saved: the buffer's aux state.
+type auxStore interface {
+	Aux(key string) ([]byte, error)
+	PutAux(key string, value []byte) error
+}
+
 // restoreIRLB puts back the irlb strategy's saved model, if there is a
 // usable one, and says where it came from.
-func restoreIRLB(c *config.Config, q *buffer.Buffer, s *selector.IRLB, log *slog.Logger) {
+func restoreIRLB(c *config.Config, q auxStore, s *selector.IRLB, log *slog.Logger) {
 	data, err := q.Aux(irlbModelKey)
 	from := "buffer"
 	if err == nil && data == nil {
@@ -52,7 +57,7 @@ func restoreIRLB(c *config.Config, q *buffer.Buffer, s *selector.IRLB, log *slog
 // trainIRLB restores the irlb strategy's saved model, then retrains it on
 // the connection history every interval (off the pick path) and saves it
 // in the buffer, until ctx ends.
-func trainIRLB(ctx context.Context, c *config.Config, q *buffer.Buffer, s *selector.IRLB, interval time.Duration, log *slog.Logger) {
+func trainIRLB(ctx context.Context, c *config.Config, q auxStore, s *selector.IRLB, interval time.Duration, log *slog.Logger) {
 	restoreIRLB(c, q, s, log)
 	t := time.NewTicker(interval)
 	defer t.Stop()

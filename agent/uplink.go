@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 
-	"fieldlink/buffer"
 	"fieldlink/config"
+	"fieldlink/internal/cardstore"
 	"fieldlink/selector"
 	"fieldlink/uplink"
 )
@@ -49,7 +49,7 @@ func Strategy(u *config.Uplink) (selector.Strategy, error) {
 // startUplink connects c's upstreams and starts delivering from q.
 // subs are subscribed on every MQTT upstream (see Agent.subscriptions);
 // sp serves Sparkplug B upstreams.
-func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription, sp sparkplugHooks, log *slog.Logger) (*uplinkSide, error) {
+func startUplink(c *config.Config, q *cardstore.Store, subs []uplink.Subscription, sp sparkplugHooks, log *slog.Logger) (*uplinkSide, error) {
 	u := c.Uplink
 	strat, err := Strategy(u)
 	if err != nil {
@@ -60,7 +60,7 @@ func startUplink(c *config.Config, q *buffer.Buffer, subs []uplink.Subscription,
 	s.pool = uplink.NewPool(uplink.PoolConfig{
 		Subscriptions: subs,
 		Table:         s.table, Delivery: s.delivery, Window: u.Window, Batch: u.Batch, StatusTopic: u.StatusTopic,
-		ProbeInterval: u.Probe.Interval, ProbeTimeout: u.Probe.Timeout,
+		ProbeInterval: u.Probe.Interval, ProbeTimeout: u.Probe.Timeout, ProbeTopic: u.ProbeTopic,
 		Vars:      topicVars(c),
 		GatewayID: c.Gateway.ID, Epoch: q.Epoch(), Logger: log,
 	})

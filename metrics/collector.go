@@ -43,6 +43,7 @@ type descs struct {
 	bufEvictions, bufRejected, bufCorrupt, bufSalvages, bufSalvageLost      *desc
 	bufLostUncommitted, bufCompactions                                      *desc
 	bufDeadLetters, bufDeadDropped, bufDeadRecords, bufDeadBytes            *desc
+	bufDurable, bufVolatile                                                 *desc
 
 	delRetries, delReleased, delDeadLettered, delInFlight *desc
 
@@ -87,6 +88,8 @@ func newDescs() descs {
 	d.mbDiscarded = n("modbus_discarded_bytes_total", "Bytes read from the bus and thrown away: stale input or stale replies.", "bus")
 
 	d.bufRecords = n("buffer_records", "Records stored in the buffer, by queue (kind alarm or normal).", "kind")
+	d.bufDurable = n("buffer_durable", "1 while packets are stored on the card before they count as taken (reason ok, or slow: the card's writes take 2 s or more), 0 while they go upstream from a volatile buffer in memory (reason io_error, read_only or full).", "reason")
+	d.bufVolatile = n("buffer_volatile_records", "Packets held in the volatile buffer in memory, lost by a power cut: live readings kept while the card cannot store them.")
 	d.bufLeased = n("buffer_leased_records", "Records handed to the delivery loop and not yet acknowledged or released.")
 	d.bufBytes = n("buffer_bytes", "Bytes of the records stored, as the max_bytes bound counts them.")
 	d.bufMaxBytes = n("buffer_max_bytes", "The max_bytes bound of the buffer.")
@@ -255,6 +258,15 @@ func (c *Collector) collectModbus(ch *scrape) {
 }
 
 func (c *Collector) collectBuffer(ch *scrape) {
+	if c.src.Durability != nil {
+		s := c.src.Durability()
+		v := 0.0
+		if s.Durable {
+			v = 1
+		}
+		gauge(ch, c.d.bufDurable, v, s.Reason)
+		gauge(ch, c.d.bufVolatile, float64(s.Volatile))
+	}
 	if c.src.Buffer == nil {
 		return
 	}

@@ -76,6 +76,9 @@ func fakeSources() Sources {
 				DeadDepth: 3, DeadBytes: 900,
 			}, true
 		},
+		Durability: func() Durability {
+			return Durability{Durable: false, Reason: "read_only", Words: "buffer not durable: the card is read-only", Volatile: 7}
+		},
 		Delivery: func() (uplink.DeliveryStats, bool) {
 			return uplink.DeliveryStats{Delivered: 188, Retried: 6, DeadLettered: 1, Released: 21, InFlight: 2,
 				Upstreams: []uplink.UpstreamCounters{

@@ -31,6 +31,9 @@ type Sources struct {
 	// Buffer returns the buffer's statistics; ok is false when the site
 	// has no buffer (no uplink).
 	Buffer func() (st buffer.Stats, ok bool)
+	// Durability says whether the buffer stores packets on the card; nil
+	// without a buffer.
+	Durability func() Durability
 	// Delivery returns the delivery loop's counters; ok is false when the
 	// site has no uplink.
 	Delivery func() (st uplink.DeliveryStats, ok bool)
@@ -76,6 +79,21 @@ type Sources struct {
 	// Downlink returns the downlink's state. Nil when the gateway has no
 	// downlink: the page then leaves it out.
 	Downlink func() DownlinkStatus
+}
+
+// Durability is whether the buffer stores packets on the card before
+// they count as taken.
+type Durability struct {
+	Durable bool
+	// Reason is ok, slow (durable, the card's writes are slow), io_error,
+	// read_only or full (not durable).
+	Reason string
+	// Words say it for the technician ("buffer not durable: the card is
+	// read-only"); "" when all is well.
+	Words string
+	Since time.Time
+	// Volatile is how many packets wait in memory (lost by a power cut).
+	Volatile int
 }
 
 // SiteInfo is who a gateway is and what it runs.

@@ -269,9 +269,20 @@ func (p *writer) summary(s *Snapshot) {
 		p.raw(` · ` + itoa(s.Buffer.Waiting) + ` packets waiting`)
 	}
 	p.raw(`</p></section>`)
-	if problems == 0 && s.Clock.Problem == nil && !s.Site.Config.Changed && (s.Downlink == nil || !s.Downlink.Unsigned) {
+	if problems == 0 && s.Clock.Problem == nil && !s.Site.Config.Changed && (s.Downlink == nil || !s.Downlink.Unsigned) &&
+		(s.Buffer == nil || s.Buffer.DurabilityProblem == nil) {
 		p.raw(`<p class=allok>Nothing needs a look.</p>`)
 	}
+}
+
+// durabilityText is the headline of a card that fails: what the buffer
+// does meanwhile, in words.
+func durabilityText(b *Buffer) string {
+	t := *b.DurabilityProblem
+	if !b.Durable {
+		t += "; live readings go upstream from memory (" + plural(b.Volatile, "packet") + " waiting there, lost by a power cut) until the card recovers"
+	}
+	return t
 }
 
 // stallText is the headline of a stall: how long nothing was delivered,
@@ -345,6 +356,9 @@ func (p *writer) alerts(s *Snapshot) {
 	}
 	if d := s.Downlink; d != nil && d.Unsigned {
 		msgs = append(msgs, "Downlink: "+unsignedWords+".")
+	}
+	if b := s.Buffer; b != nil && b.DurabilityProblem != nil {
+		msgs = append(msgs, durabilityText(b)+".")
 	}
 	if len(msgs) == 0 {
 		return
@@ -466,8 +480,21 @@ func (p *writer) point(pt Point) {
 }
 
 func (p *writer) buffer(b *Buffer) {
-	well := b.LastError == nil && b.Rejected == 0 && (b.MaxBytes == 0 || b.Bytes < b.MaxBytes*9/10)
+	well := b.LastError == nil && b.Rejected == 0 && (b.MaxBytes == 0 || b.Bytes < b.MaxBytes*9/10) && b.DurabilityProblem == nil
 	p.raw(`<section class="buffer` + fine(well) + `" id=buffer><h2>Buffer</h2><dl>`)
+	if b.DurabilityProblem != nil {
+		p.raw(`<dt>card</dt><dd class=why>`)
+		p.text(*b.DurabilityProblem)
+		if b.DurabilitySince != nil {
+			p.raw(` (since `)
+			p.time(*b.DurabilitySince)
+			p.raw(`)`)
+		}
+		p.raw(`</dd>`)
+	}
+	if b.Volatile > 0 {
+		p.raw(`<dt>in memory</dt><dd>` + itoa(b.Volatile) + ` packets, not durable</dd>`)
+	}
 	p.raw(`<dt>waiting</dt><dd>` + itoa(b.Waiting) + ` packets (` + itoa(b.Alarms) + ` alarms), ` + itoa(b.Leased) + ` being sent</dd>`)
 	p.raw(`<dt>oldest</dt><dd>`)
 	if b.OldestAgeSeconds != nil {

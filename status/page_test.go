@@ -33,6 +33,7 @@ type fake struct {
 	site      metrics.SiteInfo
 	downlink  *metrics.DownlinkStatus
 	buf       buffer.Stats
+	durable   *metrics.Durability // nil: no durability source
 	// upErr is each upstream's last error in words, at t0 - 5 s;
 	// lastDelivered when an upstream last acknowledged a batch.
 	upErr         map[string]string
@@ -73,6 +74,9 @@ func (f *fake) sources() metrics.Sources {
 	}
 	if f.downlink != nil {
 		src.Downlink = func() metrics.DownlinkStatus { return *f.downlink }
+	}
+	if f.durable != nil {
+		src.Durability = func() metrics.Durability { return *f.durable }
 	}
 	return src
 }
@@ -414,6 +418,40 @@ func TestAlerts(t *testing.T) {
 	page = body(t, get(t, metrics.NewHandler(well.sources(), metrics.HandlerOptions{Pages: s.Pages()}), "/?errors=1"))
 	if !strings.Contains(page, `class="errors-only "`) || !strings.Contains(page, "Nothing needs a look") || strings.Contains(page, "id=alerts") {
 		t.Errorf("a well site with errors only:\n%s", page)
+	}
+}
+
+// A card that fails is said first, in words, with what the buffer does
+// meanwhile, in the page and in status.json; a well card says nothing.
+func TestCardNotDurable(t *testing.T) {
+	f := newFake()
+	now := t0
+	well := server(f, &now).Snapshot()
+	if b := well.Buffer; !b.Durable || b.Durability != "ok" || b.DurabilityProblem != nil || strings.Contains(string(renderMain(well)), "durable") {
+		t.Fatalf("a well card: %+v", b)
+	}
+	f.durable = &metrics.Durability{Reason: "read_only", Words: "buffer not durable: the card is read-only", Since: t0.Add(-time.Minute), Volatile: 12}
+	s := server(f, &now)
+	doc := body(t, get(t, metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: s.Pages()}), "/status.json"))
+	testtool.ValidStatus(t, []byte(doc))
+	var got struct{ Buffer map[string]any }
+	if err := json.Unmarshal([]byte(doc), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"durable": false, "durability": "read_only", "durability_problem": "buffer not durable: the card is read-only",
+		"durability_since": "2026-11-30T07:59:00Z", "volatile": 12.0}
+	for k, v := range want {
+		if got.Buffer[k] != v {
+			t.Errorf("status.json buffer.%s = %v, want %v", k, got.Buffer[k], v)
+		}
+	}
+	page := string(renderMain(s.Snapshot()))
+	i := strings.Index(page, "id=alerts")
+	if i < 0 || !strings.Contains(page[i:], "buffer not durable: the card is read-only; live readings go upstream from memory (12 packets waiting there, lost by a power cut) until the card recovers") {
+		t.Fatalf("the page does not say it first:\n%s", page)
+	}
+	if strings.Contains(page, "Nothing needs a look") {
+		t.Error("a failing card: nothing needs a look")
 	}
 }
 

@@ -197,6 +197,15 @@ type Buffer struct {
 	DiskTotal   *uint64    `json:"disk_total"`
 	LastError   *string    `json:"last_error"`
 	LastErrorAt *time.Time `json:"last_error_at"`
+	// Durable: packets are stored on the card before they count as taken.
+	// Durability is ok, slow, io_error, read_only or full, Problem says it
+	// in words (null when ok) and Since when it began; Volatile counts the
+	// packets waiting in memory meanwhile (see metrics.Durability).
+	Durable           bool       `json:"durable"`
+	Durability        string     `json:"durability"`
+	DurabilityProblem *string    `json:"durability_problem"`
+	DurabilitySince   *time.Time `json:"durability_since"`
+	Volatile          int        `json:"volatile"`
 }
 
 // Uplink is the delivery side.
@@ -495,6 +504,14 @@ func (s *Server) buffer(now time.Time) *Buffer {
 		Bytes: st.Bytes, MaxBytes: st.MaxBytes, FileSize: st.FileSize,
 		Evicted: st.EvictedMaxBytes + st.EvictedMaxAge, Rejected: st.RejectedFull, DeadLetters: st.DeadLetters,
 		LastError: text(st.LastError), LastErrorAt: timePtr(st.LastErrorAt),
+		Durable: true, Durability: "ok",
+	}
+	if s.src.Durability != nil {
+		d := s.src.Durability()
+		b.Durable, b.Durability, b.DurabilityProblem, b.Volatile = d.Durable, d.Reason, text(d.Words), d.Volatile
+		if d.Reason != "ok" {
+			b.DurabilitySince = timePtr(d.Since)
+		}
 	}
 	// The oldest record may be one acknowledged whose deletion waits for
 	// the next commit: not counted as waiting, so not aged either.

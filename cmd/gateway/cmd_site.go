@@ -222,7 +222,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	stopMetrics := agent.ServeMetrics(c, g.Sources(), log)
 	defer stopMetrics()
-	if q := g.Buffer(); q != nil {
+	if q := g.Store(); q != nil {
 		log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
 			"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
 	} else {
@@ -251,7 +251,7 @@ loop:
 	stopWatchdog()
 	err = g.Stop()
 	stored, failed := g.Counts()
-	if q := g.Buffer(); q != nil {
+	if q := g.Store(); q != nil {
 		log.Info("gateway stopped", "queued", q.Len(), "buffered", stored, "not_buffered", failed)
 	} else {
 		log.Info("gateway stopped")
