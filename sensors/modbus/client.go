@@ -189,8 +189,8 @@ func (c *Client) Read(ctx context.Context, slave byte, fc byte, addr, qty uint16
 // broadcast; read the slaves back to know. Over Modbus TCP unit 0 is an
 // ordinary unit id and gets a reply.
 //
-// Whether a failed write may have been executed is told by [Unsettled]:
-// the caller reads the point back to settle it.
+// A failed write that is neither [ErrNotSent] nor a Modbus exception reply
+// may have been executed: the caller reads the point back to settle it.
 func (c *Client) Write(ctx context.Context, slave, fc byte, addr, qty uint16, data []byte) error {
 	r, err := newWrite(slave, fc, addr, qty, data, c.serial)
 	if err != nil {

@@ -36,9 +36,10 @@
 // them by kind.
 //
 // A failed write either never reached the wire ([ErrNotSent]) or left its
-// outcome unknown: the request went out, but no valid reply said whether
-// the slave executed it. [Unsettled] tells the two apart, so that a caller
-// retries the first at will and reads the point back after the second.
+// outcome unknown (any other error but a Modbus exception reply): the
+// request went out, but no valid reply said whether the slave executed
+// it. A caller retries the first at will and reads the point back after
+// the second.
 //
 // [gm.ModbusError]: https://pkg.go.dev/github.com/goburrow/modbus#ModbusError
 package modbus

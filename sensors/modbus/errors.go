@@ -55,7 +55,7 @@ func (e notSentError) Is(target error) bool { return target == ErrNotSent }
 // notSent marks err as the failure of a request that never reached the wire.
 func notSent(err error) error { return notSentError{err} }
 
-// Unsettled reports whether err leaves the outcome of a request unknown:
+// unsettled reports whether err leaves the outcome of a request unknown:
 // the request went out (or may have, in part), but no valid reply said
 // what the slave did. For a write, the slave may or may not have executed
 // it; read the point back to settle it. That is the case for [ErrTimeout],
@@ -69,7 +69,7 @@ func notSent(err error) error { return notSentError{err} }
 // other kind counts as unsettled: when in doubt, read back.
 //
 // A broadcast write returns nil once sent, although no reply settles it.
-func Unsettled(err error) bool {
+func unsettled(err error) bool {
 	return err != nil && !errors.Is(err, ErrNotSent) && !isException(err)
 }
 

@@ -164,8 +164,8 @@ func FuzzRTUResponse(f *testing.F) {
 func checkSettled(t *testing.T, err error) {
 	t.Helper()
 	var me *gm.ModbusError
-	if Unsettled(err) == (err == nil || errors.As(err, &me)) {
-		t.Fatalf("Unsettled(%v) = %v", err, Unsettled(err))
+	if unsettled(err) == (err == nil || errors.As(err, &me)) {
+		t.Fatalf("unsettled(%v) = %v", err, unsettled(err))
 	}
 }
 

@@ -195,12 +195,12 @@ func TestHostileWriteReplies(t *testing.T) {
 					t.Errorf("%s: %v, want it accepted", name, err)
 				}
 			case want == errException:
-				if !errors.As(err, &me) || me.ExceptionCode != 3 || Unsettled(err) {
+				if !errors.As(err, &me) || me.ExceptionCode != 3 || unsettled(err) {
 					t.Errorf("%s: %v, want a settled exception 3", name, err)
 				}
 			default:
-				if !errors.Is(err, want) || !Unsettled(err) {
-					t.Errorf("%s: %v (unsettled %v), want an unsettled %v", name, err, Unsettled(err), want)
+				if !errors.Is(err, want) || !unsettled(err) {
+					t.Errorf("%s: %v (unsettled %v), want an unsettled %v", name, err, unsettled(err), want)
 				}
 			}
 		}

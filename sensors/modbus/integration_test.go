@@ -147,7 +147,7 @@ func checkPymodbusWrites(t *testing.T, c *Client, serialLine bool) (writes int) 
 		writes++
 		err := c.Write(ctx, 1, w.fc, w.addr, w.qty, w.data)
 		var me *gm.ModbusError
-		if !errors.As(err, &me) || me.ExceptionCode != gm.ExceptionCodeIllegalDataAddress || Unsettled(err) {
+		if !errors.As(err, &me) || me.ExceptionCode != gm.ExceptionCodeIllegalDataAddress || unsettled(err) {
 			t.Fatalf("write fc %d addr %d qty %d past the map: %v, want a settled exception 2", w.fc, w.addr, w.qty, err)
 		}
 	}

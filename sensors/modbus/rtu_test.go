@@ -299,7 +299,7 @@ func TestRTUCancel(t *testing.T) {
 	// The deadline is 10 s away: only the cancellation ends the read
 	// with context.Canceled.
 	_, err := c.Read(ctx, 1, 3, 0, 1)
-	if !errors.Is(err, context.Canceled) || !Unsettled(err) {
+	if !errors.Is(err, context.Canceled) || !unsettled(err) {
 		t.Fatalf("got %v, want context.Canceled, unsettled (the request was sent)", err)
 	}
 	if _, err := c.Read(context.Background(), 1, 3, 0, 1); err != nil {

@@ -223,15 +223,15 @@ func TestWriteOutcomes(t *testing.T) {
 			// Refused: a settled failure, nothing stored.
 			err := b.c.Write(ctx, 1, 6, 0, 1, []byte{0, 50})
 			var me *gm.ModbusError
-			if !errors.As(err, &me) || me.ExceptionCode != gm.ExceptionCodeIllegalDataValue || Unsettled(err) || errors.Is(err, ErrNotSent) {
-				t.Fatalf("refused write: %v (unsettled %v), want a settled exception 3", err, Unsettled(err))
+			if !errors.As(err, &me) || me.ExceptionCode != gm.ExceptionCodeIllegalDataValue || unsettled(err) || errors.Is(err, ErrNotSent) {
+				t.Fatalf("refused write: %v (unsettled %v), want a settled exception 3", err, unsettled(err))
 			}
 			b.read(t, 1, 3, 0, 1, []byte{0, 0})
 
 			// Reply dropped: unsettled; reading back shows it took effect.
 			err = b.c.Write(ctx, 2, 6, 0, 1, []byte{0, 51})
-			if !errors.Is(err, ErrTimeout) || !Unsettled(err) {
-				t.Fatalf("write whose reply is dropped: %v (unsettled %v), want an unsettled ErrTimeout", err, Unsettled(err))
+			if !errors.Is(err, ErrTimeout) || !unsettled(err) {
+				t.Fatalf("write whose reply is dropped: %v (unsettled %v), want an unsettled ErrTimeout", err, unsettled(err))
 			}
 			b.read(t, 2, 3, 0, 1, []byte{0, 51})
 
@@ -241,8 +241,8 @@ func TestWriteOutcomes(t *testing.T) {
 			// after the late echo, which the read back may meet: such
 			// reads fail and are tried again, as a caller would.
 			err = b.c.Write(ctx, 3, 6, 0, 1, []byte{0, 52})
-			if !errors.Is(err, ErrTimeout) || !Unsettled(err) {
-				t.Fatalf("write answered late: %v (unsettled %v), want an unsettled ErrTimeout", err, Unsettled(err))
+			if !errors.Is(err, ErrTimeout) || !unsettled(err) {
+				t.Fatalf("write answered late: %v (unsettled %v), want an unsettled ErrTimeout", err, unsettled(err))
 			}
 			for i := 0; ; i++ {
 				got, err := b.c.Read(ctx, 3, 3, 0, 1)
@@ -282,7 +282,7 @@ func TestWriteNotSent(t *testing.T) {
 	wait, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	err := b.c.Write(wait, 1, 6, 0, 1, []byte{0, 8})
 	cancel()
-	if !errors.Is(err, ErrNotSent) || Unsettled(err) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for the bus") {
+	if !errors.Is(err, ErrNotSent) || unsettled(err) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for the bus") {
 		t.Fatalf("write queued behind another: %v, want ErrNotSent after giving up waiting for the bus", err)
 	}
 	if err := <-first; err != nil {
@@ -292,7 +292,7 @@ func TestWriteNotSent(t *testing.T) {
 	// ctx done before sending.
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := b.c.Write(done, 1, 6, 0, 1, []byte{0, 9}); !errors.Is(err, ErrNotSent) || !errors.Is(err, context.Canceled) || Unsettled(err) {
+	if err := b.c.Write(done, 1, 6, 0, 1, []byte{0, 9}); !errors.Is(err, ErrNotSent) || !errors.Is(err, context.Canceled) || unsettled(err) {
 		t.Fatalf("canceled ctx: %v, want ErrNotSent", err)
 	}
 	if got, want := b.log.all(), []string{pduKey(1, write)}; len(got) != 1 || got[0] != want[0] {
@@ -314,7 +314,7 @@ func TestWriteNotSent(t *testing.T) {
 	ln.Close()
 	for _, scheme := range []string{"tcp", "rtuovertcp"} {
 		c := openTCP(t, scheme+"://"+addr, time.Second)
-		if err := c.Write(ctx, 1, 6, 0, 1, []byte{0, 9}); !errors.Is(err, ErrNotSent) || Unsettled(err) {
+		if err := c.Write(ctx, 1, 6, 0, 1, []byte{0, 9}); !errors.Is(err, ErrNotSent) || unsettled(err) {
 			t.Errorf("%s, dial refused: %v, want ErrNotSent", scheme, err)
 		}
 	}
@@ -333,8 +333,8 @@ func TestWriteAbandonedIsUnsettled(t *testing.T) {
 				cancel()
 			}()
 			err := b.c.Write(ctx, 1, 5, 0, 1, []byte{0xFF, 0})
-			if !errors.Is(err, context.Canceled) || !Unsettled(err) {
-				t.Fatalf("got %v (unsettled %v), want an unsettled context.Canceled", err, Unsettled(err))
+			if !errors.Is(err, context.Canceled) || !unsettled(err) {
+				t.Fatalf("got %v (unsettled %v), want an unsettled context.Canceled", err, unsettled(err))
 			}
 			b.read(t, 1, 1, 0, 1, []byte{1})
 		})
@@ -378,7 +378,7 @@ func TestWriteValidation(t *testing.T) {
 			t.Errorf("Write(slave %d, fc %d, addr %d, qty %d, % x) = %v, want an error containing %q",
 				tt.slave, tt.fc, tt.addr, tt.qty, tt.data, err, tt.want)
 		}
-		if !errors.Is(err, ErrNotSent) || Unsettled(err) {
+		if !errors.Is(err, ErrNotSent) || unsettled(err) {
 			t.Errorf("Write(slave %d, fc %d, addr %d, qty %d): %v is not ErrNotSent", tt.slave, tt.fc, tt.addr, tt.qty, err)
 		}
 	}
@@ -416,8 +416,8 @@ func TestUnsettled(t *testing.T) {
 		{fmt.Errorf("modbus: %s: abandoned: %w", r, context.Canceled), true},
 		{errors.New("an error of a kind never seen"), true},
 	} {
-		if got := Unsettled(c.err); got != c.want {
-			t.Errorf("Unsettled(%v) = %v, want %v", c.err, got, c.want)
+		if got := unsettled(c.err); got != c.want {
+			t.Errorf("unsettled(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 	// ErrNotSent is added, not substituted: the message and the kind stay.
