@@ -33,52 +33,6 @@ func scattered(t testing.TB) *profile.Profile {
 	return p
 }
 
-func items(p *profile.Profile) []plan.Item {
-	out := make([]plan.Item, len(p.Registers))
-	for i, r := range p.Registers {
-		out[i] = plan.Item{Area: r.Area, Address: r.Address, Words: r.Words(), Ref: i}
-	}
-	return out
-}
-
-// BenchmarkPlan reports, for the scattered device on a 9600-baud 8E1 line
-// with turnaround -bench.ts, the planned wire time as a ratio to the
-// exhaustive optimum and to Telegraf's max_insert plan (fill 50), and the
-// request counts of each plan.
-func BenchmarkPlan(b *testing.B) {
-	p := scattered(b)
-	its := items(p)
-	cost := plan.Serial(9600, 11, *benchTs)
-	lim := plan.Limits{MaxGap: -1}
-	var reqs []plan.Request
-	for b.Loop() {
-		reqs, _ = plan.Plan(its, lim, cost)
-	}
-	opt, err := plan.Exhaustive(its, lim, cost)
-	if err != nil {
-		b.Fatal(err)
-	}
-	telegraf := plan.MaxInsert(its, lim, 50)
-	contiguous := plan.Contiguous(its, lim)
-	b.ReportMetric(float64(cost.Total(reqs))/float64(opt), "plan/optimal")
-	b.ReportMetric(float64(cost.Total(reqs))/float64(cost.Total(telegraf)), "plan/telegraf")
-	b.ReportMetric(float64(cost.Total(contiguous))/float64(cost.Total(reqs)), "contiguous/plan")
-	// A second map where Telegraf's fixed fill of 50 hurts: blocks 30
-	// registers apart on a fast-turnaround line (break-even gap 10).
-	var wide []plan.Item
-	for k := range 5 {
-		for j := range 4 {
-			wide = append(wide, plan.Item{Area: profile.Holding, Address: uint16(k*34 + j), Words: 1, Ref: len(wide)})
-		}
-	}
-	fast := plan.Serial(9600, 11, 0)
-	wideReqs, _ := plan.Plan(wide, lim, fast)
-	b.ReportMetric(float64(fast.Total(wideReqs))/float64(fast.Total(plan.MaxInsert(wide, lim, 50))), "plan/telegraf-gap30")
-	b.ReportMetric(float64(len(reqs)), "reqs/device")
-	b.ReportMetric(float64(len(contiguous)), "reqs-contiguous/device")
-	b.ReportMetric(float64(len(its)), "reqs-single/device")
-}
-
 // BenchmarkPollCycle polls 10 emulated devices × 20 scattered registers on
 // a 9600-baud 8E1 serial line (socat pty pair, the emulator replying with
 // wire-accurate timing and turnaround -bench.ts) and reports the poll-cycle

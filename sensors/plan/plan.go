@@ -236,17 +236,17 @@ func MaxInsert(items []Item, lim Limits, fill int) []Request {
 	return out
 }
 
-// Contiguous merges only items that touch or overlap, the plan of a
+// contiguous merges only items that touch or overlap, the plan of a
 // gateway that never fills gaps.
-func Contiguous(items []Item, lim Limits) []Request {
+func contiguous(items []Item, lim Limits) []Request {
 	return MaxInsert(items, lim, 0)
 }
 
-// Exhaustive returns the least total Cost over every way of cutting the
+// exhaustive returns the least total Cost over every way of cutting the
 // sorted items of each area into consecutive requests: the reference
 // optimum that tests and benchmarks hold Plan to. It is exponential in the
 // number of items per area (at most 24).
-func Exhaustive(items []Item, lim Limits, c Cost) (time.Duration, error) {
+func exhaustive(items []Item, lim Limits, c Cost) (time.Duration, error) {
 	if err := Validate(items, lim); err != nil {
 		return 0, err
 	}

@@ -148,7 +148,7 @@ func TestPlanIsOptimalAgainstBruteForce(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := c.Total(reqs)
-		want, err := Exhaustive(items, lim, c)
+		want, err := exhaustive(items, lim, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestMaxInsertMatchesTelegrafRule(t *testing.T) {
 	if got := MaxInsert(items, Limits{}, 49); len(got) != 3 {
 		t.Fatalf("fill 49 should not merge gaps of 50: %v", got)
 	}
-	if got := Contiguous(blocks(2, 2, 0, 0), Limits{}); len(got) != 1 {
+	if got := contiguous(blocks(2, 2, 0, 0), Limits{}); len(got) != 1 {
 		t.Fatalf("touching blocks are contiguous: %v", got)
 	}
 }
