@@ -19,11 +19,11 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/internal/yamlconf"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors/modbus"
 	"fieldlink/sensors/profile"
-	"fieldlink/yamlconf"
 )
 
 // Config is a site file.

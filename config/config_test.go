@@ -9,8 +9,8 @@ import (
 	"time"
 	_ "time/tzdata"
 
+	"fieldlink/internal/yamlconf"
 	"fieldlink/sensors/profile"
-	"fieldlink/yamlconf"
 )
 
 const windProfile = `

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"fieldlink/yamlconf"
+	"fieldlink/internal/yamlconf"
 )
 
 // Downlink defaults: one place.

@@ -8,8 +8,8 @@ import (
 
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/internal/yamlconf"
 	"fieldlink/sensors/profile"
-	"fieldlink/yamlconf"
 )
 
 func embedded(dir string) (profile.Set, error) { return profile.Load(firmwareprofiles.FS, dir) }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"fieldlink/internal/yamlconf"
 	"fieldlink/sensors/profile"
-	"fieldlink/yamlconf"
 )
 
 // errorClasses is every class of site file error, as the user makes it:

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"time"
 
-	"fieldlink/yamlconf"
+	"fieldlink/internal/yamlconf"
 )
 
 // Remote configuration defaults: one place.

@@ -1,9 +1,9 @@
 package config
 
 import (
+	"fieldlink/internal/yamlconf"
 	"fieldlink/sparkplug"
 	"fieldlink/uplink"
-	"fieldlink/yamlconf"
 )
 
 // Sparkplug names the Sparkplug B edge node of an MQTT upstream whose

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/internal/yamlconf"
 	"fieldlink/selector"
 	"fieldlink/uplink"
-	"fieldlink/yamlconf"
 )
 
 // Buffer is where packets wait until an upstream acknowledged them.

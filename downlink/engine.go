@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"fieldlink/config"
+	"fieldlink/internal/yamlconf"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/profile"
-	"fieldlink/yamlconf"
 )
 
 // Engine defaults.

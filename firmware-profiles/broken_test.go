@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"fieldlink/internal/yamlconf"
 	"fieldlink/sensors/profile"
-	"fieldlink/yamlconf"
 )
 
 // A broken profile is refused with errors that name the file, the line and

@@ -21,8 +21,8 @@ import (
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/journal"
+	"fieldlink/internal/yamlconf"
 	"fieldlink/sensors/profile"
-	"fieldlink/yamlconf"
 )
 
 // Set by the build (scripts/cross-build) with -ldflags -X.

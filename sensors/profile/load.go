@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"fieldlink/yamlconf"
+	"fieldlink/internal/yamlconf"
 )
 
 // Set is the profiles a gateway knows, by name.

@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"fieldlink/yamlconf"
+	"fieldlink/internal/yamlconf"
 )
 
 // Override changes one register of a profile for one device, as a site

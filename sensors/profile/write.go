@@ -7,7 +7,7 @@ import (
 	"math"
 	"strconv"
 
-	"fieldlink/yamlconf"
+	"fieldlink/internal/yamlconf"
 )
 
 // validateWrite checks a register's write spec: only coils and holding
