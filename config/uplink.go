@@ -83,9 +83,15 @@ type Uplink struct {
 	// and as the last will when the link breaks): default
 	// uplink.DefaultStatusTopic, "fieldlink/{site}/{gateway}/status";
 	// {site} and {gateway} are the only variables; "off" publishes none.
-	StatusTopic string     `yaml:"status_topic"`
-	Upstreams   []Upstream `yaml:"upstreams"`
-	Registry    *Registry  `yaml:"registry"`
+	StatusTopic string `yaml:"status_topic"`
+	// ProbeTopic is where the latency probes of MQTT upstreams publish, a
+	// QoS 1 message, empty and not retained, timed to its PUBACK: default
+	// uplink.DefaultProbeTopic, "fieldlink-probe/{site}/{gateway}"; {site}
+	// and {gateway} are the only variables; "off" probes with TCP
+	// connects. Sparkplug B upstreams are probed with TCP connects.
+	ProbeTopic string     `yaml:"probe_topic"`
+	Upstreams  []Upstream `yaml:"upstreams"`
+	Registry   *Registry  `yaml:"registry"`
 	// DRF parameterises the drf selector (gateway delphi writes it).
 	DRF *DRF `yaml:"drf"`
 }
@@ -264,6 +270,12 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 	}
 	if u.StatusTopic == "" {
 		u.StatusTopic = uplink.DefaultStatusTopic
+	}
+	if err := uplink.CheckProbeTopic(u.ProbeTopic); err != nil {
+		doc.Errorf("uplink.probe_topic", "%v (a topic with {site} and {gateway} only, or off)", err)
+	}
+	if u.ProbeTopic == "" {
+		u.ProbeTopic = uplink.DefaultProbeTopic
 	}
 	if len(u.Upstreams) == 0 && u.Registry == nil {
 		doc.Errorf("uplink.upstreams", "give at least one upstream, or a registry")

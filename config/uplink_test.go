@@ -21,8 +21,8 @@ uplink:
 		t.Fatalf("buffer %+v", b)
 	}
 	u := c.Uplink
-	if u.StatusTopic != "fieldlink/{site}/{gateway}/status" || u.Batch != 50 {
-		t.Errorf("status topic %q, batch %d: want the defaults", u.StatusTopic, u.Batch)
+	if u.StatusTopic != "fieldlink/{site}/{gateway}/status" || u.Batch != 50 || u.ProbeTopic != "fieldlink-probe/{site}/{gateway}" {
+		t.Errorf("status topic %q, batch %d, probe topic %q: want the defaults", u.StatusTopic, u.Batch, u.ProbeTopic)
 	}
 	if u.Selector != "drf_cswlc" || u.Window != 64 || u.Probe.Interval != 10*time.Second || u.Upstreams[0].Topic != "fieldlink/{site}/{gateway}/{data_type}" || *u.Upstreams[0].QoS != 1 || u.Upstreams[1].Weight != 3 {
 		t.Fatalf("uplink %+v %+v", u, u.Upstreams)
@@ -31,6 +31,12 @@ uplink:
 		c, err := Parse("site.yaml", []byte(good+"uplink: {status_topic: '"+st+"', upstreams: [{url: 'mqtt://h'}]}\n"), testProfiles)
 		if err != nil || c.Uplink.StatusTopic != st {
 			t.Errorf("status_topic %s: %v, %+v", st, err, c)
+		}
+	}
+	for _, pt := range []string{"off", "farms/{site}/{gateway}/probe"} {
+		c, err := Parse("site.yaml", []byte(good+"uplink: {probe_topic: '"+pt+"', upstreams: [{url: 'mqtt://h'}]}\n"), testProfiles)
+		if err != nil || c.Uplink.ProbeTopic != pt {
+			t.Errorf("probe_topic %s: %v, %+v", pt, err, c)
 		}
 	}
 	c, err = Parse("site.yaml", []byte(good), testProfiles)
@@ -64,6 +70,8 @@ func TestUplinkErrors(t *testing.T) {
 		{"uplink: {registry: {url: 'mqtt://r'}}", `uplink.registry.url: must be an http:// or https:// URL`},
 		{"uplink: {status_topic: 'st/{data_type}', upstreams: [{url: 'mqtt://h'}]}", `uplink.status_topic: topic variable {data_type} has no value`},
 		{"uplink: {status_topic: 'st/#', upstreams: [{url: 'mqtt://h'}]}", `uplink.status_topic: "st/#": '+', '#' and NUL are not allowed`},
+		{"uplink: {probe_topic: 'p/{device}', upstreams: [{url: 'mqtt://h'}]}", `uplink.probe_topic: topic variable {device} has no value`},
+		{"uplink: {probe_topic: 'p/+', upstreams: [{url: 'mqtt://h'}]}", `uplink.probe_topic: "p/+": '+', '#' and NUL are not allowed`},
 	} {
 		_, err := Parse("site.yaml", []byte(good+tc.add+"\n"), testProfiles)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "site.yaml:16:") {

@@ -198,8 +198,13 @@ type mqttRelay struct {
 	ln     net.Listener
 	target string
 
-	swallow  atomic.Bool  // drop broker→client packets
-	refuse   atomic.Bool  // close new connections at once
+	swallow atomic.Bool // drop broker→client packets
+	refuse  atomic.Bool // close new connections at once
+	// cutOn, if set, is a topic: a PUBLISH on it from the client has the
+	// relay close the connection instead of passing it on, as a broker
+	// that enforces its ACL by disconnecting does.
+	cutOn       atomic.Pointer[string]
+	cutsOnTopic atomic.Int64 // connections closed so
 	pubacks  atomic.Int64 // PUBACKs passed to the client
 	swallowd atomic.Int64 // packets dropped
 
@@ -243,9 +248,9 @@ func (r *mqttRelay) accept() {
 		r.conns[down], r.conns[up] = struct{}{}, struct{}{}
 		r.mu.Unlock()
 		r.wg.Add(2)
-		go func() { // client → broker, as it is
+		go func() { // client → broker, packet by packet
 			defer r.wg.Done()
-			_, _ = io.Copy(up, down)
+			r.pumpUp(up, down)
 			r.closePair(up, down)
 		}()
 		go func() { // broker → client, packet by packet
@@ -254,6 +259,43 @@ func (r *mqttRelay) accept() {
 			r.closePair(up, down)
 		}()
 	}
+}
+
+func (r *mqttRelay) pumpUp(up, down net.Conn) {
+	br := bufio.NewReader(down)
+	for {
+		pkt, err := mqttReadPacket(br)
+		if err != nil {
+			return
+		}
+		if topic := r.cutOn.Load(); topic != nil && mqttPublishTopic(pkt) == *topic {
+			r.cutsOnTopic.Add(1)
+			return
+		}
+		if _, err := up.Write(pkt); err != nil {
+			return
+		}
+	}
+}
+
+// mqttPublishTopic is the topic of a PUBLISH packet, "" for other packets.
+func mqttPublishTopic(pkt []byte) string {
+	if pkt[0]>>4 != 3 {
+		return ""
+	}
+	i := 1
+	for pkt[i]&0x80 != 0 { // remaining length
+		i++
+	}
+	i++
+	if len(pkt) < i+2 {
+		return ""
+	}
+	n := int(pkt[i])<<8 | int(pkt[i+1])
+	if len(pkt) < i+2+n {
+		return ""
+	}
+	return string(pkt[i+2 : i+2+n])
 }
 
 func (r *mqttRelay) pumpDown(up, down net.Conn) {

@@ -2,7 +2,11 @@ package uplink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"syscall"
+	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
@@ -81,12 +85,29 @@ func (sub *subscription) dispatch(ctx context.Context) {
 // stream (command results, state reports), and returns once the broker
 // acknowledged it, or with the error that stopped it.
 func (m *MQTT) PublishTo(ctx context.Context, topic string, payload []byte, retained bool) error {
+	_, err := m.publishTo(ctx, topic, payload, retained)
+	return err
+}
+
+// publishTo is PublishTo, and also reports whether the broker closed the
+// connection before its PUBACK came (the connection was lost to an EOF or
+// a reset, not dropped by this side).
+func (m *MQTT) publishTo(ctx context.Context, topic string, payload []byte, retained bool) (closedByBroker bool, err error) {
 	c := m.conn()
 	if c == nil {
-		return m.notConnected()
+		return false, m.notConnected()
 	}
 	if err := m.await(ctx, c, c.cl.Publish(topic, 1, retained, payload), m.cfg.PublishTimeout); err != nil {
-		return fmt.Errorf("uplink: mqtt %s: publish on %s: %w", m.name, topic, err)
+		lost := errors.Is(err, ErrMQTTConnLost) && !errors.Is(err, ErrMQTTAckTimeout) && ctx.Err() == nil
+		if lost {
+			select { // the token fails as paho finds the loss, before its handler runs
+			case <-c.lost:
+				lost = errors.Is(c.lostErr, io.EOF) || errors.Is(c.lostErr, syscall.ECONNRESET)
+			case <-time.After(m.cfg.PublishTimeout):
+				lost = false
+			}
+		}
+		return lost, fmt.Errorf("uplink: mqtt %s: publish on %s: %w", m.name, topic, err)
 	}
-	return nil
+	return false, nil
 }

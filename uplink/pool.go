@@ -65,6 +65,14 @@ type PoolConfig struct {
 	Vars map[string]string
 	// StatusTopic is every MQTT upstream's [MQTTConfig.StatusTopic].
 	StatusTopic string
+	// ProbeTopic is where the latency probes of MQTT upstreams publish
+	// (QoS 1, not retained, an empty payload: [NewMQTTProber]), a topic
+	// template whose only variables are {site} and {gateway} (from Vars);
+	// "" means [DefaultProbeTopic], [ProbeTopicOff] TCP connects. Kept to
+	// TCP connects whatever it says: Sparkplug B upstreams (their topic
+	// namespace has no room for a probe topic) and upstreams with a
+	// Health target of their own.
+	ProbeTopic string
 	// GatewayID and Epoch go with every HTTP batch (see [HTTPConfig]).
 	GatewayID, Epoch string
 	// Subscriptions are made on every MQTT upstream, the site's and the
@@ -240,6 +248,17 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	probeTopic := ""
+	if scheme, _, _ := strings.Cut(u.URL, "://"); (scheme == "mqtt" || scheme == "mqtts") && u.Health == "" && u.Sparkplug == nil {
+		// A Sparkplug B edge node publishes only under spBv1.0/ and only
+		// its births, deaths and data: a host application or a broker
+		// that enforces the namespace would take any other topic for a
+		// fault (or deny it), so its probes stay TCP connects.
+		var err error
+		if probeTopic, err = poolProbeTopic(cfg.ProbeTopic, cfg.Vars); err != nil {
+			return nil, nil, fmt.Errorf("%s: probe topic: %w", name, err)
+		}
+	}
 	m := &member{name: name}
 	ctx, cancel := context.WithCancel(p.ctx)
 	m.cancel = cancel
@@ -319,7 +338,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		if m.mqtt != nil {
 			p.wg.Go(func() { m.mqtt.Run(ctx) })
 		}
-		pr := NewProber(target, cfg.ProbeInterval, cfg.ProbeTimeout, u.TLS, func(rtt time.Duration, err error) {
+		report := func(rtt time.Duration, err error) {
 			if m.gone.Load() {
 				return
 			}
@@ -330,13 +349,31 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 			if m.mqtt != nil && err == nil && !m.mqtt.Connected() {
 				m.mqtt.Kick() // the broker answers again: reconnect now
 			}
-		})
+		}
+		var pr *Prober
+		if probeTopic != "" {
+			pr = NewMQTTProber(m.mqtt, probeTopic, cfg.ProbeInterval, cfg.ProbeTimeout, report)
+		} else {
+			pr = NewProber(target, cfg.ProbeInterval, cfg.ProbeTimeout, u.TLS, report)
+		}
 		p.wg.Go(func() { pr.Run(ctx) })
 		if lp != nil {
 			p.wg.Go(func() { lp.Run(ctx) })
 		}
 	}
 	return m, run, nil
+}
+
+// poolProbeTopic is the probe topic of an MQTT upstream from
+// [PoolConfig.ProbeTopic]: "" for TCP connects.
+func poolProbeTopic(tmpl string, vars map[string]string) (string, error) {
+	switch tmpl {
+	case ProbeTopicOff:
+		return "", nil
+	case "":
+		tmpl = DefaultProbeTopic
+	}
+	return mqttStatusTopic(tmpl, vars)
 }
 
 // report applies a load report received over MQTT.

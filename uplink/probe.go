@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -20,7 +21,23 @@ import (
 const (
 	DefaultProbeInterval = 10 * time.Second
 	DefaultProbeTimeout  = 2 * time.Second
+	// DefaultProbeTopic is where a [Pool]'s MQTT probes publish when
+	// [PoolConfig.ProbeTopic] is empty: outside the fieldlink/ tree of
+	// the packets and the status, so that a platform subscribed to
+	// fieldlink/# never gets a probe, and a broker can deny the probes
+	// with one rule (fieldlink-probe/#). {gateway} keeps each gateway's
+	// probes apart.
+	DefaultProbeTopic = "fieldlink-probe/{site}/{gateway}"
+	// ProbeTopicOff as [PoolConfig.ProbeTopic] probes MQTT upstreams with
+	// TCP connects.
+	ProbeTopicOff = "off"
 )
+
+// mqttProbeDeniedLosses is how many probe publishes in a row must lose
+// the connection under them (the broker closing it before the PUBACK)
+// before the prober takes the probe topic for denied and probes with TCP
+// connects instead.
+const mqttProbeDeniedLosses = 2
 
 // Prober measures the round-trip time to one upstream, on an interval, for
 // the selector's latency statistics. Two kinds of probe:
@@ -40,6 +57,13 @@ const (
 //     connect is not (a broker whose acks come late, or never, still
 //     accepts connections). While the connection is down, a TCP connect to
 //     the broker instead, so that a broker that answers again is known.
+//     When the broker closes the connection under the probe's publish
+//     twice in a row (what a broker that enforces its ACL by disconnecting
+//     does, as AWS IoT Core and EMQX configured to disconnect do), the
+//     topic is taken for denied: from then on the prober makes TCP
+//     connects only, and says so once in its log. Brokers that acknowledge
+//     a denied publish (mosquitto and NATS over MQTT 3.1.1) are not told
+//     apart: their PUBACK still times the broker's answer.
 //
 // Every probe has the timeout given to [NewProber] (unless the ctx of
 // [Prober.Probe] has a deadline). A Prober is safe for concurrent use.
@@ -51,8 +75,12 @@ type Prober struct {
 	report   func(rtt time.Duration, err error)
 
 	// MQTT probes only.
-	mqtt      *MQTT
-	mqttTopic string
+	mqtt       *MQTT
+	mqttTopic  string
+	log        *slog.Logger // nil: m's
+	mqttMu     sync.Mutex
+	mqttLosses int  // probe publishes in a row that lost the connection
+	mqttDenied bool // the topic is taken for denied: TCP from now on
 
 	// HTTP probes only.
 	url       string
@@ -143,7 +171,7 @@ func (p *Prober) Probe(ctx context.Context) (time.Duration, error) {
 	if p.client != nil {
 		return p.probeHTTP(ctx)
 	}
-	if p.mqtt != nil && p.mqtt.Connected() {
+	if p.mqtt != nil && !p.Denied() && p.mqtt.Connected() {
 		return p.probeMQTT(ctx)
 	}
 	return p.probeTCP(ctx)
@@ -182,10 +210,44 @@ func (p *Prober) probeTCP(ctx context.Context) (time.Duration, error) {
 
 func (p *Prober) probeMQTT(ctx context.Context) (time.Duration, error) {
 	begin := time.Now()
-	if err := p.mqtt.PublishTo(ctx, p.mqttTopic, nil, false); err != nil {
+	closed, err := p.mqtt.publishTo(ctx, p.mqttTopic, nil, false)
+	p.noteMQTT(err, closed)
+	if err != nil {
 		return 0, fmt.Errorf("uplink: probe: %w", err) // it names the broker
 	}
 	return max(time.Since(begin), time.Nanosecond), nil
+}
+
+// noteMQTT counts the probe publishes in a row whose connection the
+// broker closed under them, and takes the topic for denied at the
+// mqttProbeDeniedLosses-th.
+func (p *Prober) noteMQTT(err error, closedByBroker bool) {
+	lost := err != nil && closedByBroker
+	p.mqttMu.Lock()
+	defer p.mqttMu.Unlock()
+	if !lost {
+		p.mqttLosses = 0
+		return
+	}
+	p.mqttLosses++
+	if p.mqttLosses < mqttProbeDeniedLosses || p.mqttDenied {
+		return
+	}
+	p.mqttDenied = true
+	log := p.log
+	if log == nil {
+		log = p.mqtt.log
+	}
+	log.Warn("mqtt broker closed the connection under the probe's publish, twice in a row: the probe topic looks denied (ACL); probing with TCP connects from now on, which time the network, not the broker",
+		"upstream", p.mqtt.name, "topic", p.mqttTopic, "err", err)
+}
+
+// Denied reports whether an MQTT prober took its topic for denied by the
+// broker and probes with TCP connects (see [Prober]).
+func (p *Prober) Denied() bool {
+	p.mqttMu.Lock()
+	defer p.mqttMu.Unlock()
+	return p.mqttDenied
 }
 
 func (p *Prober) probeHTTP(ctx context.Context) (time.Duration, error) {

@@ -293,3 +293,70 @@ func TestMQTTProber(t *testing.T) {
 		t.Errorf("%d probe publishes reached the subscriber, want 1 (none while down)", n)
 	}
 }
+
+// A broker that enforces its ACL by closing the connection of a client
+// that publishes where it may not: the prober takes its topic for denied
+// after two probes in a row lost the connection under them, says so once,
+// and probes with TCP connects from then on, so that the probes stop
+// costing the upstream its connection.
+func TestMQTTProberDeniedFallsBackToTCP(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	relay := mqttStartRelay(t, b.Addr())
+	topic := "fl-probe/s1/gw1"
+	relay.cutOn.Store(&topic)
+	log, logBuf := mqttLogger(t)
+	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), Logger: log})
+	p := NewMQTTProber(m, topic, time.Second, 5*time.Second, nil)
+	for i := range mqttProbeDeniedLosses {
+		mqttWaitConnected(t, m, true)
+		if p.Denied() {
+			t.Fatalf("denied after %d probes, want after %d", i, mqttProbeDeniedLosses)
+		}
+		if _, err := p.Probe(context.Background()); err == nil {
+			t.Fatalf("probe %d: the relay closed the connection under it, yet no error", i+1)
+		}
+	}
+	if !p.Denied() {
+		t.Fatalf("not denied after %d probes that each lost the connection (%d cut)", mqttProbeDeniedLosses, relay.cutsOnTopic.Load())
+	}
+	mqttWaitConnected(t, m, true)
+	for i := range 3 {
+		if rtt, err := p.Probe(context.Background()); err != nil || rtt <= 0 {
+			t.Fatalf("probe %d after the fallback: %v, %v", i+1, rtt, err)
+		}
+	}
+	if n := relay.cutsOnTopic.Load(); n != mqttProbeDeniedLosses {
+		t.Errorf("the probe topic cost %d connections, want %d", n, mqttProbeDeniedLosses)
+	}
+	if !m.Connected() {
+		t.Error("the connection went down after the fallback")
+	}
+	if n := strings.Count(logBuf.String(), "probe topic looks denied"); n != 1 {
+		t.Errorf("the fallback said %d times in the log, want once", n)
+	}
+}
+
+// One probe that loses its connection is not a denial: a broker may die
+// under any publish. A success in between starts the count over.
+func TestMQTTProberOneLossIsNotADenial(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	relay := mqttStartRelay(t, b.Addr())
+	topic := "fl-probe/s1/gw1"
+	m, _ := mqttRun(t, MQTTConfig{URL: relay.url()})
+	p := NewMQTTProber(m, topic, time.Second, 5*time.Second, nil)
+	for range 2 * mqttProbeDeniedLosses {
+		mqttWaitConnected(t, m, true)
+		relay.cutOn.Store(&topic)
+		if _, err := p.Probe(context.Background()); err == nil {
+			t.Fatal("the relay closed the connection under the probe, yet no error")
+		}
+		relay.cutOn.Store(nil)
+		mqttWaitConnected(t, m, true)
+		if _, err := p.Probe(context.Background()); err != nil {
+			t.Fatalf("probe through a healthy link: %v", err)
+		}
+	}
+	if p.Denied() {
+		t.Error("denied, though no two probes in a row lost the connection")
+	}
+}

@@ -157,8 +157,17 @@ func ExpandTopic(tmpl string, vars map[string]string) (string, error) {
 // (uplink.status_topic): empty (the default), [StatusTopicOff], or a topic
 // whose only {names} are {site} and {gateway}, the ones a gateway fills in.
 // It is for checking a site file; NewMQTT checks it again with the values.
-func CheckStatusTopic(tmpl string) error {
-	if tmpl == "" || tmpl == StatusTopicOff {
+func CheckStatusTopic(tmpl string) error { return checkSiteTopic(tmpl, StatusTopicOff) }
+
+// CheckProbeTopic reports whether tmpl can be a [PoolConfig.ProbeTopic]
+// (uplink.probe_topic): empty (the default), [ProbeTopicOff], or a topic
+// whose only {names} are {site} and {gateway}.
+func CheckProbeTopic(tmpl string) error { return checkSiteTopic(tmpl, ProbeTopicOff) }
+
+// checkSiteTopic checks a topic template that a gateway fills with
+// {site} and {gateway} alone; "" and off are allowed.
+func checkSiteTopic(tmpl, off string) error {
+	if tmpl == "" || tmpl == off {
 		return nil
 	}
 	_, err := mqttStatusTopic(tmpl, map[string]string{"site": "s", "gateway": "g"})
