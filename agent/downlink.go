@@ -12,11 +12,11 @@ import (
 	"fieldlink/buffer"
 	"fieldlink/config"
 	"fieldlink/downlink"
+	"fieldlink/internal/signing"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
-	"fieldlink/signing"
 	"fieldlink/uplink"
 )
 

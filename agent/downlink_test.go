@@ -19,10 +19,10 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/downlink"
+	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/emutest"
 	"fieldlink/sensors/emulator"
-	"fieldlink/signing"
 )
 
 // These tests run commands end to end: real mosquitto brokers, the

@@ -21,9 +21,9 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/fleet"
+	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
-	"fieldlink/signing"
 )
 
 // A bundle with wrong broker credentials, against a real mosquitto that

@@ -22,7 +22,7 @@ import (
 	"unicode/utf8"
 
 	"fieldlink/internal/jsonkind"
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 // Bounds of a command, generous for what it carries.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 const fullCommand = `{"id":"cmd-0001","device":"valve-1","point":"Setpoint","value":42.50,` +

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 // fuzzKey signs in FuzzParseCommand: fixed, so that runs repeat.

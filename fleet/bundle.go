@@ -20,7 +20,7 @@ import (
 	"slices"
 	"time"
 
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 // SigningContext is the use a bundle signature is made for: a command's

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 var b0 = time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"fieldlink/config"
+	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
-	"fieldlink/signing"
 )
 
 // reloaded writes the local site file again with old replaced by new and

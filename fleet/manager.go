@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"fieldlink/config"
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 // Probation watch: how often, and how long a breakage must last before

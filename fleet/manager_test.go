@@ -18,8 +18,8 @@ import (
 
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/internal/signing"
 	"fieldlink/sensors/profile"
-	"fieldlink/signing"
 )
 
 func profiles(dir string) (profile.Set, error) { return profile.Load(firmwareprofiles.FS, dir) }

@@ -11,7 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"fieldlink/fleet"
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 // gatewayList is a repeatable -gateway flag.

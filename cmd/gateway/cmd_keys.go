@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"fieldlink/downlink"
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 // stdin is what "gateway command sign" reads, and where init asks before

@@ -15,7 +15,7 @@ import (
 
 	"fieldlink/buffer"
 	"fieldlink/downlink"
-	"fieldlink/signing"
+	"fieldlink/internal/signing"
 )
 
 const unsignedCommand = `{"id":"cmd-1","device":"valve-1","point":"Setpoint","value":42.50,"issued_at":"2026-03-01T10:00:00Z","actor":"ops:alice"}`

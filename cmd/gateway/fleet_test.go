@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"fieldlink/fleet"
+	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
-	"fieldlink/signing"
 )
 
 // gateway config sign makes a bundle that the gateways' check accepts.
