@@ -29,9 +29,9 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"fieldlink/health"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/emutest"
+	"fieldlink/internal/updategate"
 	"fieldlink/packet"
 )
 
@@ -105,7 +105,7 @@ uplink:
   probe: {interval: 500ms, timeout: 300ms}
   upstreams: [{url: "mqtt://%s"}]
 `, metricsAddr, emuAddr, link.Addr())
-	scrape := func() (health.Sample, error) { return health.Scrape(context.Background(), metricsAddr) }
+	scrape := func() (updategate.Sample, error) { return updategate.Scrape(context.Background(), metricsAddr) }
 
 	step := func(name string, fn func(t *testing.T)) {
 		if !t.Run(name, fn) {
@@ -141,8 +141,8 @@ uplink:
 			t.Fatalf("after systemctl start: %v\n%s", props, c.journal(t))
 		}
 		mainPID = props["MainPID"]
-		s := waitSample(t, scrape, "both devices polled and a packet delivered", func(s health.Sample) bool {
-			_, summary := health.Judge(s, nil, health.DefaultCriteria)
+		s := waitSample(t, scrape, "both devices polled and a packet delivered", func(s updategate.Sample) bool {
+			_, summary := updategate.Judge(s, nil, updategate.DefaultCriteria)
 			return summary != "" && s.Delivered() > 0
 		})
 		t.Logf("running (MainPID %s, watchdog %s): %d devices, %d stored, %d delivered", mainPID, props["WatchdogUSec"], len(s.Devices), s.Appends, s.Delivered())
@@ -204,8 +204,8 @@ uplink:
 	step("reload", func(t *testing.T) {
 		writeFile(t, c.path("/etc/fieldlink/site.yaml"), strings.Replace(site, "name: wind-2,", "name: wind-2b,", 1))
 		c.must(t, "systemctl reload fieldlink")
-		waitSample(t, scrape, "device wind-2b polled after the reload", func(s health.Sample) bool {
-			return slices.ContainsFunc(s.Devices, func(d health.Device) bool { return d.Name == "wind-2b" && d.Answered() > 0 })
+		waitSample(t, scrape, "device wind-2b polled after the reload", func(s updategate.Sample) bool {
+			return slices.ContainsFunc(s.Devices, func(d updategate.Device) bool { return d.Name == "wind-2b" && d.Answered() > 0 })
 		})
 		writeFile(t, c.path("/etc/fieldlink/site.yaml"), site+"not: [valid\n")
 		c.must(t, "systemctl reload fieldlink")
@@ -214,8 +214,8 @@ uplink:
 		})
 		writeFile(t, c.path("/etc/fieldlink/site.yaml"), site)
 		c.must(t, "systemctl reload fieldlink")
-		waitSample(t, scrape, "device wind-2 back after the last reload", func(s health.Sample) bool {
-			return slices.ContainsFunc(s.Devices, func(d health.Device) bool { return d.Name == "wind-2" })
+		waitSample(t, scrape, "device wind-2 back after the last reload", func(s updategate.Sample) bool {
+			return slices.ContainsFunc(s.Devices, func(d updategate.Device) bool { return d.Name == "wind-2" })
 		})
 		if p := c.props(t, "MainPID", "ActiveState"); p["MainPID"] != mainPID || p["ActiveState"] != "active" {
 			t.Errorf("after three reloads: %v, want the same process (MainPID %s), active", p, mainPID)
@@ -268,7 +268,7 @@ uplink:
 		installed("2.0.0")
 
 		link.SetDown(true)
-		waitSample(t, scrape, "the upstream seen down and packets queued", func(s health.Sample) bool {
+		waitSample(t, scrape, "the upstream seen down and packets queued", func(s updategate.Sample) bool {
 			return len(s.Reachable()) == 0 && s.Queued > 5
 		})
 		out := update("3.0.0", false, "0 of 2 devices answered since the daemon started")
@@ -301,7 +301,7 @@ uplink:
 		}
 
 		link.SetDown(false)
-		waitSample(t, scrape, "the buffer drained", func(s health.Sample) bool {
+		waitSample(t, scrape, "the buffer drained", func(s updategate.Sample) bool {
 			return len(s.Reachable()) > 0 && s.Queued == 0
 		})
 		c.must(t, "systemctl stop fieldlink")
@@ -662,9 +662,9 @@ func (c *container) journal(t *testing.T) string {
 
 // waitSample scrapes the container's gateway until cond holds (a minute at
 // most) and returns that sample.
-func waitSample(t *testing.T, scrape func() (health.Sample, error), what string, cond func(health.Sample) bool) health.Sample {
+func waitSample(t *testing.T, scrape func() (updategate.Sample, error), what string, cond func(updategate.Sample) bool) updategate.Sample {
 	t.Helper()
-	var s health.Sample
+	var s updategate.Sample
 	var err error
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		s, err = scrape()

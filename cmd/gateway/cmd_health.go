@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"fieldlink/health"
+	"fieldlink/internal/updategate"
 )
 
 // defaultSiteFile is the site file of the Debian package.
@@ -25,8 +25,8 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flags("health", stderr)
 	file := fs.String("c", defaultSiteFile, "site file of the running gateway (its metrics listener and token, and buffer.path)")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the daemon to be healthy; longer than the slowest device's interval")
-	cycles := fs.Int("cycles", health.DefaultCriteria.Cycles, "successful polls of the busiest device, and records stored, that make a healthy daemon")
-	maxDrop := fs.Float64("max-drop", health.DefaultCriteria.MaxDrop*100, "largest fall, in points, of the share of devices answering since the baseline")
+	cycles := fs.Int("cycles", updategate.DefaultCriteria.Cycles, "successful polls of the busiest device, and records stored, that make a healthy daemon")
+	maxDrop := fs.Float64("max-drop", updategate.DefaultCriteria.MaxDrop*100, "largest fall, in points, of the share of devices answering since the baseline")
 	record := fs.Bool("record", false, "before an update: record whether an upstream is reachable and how many devices answer, beside the buffer")
 	forget := fs.Bool("forget", false, "after an update is committed or rolled back: delete the recorded baseline")
 	formats := fs.Bool("formats", false, "print the buffer file formats this version reads and writes (JSON)")
@@ -36,16 +36,16 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch {
 	case *formats:
-		return json.NewEncoder(stdout).Encode(health.These(version))
+		return json.NewEncoder(stdout).Encode(updategate.These(version))
 	case *readableBy != "":
-		other, err := health.ReadableBy(*readableBy, version)
+		other, err := updategate.ReadableBy(*readableBy, version)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "fieldlink %s reads every buffer format %s writes: a rollback keeps the packets\n", other, version)
 		return nil
 	}
-	site, err := health.ReadSite(*file)
+	site, err := updategate.ReadSite(*file)
 	if err != nil {
 		return err
 	}
@@ -62,23 +62,23 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	case *record:
 		s, err := target.Scrape(ctx)
-		var sp *health.Sample
+		var sp *updategate.Sample
 		if err == nil {
 			sp = &s
 		}
-		b := health.NewBaseline(sp, err, time.Now(), version)
-		if err := health.WriteBaseline(baselineFile, b); err != nil {
+		b := updategate.NewBaseline(sp, err, time.Now(), version)
+		if err := updategate.WriteBaseline(baselineFile, b); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "recorded in %s: %s\n", baselineFile, b)
 		return nil
 	}
-	base, err := health.ReadBaseline(baselineFile)
+	base, err := updategate.ReadBaseline(baselineFile)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	summary, why, err := health.Wait(ctx, target, base, health.Criteria{Cycles: *cycles, MaxDrop: *maxDrop / 100}, *wait,
+	summary, why, err := updategate.Wait(ctx, target, base, updategate.Criteria{Cycles: *cycles, MaxDrop: *maxDrop / 100}, *wait,
 		func(elapsed time.Duration, why string) {
 			fmt.Fprintf(stderr, "health: %s: %s\n", elapsed.Round(time.Second), why)
 		})

@@ -1,4 +1,4 @@
-// Package health judges, from a running gateway's /metrics, whether it does
+// Package updategate judges, from a running gateway's /metrics, whether it does
 // its job: polls its devices, stores packets in its buffer and, when an
 // upstream is reachable, delivers them. It is the gate an updater runs
 // before it commits a new version (gateway health), so that a version that
@@ -12,7 +12,7 @@
 // Everything is read from the metrics endpoint the daemon already serves
 // (on loopback, or on a LAN address with its token): nothing in the daemon
 // knows about updates.
-package health
+package updategate
 
 import (
 	"bufio"
