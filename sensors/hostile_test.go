@@ -164,23 +164,8 @@ func (h *hostile) badPDU(b behaviour, fc byte, qty uint16) (unit byte, pdu []byt
 }
 
 func rtuFrame(b ...byte) []byte {
-	c := crc16(b)
+	c := emulator.CRC16(b)
 	return append(b, byte(c), byte(c>>8))
-}
-
-func crc16(b []byte) uint16 {
-	c := uint16(0xFFFF)
-	for _, x := range b {
-		c ^= uint16(x)
-		for range 8 {
-			if c&1 != 0 {
-				c = c>>1 ^ 0xA001
-			} else {
-				c >>= 1
-			}
-		}
-	}
-	return c
 }
 
 // --- RTU: a shared serial line -------------------------------------------
@@ -218,7 +203,7 @@ func (l *rtuLine) run(ctx context.Context) error {
 		buf = append(buf, tmp[:n]...)
 		for len(buf) >= 8 {
 			f := buf[:8]
-			if crc16(f[:6]) != binary.LittleEndian.Uint16(f[6:]) {
+			if emulator.CRC16(f[:6]) != binary.LittleEndian.Uint16(f[6:]) {
 				buf = buf[1:] // resynchronise
 				continue
 			}

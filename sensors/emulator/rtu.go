@@ -265,7 +265,7 @@ func (e *Emulator) answer(ctx context.Context, l rtuLine, frame []byte, first ti
 	out := make([]byte, 0, len(rep.pdu)+3)
 	out = append(out, frame[0])
 	out = append(out, rep.pdu...)
-	c := crc16(out)
+	c := CRC16(out)
 	if rep.badCRC {
 		c ^= 0xA5A5
 	}
@@ -342,13 +342,14 @@ func crcOK(frame []byte) bool {
 	if n < 4 {
 		return false
 	}
-	c := crc16(frame[:n-2])
+	c := CRC16(frame[:n-2])
 	return frame[n-2] == byte(c) && frame[n-1] == byte(c>>8)
 }
 
-// crc16 is the Modbus CRC (polynomial 0xA001 reflected, initial 0xFFFF),
-// sent low byte first.
-func crc16(b []byte) uint16 {
+// CRC16 is the Modbus CRC (polynomial 0xA001 reflected, initial 0xFFFF),
+// sent low byte first: the emulator's own, independent of the client's
+// (goburrow's table), for tests that forge RTU frames.
+func CRC16(b []byte) uint16 {
 	c := uint16(0xFFFF)
 	for _, x := range b {
 		c ^= uint16(x)

@@ -35,7 +35,7 @@ func pipeLine(t *testing.T, e *Emulator, baud int) net.Conn {
 
 // withCRC appends the Modbus CRC to b.
 func withCRC(b ...byte) []byte {
-	c := crc16(b)
+	c := CRC16(b)
 	return append(b, byte(c), byte(c>>8))
 }
 

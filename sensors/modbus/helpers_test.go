@@ -2,33 +2,56 @@ package modbus
 
 import (
 	"encoding/binary"
-	"fieldlink/internal/testtool"
 	"io"
+	"math/bits"
 	"net"
 	"os"
 	"testing"
 	"time"
+
+	"fieldlink/internal/testtool"
+	"fieldlink/sensors/emulator"
 )
 
 // hangMargin is how far past its deadline a request may end before a test
 // calls it a hang: generous, because CI machines are shared and slow.
 const hangMargin = 5 * time.Second
 
-// crc16 is CRC-16/MODBUS computed bit by bit from its definition: an
-// oracle independent of goburrow's table-driven implementation.
+// crc16 is CRC-16/MODBUS computed from its catalogue definition (width 16,
+// poly 0x8005, init 0xFFFF, input and output reflected): the oracle the
+// client's CRC checks are tested against. It is deliberately independent:
+// not goburrow's table, which the client uses, nor the emulator's
+// pre-reflected loop (poly 0xA001), which forges the tests' other frames;
+// TestCRCOracle pins it to the catalogue's check value.
 func crc16(b []byte) uint16 {
 	crc := uint16(0xFFFF)
 	for _, x := range b {
-		crc ^= uint16(x)
+		crc ^= uint16(bits.Reverse8(x)) << 8
 		for range 8 {
-			if crc&1 != 0 {
-				crc = crc>>1 ^ 0xA001
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x8005
 			} else {
-				crc >>= 1
+				crc <<= 1
 			}
 		}
 	}
-	return crc
+	return bits.Reverse16(crc)
+}
+
+// TestCRCOracle: the catalogue's check value of CRC-16/MODBUS, the CRC
+// of "123456789", is 0x4B37, and the emulator agrees on frames of every
+// length up to 256 bytes.
+func TestCRCOracle(t *testing.T) {
+	if got := crc16([]byte("123456789")); got != 0x4B37 {
+		t.Fatalf("crc16(123456789) = %#04x, want 0x4B37", got)
+	}
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i*7 + 3)
+		if got, want := crc16(b[:i]), emulator.CRC16(b[:i]); got != want {
+			t.Fatalf("%d bytes: oracle %#04x, emulator %#04x", i, got, want)
+		}
+	}
 }
 
 // withCRC returns b followed by its CRC, low byte first as on the wire.
