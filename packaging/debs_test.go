@@ -44,13 +44,8 @@ func buildDebs(t *testing.T) string {
 	testtool.Require(t, "dpkg-deb", "dpkg")
 	dist := t.TempDir()
 	for _, a := range arches {
-		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-tags", "field,nethttpomithttp2", "-ldflags", "-s -w",
-			"-o", filepath.Join(dist, "fieldlink-gateway_"+version+"_linux_"+a.target), "./cmd/gateway")
-		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+a.goarch, "GOARM="+a.goarm)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", a.target, err, out)
-		}
+		testtool.Build{Tags: []string{"field", "nethttpomithttp2"}, GOARCH: a.goarch, GOARM: a.goarm, Static: true, Release: true,
+			Out: filepath.Join(dist, "fieldlink-gateway_"+version+"_linux_"+a.target)}.Run(t)
 	}
 	cmd := exec.Command("./build-debs")
 	cmd.Env = append(os.Environ(), "VERSION="+version, "DIST="+dist)

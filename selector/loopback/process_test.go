@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -35,14 +34,7 @@ func TestProcessSlowNode(t *testing.T) {
 	if os.Getenv("LOOPBACK_LONG") != "1" {
 		t.Skip("LOOPBACK_LONG=1 runs the real-process check (a minute and a half)")
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "gateway")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "fieldlink/cmd/gateway").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testtool.BuildGateway(t)
 	names := make([]string, 10)
 	for i := range names {
 		names[i] = "generic-mine-methane"
@@ -75,7 +67,7 @@ func TestProcessSlowNode(t *testing.T) {
 			during[i].Store(0)
 		}
 		dir := t.TempDir()
-		port := freePort(t)
+		port := testtool.FreePort(t)
 		var b strings.Builder
 		fmt.Fprintf(&b, "site: {id: \"M1\", id_field: MineId}\ngateway: {id: gw-proc}\nbuffer: {path: buf.db}\nmetrics: {listen: \"127.0.0.1:%d\"}\n", port)
 		fmt.Fprintf(&b, "buses:\n  - name: b\n    url: tcp://%s\n    devices:\n", addr)
@@ -137,15 +129,6 @@ func TestProcessSlowNode(t *testing.T) {
 	if avg(mean["drf_cswlc"]) >= avg(mean["prequal"]) {
 		t.Errorf("mean delivery: drf_cswlc %.1f ms is not below prequal's %.1f ms", 1000*avg(mean["drf_cswlc"]), 1000*avg(mean["prequal"]))
 	}
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // scrapeLatency sums the gateway's upstream latency histograms: seconds and
