@@ -27,7 +27,7 @@ test:
 	@$(MAKE) --no-print-directory test-unit
 	@echo "[3/10] the field build's tests (go test -race -tags field ./cmd/gateway)"
 	@$(MAKE) --no-print-directory test-field
-	@echo "[4/10] the chaos run, short (go test -race -v ./chaos/)"
+	@echo "[4/10] the chaos run, short (go test -race -v ./tests/chaos/)"
 	@$(MAKE) --no-print-directory test-chaos
 	@echo "[5/10] govulncheck with the release toolchain"
 	@$(MAKE) --no-print-directory vulncheck
@@ -61,7 +61,7 @@ test-field:
 
 ## test-chaos: the short chaos run (CHAOS_DURATION default 50 s); its figures line, or its log's tail
 test-chaos:
-	@$(GO) test -race -count=1 -v -timeout 15m ./chaos/ > .chaos.log 2>&1; rc=$$?; \
+	@$(GO) test -race -count=1 -v -timeout 15m ./tests/chaos/ > .chaos.log 2>&1; rc=$$?; \
 	grep -E 'chaos: seed=|^(--- |ok|FAIL|PASS)' .chaos.log; \
 	if [ $$rc -ne 0 ]; then tail -200 .chaos.log; exit $$rc; fi
 
@@ -137,7 +137,7 @@ lab-quick:
 ## kill -9, a full tmpfs (needs root); one figures line; fails on any loss. make test runs a short one.
 CHAOS_DURATION ?= 10m
 chaos:
-	CI=true CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 3h ./chaos/
+	CI=true CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 3h ./tests/chaos/
 
 ## debs: Debian packages (armhf = the armv6 binary, arm64, amd64) of dist/'s binaries, in dist/
 debs: dist

@@ -46,9 +46,9 @@
 //
 // # Running it
 //
-//	go test ./chaos/                                      # short run (part of make test)
-//	CI=true CHAOS_DURATION=10m go test -race -v -timeout 3h ./chaos/   # long run (make chaos)
-//	CHAOS_SEED=42 go test -v -run TestChaos ./chaos/      # replay a run's fault schedule
+//	go test ./tests/chaos/                                      # short run (part of make test)
+//	CI=true CHAOS_DURATION=10m go test -race -v -timeout 3h ./tests/chaos/   # long run (make chaos)
+//	CHAOS_SEED=42 go test -v -run TestChaos ./tests/chaos/      # replay a run's fault schedule
 //
 // The test prints one line of figures (see docs/chaos.md). Under the race
 // detector the gateway binary is built with -race too, and a data race it
