@@ -279,10 +279,12 @@ func measureAll(ctx context.Context, o options, root, tmp string, out io.Writer)
 	bin.gateway = o.gateway
 	if bin.gateway == "" {
 		bin.gateway = filepath.Join(tmp, "gateway")
-		fmt.Fprintf(out, "building the gateway as it ships (CGO_ENABLED=0 go build -tags field,nethttpomithttp2 -trimpath -ldflags '-s -w') ...\n")
-		build := exec.Command("go", "build", "-tags", "field,nethttpomithttp2", "-trimpath", "-ldflags", "-s -w", "-o", bin.gateway, "./cmd/gateway")
+		// The release build, as the tests build it (testtool.Build).
+		ship := testtool.Build{Tags: []string{"field", "nethttpomithttp2"}, Static: true, Release: true}
+		fmt.Fprintf(out, "building the gateway as it ships (CGO_ENABLED=0 go %s) ...\n", strings.Join(ship.Args(bin.gateway), " "))
+		build := exec.Command("go", ship.Args(bin.gateway)...)
 		build.Dir = root
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Env = ship.Env()
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			return 2, false, fmt.Errorf("footprint: go build ./cmd/gateway: %w", err)
