@@ -36,6 +36,14 @@ var (
 // just after accepting them before [MQTT] says another client uses its id.
 const mqttTakeoverDrops = 3
 
+// mqttStallAge is how long a publish must have waited for its PUBACK when
+// the broker closes the connection for the close to be the broker's
+// stall rather than a takeover: a broker that cannot store a publish in
+// time closes the publisher's connection (NATS after 4 s, when its
+// stream has no leader), while a takeover closes it at once, whatever is
+// in flight. Likewise a connect refused only after this long.
+const mqttStallAge = 2 * time.Second
+
 // mqttClientSeq numbers the default client ids.
 var mqttClientSeq atomic.Uint64
 
@@ -68,6 +76,7 @@ type MQTT struct {
 	log        *slog.Logger
 	backoffMin time.Duration
 	backoffMax time.Duration
+	stallAge   time.Duration // mqttStallAge; shorter in tests
 
 	cur     atomic.Pointer[mqttConn]
 	lastErr atomic.Pointer[error] // why there is no connection

@@ -205,6 +205,12 @@ type mqttRelay struct {
 	// that enforces its ACL by disconnecting does.
 	cutOn       atomic.Pointer[string]
 	cutsOnTopic atomic.Int64 // connections closed so
+	// stallFor, if positive, has the relay hold back every PUBACK and
+	// close the connection that long after the first it held back, as a
+	// NATS node does when its stream cannot store a publish in time (a
+	// leader change): the broker's answer is a closed connection.
+	stallFor atomic.Int64
+	stalls   atomic.Int64 // connections closed so
 	pubacks  atomic.Int64 // PUBACKs passed to the client
 	swallowd atomic.Int64 // packets dropped
 
@@ -300,6 +306,7 @@ func mqttPublishTopic(pkt []byte) string {
 
 func (r *mqttRelay) pumpDown(up, down net.Conn) {
 	br := bufio.NewReader(up)
+	stalled := false
 	for {
 		pkt, err := mqttReadPacket(br)
 		if err != nil {
@@ -307,6 +314,16 @@ func (r *mqttRelay) pumpDown(up, down net.Conn) {
 		}
 		if r.swallow.Load() {
 			r.swallowd.Add(1)
+			continue
+		}
+		if d := time.Duration(r.stallFor.Load()); d > 0 && pkt[0]>>4 == 4 {
+			if !stalled {
+				stalled = true
+				time.AfterFunc(d, func() {
+					r.stalls.Add(1)
+					r.closePair(up, down)
+				})
+			}
 			continue
 		}
 		// Count a PUBACK before the client can see it, so that a test that

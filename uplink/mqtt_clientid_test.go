@@ -1,7 +1,9 @@
 package uplink
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,5 +40,58 @@ func TestMQTTClientIDInUseElsewhere(t *testing.T) {
 	mqttWaitConnected(t, c, true)
 	if text, _ := c.LastError(); text == "" || strings.Contains(text, words) {
 		t.Errorf("a broker restarted: last error %q", text)
+	}
+}
+
+// A cluster electing a stream leader cannot store publishes: a NATS node
+// then closes the connection of each publisher whose publish waited too
+// long (4 s), and does it again after each reconnect, each time just after
+// it accepted the connection, as a takeover would. But a publish was
+// waiting for its PUBACK all along, and a takeover waits for nothing: the
+// gateway must not say that another client uses its id. The relay plays
+// the stalled node, for the "online" publish of each connect and for the
+// packets.
+func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status string
+	}{
+		{"status publish", ""},
+		{"packets", StatusTopicOff},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := mqttStartBroker(t, mqttBrokerOpts{})
+			relay := mqttStartRelay(t, b.Addr())
+			relay.stallFor.Store(int64(500 * time.Millisecond))
+			log, buf := mqttLogger(t)
+			m, err := NewMQTT(MQTTConfig{URL: relay.url(), StatusTopic: tc.status, Logger: log,
+				Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.backoffMin, m.backoffMax, m.stallAge = 20*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() { m.Run(ctx) })
+			wg.Go(func() { // packets, while connected
+				for ctx.Err() == nil {
+					if err := m.Publish(ctx, map[string]string{"data_type": "Gas"}, []byte("p")); err != nil {
+						select {
+						case <-ctx.Done():
+						case <-time.After(10 * time.Millisecond):
+						}
+					}
+				}
+			})
+			defer wg.Wait()
+			defer cancel()
+			const drops = mqttTakeoverDrops + 2
+			testtool.WaitFor(t, 60*time.Second, "the stalled relay to close the connection several times", func() bool {
+				return relay.stalls.Load() >= drops
+			})
+			if text := buf.String(); strings.Contains(text, "another client uses this gateway's MQTT client id") {
+				t.Errorf("%d stalled drops taken for another client using the id", relay.stalls.Load())
+			}
+		})
 	}
 }

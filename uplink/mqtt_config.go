@@ -125,6 +125,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		log:        cfg.Logger,
 		backoffMin: mqttBackoffMin,
 		backoffMax: mqttBackoffMax,
+		stallAge:   mqttStallAge,
 		loads:      make(chan []byte, 1),
 		kick:       make(chan struct{}, 1),
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,21 +32,31 @@ func (m *MQTT) setLastErr(err error) {
 func (m *MQTT) LastError() (string, time.Time) { return m.noted.get() }
 
 // acceptedErr is a failure of [MQTT.connect] after the broker accepted
-// the connection (its CONNACK came): the link was up, if briefly.
-type acceptedErr struct{ error }
+// the connection (its CONNACK came): the link was up, if briefly. stalled
+// is set when a publish or subscription had waited for its answer
+// mqttStallAge or longer as the connection was lost.
+type acceptedErr struct {
+	error
+	stalled bool
+}
 
 func (e acceptedErr) Unwrap() error { return e.error }
 
 // droppedByBroker reports whether err ended a connection that the broker
 // had accepted, lived for lived, by the broker closing it (as on a
-// session takeover), rather than by a timeout or by this side.
-func droppedByBroker(err error, lived, within time.Duration) bool {
-	if lived >= within {
+// session takeover), rather than by a timeout or by this side. stalled
+// says the broker had left a request unanswered for mqttStallAge or longer
+// when it closed the connection (or refused a connect after that long):
+// a broker that cannot store (a cluster electing a stream leader) closes
+// its publishers' connections, each just after accepting it, as a
+// takeover does; but a takeover does not wait for anything.
+func droppedByBroker(err error, lived, within time.Duration, stalled bool) bool {
+	if lived >= within || stalled {
 		return false
 	}
 	var acc acceptedErr
 	if errors.As(err, &acc) {
-		return errors.Is(err, ErrMQTTConnLost) && !errors.Is(err, ErrMQTTAckTimeout)
+		return !acc.stalled && errors.Is(err, ErrMQTTConnLost) && !errors.Is(err, ErrMQTTAckTimeout)
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }
@@ -59,7 +70,11 @@ func droppedByBroker(err error, lived, within time.Duration) bool {
 // it was up for the longest backoff, the loss is reported as
 // [ErrMQTTClientIDInUse]: a broker that drops a client as another connects
 // with its client id does just that, and the other client does the same
-// in turn. When ctx ends it publishes a
+// in turn. A close that came while a publish had waited mqttStallAge for
+// its PUBACK, or a connect refused only after that long, is a stalled
+// broker's (a cluster electing a stream leader closes its publishers'
+// connections so, one reconnect after another), not a takeover's, and
+// starts the count over. When ctx ends it publishes a
 // retained "offline", disconnects cleanly and returns once its goroutines
 // have stopped: at once on a healthy link, after at most about
 // 2×PublishTimeout on a stuck one. Call Run once.
@@ -81,7 +96,11 @@ func (m *MQTT) Run(ctx context.Context) {
 	}
 	attempt, drops := 0, 0
 	for {
+		began := time.Now()
 		c, err := m.connect(ctx)
+		// A connect refused (before its CONNACK) only after a long wait is
+		// a stalled broker's, not a takeover's.
+		stalled := err != nil && time.Since(began) >= m.stallAge
 		if err == nil {
 			wg.Go(func() { m.pump(c) })
 		}
@@ -108,6 +127,8 @@ func (m *MQTT) Run(ctx context.Context) {
 			m.setLastErr(err)
 			m.cur.Store(nil)
 			c.closeSocket()
+			<-c.pumpDone // it returns at the loss, having noted the oldest wait
+			stalled = time.Duration(c.waited.Load()) >= m.stallAge
 			if time.Since(c.since) >= m.backoffMax {
 				attempt = 0
 			}
@@ -116,7 +137,7 @@ func (m *MQTT) Run(ctx context.Context) {
 		if c != nil {
 			lived = time.Since(c.since)
 		}
-		if droppedByBroker(err, lived, m.backoffMax) {
+		if droppedByBroker(err, lived, m.backoffMax, stalled) {
 			drops++
 		} else {
 			drops = 0
@@ -174,6 +195,11 @@ type mqttConn struct {
 	lostOnce sync.Once
 	lostErr  error         // why, written before lost is closed
 	lost     chan struct{} // closed when the connection is gone
+
+	// waited is how long the oldest publish without its PUBACK had waited
+	// when the connection was lost (ns; 0 if none), set by the pump
+	// before pumpDone closes, or by await.
+	waited atomic.Int64
 }
 
 func (c *mqttConn) markLost(err error) {
@@ -255,7 +281,7 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 	fail := func(err error) (*mqttConn, error) {
 		c.cl.Disconnect(0)
 		c.drop(err)
-		return nil, acceptedErr{err}
+		return nil, acceptedErr{err, time.Duration(c.waited.Load()) >= m.stallAge}
 	}
 	if !stopped {
 		return fail(ctx.Err())

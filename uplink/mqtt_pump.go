@@ -81,7 +81,10 @@ func (m *MQTT) pump(c *mqttConn) {
 				if !mqttTokenDone(e.tok) {
 					break
 				}
-				<-c.slots // first, so that all are free once every caller returned
+				<-c.slots                 // first, so that all are free once every caller returned
+				if e.tok.Error() != nil { // paho fails the tokens as it finds the loss
+					c.noteWait(time.Since(e.sent))
+				}
 				e.r.res <- m.tokenErr(e.tok)
 				*e = mqttInflight{}
 				head, n = (head+1)%len(ring), n-1
@@ -105,6 +108,7 @@ func (m *MQTT) pump(c *mqttConn) {
 			m.answerAll(ring, head, n, fmt.Errorf("uplink: mqtt %s: %w: stopped", m.name, ErrMQTTConnLost))
 			return
 		case <-c.lost:
+			c.noteWait(oldestWait(ring, head, n))
 			m.answerAll(ring, head, n, m.lostErr(c))
 			return
 		}
@@ -125,6 +129,19 @@ func (m *MQTT) answerAll(ring []mqttInflight, head, n int, err error) {
 	}
 }
 
+// oldestWait is how long the oldest of the n requests in flight from
+// ring[head] whose PUBACK has not come had waited by now; 0 if none.
+func oldestWait(ring []mqttInflight, head, n int) time.Duration {
+	for ; n > 0; n-- {
+		e := ring[head]
+		if !mqttTokenDone(e.tok) || e.tok.Error() != nil {
+			return time.Since(e.sent)
+		}
+		head = (head + 1) % len(ring)
+	}
+	return 0
+}
+
 func mqttTokenDone(tok paho.Token) bool {
 	select {
 	case <-tok.Done():
@@ -142,10 +159,16 @@ func mqttTokenDone(tok paho.Token) bool {
 func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	sent := time.Now()
 	select {
 	case <-tok.Done():
-		return awaitErr(tok)
+		if err := awaitErr(tok); err != nil {
+			c.noteWait(time.Since(sent)) // failed by the loss of the connection
+			return err
+		}
+		return nil
 	case <-c.lost:
+		c.noteWait(time.Since(sent))
 		select { // the PUBACK may have come just before the loss
 		case <-tok.Done():
 			return awaitErr(tok)
@@ -158,6 +181,17 @@ func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout t
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// noteWait records that a request had waited d for its answer when the
+// connection was lost, if that is the longest so far.
+func (c *mqttConn) noteWait(d time.Duration) {
+	for {
+		old := c.waited.Load()
+		if int64(d) <= old || c.waited.CompareAndSwap(old, int64(d)) {
+			return
+		}
 	}
 }
 

@@ -29,6 +29,10 @@ type phase struct {
 // speed.
 const catchUpLimit = 90 * time.Second
 
+// clientIDInUse is what the gateway logs when it takes the broker's drops
+// for another client connecting with its client id.
+const clientIDInUse = "another client uses this gateway's MQTT client id"
+
 func TestCluster(t *testing.T) {
 	bin := testtool.RequireSbin(t, "nats-server", "nats-server")
 	hold, outage := 15*time.Second, 30*time.Second
@@ -107,6 +111,7 @@ func TestCluster(t *testing.T) {
 
 	var lines []string
 	prevEnd := start
+	logged := 0 // client id warnings so far
 	for _, ph := range phases {
 		t0 := time.Now()
 		before := deliveredOrFail(t, gw)
@@ -143,6 +148,12 @@ func TestCluster(t *testing.T) {
 		lines = append(lines, line)
 		if !ok || w.lost > 0 {
 			t.Errorf("%s: %d packets stored before the heal did not reach the subscriber within %v of it", ph.name, w.lost, catchUpLimit)
+		}
+		// The gateway's three client ids are its own and no other client
+		// uses them: a fault of the cluster is no takeover.
+		if n := strings.Count(gw.log.String(), clientIDInUse); n > logged {
+			t.Errorf("%s: the gateway logged %d times that %q, with no other client on its ids", ph.name, n-logged, clientIDInUse)
+			logged = n
 		}
 		prevEnd = t1
 		waitSettled(t, nodes[:])
