@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The release build's flags are those of the Makefile's field target and
@@ -60,5 +61,16 @@ func TestHTTPGet(t *testing.T) {
 func TestGetNothingListening(t *testing.T) {
 	if code, _, err := Get("http://" + FreeAddr(t) + "/"); err == nil || code != 0 {
 		t.Errorf("Get on a closed port = %d, %v; want an error", code, err)
+	}
+}
+
+func TestEventually(t *testing.T) {
+	n := 0
+	if !Eventually(time.Minute, time.Millisecond, func() bool { n++; return n == 3 }) || n != 3 {
+		t.Errorf("Eventually: true after 3 calls, got %d calls", n)
+	}
+	n = 0
+	if Eventually(0, time.Millisecond, func() bool { n++; return false }) || n < 2 {
+		t.Errorf("Eventually past its deadline: false after a last try, got %d calls", n)
 	}
 }

@@ -156,11 +156,22 @@ func ptyPair(t testing.TB, record *SyncBuffer) (a, b string) {
 // WaitFor polls cond every few milliseconds until it holds or timeout passes.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Eventually(timeout, 5*time.Millisecond, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// Eventually polls cond every interval until it holds (true) or timeout
+// passes (false): WaitFor for a caller that says itself what went wrong
+// (with the last state it saw) or goes on either way. cond runs at least
+// once, and once more after the deadline.
+func Eventually(timeout, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return cond()
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(interval)
 	}
+	return true
 }
