@@ -12,6 +12,7 @@ import (
 
 	"fieldlink/buffer"
 	"fieldlink/config"
+	"fieldlink/internal/testtool"
 	"fieldlink/selector"
 )
 
@@ -51,10 +52,7 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 		defer close(done)
 		trainIRLB(ctx, &config.Config{Buffer: config.Buffer{Path: path}}, q, s, time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Model() == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testtool.Eventually(10*time.Second, 5*time.Millisecond, func() bool { return s.Model() != nil }) // the check below says what is wrong
 	cancel()
 	<-done
 	got, err := s.Model().MarshalBinary()

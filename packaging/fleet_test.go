@@ -666,15 +666,13 @@ func waitSample(t *testing.T, scrape func() (updategate.Sample, error), what str
 	t.Helper()
 	var s updategate.Sample
 	var err error
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+	if !testtool.Eventually(time.Minute, 250*time.Millisecond, func() bool {
 		s, err = scrape()
-		if err == nil && cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s; last scrape %+v %v", what, s, err)
-		}
+		return err == nil && cond(s)
+	}) {
+		t.Fatalf("waited a minute for %s; last scrape %+v %v", what, s, err)
 	}
+	return s
 }
 
 // received is every packet the subscriber got: count by epoch and seq.
