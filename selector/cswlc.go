@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"fieldlink/selector/cuckoo"
 	"math"
 	"math/bits"
 	"slices"
@@ -82,7 +83,7 @@ type CSWLCOptions struct {
 //     L_{j−1} < G ≤ L_j.
 //  4. A cuckoo search (Lévy flights by Mantegna's method, discovery
 //     probability 0.25, a bounded number of generations, seeded; see
-//     cuckoo.go) over the buckets finds the better candidates: one
+//     selector/cuckoo) over the buckets finds the better candidates: one
 //     coordinate per bucket of two or more upstreams, x_j in [0, |gs_j|)
 //     naming its ⌊x_j⌋-th member, minimising Σ_j G of the members named, so
 //     that the optimum is the least-utilised upstream of every bucket. The
@@ -128,7 +129,7 @@ type CSWLC struct {
 	reportGate
 
 	// The recomputation's own state, guarded by ref.mu.
-	cs      *cuckooSearch
+	cs      *cuckoo.Search
 	runs    uint64
 	lastUp  [MaxUpstreams]*upstream
 	lastReq [MaxUpstreams]uint64
@@ -154,7 +155,7 @@ func NewCSWLC(opt CSWLCOptions) *CSWLC {
 		procLimit:   float64(opt.ProcessLimit),
 		seed:        opt.Seed,
 		ignoreUsage: opt.IgnoreUsage,
-		cs:          newCuckooSearch(opt.Nests, opt.Iterations, opt.Discovery),
+		cs:          cuckoo.New(opt.Nests, opt.Iterations, opt.Discovery),
 	}
 	if s.tolerance == 0 {
 		s.tolerance = 0.02
@@ -404,7 +405,7 @@ func (s *CSWLC) candidates(mask uint64, seed uint64) uint64 {
 	if len(s.dims) == 0 {
 		return set
 	}
-	best, _ := s.cs.minimize(s.fitness, s.lo, s.hi, seed)
+	best, _ := s.cs.Minimize(s.fitness, s.lo, s.hi, seed)
 	for d, j := range s.dims {
 		mem := s.members[j]
 		gBest := s.g[mem[s.member(d, best[d])]]

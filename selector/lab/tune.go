@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"fieldlink/selector"
+	"fieldlink/selector/cuckoo"
 )
 
 // TuneConfig configures [Tune]. The zero value is the shipped tuning run.
@@ -133,7 +134,7 @@ func Tune(ctx context.Context, cfg TuneConfig) (*Tuned, error) {
 		score float64
 	}
 	var all []tried
-	selector.Minimize(func(x []float64) float64 {
+	cuckoo.Minimize(func(x []float64) float64 {
 		if evalErr != nil || ctx.Err() != nil {
 			return math.Inf(1)
 		}

@@ -1,4 +1,4 @@
-package selector
+package cuckoo
 
 import (
 	"math"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func cuckooSphere(x []float64) float64 {
+func sphere(x []float64) float64 {
 	var s float64
 	for _, v := range x {
 		s += v * v
@@ -14,7 +14,7 @@ func cuckooSphere(x []float64) float64 {
 	return s
 }
 
-// TestCuckooSphere minimises the cuckooSphere function Σ x² in 5 dimensions over
+// TestCuckooSphere minimises the sphere function Σ x² in 5 dimensions over
 // [−5, 10]⁵ (optimum 0 at the origin, off the centre of the box), and checks
 // that a seed fixes the result.
 func TestCuckooSphere(t *testing.T) {
@@ -22,28 +22,28 @@ func TestCuckooSphere(t *testing.T) {
 	for j := range lo {
 		lo[j], hi[j] = -5, 10
 	}
-	cs := newCuckooSearch(25, 400, 0.25)
-	best, f := cs.minimize(cuckooSphere, lo, hi, 42)
-	t.Logf("cuckooSphere, 25 nests × 400 generations: f = %.3g at %.2g", f, best)
+	cs := New(25, 400, 0.25)
+	best, f := cs.Minimize(sphere, lo, hi, 42)
+	t.Logf("sphere, 25 nests × 400 generations: f = %.3g at %.2g", f, best)
 	if f > 1e-6 {
 		t.Fatalf("f = %g at %v, want < 1e-6", f, best)
 	}
-	if cuckooSphere(best) != f {
-		t.Fatalf("returned fitness %v, f(best) = %v", f, cuckooSphere(best))
+	if sphere(best) != f {
+		t.Fatalf("returned fitness %v, f(best) = %v", f, sphere(best))
 	}
 	first := slices.Clone(best)
-	again, f2 := newCuckooSearch(25, 400, 0.25).minimize(cuckooSphere, lo, hi, 42)
+	again, f2 := New(25, 400, 0.25).Minimize(sphere, lo, hi, 42)
 	if f2 != f || !slices.Equal(first, again) {
 		t.Fatalf("same seed, different results: %v at %v, then %v at %v", f, first, f2, again)
 	}
 	// A reused search, same seed: same result, and no allocation.
-	if again, f3 := cs.minimize(cuckooSphere, lo, hi, 42); f3 != f || !slices.Equal(first, again) {
+	if again, f3 := cs.Minimize(sphere, lo, hi, 42); f3 != f || !slices.Equal(first, again) {
 		t.Fatalf("reused search differs: %v, then %v", f, f3)
 	}
-	if a := testing.AllocsPerRun(1, func() { cs.minimize(cuckooSphere, lo, hi, 7) }); a != 0 {
+	if a := testing.AllocsPerRun(1, func() { cs.Minimize(sphere, lo, hi, 7) }); a != 0 {
 		t.Fatalf("a reused search allocates %.0f times", a)
 	}
-	if _, f4 := cs.minimize(cuckooSphere, lo, hi, 43); f4 == f {
+	if _, f4 := cs.Minimize(sphere, lo, hi, 43); f4 == f {
 		t.Fatalf("another seed gave the very same fitness %v", f4)
 	}
 }
@@ -62,9 +62,9 @@ func TestCuckooDiscrete(t *testing.T) {
 		}
 	}
 	f := func(x []float64) float64 { return vals[min(int(x[0]), len(vals)-1)] }
-	cs := newCuckooSearch(0, 0, 0)
+	cs := New(0, 0, 0)
 	for seed := range uint64(20) {
-		best, _ := cs.minimize(f, []float64{0}, []float64{40}, seed)
+		best, _ := cs.Minimize(f, []float64{0}, []float64{40}, seed)
 		if got := min(int(best[0]), 39); got != want {
 			t.Fatalf("seed %d: found index %d (%.4f), want %d (%.4f)", seed, got, vals[got], want, vals[want])
 		}
@@ -75,7 +75,7 @@ func TestCuckooDiscrete(t *testing.T) {
 // a heavy tail that falls as |s|^−1.5 — P(|s| > 10) / P(|s| > 100) near
 // 10^1.5 ≈ 31.6 — where a Gaussian of the same spread has no mass at all.
 func TestMantegnaSteps(t *testing.T) {
-	cs := newCuckooSearch(0, 0, 0)
+	cs := New(0, 0, 0)
 	if math.Abs(cs.sigmaU-0.696574502) > 1e-6 {
 		t.Fatalf("σ_u(1.5) = %.9f, want 0.696574502", cs.sigmaU)
 	}

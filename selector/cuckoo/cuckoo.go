@@ -1,11 +1,16 @@
-package selector
+// Package cuckoo is Yang and Deb's cuckoo search, a derivative-free
+// minimiser over a box of R^dim, with Lévy flights by Mantegna's method.
+// It is offline numerics for the selector: the cswlc strategies run it when
+// they recompute their candidates (never inside a pick), and the selector
+// lab tunes drf_cswlc's constants with [Minimize].
+package cuckoo
 
 import (
 	"math"
 	"math/rand/v2"
 )
 
-// cuckooSearch is Yang and Deb's cuckoo search ("Cuckoo search via Lévy
+// Search is Yang and Deb's cuckoo search ("Cuckoo search via Lévy
 // flights", NaBIC 2009; "Engineering optimisation by cuckoo search", 2010),
 // as in their reference implementation (cuckoo_search.m), minimising a
 // function over a box [lo, hi] of R^dim. cswlc uses it; it is general.
@@ -14,7 +19,7 @@ import (
 //
 //  1. Lévy flights: every nest proposes x_k + α · s ⊙ (x_k − b) ⊙ N(0, 1),
 //     α = 0.01, s a Lévy-stable step of index β = 1.5 drawn by Mantegna's
-//     method (see [cuckooSearch.levy]), clamped into the box; the proposal
+//     method (see [Search.levy]), clamped into the box; the proposal
 //     replaces x_k when its fitness is no worse.
 //  2. Discovery: each coordinate of each nest is found by the host with
 //     probability pa (the paper's P = 0.25) and then moves by
@@ -25,10 +30,10 @@ import (
 // The search runs a fixed number of generations: its cost is bounded,
 // 2 · nests · iterations evaluations of f. All randomness comes from a
 // PCG generator the caller seeds, so a seed fixes the result. A
-// cuckooSearch is not safe for concurrent use: the owner serialises it.
+// Search is not safe for concurrent use: the owner serialises it.
 // Its buffers are kept between runs, so that a run of the same size does
 // not allocate.
-type cuckooSearch struct {
+type Search struct {
 	nests, iters int
 	pa           float64 // discovery probability
 	alpha        float64 // step scale
@@ -49,28 +54,28 @@ type cuckooSearch struct {
 // are within 0.001 of it; 15 nests miss about 1 in 70), for 5,000
 // evaluations.
 const (
-	cuckooNests = 25
-	cuckooIters = 100
-	cuckooPa    = 0.25
-	cuckooAlpha = 0.01
-	cuckooBeta  = 1.5
+	defaultNests       = 25
+	defaultGenerations = 100
+	defaultPa          = 0.25
+	stepAlpha          = 0.01
+	levyBeta           = 1.5
 )
 
-// newCuckooSearch returns a search with the given size and discovery
+// New returns a search with the given size and discovery
 // probability; values ≤ 0 mean the defaults above.
-func newCuckooSearch(nests, iters int, pa float64) *cuckooSearch {
+func New(nests, iters int, pa float64) *Search {
 	if nests < 2 {
-		nests = cuckooNests
+		nests = defaultNests
 	}
 	if iters <= 0 {
-		iters = cuckooIters
+		iters = defaultGenerations
 	}
 	if pa <= 0 || pa > 1 {
-		pa = cuckooPa
+		pa = defaultPa
 	}
-	c := &cuckooSearch{
-		nests: nests, iters: iters, pa: pa, alpha: cuckooAlpha, beta: cuckooBeta,
-		sigmaU: mantegnaSigma(cuckooBeta),
+	c := &Search{
+		nests: nests, iters: iters, pa: pa, alpha: stepAlpha, beta: levyBeta,
+		sigmaU: mantegnaSigma(levyBeta),
 		pcg:    rand.NewPCG(0, 0),
 		p:      make([]int, nests),
 		q:      make([]int, nests),
@@ -97,7 +102,7 @@ func mantegnaSigma(beta float64) float64 {
 // stochastic processes", Phys. Rev. E 49, 1994): s = u / |v|^(1/β) with
 // u ~ N(0, σ_u²) and v ~ N(0, 1). Its tail falls as |s|^(−1−β): heavy, so
 // most flights are short and a few are very long.
-func (c *cuckooSearch) levy() float64 {
+func (c *Search) levy() float64 {
 	u := c.rnd.NormFloat64() * c.sigmaU
 	v := c.rnd.NormFloat64()
 	if c.beta == 1.5 {
@@ -110,7 +115,7 @@ func (c *cuckooSearch) levy() float64 {
 // = dim ≥ 1, lo ≤ hi), from seed, and returns the best point found, which
 // stays valid until the next run, and its fitness. f must be
 // deterministic.
-func (c *cuckooSearch) minimize(f func(x []float64) float64, lo, hi []float64, seed uint64) ([]float64, float64) {
+func (c *Search) Minimize(f func(x []float64) float64, lo, hi []float64, seed uint64) ([]float64, float64) {
 	dim := len(lo)
 	c.pcg.Seed(seed, 0xc0c0c0c0)
 	if need := c.nests * dim; cap(c.x) < need {
@@ -135,7 +140,7 @@ func (c *cuckooSearch) minimize(f func(x []float64) float64, lo, hi []float64, s
 			row, prop := c.x[k*dim:(k+1)*dim], c.prop[k*dim:(k+1)*dim]
 			for j := range row {
 				step := c.alpha * c.levy() * (row[j] - c.best[j])
-				prop[j] = cuckooClamp(row[j]+step*c.rnd.NormFloat64(), lo[j], hi[j])
+				prop[j] = clamp(row[j]+step*c.rnd.NormFloat64(), lo[j], hi[j])
 			}
 		}
 		c.replace(f, dim)
@@ -152,7 +157,7 @@ func (c *cuckooSearch) minimize(f func(x []float64) float64, lo, hi []float64, s
 			for j := range row {
 				prop[j] = row[j]
 				if c.rnd.Float64() < c.pa {
-					prop[j] = cuckooClamp(row[j]+r*(rp[j]-rq[j]), lo[j], hi[j])
+					prop[j] = clamp(row[j]+r*(rp[j]-rq[j]), lo[j], hi[j])
 				}
 			}
 		}
@@ -163,7 +168,7 @@ func (c *cuckooSearch) minimize(f func(x []float64) float64, lo, hi []float64, s
 }
 
 // replace keeps each proposal that is no worse than its nest.
-func (c *cuckooSearch) replace(f func([]float64) float64, dim int) {
+func (c *Search) replace(f func([]float64) float64, dim int) {
 	for k := range c.nests {
 		prop := c.prop[k*dim : (k+1)*dim]
 		if v := f(prop); v <= c.fit[k] {
@@ -175,7 +180,7 @@ func (c *cuckooSearch) replace(f func([]float64) float64, dim int) {
 
 // updateBest copies the best nest into c.best when it beats bestFit, and
 // returns the best fitness.
-func (c *cuckooSearch) updateBest(dim int, bestFit float64) float64 {
+func (c *Search) updateBest(dim int, bestFit float64) float64 {
 	for k := range c.nests {
 		if c.fit[k] < bestFit {
 			bestFit = c.fit[k]
@@ -186,7 +191,7 @@ func (c *cuckooSearch) updateBest(dim int, bestFit float64) float64 {
 }
 
 // permute fills p with a random permutation of 0…len(p)−1.
-func (c *cuckooSearch) permute(p []int) {
+func (c *Search) permute(p []int) {
 	for i := range p {
 		p[i] = i
 	}
@@ -196,13 +201,13 @@ func (c *cuckooSearch) permute(p []int) {
 	}
 }
 
-// cuckooClamp returns x within [lo, hi].
-func cuckooClamp(x, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, x)) }
+// clamp returns x within [lo, hi].
+func clamp(x, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, x)) }
 
 // Minimize runs a cuckoo search of nests nests for generations generations
 // (≤ 0: the defaults above) and returns the best point of the box [lo, hi]
 // for f and its value. The selector lab tunes drf_cswlc's constants with it
 // offline; f is called 2 · nests · generations times, one call at a time.
 func Minimize(f func(x []float64) float64, lo, hi []float64, nests, generations int, seed uint64) ([]float64, float64) {
-	return newCuckooSearch(nests, generations, 0).minimize(f, lo, hi, seed)
+	return New(nests, generations, 0).Minimize(f, lo, hi, seed)
 }
