@@ -113,11 +113,11 @@ func TestHealthGate(t *testing.T) {
 	waitRecord := func(t *testing.T, what string) {
 		t.Helper()
 		var out string
-		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out, what); time.Sleep(200 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no baseline says %q; the latest: %s", what, out)
-			}
+		if !testtool.Eventually(30*time.Second, 200*time.Millisecond, func() bool {
 			_, out, _ = gw(t, "health", "-c", site, "-record")
+			return strings.Contains(out, what)
+		}) {
+			t.Fatalf("no baseline says %q; the latest: %s", what, out)
 		}
 	}
 	top := t // the daemons live as long as the whole test
@@ -341,11 +341,11 @@ uplink:
 	}
 	startHealthDaemon(t, site)
 	var out, errOut string
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out, "1 of 1 devices answering"); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no baseline says the device answers; the latest: %s%s", out, errOut)
-		}
+	if !testtool.Eventually(30*time.Second, 200*time.Millisecond, func() bool {
 		_, out, errOut = gw(t, "health", "-c", site, "-record")
+		return strings.Contains(out, "1 of 1 devices answering")
+	}) {
+		t.Fatalf("no baseline says the device answers; the latest: %s%s", out, errOut)
 	}
 	if !strings.Contains(out, filepath.Join(dir, "buffer.db.update.json")) {
 		t.Errorf("the baseline is not beside the buffer, relative to the site file: %s", out)

@@ -110,16 +110,10 @@ uplink:
 	delivered := func(what string, lo, hi uint64, brokers ...int) {
 		t.Helper()
 		var miss []uint64
-		ok := false
-		deadline := time.Now().Add(30 * time.Second)
-		for !ok && time.Now().Before(deadline) {
+		if !testtool.Eventually(30*time.Second, 10*time.Millisecond, func() bool {
 			miss = led.missing(lo, hi, brokers...)
-			ok = len(miss) == 0
-			if !ok {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		if !ok {
+			return len(miss) == 0
+		}) {
 			t.Fatalf("%s: %d of seqs %d..%d never arrived: %v", what, len(miss), lo+1, hi, e2eHead(miss, 20))
 		}
 	}
