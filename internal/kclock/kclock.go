@@ -58,26 +58,47 @@ const lookEvery = time.Second
 // Clock tells the readings to mark as taken from an unsynchronised clock.
 // It asks the kernel at most once a second. Safe for concurrent use; the
 // zero value asks the kernel.
+//
+// A step of the wall clock makes it ask again at once: a clock set by hand
+// or by a program leaves the kernel's state unsynchronised, and the
+// readings of the rest of the second would otherwise carry the stepped
+// time unmarked. It sees a step as a change of the wall clock minus the
+// monotonic clock by more than maxSlew since the last look (a slewing
+// clock moves it by 0.5 ms a second at the most).
 type Clock struct {
 	// Synced reports whether the wall clock is synchronised; nil means
 	// Synced, the kernel's state.
 	Synced func() bool
+	// Mono is the monotonic clock when a reading was taken; nil means
+	// MonoAt. Tests give their own, to step the wall clock.
+	Mono func(at time.Time) time.Duration
 
 	next   atomic.Int64 // MonoAt of the next look, in nanoseconds
+	offset atomic.Int64 // wall minus monotonic clock at the last look, in nanoseconds
 	synced atomic.Bool
 }
+
+// maxSlew is the most that the wall clock minus the monotonic clock moves
+// between two looks without a step.
+const maxSlew = 50 * time.Millisecond
 
 // Unsynced reports whether a reading taken at at (from time.Now) cannot be
 // vouched for: the kernel did not hold the clock as synchronised, or at is
 // before MinTrue. mono is CLOCK_MONOTONIC at at, for a later re-stamp.
 func (c *Clock) Unsynced(at time.Time) (unsynced bool, mono time.Duration) {
-	mono = MonoAt(at)
-	if int64(mono) >= c.next.Load() {
+	if c.Mono != nil {
+		mono = c.Mono(at)
+	} else {
+		mono = MonoAt(at)
+	}
+	off := at.UnixNano() - int64(mono)
+	if int64(mono) >= c.next.Load() || time.Duration(off-c.offset.Load()).Abs() > maxSlew {
 		f := c.Synced
 		if f == nil {
 			f = Synced
 		}
 		c.synced.Store(f())
+		c.offset.Store(off)
 		c.next.Store(int64(mono + lookEvery))
 	}
 	if c.synced.Load() && !at.Before(MinTrue) {

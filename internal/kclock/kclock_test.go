@@ -45,3 +45,44 @@ func TestClockMarks(t *testing.T) {
 		t.Fatalf("MonoAt differs by %v over 2 s", d)
 	}
 }
+
+// TestClockSeesAStep: a step of the wall clock within the second makes
+// the Clock ask the kernel again at once, which then says unsynchronised
+// (a clock set by hand or by a program): the readings after the step are
+// marked, not stamped an hour off without the mark; a clock that only
+// runs on is asked once a second still.
+func TestClockSeesAStep(t *testing.T) {
+	synced, asked := true, 0
+	mono := time.Hour
+	c := &Clock{Synced: func() bool { asked++; return synced }, Mono: func(time.Time) time.Duration { return mono }}
+	wall := time.Date(2026, 12, 4, 18, 0, 0, 0, time.UTC)
+	if u, _ := c.Unsynced(wall); u || asked != 1 {
+		t.Fatalf("synced clock: unsynced %v, asked %d", u, asked)
+	}
+	tick := func(d time.Duration) { mono += d; wall = wall.Add(d) }
+	tick(10 * time.Millisecond)
+	if u, _ := c.Unsynced(wall); u || asked != 1 {
+		t.Fatalf("10 ms on, no step: unsynced %v, asked %d (want the cached answer)", u, asked)
+	}
+	for _, step := range []time.Duration{-time.Hour, time.Hour, 200 * time.Millisecond} {
+		// The kernel's state after the step: unsynchronised.
+		synced = false
+		tick(10 * time.Millisecond)
+		wall = wall.Add(step)
+		before := asked
+		if u, m := c.Unsynced(wall); !u || m != mono || asked != before+1 {
+			t.Fatalf("stepped %v within the second: unsynced %v, mono %v (want %v), asked %d (want %d)", step, u, m, mono, asked, before+1)
+		}
+		// Synchronised again, no further step: the cached answer holds
+		// for the second.
+		synced = true
+		tick(10 * time.Millisecond)
+		if u, _ := c.Unsynced(wall); !u || asked != before+1 {
+			t.Fatalf("after the step of %v, no further step: unsynced %v, asked %d (want the cached answer)", step, u, asked)
+		}
+		tick(time.Second)
+		if u, _ := c.Unsynced(wall); u || asked != before+2 {
+			t.Fatalf("a second after the step of %v: unsynced %v, asked %d", step, u, asked)
+		}
+	}
+}
