@@ -15,7 +15,7 @@
 // cut or a reboot, which the status says.
 //
 // [Store] is the delivery loop's queue (uplink.Queue) over both buffers:
-// alarms first, then the card's backlog, then the volatile readings. The
+// alarms first, then by reading time, oldest first. The
 // volatile buffer's seqs carry bit 63 ([Volatile]), so that acks reach the
 // buffer that leased them.
 //
@@ -32,10 +32,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -196,9 +198,10 @@ func Open(opt Options) (*Store, error) {
 			return nil, err
 		}
 		s.mu.Lock()
+		merr := s.openMemLocked()
 		s.setLocked(f, 0, err)
-		err = s.openMemLocked()
 		s.mu.Unlock()
+		err = merr
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +268,15 @@ func (s *Store) volatilePath() string {
 	if s.memPath != "" {
 		return s.memPath
 	}
-	name := strings.TrimSuffix(filepath.Base(s.opt.Path), ".db") + ".volatile.db"
+	// One per card buffer: two gateways (or tests) on one machine do not
+	// share it.
+	abs, err := filepath.Abs(s.opt.Path)
+	if err != nil {
+		abs = s.opt.Path
+	}
+	h := fnv.New32a()
+	h.Write([]byte(abs))
+	name := fmt.Sprintf("%s-%08x.volatile.db", strings.TrimSuffix(filepath.Base(s.opt.Path), ".db"), h.Sum32())
 	if s.opt.VolatileDir != "" {
 		return filepath.Join(s.opt.VolatileDir, name)
 	}
@@ -363,18 +374,18 @@ func (s *Store) AppendAll(ctx context.Context, ps ...*packet.Packet) error {
 				s.broken = true
 				s.changedLocked()
 			}
+			merr := s.openMemLocked() // first: the log says where it is
 			s.setLocked(f, 0, err)
+			if merr != nil {
+				s.mu.Unlock()
+				return errors.New(merr.Error())
+			}
 		}
+		s.mu.Unlock()
 		if f == OK {
-			s.mu.Unlock()
 			return nil
 		}
 		rest = unstored(ps)
-		if err := s.openMemLocked(); err != nil {
-			s.mu.Unlock()
-			return errors.New(err.Error())
-		}
-		s.mu.Unlock()
 	}
 	s.mu.Lock()
 	mem := s.mem
@@ -490,8 +501,8 @@ func (s *Store) Card() Card {
 	return c
 }
 
-// Next leases up to max records: alarms first, then the card's, then the
-// volatile buffer's (whose seqs carry [Volatile]).
+// Next leases up to max records of both buffers: alarms first, then by
+// reading time, oldest first. The volatile buffer's seqs carry [Volatile].
 func (s *Store) Next(max int) ([]buffer.Record, error) {
 	card, mem, _ := s.buffers()
 	var out []buffer.Record
@@ -512,16 +523,17 @@ func (s *Store) Next(max int) ([]buffer.Record, error) {
 	if len(out) == 0 {
 		return nil, cerr
 	}
-	// Alarms first (stable: the card's before the volatile ones).
-	alarms := 0
-	for i := range out {
-		if out[i].Alarm {
-			r := out[i]
-			copy(out[alarms+1:i+1], out[alarms:i])
-			out[alarms] = r
-			alarms++
+	// Alarms first, then by reading time, oldest first: the volatile
+	// readings are not starved by a card that gets new ones all the time.
+	slices.SortStableFunc(out, func(a, b buffer.Record) int {
+		if a.Alarm != b.Alarm {
+			if a.Alarm {
+				return -1
+			}
+			return 1
 		}
-	}
+		return a.At.Compare(b.At)
+	})
 	if len(out) > max {
 		s.Release(seqsOf(out[max:])...)
 		out = out[:max]

@@ -349,3 +349,26 @@ func TestWaitSeesVolatile(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// A card that takes new readings all the time does not starve the
+// volatile buffer: the oldest reading goes first, whichever buffer holds
+// it, even one record at a time.
+func TestVolatileNotStarved(t *testing.T) {
+	r := newRig(t, nil)
+	r.card.fail(fmt.Errorf("%w: %w", buffer.ErrDiskFull, syscall.ENOSPC))
+	r.put("during")
+	r.card.fail(nil)
+	r.s.Retry()
+	for i := range 3 {
+		p := reading(fmt.Sprintf("after-%d", i), false)
+		p.At = p.At.Add(time.Duration(i+1) * time.Second)
+		if err := r.s.AppendAll(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.want(true, OK)
+	recs, err := r.s.Next(1)
+	if err != nil || len(recs) != 1 || recs[0].Seq&Volatile == 0 {
+		t.Fatalf("first of one: %v %+v, want the volatile reading", err, recs)
+	}
+}
