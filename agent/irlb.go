@@ -9,6 +9,7 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/selector"
+	"fieldlink/selector/lstm"
 )
 
 // irlbModelKey names the irlb selector's LSTM weights in the buffer file's
@@ -42,7 +43,7 @@ func restoreIRLB(c *config.Config, q auxStore, s *selector.IRLB, log *slog.Logge
 		}
 	}
 	if err == nil {
-		var m selector.LSTM
+		var m lstm.Model
 		if err = m.UnmarshalBinary(data); err == nil {
 			err = s.SetModel(&m)
 		}
@@ -68,7 +69,7 @@ func trainIRLB(ctx context.Context, c *config.Config, q auxStore, s *selector.IR
 		case <-t.C:
 		}
 		if err := s.Train(ctx); err != nil {
-			if !errors.Is(err, selector.ErrLSTMNotEnoughData) {
+			if !errors.Is(err, lstm.ErrNotEnoughData) {
 				log.Warn("irlb: training failed", "err", err)
 			}
 			continue

@@ -14,6 +14,7 @@ import (
 	"fieldlink/config"
 	"fieldlink/internal/testtool"
 	"fieldlink/selector"
+	"fieldlink/selector/lstm"
 )
 
 // TestIRLBModelKeptInBuffer checks that the irlb model saved in the buffer
@@ -25,11 +26,11 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	var pts []selector.LSTMPoint
+	var pts []lstm.Point
 	for i := range 120 {
-		pts = append(pts, selector.LSTMPoint{T: float64(i), Q: 10 + 5*math.Sin(float64(i)/4)})
+		pts = append(pts, lstm.Point{T: float64(i), Q: 10 + 5*math.Sin(float64(i)/4)})
 	}
-	m := selector.NewLSTM(selector.LSTMOptions{Hidden: 4, Window: 6, Epochs: 5})
+	m := lstm.New(lstm.Options{Hidden: 4, Window: 6, Epochs: 5})
 	if _, err := m.Fit(context.Background(), pts); err != nil {
 		t.Fatal(err)
 	}

@@ -59,19 +59,15 @@
 // source, and where and why it departs from it. Every strategy passes the
 // conformance suite in package selectortest.
 //
-// # What else lives here, and why
+// # What lives beside it
 //
-// Three helpers serve the lab or a command more than the daemon, and stay
-// in this package for a reason each:
-//
-//   - [WithOutlier] (Envoy's outlier ejection around any strategy) reads the
-//     table's own failure counter, generation and per-upstream statistics
-//     on the pick path, without the allocation of a [Table.Snapshot]; out
-//     of this package it would need them exported.
-//   - [Delphi] (§ 000's expert step) computes drf's TR and N as
-//     [DRFFactors] and checks its factors by drf's own names: it is drf's
-//     configuration, read by the "gateway delphi" command.
-//   - [LSTM] is irlb's predictor, used by the daemon ([IRLB.Train]).
+// The offline numerics are packages of their own, off the pick path:
+// selector/cuckoo (the cuckoo search cswlc recomputes with and the lab
+// tunes with) and selector/lstm (irlb's predictor, trained by the daemon
+// with [IRLB.Train]). [WithOutlier] (Envoy's outlier ejection around any
+// strategy) stays here: it reads the table's own failure counter,
+// generation and per-upstream statistics on the pick path, without the
+// allocation of a [Table.Snapshot].
 //
 // The recomputed strategies (soa, load_aware, drf, ribbon_wrt, cswlc, irlb)
 // share one refresher (refresh.go): one staleness rule, one double buffer.

@@ -2,6 +2,7 @@ package selector
 
 import (
 	"context"
+	"fieldlink/selector/lstm"
 	"fmt"
 	"math"
 	"math/bits"
@@ -40,8 +41,8 @@ type IRLBOptions struct {
 	// kept for [IRLB.Train]. Default 1024.
 	History int
 
-	// Model configures the LSTM that [IRLB.Train] fits; see [LSTMOptions].
-	Model LSTMOptions
+	// Model configures the LSTM that [IRLB.Train] fits; see [lstm.Options].
+	Model lstm.Options
 }
 
 // IRLB is "irlb": identifier-resolution load balancing, a weighted least
@@ -75,7 +76,7 @@ type IRLBOptions struct {
 // The prediction: every Period, each upstream's Connections, when its
 // report is new (a new At), is appended to its history (History samples,
 // with the report's time), and the model, when there is one, predicts the
-// next value from the last Window samples ([LSTM]: one LSTM layer and a
+// next value from the last Window samples ([lstm.Model]: one LSTM layer and a
 // dense output, Z-score inputs, Adam on MSE). Until a model is trained
 // ([IRLB.Train]) or loaded ([IRLB.SetModel]), or while an upstream has
 // fewer samples than the window, q_{t+1} = q_t: last-value prediction, and
@@ -106,19 +107,18 @@ type IRLB struct {
 	rank             [2]float64
 	epsLoad, epsRank float64
 	history          int
-	modelOpt         LSTMOptions
+	modelOpt         lstm.Options
 
 	ref refresher[irlbWeights]
 	reportGate
 
-	model atomic.Pointer[LSTM]
+	model atomic.Pointer[lstm.Model]
 	dirty atomic.Bool // a new model: predict again for every upstream
 
 	// The recomputation's own state, guarded by ref.mu (Train copies hist
 	// under it too).
-	hist    [MaxUpstreams]irlbHistory
-	work    *lstmWork
-	workFor *LSTM
+	hist [MaxUpstreams]irlbHistory
+	pred *lstm.Predictor // over the model in use
 }
 
 // irlbWeights is what a recomputation publishes for picks.
@@ -132,7 +132,7 @@ type irlbWeights struct {
 type irlbHistory struct {
 	u      *upstream // whose history: a reused index starts afresh
 	lastAt int64     // table time of the latest report recorded
-	pts    []LSTMPoint
+	pts    []lstm.Point
 	pred   float64 // Ĉ, the latest prediction
 }
 
@@ -145,7 +145,7 @@ func NewIRLB(opt IRLBOptions) *IRLB {
 		epsLoad:  opt.LoadEpsilon,
 		epsRank:  opt.RankEpsilon,
 		history:  opt.History,
-		modelOpt: opt.Model.withDefaults(),
+		modelOpt: opt.Model.WithDefaults(),
 	}
 	r := irlbCoefficients([3]float64{opt.Rank[0], opt.Rank[1], 0}, [3]float64{0.5, 0.5, 0})
 	s.rank = [2]float64{r[0], r[1]}
@@ -195,14 +195,14 @@ func (s *IRLB) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Model returns the model in use, nil when there is none. It is for
 // MarshalBinary; do not Fit or UnmarshalBinary it.
-func (s *IRLB) Model() *LSTM { return s.model.Load() }
+func (s *IRLB) Model() *lstm.Model { return s.model.Load() }
 
 // SetModel makes m the model, from the next recomputation (e.g. one loaded
-// with [LSTM.UnmarshalBinary] at start-up); nil goes back to last-value
+// with [lstm.Model.UnmarshalBinary] at start-up); nil goes back to last-value
 // prediction. m must be trained and is not to be changed afterwards.
-func (s *IRLB) SetModel(m *LSTM) error {
+func (s *IRLB) SetModel(m *lstm.Model) error {
 	if m != nil && !m.Trained() {
-		return fmt.Errorf("%w: irlb: the model is not trained", ErrLSTMBadModel)
+		return fmt.Errorf("%w: irlb: the model is not trained", lstm.ErrBadModel)
 	}
 	s.model.Store(m)
 	s.dirty.Store(true)
@@ -212,12 +212,12 @@ func (s *IRLB) SetModel(m *LSTM) error {
 // Train fits a new model (IRLBOptions.Model) on the connection counts
 // recorded so far, one series per upstream, and makes it the model from the
 // next recomputation. It blocks for the whole fit, checking ctx between
-// minibatches, and returns [ErrLSTMNotEnoughData] (wrapped) while no
+// minibatches, and returns [lstm.ErrNotEnoughData] (wrapped) while no
 // upstream has Window + 1 samples. Picks go on meanwhile with the previous
 // model. Call it from a goroutine you own; concurrent calls are safe, and
 // the last to finish wins.
 func (s *IRLB) Train(ctx context.Context) error {
-	var series [][]LSTMPoint
+	var series [][]lstm.Point
 	s.ref.mu.Lock()
 	for i := range s.hist {
 		if pts := s.hist[i].pts; len(pts) > 0 {
@@ -225,7 +225,7 @@ func (s *IRLB) Train(ctx context.Context) error {
 		}
 	}
 	s.ref.mu.Unlock()
-	m := NewLSTM(s.modelOpt)
+	m := lstm.New(s.modelOpt)
 	if _, err := m.Fit(ctx, series...); err != nil {
 		return fmt.Errorf("selector: irlb: train: %w", err)
 	}
@@ -271,8 +271,8 @@ func (s *IRLB) Pick(t *Table, skip uint64) (int, bool) {
 func (s *IRLB) recompute(t *Table, now int64, p *irlbWeights) {
 	live := t.live.Load()
 	model := s.model.Load()
-	if model != nil && s.workFor != model {
-		s.work, s.workFor = newLSTMWork(model.hidden, model.window), model
+	if model != nil && (s.pred == nil || s.pred.Model() != model) {
+		s.pred = model.Predictor()
 	}
 	again := s.dirty.Swap(false)
 	n := t.Len()
@@ -295,13 +295,13 @@ func (s *IRLB) recompute(t *Table, now int64, p *irlbWeights) {
 		at := int64(l.At.Sub(t.epoch))
 		added := at != hs.lastAt
 		if added {
-			hs.add(LSTMPoint{T: float64(at) / 1e9, Q: float64(l.Connections)}, s.history)
+			hs.add(lstm.Point{T: float64(at) / 1e9, Q: float64(l.Connections)}, s.history)
 			hs.lastAt = at
 		}
 		if added || again {
 			hs.pred = float64(l.Connections)
-			if model != nil && len(hs.pts) >= model.window {
-				hs.pred = max(model.predict(s.work, hs.pts), 0)
+			if model != nil && len(hs.pts) >= model.Window() {
+				hs.pred = max(s.pred.Predict(hs.pts), 0)
 			}
 		}
 	}
@@ -320,9 +320,9 @@ func (s *IRLB) recompute(t *Table, now int64, p *irlbWeights) {
 }
 
 // add appends p, keeping at most n points (and at most 2n in memory).
-func (hs *irlbHistory) add(p LSTMPoint, n int) {
+func (hs *irlbHistory) add(p lstm.Point, n int) {
 	if hs.pts == nil {
-		hs.pts = make([]LSTMPoint, 0, 2*n)
+		hs.pts = make([]lstm.Point, 0, 2*n)
 	}
 	if len(hs.pts) == cap(hs.pts) {
 		k := copy(hs.pts, hs.pts[len(hs.pts)-n+1:])

@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"errors"
+	"fieldlink/selector/lstm"
 	"math"
 	"testing"
 	"time"
@@ -58,8 +59,8 @@ func TestIRLBArithmetic(t *testing.T) {
 // prediction: b = .5·C + .5·Ĉ + 1.
 func TestIRLBPredicts(t *testing.T) {
 	tb, c := newTestTable(1, 1)
-	s := NewIRLB(IRLBOptions{History: 64, Model: LSTMOptions{Hidden: 4, Window: 8, Epochs: 5, Seed: 3}})
-	if err := s.Train(context.Background()); !errors.Is(err, ErrLSTMNotEnoughData) {
+	s := NewIRLB(IRLBOptions{History: 64, Model: lstm.Options{Hidden: 4, Window: 8, Epochs: 5, Seed: 3}})
+	if err := s.Train(context.Background()); !errors.Is(err, lstm.ErrNotEnoughData) {
 		t.Fatalf("Train with no history: %v", err)
 	}
 	conns := func(i, k int) int { return 50 + 10*i + int(40*math.Sin(2*math.Pi*float64(k)/16)) }
@@ -104,7 +105,7 @@ func TestIRLBPredicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var loaded LSTM
+	var loaded lstm.Model
 	if err := loaded.UnmarshalBinary(data); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestIRLBPredicts(t *testing.T) {
 			t.Fatalf("u%d: b = %v with the trained model, %v with it reloaded", i, math.Float64frombits(b), math.Float64frombits(b2))
 		}
 	}
-	if err := s2.SetModel(NewLSTM(LSTMOptions{})); !errors.Is(err, ErrLSTMBadModel) {
+	if err := s2.SetModel(lstm.New(lstm.Options{})); !errors.Is(err, lstm.ErrBadModel) {
 		t.Fatalf("SetModel of an untrained model: %v", err)
 	}
 

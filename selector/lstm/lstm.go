@@ -1,4 +1,9 @@
-package selector
+// Package lstm is the irlb selector's predictor: a one-layer LSTM that
+// predicts an upstream's next reported connection count from its last few
+// reports (docs/algorithms.md § 003). Training ([Model.Fit]) is offline
+// numerics, run by the daemon from a goroutine it owns; the strategy's
+// recomputation predicts with a [Predictor], which does not allocate.
+package lstm
 
 import (
 	"context"
@@ -9,24 +14,24 @@ import (
 	"math/rand/v2"
 )
 
-// ErrLSTMNotEnoughData is returned by [LSTM.Fit] (and [IRLB.Train]) when the
+// ErrNotEnoughData is returned by [Model.Fit] (and the irlb strategy's Train) when the
 // series hold no complete training window: Window + 1 points of one series.
-var ErrLSTMNotEnoughData = errors.New("selector: lstm: not enough data to train")
+var ErrNotEnoughData = errors.New("selector: lstm: not enough data to train")
 
-// ErrLSTMBadModel is returned, wrapped with the reason, by
-// [LSTM.UnmarshalBinary] for data that is not a model it wrote, and by
-// [IRLB.SetModel] for a model it cannot use.
-var ErrLSTMBadModel = errors.New("selector: lstm: bad model")
+// ErrBadModel is returned, wrapped with the reason, by
+// [Model.UnmarshalBinary] for data that is not a model it wrote, and by
+// the irlb strategy's SetModel for a model it cannot use.
+var ErrBadModel = errors.New("selector: lstm: bad model")
 
-// LSTMOptions configures an [LSTM] and its training. The zero value is the
+// Options configures a [Model] and its training. The zero value is the
 // default; every field says what its zero value means.
-type LSTMOptions struct {
+type Options struct {
 	// Hidden is the number of LSTM units. Default 16.
 	Hidden int
 	// Window is how many past samples the model reads to predict the next.
 	// Default 12.
 	Window int
-	// Epochs is how many passes [LSTM.Fit] makes over the training windows.
+	// Epochs is how many passes [Model.Fit] makes over the training windows.
 	// Default 100. (The paper trains for 500 epochs, once, offline; Fit is
 	// meant to be re-run on fresh history, from a goroutine the caller owns.)
 	Epochs int
@@ -43,13 +48,13 @@ type LSTMOptions struct {
 	Seed uint64
 }
 
-// LSTMPoint is one sample of a series: at time T (seconds, any origin), the
+// Point is one sample of a series: at time T (seconds, any origin), the
 // value Q (for IRLB, an upstream's reported connection count).
-type LSTMPoint struct {
+type Point struct {
 	T, Q float64
 }
 
-// LSTM is a one-layer LSTM with a dense output, predicting the next value
+// Model is a one-layer LSTM with a dense output, predicting the next value
 // of a series from its last Window samples, as IRLB uses it (docs/algorithms.md § 003,
 // section 2.1): the input at each step is the pair (q, t) of the paper's
 // X = [Q, T], Z-score normalised. **Reading**: the time column is the
@@ -68,18 +73,18 @@ type LSTMPoint struct {
 //	a_k = Γo⊙tanh(c_k)
 //	ŷ  = Wy·a_W + by                  dense output, z(q_{W+1})
 //
-// Training ([LSTM.Fit]) minimises the mean squared error of ŷ against the
+// Training ([Model.Fit]) minimises the mean squared error of ŷ against the
 // normalised next value over minibatches, by backpropagation through time
 // and Adam, as the paper does. The paper's Z-score divides by "S, the
 // variance"; this divides by the standard deviation, as a Z-score does.
 //
-// A trained LSTM is safe for concurrent [LSTM.Predict]. Fit and
+// A trained Model is safe for concurrent [Model.Predict]. Fit and
 // UnmarshalBinary change it and must not run concurrently with anything
 // else on it. MarshalBinary keeps what predictions need: sizes,
 // normalisation and weights.
-type LSTM struct {
+type Model struct {
 	hidden, window int
-	opt            LSTMOptions
+	opt            Options
 
 	// Z-score normalisation of q and Δt, fitted on the training series.
 	qMean, qSD, dtMean, dtSD float64
@@ -90,19 +95,19 @@ type LSTM struct {
 	trained bool
 }
 
-// lstmInputs is the number of inputs per step: q and Δt.
-const lstmInputs = 2
+// inputs is the number of inputs per step: q and Δt.
+const inputs = 2
 
-// NewLSTM returns an untrained model; [LSTM.Fit] trains it.
-func NewLSTM(opt LSTMOptions) *LSTM {
-	opt = opt.withDefaults()
-	m := &LSTM{hidden: opt.Hidden, window: opt.Window, opt: opt, qSD: 1, dtSD: 1}
-	m.p = make([]float64, lstmParams(m.hidden))
+// New returns an untrained model; [Model.Fit] trains it.
+func New(opt Options) *Model {
+	opt = opt.WithDefaults()
+	m := &Model{hidden: opt.Hidden, window: opt.Window, opt: opt, qSD: 1, dtSD: 1}
+	m.p = make([]float64, params(m.hidden))
 	return m
 }
 
-// withDefaults fills in the defaults of the zero fields.
-func (opt LSTMOptions) withDefaults() LSTMOptions {
+// WithDefaults returns opt with the defaults in its zero fields.
+func (opt Options) WithDefaults() Options {
 	if opt.Hidden <= 0 {
 		opt.Hidden = 16
 	}
@@ -125,22 +130,22 @@ func (opt LSTMOptions) withDefaults() LSTMOptions {
 }
 
 // Window is the number of samples a prediction reads.
-func (m *LSTM) Window() int { return m.window }
+func (m *Model) Window() int { return m.window }
 
 // Trained reports whether the model was trained by Fit or loaded by
 // UnmarshalBinary.
-func (m *LSTM) Trained() bool { return m.trained }
+func (m *Model) Trained() bool { return m.trained }
 
-// lstmParams is the number of parameters of a model of h units.
-func lstmParams(h int) int { return 4*h*(h+lstmInputs) + 4*h + h + 1 }
+// params is the number of parameters of a model of h units.
+func params(h int) int { return 4*h*(h+inputs) + 4*h + h + 1 }
 
 // Parameter offsets in p.
-func (m *LSTM) offB() int  { return 4 * m.hidden * (m.hidden + lstmInputs) }
-func (m *LSTM) offWy() int { return m.offB() + 4*m.hidden }
-func (m *LSTM) offBy() int { return m.offWy() + m.hidden }
+func (m *Model) offB() int  { return 4 * m.hidden * (m.hidden + inputs) }
+func (m *Model) offWy() int { return m.offB() + 4*m.hidden }
+func (m *Model) offBy() int { return m.offWy() + m.hidden }
 
-// lstmWork is the state of one forward pass, kept for the backward pass.
-type lstmWork struct {
+// work is the state of one forward pass, kept for the backward pass.
+type work struct {
 	steps int
 	x     []float64 // steps × 2 inputs
 	z     []float64 // steps × (H+2): [a_{k−1}, x_k]
@@ -151,11 +156,11 @@ type lstmWork struct {
 	da, dc, dg, dz []float64
 }
 
-func newLSTMWork(h, steps int) *lstmWork {
-	n := h + lstmInputs
-	return &lstmWork{
+func newWork(h, steps int) *work {
+	n := h + inputs
+	return &work{
 		steps: steps,
-		x:     make([]float64, steps*lstmInputs),
+		x:     make([]float64, steps*inputs),
 		z:     make([]float64, steps*n),
 		gate:  make([]float64, steps*4*h),
 		c:     make([]float64, (steps+1)*h),
@@ -167,16 +172,16 @@ func newLSTMWork(h, steps int) *lstmWork {
 	}
 }
 
-func lstmSigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
 // forward runs the network over w.x (already normalised) and returns ŷ.
-func (m *LSTM) forward(w *lstmWork) float64 {
-	h, n := m.hidden, m.hidden+lstmInputs
+func (m *Model) forward(w *work) float64 {
+	h, n := m.hidden, m.hidden+inputs
 	W, b := m.p[:m.offB()], m.p[m.offB():m.offWy()]
 	for k := range w.steps {
 		z := w.z[k*n : (k+1)*n]
 		copy(z[:h], w.a[k*h:(k+1)*h])
-		copy(z[h:], w.x[k*lstmInputs:(k+1)*lstmInputs])
+		copy(z[h:], w.x[k*inputs:(k+1)*inputs])
 		g := w.gate[k*4*h : (k+1)*4*h]
 		for r := range 4 * h {
 			row := W[r*n : (r+1)*n]
@@ -187,7 +192,7 @@ func (m *LSTM) forward(w *lstmWork) float64 {
 			if r >= 2*h && r < 3*h {
 				g[r] = math.Tanh(s)
 			} else {
-				g[r] = lstmSigmoid(s)
+				g[r] = sigmoid(s)
 			}
 		}
 		cPrev, c, a := w.c[k*h:(k+1)*h], w.c[(k+1)*h:(k+2)*h], w.a[(k+1)*h:(k+2)*h]
@@ -206,8 +211,8 @@ func (m *LSTM) forward(w *lstmWork) float64 {
 
 // backward adds to grad the gradient of the loss with respect to every
 // parameter, given dy = ∂loss/∂ŷ, for the pass forward left in w.
-func (m *LSTM) backward(w *lstmWork, dy float64, grad []float64) {
-	h, n := m.hidden, m.hidden+lstmInputs
+func (m *Model) backward(w *work, dy float64, grad []float64) {
+	h, n := m.hidden, m.hidden+inputs
 	W := m.p[:m.offB()]
 	gW, gb := grad[:m.offB()], grad[m.offB():m.offWy()]
 	gWy := grad[m.offWy():m.offBy()]
@@ -248,9 +253,9 @@ func (m *LSTM) backward(w *lstmWork, dy float64, grad []float64) {
 	}
 }
 
-// lstmExample is one training window: inputs start at x[off] for window
+// example is one training window: inputs start at x[off] for window
 // steps, and the normalised target.
-type lstmExample struct {
+type example struct {
 	x      []float64 // window × 2, normalised
 	target float64
 }
@@ -265,20 +270,20 @@ type lstmExample struct {
 //
 // The cost is Epochs × windows × Window steps of about 24·H·(H+2)
 // floating-point operations each (H = Hidden).
-func (m *LSTM) Fit(ctx context.Context, series ...[]LSTMPoint) (float64, error) {
-	if m.hidden <= 0 || len(m.p) != lstmParams(m.hidden) { // a zero LSTM
-		*m = *NewLSTM(m.opt)
+func (m *Model) Fit(ctx context.Context, series ...[]Point) (float64, error) {
+	if m.hidden <= 0 || len(m.p) != params(m.hidden) { // a zero LSTM
+		*m = *New(m.opt)
 	}
 	m.trained = false
 	m.opt.Hidden, m.opt.Window = m.hidden, m.window
-	m.opt = m.opt.withDefaults()
+	m.opt = m.opt.WithDefaults()
 	W := m.window
 	total := 0
 	for _, s := range series {
 		total += max(len(s)-W, 0)
 	}
 	if total == 0 {
-		return 0, fmt.Errorf("%w: need %d points in a series, have %d series", ErrLSTMNotEnoughData, W+1, len(series))
+		return 0, fmt.Errorf("%w: need %d points in a series, have %d series", ErrNotEnoughData, W+1, len(series))
 	}
 	per := total
 	if total > m.opt.MaxWindows {
@@ -286,7 +291,7 @@ func (m *LSTM) Fit(ctx context.Context, series ...[]LSTMPoint) (float64, error) 
 	}
 
 	// Normalisation over every point that the windows use.
-	var qs, dts lstmMeanVar
+	var qs, dts meanVar
 	for _, s := range series {
 		if len(s) <= W {
 			continue
@@ -302,15 +307,15 @@ func (m *LSTM) Fit(ctx context.Context, series ...[]LSTMPoint) (float64, error) 
 	m.qMean, m.qSD = qs.meanSD()
 	m.dtMean, m.dtSD = dts.meanSD()
 
-	var ex []lstmExample
+	var ex []example
 	for _, s := range series {
 		if len(s) <= W {
 			continue
 		}
 		for j := max(len(s)-W-per, 0); j+W < len(s); j++ {
-			x := make([]float64, W*lstmInputs)
+			x := make([]float64, W*inputs)
 			m.normalise(x, s[max(j-1, 0):j+W], j > 0)
-			ex = append(ex, lstmExample{x: x, target: (s[j+W].Q - m.qMean) / m.qSD})
+			ex = append(ex, example{x: x, target: (s[j+W].Q - m.qMean) / m.qSD})
 		}
 	}
 
@@ -318,7 +323,7 @@ func (m *LSTM) Fit(ctx context.Context, series ...[]LSTMPoint) (float64, error) 
 	// bias 1 (Jozefowicz et al. 2015), the rest 0.
 	rng := rand.New(rand.NewPCG(m.opt.Seed, 0x15757))
 	h := m.hidden
-	scale := 1 / math.Sqrt(float64(h+lstmInputs))
+	scale := 1 / math.Sqrt(float64(h+inputs))
 	for i := range m.p {
 		m.p[i] = 0
 	}
@@ -336,7 +341,7 @@ func (m *LSTM) Fit(ctx context.Context, series ...[]LSTMPoint) (float64, error) 
 	grad := make([]float64, np)
 	mom, vel := make([]float64, np), make([]float64, np)
 	const b1, b2, eps, clipNorm = 0.9, 0.999, 1e-8, 5.0
-	w := newLSTMWork(h, W)
+	w := newWork(h, W)
 	order := make([]int, len(ex))
 	for i := range order {
 		order[i] = i
@@ -389,7 +394,7 @@ func (m *LSTM) Fit(ctx context.Context, series ...[]LSTMPoint) (float64, error) 
 // normalise writes the model's inputs for the last Window points of pts
 // into x (Window × 2). When hasPrev, pts[0] is the point before the window
 // and gives the first interval; otherwise the first interval is the mean.
-func (m *LSTM) normalise(x []float64, pts []LSTMPoint, hasPrev bool) {
+func (m *Model) normalise(x []float64, pts []Point, hasPrev bool) {
 	W := m.window
 	win := pts[len(pts)-W:]
 	for k, p := range win {
@@ -400,8 +405,8 @@ func (m *LSTM) normalise(x []float64, pts []LSTMPoint, hasPrev bool) {
 		case hasPrev && len(pts) > W:
 			dt = p.T - pts[len(pts)-W-1].T
 		}
-		x[k*lstmInputs] = (p.Q - m.qMean) / m.qSD
-		x[k*lstmInputs+1] = (dt - m.dtMean) / m.dtSD
+		x[k*inputs] = (p.Q - m.qMean) / m.qSD
+		x[k*inputs+1] = (dt - m.dtMean) / m.dtSD
 	}
 }
 
@@ -410,19 +415,47 @@ func (m *LSTM) normalise(x []float64, pts []LSTMPoint, hasPrev bool) {
 // one before them, when given, for the first interval). With fewer points
 // than Window, or when the model is untrained, it returns the last value
 // (0 for no points): persistence, the baseline the model must beat.
-func (m *LSTM) Predict(pts []LSTMPoint) float64 {
+func (m *Model) Predict(pts []Point) float64 {
 	if len(pts) == 0 {
 		return 0
 	}
 	if !m.trained || len(pts) < m.window {
 		return pts[len(pts)-1].Q
 	}
-	return m.predict(newLSTMWork(m.hidden, m.window), pts)
+	return m.predict(newWork(m.hidden, m.window), pts)
+}
+
+// Predictor predicts with one model and a workspace of its own, so that a
+// prediction does not allocate. It is not safe for concurrent use: its owner
+// serialises it (irlb's recomputation, under its lock).
+type Predictor struct {
+	m *Model
+	w *work
+}
+
+// Predictor returns a predictor over m; m is not to be changed while it is
+// in use.
+func (m *Model) Predictor() *Predictor {
+	return &Predictor{m: m, w: newWork(m.hidden, m.window)}
+}
+
+// Model is the model p predicts with.
+func (p *Predictor) Model() *Model { return p.m }
+
+// Predict is [Model.Predict] in p's workspace.
+func (p *Predictor) Predict(pts []Point) float64 {
+	if len(pts) == 0 {
+		return 0
+	}
+	if !p.m.trained || len(pts) < p.m.window {
+		return pts[len(pts)-1].Q
+	}
+	return p.m.predict(p.w, pts)
 }
 
 // predict is Predict with a caller-owned workspace, for a trained model and
 // at least Window points.
-func (m *LSTM) predict(w *lstmWork, pts []LSTMPoint) float64 {
+func (m *Model) predict(w *work, pts []Point) float64 {
 	if len(pts) > m.window+1 {
 		pts = pts[len(pts)-m.window-1:]
 	}
@@ -430,13 +463,13 @@ func (m *LSTM) predict(w *lstmWork, pts []LSTMPoint) float64 {
 	return m.forward(w)*m.qSD + m.qMean
 }
 
-// lstmMeanVar accumulates a mean and variance (Welford).
-type lstmMeanVar struct {
+// meanVar accumulates a mean and variance (Welford).
+type meanVar struct {
 	n       int
 	mean, s float64
 }
 
-func (v *lstmMeanVar) add(x float64) {
+func (v *meanVar) add(x float64) {
 	v.n++
 	d := x - v.mean
 	v.mean += d / float64(v.n)
@@ -445,7 +478,7 @@ func (v *lstmMeanVar) add(x float64) {
 
 // meanSD returns the mean and the population standard deviation, 1 when it
 // is 0 (a constant column then normalises to 0).
-func (v *lstmMeanVar) meanSD() (float64, float64) {
+func (v *meanVar) meanSD() (float64, float64) {
 	sd := 0.0
 	if v.n > 0 {
 		sd = math.Sqrt(v.s / float64(v.n))
@@ -456,20 +489,20 @@ func (v *lstmMeanVar) meanSD() (float64, float64) {
 	return v.mean, sd
 }
 
-// lstmMagic starts a marshalled model; the last byte is the format version.
-const lstmMagic = "FLLSTM\x00\x01"
+// magic starts a marshalled model; the last byte is the format version.
+const magic = "FLLSTM\x00\x01"
 
 // MarshalBinary encodes the model: magic and version, Hidden and Window
 // (uint32), the four normalisation constants and every weight (float64),
 // little-endian. It is for keeping a trained model (the gateway keeps it
 // in its bbolt file) and loading it with UnmarshalBinary; the training
 // options are not kept.
-func (m *LSTM) MarshalBinary() ([]byte, error) {
+func (m *Model) MarshalBinary() ([]byte, error) {
 	if !m.trained {
-		return nil, fmt.Errorf("%w: not trained", ErrLSTMBadModel)
+		return nil, fmt.Errorf("%w: not trained", ErrBadModel)
 	}
-	b := make([]byte, 0, len(lstmMagic)+8+8*(4+len(m.p)))
-	b = append(b, lstmMagic...)
+	b := make([]byte, 0, len(magic)+8+8*(4+len(m.p)))
+	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.hidden))
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.window))
 	for _, f := range [...]float64{m.qMean, m.qSD, m.dtMean, m.dtSD} {
@@ -482,31 +515,31 @@ func (m *LSTM) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary replaces the model with one MarshalBinary encoded. It
-// rejects, with [ErrLSTMBadModel], data of another format or version, of
+// rejects, with [ErrBadModel], data of another format or version, of
 // the wrong length, or with a weight that is not finite.
-func (m *LSTM) UnmarshalBinary(data []byte) error {
-	if len(data) < len(lstmMagic)+8+32 || string(data[:len(lstmMagic)]) != lstmMagic {
-		return fmt.Errorf("%w: not an lstm model of format %d", ErrLSTMBadModel, lstmMagic[len(lstmMagic)-1])
+func (m *Model) UnmarshalBinary(data []byte) error {
+	if len(data) < len(magic)+8+32 || string(data[:len(magic)]) != magic {
+		return fmt.Errorf("%w: not an lstm model of format %d", ErrBadModel, magic[len(magic)-1])
 	}
-	d := data[len(lstmMagic):]
+	d := data[len(magic):]
 	h, win := binary.LittleEndian.Uint32(d), binary.LittleEndian.Uint32(d[4:])
 	if h == 0 || h > 1024 || win == 0 || win > 1<<16 {
-		return fmt.Errorf("%w: hidden %d, window %d", ErrLSTMBadModel, h, win)
+		return fmt.Errorf("%w: hidden %d, window %d", ErrBadModel, h, win)
 	}
 	d = d[8:]
-	np := lstmParams(int(h))
+	np := params(int(h))
 	if len(d) != 8*(4+np) {
-		return fmt.Errorf("%w: %d bytes of weights for %d units, want %d", ErrLSTMBadModel, len(d), h, 8*(4+np))
+		return fmt.Errorf("%w: %d bytes of weights for %d units, want %d", ErrBadModel, len(d), h, 8*(4+np))
 	}
 	f := make([]float64, 4+np)
 	for i := range f {
 		f[i] = math.Float64frombits(binary.LittleEndian.Uint64(d[8*i:]))
 		if math.IsNaN(f[i]) || math.IsInf(f[i], 0) {
-			return fmt.Errorf("%w: value %d is %v", ErrLSTMBadModel, i, f[i])
+			return fmt.Errorf("%w: value %d is %v", ErrBadModel, i, f[i])
 		}
 	}
 	if f[1] <= 0 || f[3] <= 0 {
-		return fmt.Errorf("%w: standard deviation ≤ 0", ErrLSTMBadModel)
+		return fmt.Errorf("%w: standard deviation ≤ 0", ErrBadModel)
 	}
 	m.hidden, m.window = int(h), int(win)
 	m.opt.Hidden, m.opt.Window = m.hidden, m.window

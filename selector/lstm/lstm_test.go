@@ -1,4 +1,4 @@
-package selector
+package lstm
 
 import (
 	"bytes"
@@ -12,12 +12,12 @@ import (
 // TestLSTMGradient checks the backward pass against central finite
 // differences of the squared error, for every parameter of a small model.
 func TestLSTMGradient(t *testing.T) {
-	m := NewLSTM(LSTMOptions{Hidden: 3, Window: 5})
+	m := New(Options{Hidden: 3, Window: 5})
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range m.p {
 		m.p[i] = r.NormFloat64() * 0.7
 	}
-	w := newLSTMWork(m.hidden, m.window)
+	w := newWork(m.hidden, m.window)
 	for i := range w.x {
 		w.x[i] = r.NormFloat64()
 	}
@@ -49,22 +49,22 @@ func TestLSTMGradient(t *testing.T) {
 
 // lstmSine is q_k = 100 + 50·sin(2πk/24) + N(0, 3²), one sample a
 // second: a periodic connection count with noise.
-func lstmSine(n int, seed uint64) []LSTMPoint {
+func lstmSine(n int, seed uint64) []Point {
 	r := rand.New(rand.NewPCG(seed, 1))
-	pts := make([]LSTMPoint, n)
+	pts := make([]Point, n)
 	for k := range pts {
-		pts[k] = LSTMPoint{T: float64(k), Q: 100 + 50*math.Sin(2*math.Pi*float64(k)/24) + 3*r.NormFloat64()}
+		pts[k] = Point{T: float64(k), Q: 100 + 50*math.Sin(2*math.Pi*float64(k)/24) + 3*r.NormFloat64()}
 	}
 	return pts
 }
 
 // lstmTestOptions are small enough to train in well under a second.
-var lstmTestOptions = LSTMOptions{Hidden: 6, Window: 12, Epochs: 15, Batch: 48, LearnRate: 0.02, Seed: 7}
+var lstmTestOptions = Options{Hidden: 6, Window: 12, Epochs: 15, Batch: 48, LearnRate: 0.02, Seed: 7}
 
 // lstmTestMSE returns the mean squared error, in connections², of the
 // model's one-step predictions over pts[from:] and of last-value
 // prediction, from the history before each point.
-func lstmTestMSE(m *LSTM, pts []LSTMPoint, from int) (model, last float64) {
+func lstmTestMSE(m *Model, pts []Point, from int) (model, last float64) {
 	n := 0
 	for k := from; k < len(pts); k++ {
 		p := m.Predict(pts[:k])
@@ -83,7 +83,7 @@ func lstmTestMSE(m *LSTM, pts []LSTMPoint, from int) (model, last float64) {
 // last-value prediction about 2·9 + 50²·(1 − cos(2π/24)) ≈ 103.
 func TestLSTMLearnsPeriodicSeries(t *testing.T) {
 	pts := lstmSine(480, 11)
-	m := NewLSTM(lstmTestOptions)
+	m := New(lstmTestOptions)
 	loss, err := m.Fit(context.Background(), pts[:240])
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestLSTMDeterministicAndRoundTrip(t *testing.T) {
 	pts := lstmSine(200, 5)
 	opt := lstmTestOptions
 	opt.Epochs = 5
-	a, b := NewLSTM(opt), NewLSTM(opt)
+	a, b := New(opt), New(opt)
 	la, err := a.Fit(context.Background(), pts)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestLSTMDeterministicAndRoundTrip(t *testing.T) {
 		t.Fatalf("two fits with one seed differ: loss %v and %v", la, lb)
 	}
 
-	var c LSTM
+	var c Model
 	if err := c.UnmarshalBinary(da); err != nil {
 		t.Fatal(err)
 	}
@@ -129,23 +129,23 @@ func TestLSTMDeterministicAndRoundTrip(t *testing.T) {
 	}
 
 	for _, bad := range [][]byte{nil, da[:len(da)-1], append(bytes.Clone(da), 0), []byte("FLLSTM\x00\x02" + string(da[8:]))} {
-		if err := new(LSTM).UnmarshalBinary(bad); !errors.Is(err, ErrLSTMBadModel) {
+		if err := new(Model).UnmarshalBinary(bad); !errors.Is(err, ErrBadModel) {
 			t.Errorf("UnmarshalBinary of %d bad bytes: %v", len(bad), err)
 		}
 	}
 	nan := bytes.Clone(da)
 	copy(nan[len(nan)-8:], []byte{0, 0, 0, 0, 0, 0, 0xf8, 0x7f})
-	if err := new(LSTM).UnmarshalBinary(nan); !errors.Is(err, ErrLSTMBadModel) {
+	if err := new(Model).UnmarshalBinary(nan); !errors.Is(err, ErrBadModel) {
 		t.Errorf("UnmarshalBinary with a NaN weight: %v", err)
 	}
-	if _, err := NewLSTM(opt).MarshalBinary(); !errors.Is(err, ErrLSTMBadModel) {
+	if _, err := New(opt).MarshalBinary(); !errors.Is(err, ErrBadModel) {
 		t.Errorf("MarshalBinary of an untrained model: %v", err)
 	}
 }
 
 func TestLSTMFitErrors(t *testing.T) {
-	m := NewLSTM(LSTMOptions{Window: 12})
-	if _, err := m.Fit(context.Background(), lstmSine(12, 1)); !errors.Is(err, ErrLSTMNotEnoughData) {
+	m := New(Options{Window: 12})
+	if _, err := m.Fit(context.Background(), lstmSine(12, 1)); !errors.Is(err, ErrNotEnoughData) {
 		t.Fatalf("Fit on 12 points, window 12: %v", err)
 	}
 	if got := m.Predict(lstmSine(30, 1)[:5]); got != lstmSine(30, 1)[4].Q {
@@ -156,10 +156,43 @@ func TestLSTMFitErrors(t *testing.T) {
 	if _, err := m.Fit(ctx, lstmSine(100, 1)); !errors.Is(err, context.Canceled) || m.Trained() {
 		t.Fatalf("Fit with a canceled context: %v, trained %v", err, m.Trained())
 	}
-	var z LSTM // the zero LSTM trains with the defaults
-	opt := LSTMOptions{Epochs: 1}
+	var z Model // the zero Model trains with the defaults
+	opt := Options{Epochs: 1}
 	z.opt = opt
 	if _, err := z.Fit(context.Background(), lstmSine(60, 1)); err != nil || z.Window() != 12 {
-		t.Fatalf("zero LSTM: %v, window %d", err, z.Window())
+		t.Fatalf("zero Model: %v, window %d", err, z.Window())
+	}
+}
+
+// TestPredictorAgreesWithPredict checks that a Predictor predicts what the
+// model does, falls back to the last value like it, and does not allocate.
+func TestPredictorAgreesWithPredict(t *testing.T) {
+	pts := lstmSine(120, 3)
+	opt := lstmTestOptions
+	opt.Epochs = 3
+	m := New(opt)
+	p := m.Predictor()
+	if got := p.Predict(pts[:20]); got != pts[19].Q {
+		t.Fatalf("untrained: predicted %v, want the last value %v", got, pts[19].Q)
+	}
+	if _, err := m.Fit(context.Background(), pts); err != nil {
+		t.Fatal(err)
+	}
+	if p.Model() != m {
+		t.Fatal("Model is not the predictor's model")
+	}
+	if got := p.Predict(pts[:opt.Window-1]); got != pts[opt.Window-2].Q {
+		t.Fatalf("short history: predicted %v, want the last value %v", got, pts[opt.Window-2].Q)
+	}
+	if got := p.Predict(nil); got != 0 {
+		t.Fatalf("no points: predicted %v, want 0", got)
+	}
+	for k := opt.Window; k < len(pts); k += 5 {
+		if a, b := m.Predict(pts[:k]), p.Predict(pts[:k]); a != b {
+			t.Fatalf("at %d: Model.Predict %v, Predictor.Predict %v", k, a, b)
+		}
+	}
+	if a := testing.AllocsPerRun(10, func() { p.Predict(pts[:60]) }); a != 0 {
+		t.Fatalf("Predictor.Predict allocates %v times", a)
 	}
 }
