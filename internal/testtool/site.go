@@ -70,7 +70,7 @@ func (s SiteFile) Write(t testing.TB, dir string) string {
 		dir = t.TempDir()
 	}
 	path := filepath.Join(dir, "site.yaml")
-	if err := os.WriteFile(path, []byte(s.String()), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(s.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
