@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -23,23 +22,9 @@ func TestRunWritesToInfluxDB(t *testing.T) {
 	bin := testtool.BuildGateway(t)
 	_, emu := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
-	site := filepath.Join(dir, "site.yaml")
-	if err := os.WriteFile(site, []byte(fmt.Sprintf(`site: {id: "001"}
-gateway: {id: gw-influx}
-metrics: {listen: "off"}
-buffer: {path: %s}
-buses:
-  - name: b
-    url: tcp://%s
-    devices:
-      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 2s}
-uplink:
-  probe: {interval: 500ms, timeout: 400ms}
-  upstreams:
-    - {url: "%s", encoding: influx_line}
-`, filepath.Join(dir, "buffer.db"), emu, d.URL("/write", map[string][]string{"db": {"farm"}}))), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	sf := windSite("gw-influx", "off", filepath.Join(dir, "buffer.db"), emu, fmt.Sprintf(`{url: "%s", encoding: influx_line}`, d.URL("/write", map[string][]string{"db": {"farm"}})))
+	sf.Devices[0] = "{name: wind-1, profile: generic-wind-speed, slave: 1, interval: 2s}"
+	site := sf.Write(t, dir)
 	if r := runGateway(t, bin, nil, 0, nil, "check", "-c", site); r.code != 0 {
 		t.Fatalf("check: exit %d\n%s%s", r.code, r.stdout.String(), r.stderr.String())
 	}

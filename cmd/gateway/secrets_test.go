@@ -140,6 +140,21 @@ func runGateway(t *testing.T, bin string, env []string, d time.Duration, during 
 	return r
 }
 
+// windSite is the secrets and encoding tests' site: one anemometer on the
+// emulator at emu, every 200ms, delivered to upstreams (each an upstream's
+// YAML as a list item takes it) by gateway id, metrics on metrics.
+func windSite(id, metrics, buffer, emu string, upstreams ...string) testtool.SiteFile {
+	s := testtool.SiteFile{
+		Gateway: id, Metrics: metrics, Buffer: buffer, Bus: "tcp://" + emu,
+		Devices: []string{"{name: wind-1, profile: generic-wind-speed, slave: 1, interval: 200ms}"},
+		Uplink:  []string{"probe: {interval: 500ms, timeout: 400ms}", "upstreams:"},
+	}
+	for _, u := range upstreams {
+		s.Uplink = append(s.Uplink, "  - "+u)
+	}
+	return s
+}
+
 // leaks returns a description of every secret found in text.
 func leaks(text string, secrets map[string]string) []string {
 	var found []string
@@ -215,29 +230,15 @@ func TestSecretsNeverLeak(t *testing.T) {
 	_, emu := serve(t, false, "generic-wind-speed")
 	metricsAddr := testtool.FreeAddr(t)
 
-	site := fmt.Sprintf(`site: {id: "001"}
-gateway: {id: gw-secrets}
-metrics: {listen: "%s"}
-buffer: {path: %s}
-buses:
-  - name: b
-    url: tcp://%s
-    devices:
-      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 200ms}
-uplink:
-  probe: {interval: 500ms, timeout: 400ms}
-  upstreams:
-    - {url: "mqtt://%s", username: gw-01, password_file: %s}
-    - url: "%s/ingest"
+	site := windSite("gw-secrets", metricsAddr, filepath.Join(dir, "buffer.db"), emu,
+		fmt.Sprintf(`{url: "mqtt://%s", username: gw-01, password_file: %s}`, broker, pwFile),
+		fmt.Sprintf(`url: "%s/ingest"
       username: gw-01
       password_env: %s
-      tls: {ca: %s, cert: %s, key: %s}
-    - {url: "mqtt://%s", username: gw-01, password_env: %s}
-    - {url: "%s/write?db=farm", encoding: influx_line, token_file: %s, headers_file: %s}
-    - {url: "%s/ingest", token_file: %s}
-`, metricsAddr, filepath.Join(dir, "buffer.db"), emu, broker, pwFile,
-		ingest.URL, envName, serverCert, clientCert, clientKey, testtool.FreeAddr(t), envName,
-		echo.URL, tokFile, hdrFile, echo.URL, tokFile)
+      tls: {ca: %s, cert: %s, key: %s}`, ingest.URL, envName, serverCert, clientCert, clientKey),
+		fmt.Sprintf(`{url: "mqtt://%s", username: gw-01, password_env: %s}`, testtool.FreeAddr(t), envName),
+		fmt.Sprintf(`{url: "%s/write?db=farm", encoding: influx_line, token_file: %s, headers_file: %s}`, echo.URL, tokFile, hdrFile),
+		fmt.Sprintf(`{url: "%s/ingest", token_file: %s}`, echo.URL, tokFile)).String()
 	good := filepath.Join(dir, "site.yaml")
 	if err := os.WriteFile(good, []byte(site), 0o600); err != nil {
 		t.Fatal(err)
@@ -352,24 +353,8 @@ func TestInsecureSkipVerifyIsExplicitAndLoud(t *testing.T) {
 			if tc.tls != "" {
 				tlsLine = ", " + tc.tls
 			}
-			site := filepath.Join(t.TempDir(), "site.yaml")
-			src := fmt.Sprintf(`site: {id: "001"}
-gateway: {id: gw-tls}
-metrics: {listen: "off"}
-buffer: {path: %s}
-buses:
-  - name: b
-    url: tcp://%s
-    devices:
-      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 200ms}
-uplink:
-  probe: {interval: 500ms, timeout: 400ms}
-  upstreams:
-    - {url: "%s/ingest"%s}
-`, filepath.Join(filepath.Dir(site), "buffer.db"), emu, ingest.URL, tlsLine)
-			if err := os.WriteFile(site, []byte(src), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			dir := t.TempDir()
+			site := windSite("gw-tls", "off", filepath.Join(dir, "buffer.db"), emu, fmt.Sprintf(`{url: "%s/ingest"%s}`, ingest.URL, tlsLine)).Write(t, dir)
 			check := runGateway(t, bin, nil, 0, nil, "check", "-c", site)
 			warned := strings.Contains(check.stderr.String(), "warning:") && strings.Contains(check.stderr.String(), "will NOT be verified")
 			if check.code != 0 || warned != tc.accepted {
