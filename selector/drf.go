@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -39,7 +40,7 @@ import (
 //
 // The Delphi step gives TR (resource amount per factor, summed over the
 // servers) and N (the demand of the gateway's task per factor), see
-// [Delphi]. The share of the task on factor f is N_f / TR_f; the dominant
+// package selector/delphi. The share of the task on factor f is N_f / TR_f; the dominant
 // factor d is the argmax (the first on a tie). The weight set is A_f = 1,
 // A_d = DRFOptions.DominantWeight (12, the paper's), and the score is
 //
@@ -117,6 +118,20 @@ const drfFactors = 5
 // drfFactorNames are the config spellings of the factors, in order.
 var drfFactorNames = [drfFactors]string{"failures", "in_flight", "consecutive_failures", "rt_stddev", "latency"}
 
+// DRFFactorNames returns the site file's names of the factors (the keys of
+// uplink.drf.tr and uplink.drf.n), in the order of [DRFFactors.At].
+func DRFFactorNames() []string { return slices.Clone(drfFactorNames[:]) }
+
+// At returns factor k (0 ≤ k < 5, in the order of [DRFFactorNames]).
+func (f DRFFactors) At(k int) float64 { return f.vec()[k] }
+
+// Set sets factor k (0 ≤ k < 5, in the order of [DRFFactorNames]) to v.
+func (f *DRFFactors) Set(k int, v float64) {
+	a := f.vec()
+	a[k] = v
+	*f = drfFactorsOf(a)
+}
+
 func (f DRFFactors) vec() [drfFactors]float64 {
 	return [drfFactors]float64{f.Failures, f.InFlight, f.ConsecutiveFailures, f.ResponseTimeStdDev, f.Latency}
 }
@@ -129,7 +144,7 @@ func drfFactorsOf(v [drfFactors]float64) DRFFactors {
 type DRFOptions struct {
 	// TR is the resource amount per factor (the servers' total) and N the
 	// demand of the gateway's task per factor, from the Delphi step
-	// ([Delphi]). The dominant factor is the argmax of N_f / TR_f. All zero
+	// (package selector/delphi). The dominant factor is the argmax of N_f / TR_f. All zero
 	// (the default): no dominant factor, every factor weighs 1.
 	TR, N DRFFactors
 

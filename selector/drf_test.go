@@ -3,6 +3,7 @@ package selector
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -346,5 +347,30 @@ func TestDRFNoAlloc(t *testing.T) {
 	s.Pick(tb, 0)
 	if a := testing.AllocsPerRun(1000, func() { s.Pick(tb, 0); s.Pick(tb, 1) }); a != 0 {
 		t.Fatalf("Pick allocates %.1f times", a)
+	}
+}
+
+// TestDRFFactorsByIndex checks At and Set against the fields, in the order
+// of DRFFactorNames, and that the names returned are a copy.
+func TestDRFFactorsByIndex(t *testing.T) {
+	names := DRFFactorNames()
+	if want := []string{"failures", "in_flight", "consecutive_failures", "rt_stddev", "latency"}; !slices.Equal(names, want) {
+		t.Fatalf("DRFFactorNames = %q, want %q", names, want)
+	}
+	names[0] = "changed"
+	if DRFFactorNames()[0] != "failures" {
+		t.Fatal("DRFFactorNames returns the package's own array")
+	}
+	var f DRFFactors
+	for k := range names {
+		f.Set(k, float64(10+k))
+	}
+	if f != (DRFFactors{Failures: 10, InFlight: 11, ConsecutiveFailures: 12, ResponseTimeStdDev: 13, Latency: 14}) {
+		t.Fatalf("Set by index gave %+v", f)
+	}
+	for k := range names {
+		if f.At(k) != float64(10+k) {
+			t.Fatalf("At(%d) = %v, want %v", k, f.At(k), 10+k)
+		}
 	}
 }

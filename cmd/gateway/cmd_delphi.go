@@ -9,7 +9,7 @@ import (
 	"io"
 	"os"
 
-	"fieldlink/selector"
+	"fieldlink/selector/delphi"
 )
 
 // cmdDelphi is § 000's Delphi step: expert estimates in, the drf
@@ -32,8 +32,8 @@ func cmdDelphi(_ context.Context, args []string, stdout, stderr io.Writer) error
 		*asked = experts(data)
 		fmt.Fprintf(stderr, "%d experts in %s; give -asked N if more were asked\n", *asked, *in)
 	}
-	res, err := selector.Delphi(bytes.NewReader(data), *asked)
-	if err != nil && !errors.Is(err, selector.ErrDelphiResponseRate) && !errors.Is(err, selector.ErrDelphiConsensus) {
+	res, err := delphi.Read(bytes.NewReader(data), *asked)
+	if err != nil && !errors.Is(err, delphi.ErrResponseRate) && !errors.Is(err, delphi.ErrConsensus) {
 		return fmt.Errorf("%s: %w", *in, err)
 	}
 	if _, werr := stdout.Write(res.YAML()); werr != nil {

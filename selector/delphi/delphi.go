@@ -1,9 +1,15 @@
-package selector
+// Package delphi is the expert step of the drf selector (docs/algorithms.md
+// § 000): experts' estimates, read from CSV over one or more rounds, checked
+// for response rate and consensus, and turned into drf's TR and N as a site
+// file fragment. It is offline: the "gateway delphi" command runs it, the
+// daemon never does.
+package delphi
 
 import (
 	"bytes"
 	"encoding/csv"
 	"errors"
+	"fieldlink/selector"
 	"fmt"
 	"io"
 	"math"
@@ -12,57 +18,61 @@ import (
 	"strings"
 )
 
+// factorNames are drf's factors as the site file and the CSV name them, in
+// the order of [selector.DRFFactors.At].
+var factorNames = selector.DRFFactorNames()
+
 // Delphi's consistency checks, from the DRF paper's § 2.3 (docs/algorithms.md § 000).
 const (
-	// DelphiMinResponseRate is the least share of the experts asked who
+	// MinResponseRate is the least share of the experts asked who
 	// must answer every item for a round to count (Call ≥ 90%).
-	DelphiMinResponseRate = 0.9
-	// DelphiMaxCV is the coefficient of variation σ/μ above which an item
+	MinResponseRate = 0.9
+	// MaxCV is the coefficient of variation σ/μ above which an item
 	// shows no consensus.
-	DelphiMaxCV = 0.5
-	// DelphiMaxDisagreement is the largest share of items with CV above
-	// DelphiMaxCV that ends the study; above it another round is needed.
-	DelphiMaxDisagreement = 0.4
+	MaxCV = 0.5
+	// MaxDisagreement is the largest share of items with CV above
+	// MaxCV that ends the study; above it another round is needed.
+	MaxDisagreement = 0.4
 )
 
 var (
-	// ErrDelphiResponseRate is returned, wrapped with the round and its
+	// ErrResponseRate is returned, wrapped with the round and its
 	// rate, when the last round's response rate is below 90%: the round is
 	// invalid and must be run again.
-	ErrDelphiResponseRate = errors.New("selector: delphi: response rate below 90%")
-	// ErrDelphiConsensus is returned, wrapped with the round and its share,
+	ErrResponseRate = errors.New("selector: delphi: response rate below 90%")
+	// ErrConsensus is returned, wrapped with the round and its share,
 	// when more than 40% of the last round's items have a coefficient of
 	// variation above 0.5: the results go back to the experts for another
 	// round.
-	ErrDelphiConsensus = errors.New("selector: delphi: no consensus, CV > 0.5 on more than 40% of items")
+	ErrConsensus = errors.New("selector: delphi: no consensus, CV > 0.5 on more than 40% of items")
 )
 
-// DelphiResult is the outcome of the Delphi step of docs/algorithms.md § 000: the resource
+// Result is the outcome of the Delphi step of docs/algorithms.md § 000: the resource
 // amount of each server and the demand of each service, per drf factor.
-type DelphiResult struct {
-	Asked  int           // experts asked, in every round
-	Rounds []DelphiRound // in round order
+type Result struct {
+	Asked  int     // experts asked, in every round
+	Rounds []Round // in round order
 	// Servers and Services hold, per name (sorted), the mean over the
 	// answering experts of valid rounds of the PERT estimate
 	// (lowest + 4·most likely + highest) / 6 per factor (reading: the
 	// paper's aggregation formula is illegible in its only copy).
-	Servers  []DelphiEstimate
-	Services []DelphiEstimate
+	Servers  []Estimate
+	Services []Estimate
 	// TR is the sum over the servers, per factor: drf's TR.
-	TR DRFFactors
+	TR selector.DRFFactors
 	// Failed says which check the last round failed; empty when it passed
 	// both.
 	Failed string
 }
 
-// DelphiEstimate is one server's or service's amounts.
-type DelphiEstimate struct {
+// Estimate is one server's or service's amounts.
+type Estimate struct {
 	Name    string
-	Factors DRFFactors
+	Factors selector.DRFFactors
 }
 
-// DelphiRound is one round's checks.
-type DelphiRound struct {
+// Round is one round's checks.
+type Round struct {
 	Round        int
 	Experts      int     // experts with at least one answer
 	Answered     int     // experts who answered every item
@@ -73,20 +83,20 @@ type DelphiRound struct {
 	Consensus    bool    // Disagreeing ≤ 40% of Items
 }
 
-// delphiItem is one question: a server's or service's amount of a factor.
-type delphiItem struct {
+// item is one question: a server's or service's amount of a factor.
+type item struct {
 	service bool
 	name    string
 	factor  int
 }
 
-// delphiAnswer is one expert's answer to one item in one round.
-type delphiAnswer struct {
+// answer is one expert's answer to one item in one round.
+type answer struct {
 	v    [3]float64 // lowest, highest, most likely
 	line int
 }
 
-// Delphi reads expert answers as CSV and computes drf's TR and N.
+// Read reads expert answers as CSV and computes drf's TR and N.
 //
 // Each record is expert,round,target,factor,lowest,highest,most_likely. A
 // first record starting with "expert" is a header. target is
@@ -105,18 +115,18 @@ type delphiAnswer struct {
 // valid round.
 //
 // A malformed file gives an error naming the CSV line. When the last round
-// fails a check, Delphi returns the result with an error wrapping
-// [ErrDelphiResponseRate] or [ErrDelphiConsensus], and Failed says so.
-func Delphi(r io.Reader, asked int) (DelphiResult, error) {
-	res := DelphiResult{Asked: asked}
+// fails a check, Read returns the result with an error wrapping
+// [ErrResponseRate] or [ErrConsensus], and Failed says so.
+func Read(r io.Reader, asked int) (Result, error) {
+	res := Result{Asked: asked}
 	if asked <= 0 {
 		return res, fmt.Errorf("selector: delphi: experts asked must be at least 1, got %d", asked)
 	}
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = 7
 	cr.TrimLeadingSpace = true
-	answers := map[int]map[string]map[delphiItem]delphiAnswer{} // round → expert → item
-	items := map[delphiItem]int{}                               // → first line
+	answers := map[int]map[string]map[item]answer{} // round → expert → item
+	items := map[item]int{}                         // → first line
 	first := true
 	for {
 		rec, err := cr.Read()
@@ -147,7 +157,7 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 		if err != nil || round < 1 {
 			return res, bad("round must be a whole number from 1, got %q", rec[1])
 		}
-		var it delphiItem
+		var it item
 		kind, name, ok := strings.Cut(rec[2], ":")
 		switch {
 		case !ok || strings.TrimSpace(name) == "":
@@ -159,11 +169,11 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 			return res, bad("target must be server:NAME or service:NAME, got %q", rec[2])
 		}
 		it.name = strings.TrimSpace(name)
-		it.factor = slices.Index(drfFactorNames[:], rec[3])
+		it.factor = slices.Index(factorNames, rec[3])
 		if it.factor < 0 {
-			return res, bad("factor must be one of %s, got %q", strings.Join(drfFactorNames[:], ", "), rec[3])
+			return res, bad("factor must be one of %s, got %q", strings.Join(factorNames, ", "), rec[3])
 		}
-		var a delphiAnswer
+		var a answer
 		a.line = line
 		for k, col := range [3]string{"lowest", "highest", "most_likely"} {
 			v, err := strconv.ParseFloat(rec[4+k], 64)
@@ -177,12 +187,12 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 		}
 		byExpert := answers[round]
 		if byExpert == nil {
-			byExpert = map[string]map[delphiItem]delphiAnswer{}
+			byExpert = map[string]map[item]answer{}
 			answers[round] = byExpert
 		}
 		its := byExpert[expert]
 		if its == nil {
-			its = map[delphiItem]delphiAnswer{}
+			its = map[item]answer{}
 			byExpert[expert] = its
 		}
 		if prev, dup := its[it]; dup {
@@ -197,11 +207,11 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 		return res, errors.New("selector: delphi: no answers")
 	}
 
-	order := make([]delphiItem, 0, len(items))
+	order := make([]item, 0, len(items))
 	for it := range items {
 		order = append(order, it)
 	}
-	slices.SortFunc(order, func(a, b delphiItem) int {
+	slices.SortFunc(order, func(a, b item) int {
 		switch {
 		case a.service != b.service:
 			if a.service {
@@ -215,8 +225,8 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 	})
 	// Every factor a service needs must be on some server.
 	for _, it := range order {
-		if it.service && !slices.ContainsFunc(order, func(s delphiItem) bool { return !s.service && s.factor == it.factor }) {
-			return res, fmt.Errorf("selector: delphi: line %d: service %q needs %s but no server has an amount of it", items[it], it.name, drfFactorNames[it.factor])
+		if it.service && !slices.ContainsFunc(order, func(s item) bool { return !s.service && s.factor == it.factor }) {
+			return res, fmt.Errorf("selector: delphi: line %d: service %q needs %s but no server has an amount of it", items[it], it.name, factorNames[it.factor])
 		}
 	}
 
@@ -225,8 +235,8 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 		rounds = append(rounds, p)
 	}
 	slices.Sort(rounds)
-	sum := map[delphiItem]float64{}
-	cnt := map[delphiItem]int{}
+	sum := map[item]float64{}
+	cnt := map[item]int{}
 	for _, p := range rounds {
 		byExpert := answers[p]
 		if len(byExpert) > asked {
@@ -239,7 +249,7 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 			}
 		}
 		slices.Sort(complete)
-		rd := DelphiRound{
+		rd := Round{
 			Round:        p,
 			Experts:      len(byExpert),
 			Answered:     len(complete),
@@ -252,13 +262,13 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 				for _, e := range complete {
 					vs = append(vs, byExpert[e][it].v[k])
 				}
-				if delphiCV(vs) > DelphiMaxCV {
+				if cv(vs) > MaxCV {
 					rd.Disagreeing++
 				}
 			}
 		}
-		rd.Valid = rd.ResponseRate >= DelphiMinResponseRate
-		rd.Consensus = float64(rd.Disagreeing) <= DelphiMaxDisagreement*float64(rd.Items)
+		rd.Valid = rd.ResponseRate >= MinResponseRate
+		rd.Consensus = float64(rd.Disagreeing) <= MaxDisagreement*float64(rd.Items)
 		res.Rounds = append(res.Rounds, rd)
 		if !rd.Valid {
 			continue
@@ -270,7 +280,7 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 			}
 		}
 	}
-	var tr [drfFactors]float64
+	var tr selector.DRFFactors
 	for _, it := range order {
 		if cnt[it] == 0 {
 			continue
@@ -280,35 +290,34 @@ func Delphi(r io.Reader, asked int) (DelphiResult, error) {
 			est = &res.Services
 		}
 		if len(*est) == 0 || (*est)[len(*est)-1].Name != it.name {
-			*est = append(*est, DelphiEstimate{Name: it.name})
+			*est = append(*est, Estimate{Name: it.name})
 		}
 		e := &(*est)[len(*est)-1]
-		v := e.Factors.vec()
-		v[it.factor] = sum[it] / float64(cnt[it])
-		e.Factors = drfFactorsOf(v)
+		v := sum[it] / float64(cnt[it])
+		e.Factors.Set(it.factor, v)
 		if !it.service {
-			tr[it.factor] += v[it.factor]
+			tr.Set(it.factor, tr.At(it.factor)+v)
 		}
 	}
-	res.TR = drfFactorsOf(tr)
+	res.TR = tr
 
 	last := res.Rounds[len(res.Rounds)-1]
 	switch {
 	case !last.Valid:
 		res.Failed = fmt.Sprintf("round %d: response rate %d/%d = %s < 90%%: the round is invalid, run it again",
-			last.Round, last.Answered, asked, delphiPercent(last.ResponseRate))
-		return res, fmt.Errorf("%w: %s", ErrDelphiResponseRate, res.Failed)
+			last.Round, last.Answered, asked, percent(last.ResponseRate))
+		return res, fmt.Errorf("%w: %s", ErrResponseRate, res.Failed)
 	case !last.Consensus:
 		res.Failed = fmt.Sprintf("round %d: CV > 0.5 on %d of %d items = %s > 40%%: send the results back for another round",
-			last.Round, last.Disagreeing, last.Items, delphiPercent(float64(last.Disagreeing)/float64(last.Items)))
-		return res, fmt.Errorf("%w: %s", ErrDelphiConsensus, res.Failed)
+			last.Round, last.Disagreeing, last.Items, percent(float64(last.Disagreeing)/float64(last.Items)))
+		return res, fmt.Errorf("%w: %s", ErrConsensus, res.Failed)
 	}
 	return res, nil
 }
 
-// delphiCV is σ/μ (population σ) of vs: 0 for no values or all zero, +Inf
+// cv is σ/μ (population σ) of vs: 0 for no values or all zero, +Inf
 // for a zero mean with spread.
-func delphiCV(vs []float64) float64 {
+func cv(vs []float64) float64 {
 	if len(vs) == 0 {
 		return 0
 	}
@@ -331,26 +340,26 @@ func delphiCV(vs []float64) float64 {
 	return sd / mean
 }
 
-func delphiPercent(x float64) string {
+func percent(x float64) string {
 	return strconv.FormatFloat(math.Round(x*1000)/10, 'f', -1, 64) + "%"
 }
 
-// delphiNum formats an amount for YAML, to 4 decimals.
-func delphiNum(x float64) string {
+// num formats an amount for YAML, to 4 decimals.
+func num(x float64) string {
 	return strconv.FormatFloat(math.Round(x*1e4)/1e4, 'f', -1, 64)
 }
 
-// delphiFlow writes factors as a YAML flow mapping.
-func delphiFlow(f DRFFactors) string {
+// flow writes factors as a YAML flow mapping.
+func flow(f selector.DRFFactors) string {
 	var b strings.Builder
 	b.WriteByte('{')
-	for k, v := range f.vec() {
+	for k, name := range factorNames {
 		if k > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(drfFactorNames[k])
+		b.WriteString(name)
 		b.WriteString(": ")
-		b.WriteString(delphiNum(v))
+		b.WriteString(num(f.At(k)))
 	}
 	b.WriteByte('}')
 	return b.String()
@@ -360,7 +369,7 @@ func delphiFlow(f DRFFactors) string {
 // with its tr and n, the checks of every round and the per-server amounts
 // in comments. With several services, n is the first by name and the
 // others follow commented out. A failed check heads the fragment.
-func (r DelphiResult) YAML() []byte {
+func (r Result) YAML() []byte {
 	var b bytes.Buffer
 	if r.Failed != "" {
 		fmt.Fprintf(&b, "# NOT READY: %s\n", r.Failed)
@@ -381,13 +390,13 @@ func (r DelphiResult) YAML() []byte {
 			verdict += ", no consensus"
 		}
 		fmt.Fprintf(&b, "# round %d: %d/%d answered every item (%s %s 90%%), CV > 0.5 on %d of %d items (%s %s 40%%): %s\n",
-			rd.Round, rd.Answered, r.Asked, delphiPercent(rd.ResponseRate), cmp, rd.Disagreeing, rd.Items, delphiPercent(share), cons, verdict)
+			rd.Round, rd.Answered, r.Asked, percent(rd.ResponseRate), cmp, rd.Disagreeing, rd.Items, percent(share), cons, verdict)
 	}
 	for _, s := range r.Servers {
-		fmt.Fprintf(&b, "# server %s: %s\n", s.Name, delphiFlow(s.Factors))
+		fmt.Fprintf(&b, "# server %s: %s\n", s.Name, flow(s.Factors))
 	}
 	b.WriteString("uplink:\n  selector: drf\n  drf:\n")
-	fmt.Fprintf(&b, "    tr: %s\n", delphiFlow(r.TR))
+	fmt.Fprintf(&b, "    tr: %s\n", flow(r.TR))
 	if len(r.Services) == 0 {
 		b.WriteString("    # n: no service was rated\n")
 	}
@@ -396,7 +405,7 @@ func (r DelphiResult) YAML() []byte {
 		if k > 0 {
 			prefix = "    # n: "
 		}
-		fmt.Fprintf(&b, "%s%s # service %s\n", prefix, delphiFlow(s.Factors), s.Name)
+		fmt.Fprintf(&b, "%s%s # service %s\n", prefix, flow(s.Factors), s.Name)
 	}
 	return b.Bytes()
 }

@@ -1,7 +1,9 @@
-package selector
+package delphi
 
 import (
 	"errors"
+	"fieldlink/selector"
+	"math"
 	"strings"
 	"testing"
 )
@@ -69,22 +71,22 @@ uplink:
 `
 
 func TestDelphiTwoRounds(t *testing.T) {
-	res, err := Delphi(strings.NewReader(delphiRound1+delphiRound2), 2)
+	res, err := Read(strings.NewReader(delphiRound1+delphiRound2), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := DelphiResult{
+	want := Result{
 		Asked: 2,
-		Rounds: []DelphiRound{
+		Rounds: []Round{
 			{Round: 1, Experts: 2, Answered: 2, ResponseRate: 1, Items: 18, Disagreeing: 9, Valid: true, Consensus: false},
 			{Round: 2, Experts: 2, Answered: 2, ResponseRate: 1, Items: 18, Disagreeing: 0, Valid: true, Consensus: true},
 		},
-		Servers: []DelphiEstimate{
-			{"s1", DRFFactors{InFlight: 37.5, Latency: 122.5}},
-			{"s2", DRFFactors{InFlight: 70, Latency: 30}},
+		Servers: []Estimate{
+			{"s1", selector.DRFFactors{InFlight: 37.5, Latency: 122.5}},
+			{"s2", selector.DRFFactors{InFlight: 70, Latency: 30}},
 		},
-		Services: []DelphiEstimate{{"upload", DRFFactors{InFlight: 2, Latency: 10}}},
-		TR:       DRFFactors{InFlight: 107.5, Latency: 152.5},
+		Services: []Estimate{{"upload", selector.DRFFactors{InFlight: 2, Latency: 10}}},
+		TR:       selector.DRFFactors{InFlight: 107.5, Latency: 152.5},
 	}
 	if !delphiEqual(res, want) {
 		t.Fatalf("got  %+v\nwant %+v", res, want)
@@ -92,16 +94,16 @@ func TestDelphiTwoRounds(t *testing.T) {
 	if got := string(res.YAML()); got != delphiYAML {
 		t.Fatalf("YAML:\n%s\nwant:\n%s", got, delphiYAML)
 	}
-	opt := DRFOptions{TR: res.TR, N: res.Services[0].Factors}
+	opt := selector.DRFOptions{TR: res.TR, N: res.Services[0].Factors}
 	if err := opt.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if w := NewDRF(opt).Weights(); w != (DRFFactors{1, 1, 1, 1, 12}) {
+	if w := selector.NewDRF(opt).Weights(); w != (selector.DRFFactors{Failures: 1, InFlight: 1, ConsecutiveFailures: 1, ResponseTimeStdDev: 1, Latency: 12}) {
 		t.Fatalf("drf weights from the Delphi result: %+v, want 12 on latency", w)
 	}
 }
 
-func delphiEqual(a, b DelphiResult) bool {
+func delphiEqual(a, b Result) bool {
 	if a.Asked != b.Asked || a.TR != b.TR || a.Failed != b.Failed || len(a.Rounds) != len(b.Rounds) ||
 		len(a.Servers) != len(b.Servers) || len(a.Services) != len(b.Services) {
 		return false
@@ -143,26 +145,26 @@ func TestDelphiChecks(t *testing.T) {
 		yaml     string
 	}{
 		{
-			name: "no consensus after round 1", csv: delphiRound1, asked: 2, err: ErrDelphiConsensus,
+			name: "no consensus after round 1", csv: delphiRound1, asked: 2, err: ErrConsensus,
 			failed:  "round 1: CV > 0.5 on 9 of 18 items = 50% > 40%: send the results back for another round",
 			servers: 2, s1Flight: 50, // (20 + 80)/2
 			yaml: "# NOT READY: round 1: CV > 0.5 on 9 of 18 items",
 		},
 		{
-			name: "round 2 response rate 50%", csv: delphiRound1 + strings.Join(partial, "\n") + "\n", asked: 2, err: ErrDelphiResponseRate,
+			name: "round 2 response rate 50%", csv: delphiRound1 + strings.Join(partial, "\n") + "\n", asked: 2, err: ErrResponseRate,
 			failed:  "round 2: response rate 1/2 = 50% < 90%: the round is invalid, run it again",
 			servers: 2, s1Flight: 50, // round 2 ignored
 			yaml: "# round 2: 1/2 answered every item (50% < 90%), CV > 0.5 on 0 of 18 items (0% ≤ 40%): INVALID (ignored)",
 		},
 		{
-			name: "three asked, two answered", csv: delphiRound1 + delphiRound2, asked: 3, err: ErrDelphiResponseRate,
+			name: "three asked, two answered", csv: delphiRound1 + delphiRound2, asked: 3, err: ErrResponseRate,
 			failed:  "round 2: response rate 2/3 = 66.7% < 90%: the round is invalid, run it again",
 			servers: 0, // no valid round
 			yaml:    "# NOT READY: round 2: response rate 2/3 = 66.7% < 90%",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := Delphi(strings.NewReader(tc.csv), tc.asked)
+			res, err := Read(strings.NewReader(tc.csv), tc.asked)
 			if !errors.Is(err, tc.err) || res.Failed != tc.failed {
 				t.Fatalf("err %v, Failed %q; want %v, %q", err, res.Failed, tc.err, tc.failed)
 			}
@@ -197,13 +199,13 @@ func TestDelphiErrorsNameTheLine(t *testing.T) {
 		{"asked", "", "experts asked must be at least 1, got 0", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Delphi(strings.NewReader(head+tc.row+"\n"), tc.asked)
+			_, err := Read(strings.NewReader(head+tc.row+"\n"), tc.asked)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want it to contain %q", err, tc.want)
 			}
 		})
 	}
-	if _, err := Delphi(strings.NewReader("expert,round,target,factor,lowest,highest,most_likely\n"), 2); err == nil {
+	if _, err := Read(strings.NewReader("expert,round,target,factor,lowest,highest,most_likely\n"), 2); err == nil {
 		t.Fatal("no answers: no error")
 	}
 }
@@ -219,7 +221,7 @@ func TestDelphiCV(t *testing.T) {
 		{[]float64{10, 40}, 0.6},                 // σ 15, μ 25
 		{[]float64{2, 4, 4, 4, 5, 5, 7, 9}, 0.4}, // σ 2, μ 5
 	} {
-		if got := delphiCV(c.vs); !near(got, c.want, 1e-12) {
+		if got := cv(c.vs); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("CV%v = %v, want %v", c.vs, got, c.want)
 		}
 	}
