@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,16 +16,7 @@ import (
 func TestReadingCommandsCreateNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "var", "fieldlink", "buf.db")
-	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-b}
-buffer: {path: %s}
-buses:
-  - name: b
-    url: tcp://127.0.0.1:1
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1}
-uplink: {upstreams: [{url: "http://127.0.0.1:1/ingest"}]}
-`, path))
+	site := mineSite(path, "127.0.0.1:1", `{url: "http://127.0.0.1:1/ingest"}`).Write(t, "")
 	for _, args := range [][]string{
 		{"buffer", "stats"}, {"buffer", "export"}, {"buffer", "export", "-dead"}, {"buffer", "purge", "-yes"},
 		{"audit"}, {"audit", "-verify"},
@@ -44,17 +34,9 @@ uplink: {upstreams: [{url: "http://127.0.0.1:1/ingest"}]}
 // A buffer the user may not create says which setting to change, or which
 // user the service runs as, not only "permission denied".
 func TestRunWithABufferItMayNotCreate(t *testing.T) {
-	site := writeSite(t, `site: {id: "M1", id_field: MineId}
-gateway: {id: gw-b}
-buffer: {path: /sys/fieldlink-test/buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: b
-    url: tcp://127.0.0.1:1
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1}
-uplink: {upstreams: [{url: "mqtt://127.0.0.1:1"}]}
-`)
+	sf := mineSite("/sys/fieldlink-test/buf.db", "127.0.0.1:1", `{url: "mqtt://127.0.0.1:1"}`)
+	sf.Metrics = "off"
+	site := sf.Write(t, "")
 	code, _, errOut := gw(t, "run", "-c", site)
 	if code != 1 || !strings.Contains(errOut, "not permitted") || !strings.Contains(errOut, "buffer.path") || !strings.Contains(errOut, "the fieldlink user") {
 		t.Fatalf("run: %d %s", code, errOut)

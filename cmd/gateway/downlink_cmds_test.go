@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -96,15 +95,9 @@ func TestKeygenAndCommandSign(t *testing.T) {
 
 // auditSite writes a site file whose buffer is dir/buf.db.
 func auditSite(t *testing.T, dir string) string {
-	return writeSite(t, fmt.Sprintf(`site: {id: "F1", id_field: FarmId}
-gateway: {id: gw-a}
-buffer: {path: %s/buf.db}
-buses:
-  - name: b
-    url: tcp://127.0.0.1:1
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1}
-`, dir))
+	sf := mineSite(filepath.Join(dir, "buf.db"), "127.0.0.1:1", "")
+	sf.Site, sf.Gateway, sf.Uplink = `{id: "F1", id_field: FarmId}`, "gw-a", nil
+	return sf.Write(t, "")
 }
 
 func TestAuditCommand(t *testing.T) {

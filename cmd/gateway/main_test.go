@@ -172,6 +172,17 @@ func serve(t *testing.T, rtu bool, names ...string) (*emulator.Emulator, string)
 	return emutest.Serve(t, rtu, names...)
 }
 
+// mineSite is the tests' mine: one methane sensor, slave 1, on the bus at
+// busAddr, its packets stored in buffer and delivered to the upstream (an
+// upstream's YAML as a flow list takes it).
+func mineSite(buffer, busAddr, upstream string) testtool.SiteFile {
+	return testtool.SiteFile{
+		Site: `{id: "M1", id_field: MineId}`, Gateway: "gw-b", Buffer: buffer, Bus: "tcp://" + busAddr,
+		Devices: []string{"{name: ch4-1, profile: generic-mine-methane, slave: 1}"},
+		Uplink:  []string{"upstreams: [" + upstream + "]"},
+	}
+}
+
 func writeSite(t *testing.T, src string) string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "site.yaml")
@@ -460,18 +471,10 @@ func TestEmulateServesASerialLine(t *testing.T) {
 func TestBufferCommands(t *testing.T) {
 	_, addr := serve(t, false, "generic-mine-methane")
 	dir := t.TempDir()
-	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-b}
-buffer: {path: %s/buf.db}
-buses:
-  - name: b
-    url: tcp://%s
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}
-uplink:
-  probe: {interval: 100ms, timeout: 50ms}
-  upstreams: [{url: "http://127.0.0.1:1/ingest"}]
-`, dir, addr))
+	sf := mineSite(filepath.Join(dir, "buf.db"), addr, `{url: "http://127.0.0.1:1/ingest"}`)
+	sf.Devices[0] = "{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}"
+	sf.Uplink = append([]string{"probe: {interval: 100ms, timeout: 50ms}"}, sf.Uplink...)
+	site := sf.Write(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var errb testtool.SyncBuffer
@@ -520,18 +523,10 @@ uplink:
 func TestRunServesMetricsAndHealth(t *testing.T) {
 	_, addr := serve(t, false, "generic-mine-methane")
 	listen := testtool.FreeAddr(t)
-	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-m}
-metrics: {listen: %q}
-buffer: {path: %s/buf.db}
-buses:
-  - name: face
-    url: tcp://%s
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}
-uplink:
-  upstreams: [{url: "http://127.0.0.1:1/ingest"}]
-`, listen, t.TempDir(), addr))
+	sf := mineSite(filepath.Join(t.TempDir(), "buf.db"), addr, `{url: "http://127.0.0.1:1/ingest"}`)
+	sf.Gateway, sf.Metrics = "gw-m", listen
+	sf.Devices[0] = "{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}"
+	site := sf.Write(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, io.Discard) }()
@@ -554,7 +549,7 @@ uplink:
 	}
 	testtool.WaitFor(t, 10*time.Second, "metrics of the device, buffer and upstream", func() bool {
 		_, body := get("/metrics")
-		return strings.Contains(body, `fieldlink_device_health{bus="face",device="ch4-1",state="ok"} 1`) &&
+		return strings.Contains(body, `fieldlink_device_health{bus="field",device="ch4-1",state="ok"} 1`) &&
 			strings.Contains(body, `fieldlink_buffer_records{kind="normal"}`) &&
 			strings.Contains(body, `fieldlink_upstream_up{upstream=`) &&
 			strings.Contains(body, `fieldlink_selector_info{selector="drf_cswlc"} 1`) &&
