@@ -73,25 +73,18 @@ func TestHealthHelperProcess(t *testing.T) {
 // metricsAddr and its buffer in dir.
 func healthSiteFile(t *testing.T, dir, devAddr, brokerAddr, metricsAddr string) string {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "site.yaml")
-	site := fmt.Sprintf(`site: {id: "H1", id_field: FarmId}
-gateway: {id: gw-h}
-metrics: {listen: %q}
-buffer: {path: %s/buffer.db}
-buses:
-  - name: field
-    url: tcp://%s
-    timeout: 200ms
-    devices:
-      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 100ms}
-uplink:
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams: [{url: "mqtt://%s"}]
-`, metricsAddr, dir, devAddr, brokerAddr)
-	if err := os.WriteFile(file, []byte(site), 0o644); err != nil {
-		t.Fatal(err)
+	return healthSite(devAddr, brokerAddr, metricsAddr, filepath.Join(dir, "buffer.db")).Write(t, "")
+}
+
+// healthSite is the health tests' site: healthSiteFile's, its metrics
+// section and buffer path as given.
+func healthSite(devAddr, brokerAddr, metrics, buffer string) testtool.SiteFile {
+	return testtool.SiteFile{
+		Site: `{id: "H1", id_field: FarmId}`, Gateway: "gw-h", Metrics: metrics, Buffer: buffer,
+		Bus: "tcp://" + devAddr, Timeout: "200ms",
+		Devices: []string{"{name: wind-1, profile: generic-wind-speed, slave: 1, interval: 100ms}"},
+		Uplink:  []string{"probe: {interval: 200ms, timeout: 100ms}", `upstreams: [{url: "mqtt://` + brokerAddr + `"}]`},
 	}
-	return file
 }
 
 // TestHealthGate runs the gate as an updater would: record a baseline from
@@ -321,24 +314,7 @@ func TestHealthGateWithScrapeToken(t *testing.T) {
 	ln.Close()
 	_, devAddr := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
-	site := filepath.Join(dir, "site.yaml")
-	src := fmt.Sprintf(`site: {id: "H1", id_field: FarmId}
-gateway: {id: gw-h}
-metrics: {listen: %q, allow_remote: true, scrape_token: true}
-buffer: {path: buffer.db}
-buses:
-  - name: field
-    url: tcp://%s
-    timeout: 200ms
-    devices:
-      - {name: wind-1, profile: generic-wind-speed, slave: 1, interval: 100ms}
-uplink:
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams: [{url: "mqtt://%s"}]
-`, metricsAddr, devAddr, testtool.FreeAddr(t))
-	if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	site := healthSite(devAddr, testtool.FreeAddr(t), fmt.Sprintf("{listen: %q, allow_remote: true, scrape_token: true}", metricsAddr), "buffer.db").Write(t, dir)
 	startHealthDaemon(t, site)
 	var out, errOut string
 	if !testtool.Eventually(30*time.Second, 200*time.Millisecond, func() bool {
