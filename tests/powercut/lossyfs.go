@@ -38,6 +38,32 @@ type LossyFS struct {
 	fsyncs  int
 	dropped int // files whose unsynced contents a cut threw away
 	server  *fuse.Server
+	fault   Fault // what a dying card answers meanwhile (SetFault)
+}
+
+// Fault is how the filesystem fails, as a dying SD card does: its writes
+// (and, for EROFS or ENOSPC, whatever would change or grow a file) answer
+// WriteErr, its fsyncs answer FsyncErr, and each fsync takes FsyncDelay
+// first. The zero Fault is a card that works.
+type Fault struct {
+	WriteErr, FsyncErr syscall.Errno
+	FsyncDelay         time.Duration
+}
+
+// SetFault makes the filesystem fail as f says from now on.
+func (l *LossyFS) SetFault(f Fault) {
+	l.mu.Lock()
+	l.fault = f
+	l.mu.Unlock()
+}
+
+// refusedLocked is the error a change to the names answers under the
+// fault: a read-only filesystem (EROFS) refuses them; l.mu is held.
+func (l *LossyFS) refusedLocked() syscall.Errno {
+	if l.fault.WriteErr == syscall.EROFS {
+		return syscall.EROFS
+	}
+	return 0
 }
 
 // mdir is a directory; its entries are *mdir or *mfile.
@@ -261,6 +287,9 @@ func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	n.l.mu.Lock()
 	defer n.l.mu.Unlock()
+	if e := n.l.refusedLocked(); e != 0 {
+		return nil, nil, 0, e
+	}
 	if _, ok := n.d.entries[name]; ok {
 		return nil, nil, 0, syscall.EEXIST
 	}
@@ -387,6 +416,9 @@ func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 func (n *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	n.l.mu.Lock()
 	defer n.l.mu.Unlock()
+	if e := n.l.fault.WriteErr; e != 0 {
+		return 0, e
+	}
 	n.f.resize(off + int64(len(data)))
 	copy(n.f.data[off:], data)
 	n.f.mtime = time.Now()
@@ -412,6 +444,15 @@ func (f *mfile) resize(size int64) {
 // Fsync makes the file's contents durable: they survive the next cut.
 func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	n.l.mu.Lock()
+	f := n.l.fault
+	n.l.mu.Unlock()
+	if f.FsyncDelay > 0 {
+		time.Sleep(f.FsyncDelay) // a worn card's fsync: the caller waits
+	}
+	if f.FsyncErr != 0 {
+		return f.FsyncErr
+	}
+	n.l.mu.Lock()
 	defer n.l.mu.Unlock()
 	n.f.durable = append(n.f.durable[:0], n.f.data...)
 	n.l.fsyncs++
@@ -432,6 +473,9 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	n.l.mu.Lock()
 	defer n.l.mu.Unlock()
+	if size, ok := in.GetSize(); ok && n.l.fault.WriteErr != 0 && int64(size) > int64(len(n.f.data)) {
+		return n.l.fault.WriteErr
+	}
 	if size, ok := in.GetSize(); ok {
 		if int64(size) < int64(len(n.f.data)) {
 			n.f.data = n.f.data[:size]
@@ -456,6 +500,9 @@ func (n *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off, size uin
 	}
 	n.l.mu.Lock()
 	defer n.l.mu.Unlock()
+	if e := n.l.fault.WriteErr; e != 0 {
+		return e
+	}
 	if mode&keepSize == 0 {
 		n.f.resize(int64(off + size))
 	}
