@@ -36,6 +36,29 @@ import (
 // PUBACK per broker, hence the most duplicates one cut link can cause.
 const e2eWindow = 16
 
+// e2eDevices are the end-to-end tests' devices, slaves 1 to 4 of the
+// emulator, polled every 100ms.
+var e2eDevices = []string{
+	"{name: wind-1, profile: generic-wind-speed, slave: 1, interval: 100ms}",
+	"{name: weather-1, profile: renke-rs-ws-n01, slave: 2, interval: 100ms}",
+	"{name: rain-1, profile: generic-tipping-bucket-rain, slave: 3, interval: 100ms}",
+	"{name: light-1, profile: dfrobot-sen0644, slave: 4, interval: 100ms}",
+}
+
+// e2eSite is an end-to-end site: the first n of e2eDevices on the emulator
+// at emuAddr, the uplink's settings, a fast probe and the upstreams' URLs.
+func e2eSite(site, gateway, emuAddr, bufPath string, n int, uplink []string, urls ...string) testtool.SiteFile {
+	s := testtool.SiteFile{
+		Site: site, Gateway: gateway, Buffer: bufPath, Bus: "tcp://" + emuAddr, Timeout: "500ms",
+		Devices: e2eDevices[:n],
+		Uplink:  append(uplink, "probe: {interval: 200ms, timeout: 100ms}", "upstreams:"),
+	}
+	for _, u := range urls {
+		s.Uplink = append(s.Uplink, fmt.Sprintf("  - {url: %q}", u))
+	}
+	return s
+}
+
 // TestE2EThreeBrokersLatencyOutagesRecovery runs `gateway run` against three
 // mosquitto brokers, each behind its own proxy, and a subscriber connected
 // straight to each broker:
@@ -59,33 +82,17 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 	names := []string{"A", "B", "C"}
 	led := newE2ELedger(len(names))
 	links := make([]e2eFaultLink, len(names))
-	var ups strings.Builder
+	var ups []string
 	for i, name := range names {
 		broker := testtool.StartMosquitto(t, mosq)
 		e2eSubscribe(t, broker, name, func(topic string, payload []byte) { led.received(i, topic, payload) }, led.problem)
 		links[i] = e2eNewFaultLink(t, name, broker)
-		fmt.Fprintf(&ups, "    - {url: \"mqtt://%s\"}\n", links[i].Addr())
+		ups = append(ups, "mqtt://"+links[i].Addr())
 	}
 	dir := t.TempDir()
 	bufPath := filepath.Join(dir, "buf.db")
-	site := writeSite(t, fmt.Sprintf(`site: {id: "E2E", id_field: FarmId}
-gateway: {id: gw-e2e}
-buses:
-  - name: field
-    url: tcp://%s
-    timeout: 500ms
-    devices:
-      - {name: wind-1,    profile: generic-wind-speed,          slave: 1, interval: 100ms}
-      - {name: weather-1, profile: renke-rs-ws-n01,             slave: 2, interval: 100ms}
-      - {name: rain-1,    profile: generic-tipping-bucket-rain, slave: 3, interval: 100ms}
-      - {name: light-1,   profile: dfrobot-sen0644,             slave: 4, interval: 100ms}
-buffer: {path: %s}
-uplink:
-  selector: p2c_ewma
-  window: %d
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams:
-%s`, emuAddr, bufPath, e2eWindow, ups.String()))
+	site := e2eSite(`{id: "E2E", id_field: FarmId}`, "gw-e2e", emuAddr, bufPath, 4,
+		[]string{"selector: p2c_ewma", fmt.Sprintf("window: %d", e2eWindow)}, ups...).Write(t, "")
 
 	g := e2eStartGateway(t, site, &e2eLineWriter{fn: led.stored}, "info")
 
@@ -228,27 +235,8 @@ uplink:
 func TestHTTPDeadLettersAndRetries(t *testing.T) {
 	_, emuAddr := serve(t, false, "generic-wind-speed", "renke-rs-ws-n01", "generic-tipping-bucket-rain")
 	siteFor := func(bufPath string, urls ...string) string {
-		var ups strings.Builder
-		for _, u := range urls {
-			fmt.Fprintf(&ups, "    - {url: %q}\n", u)
-		}
-		return writeSite(t, fmt.Sprintf(`site: {id: "H1", id_field: FarmId}
-gateway: {id: gw-http}
-buses:
-  - name: field
-    url: tcp://%s
-    timeout: 500ms
-    devices:
-      - {name: wind-1,    profile: generic-wind-speed,          slave: 1, interval: 100ms}
-      - {name: weather-1, profile: renke-rs-ws-n01,             slave: 2, interval: 100ms}
-      - {name: rain-1,    profile: generic-tipping-bucket-rain, slave: 3, interval: 100ms}
-buffer: {path: %s}
-uplink:
-  selector: round_robin
-  batch: 10
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams:
-%s`, emuAddr, bufPath, ups.String()))
+		return e2eSite(`{id: "H1", id_field: FarmId}`, "gw-http", emuAddr, bufPath, 3,
+			[]string{"selector: round_robin", "batch: 10"}, urls...).Write(t, "")
 	}
 
 	t.Run("500 is retried elsewhere", func(t *testing.T) {
