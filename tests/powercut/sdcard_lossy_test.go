@@ -46,23 +46,8 @@ func TestSDCardLossy(t *testing.T) {
 
 func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, restart bool) {
 	dir := t.TempDir()
-	mnt := filepath.Join(dir, "card")
-	if err := os.Mkdir(mnt, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		testtool.Unsupported(t, "/dev/fuse: the lossy filesystem is a FUSE filesystem")
-	}
-	testtool.Require(t, "fusermount3", "fuse3")
-	lfs, err := MountLossy(mnt)
-	if err != nil {
-		testtool.Unsupported(t, err.Error())
-	}
-	t.Cleanup(func() {
-		if err := lfs.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	lfs := mountLossy(t)
+	mnt := lfs.dir
 	led := newLedger()
 	// The reading times of one device's stored packets: its poll timing.
 	var polled []time.Time
