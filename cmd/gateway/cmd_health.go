@@ -36,7 +36,7 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch {
 	case *formats:
-		return json.NewEncoder(stdout).Encode(updategate.These(version))
+		return json.NewEncoder(stdout).Encode(updategate.BinaryFormats(version))
 	case *readableBy != "":
 		other, err := updategate.ReadableBy(*readableBy, version)
 		if err != nil {
@@ -45,15 +45,15 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "fieldlink %s reads every buffer format %s writes: a rollback keeps the packets\n", other, version)
 		return nil
 	}
-	site, err := updategate.ReadSite(*file)
+	settings, err := updategate.ReadSettings(*file)
 	if err != nil {
 		return err
 	}
-	target, err := site.Target()
+	target, err := settings.Target()
 	if err != nil {
 		return err
 	}
-	baselineFile := site.BaselineFile()
+	baselineFile := settings.BaselineFile()
 	switch {
 	case *forget:
 		if err := os.Remove(baselineFile); err != nil && !errors.Is(err, os.ErrNotExist) {

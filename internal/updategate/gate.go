@@ -18,12 +18,12 @@ import (
 	"fieldlink/metrics"
 )
 
-// Site is the part of a site file the update gate reads. It is read
+// Settings are the part of a site file the update gate reads. They are read
 // leniently, not through the strict loader: the updater that runs the gate
 // lacks the service's environment (password_env), and a site file written
 // for a newer version must not stop an older one from judging its own
 // daemon.
-type Site struct {
+type Settings struct {
 	Metrics struct {
 		Listen      string `yaml:"listen"`
 		AllowRemote bool   `yaml:"allow_remote"`
@@ -38,10 +38,10 @@ type Site struct {
 	} `yaml:"buffer"`
 }
 
-// ReadSite reads the metrics listener, its token and the buffer path of a
+// ReadSettings reads the metrics listener, its token and the buffer path of a
 // site file, with their defaults.
-func ReadSite(file string) (Site, error) {
-	var s Site
+func ReadSettings(file string) (Settings, error) {
+	var s Settings
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return s, err
@@ -80,7 +80,7 @@ func ReadSite(file string) (Site, error) {
 // listener on every interface is reached on loopback, where no token is
 // asked; a token file that does not exist yet (no daemon has started with
 // allow_remote) leaves the scrape to say what the daemon answers.
-func (s Site) Target() (Target, error) {
+func (s Settings) Target() (Target, error) {
 	t := Target{Addr: s.Metrics.Listen}
 	if !s.Metrics.AllowRemote || !s.Metrics.ScrapeToken {
 		return t, nil
@@ -99,7 +99,7 @@ func (s Site) Target() (Target, error) {
 
 // BaselineFile is where the baseline of an update is kept: beside the
 // buffer.
-func (s Site) BaselineFile() string { return s.Buffer.Path + ".update.json" }
+func (s Settings) BaselineFile() string { return s.Buffer.Path + ".update.json" }
 
 // Wait judges the daemon at t against base every second until
 // it is healthy or wait has passed; progress sees each new reason it is not
@@ -144,8 +144,8 @@ type Formats struct {
 	} `json:"buffer"`
 }
 
-// These are this binary's formats.
-func These(version string) Formats {
+// BinaryFormats are the formats of this binary (of version version).
+func BinaryFormats(version string) Formats {
 	var v Formats
 	r, w := buffer.ReadFormats(), buffer.WriteFormats()
 	v.Version, v.Buffer.Reads, v.Buffer.Writes = version, &r, &w

@@ -257,7 +257,7 @@ func TestSiteTarget(t *testing.T) {
 		"default token file": fmt.Sprintf("{listen: %q, allow_remote: true, scrape_token: true}", addr),
 		"token_file":         fmt.Sprintf("{listen: %q, allow_remote: true, scrape_token: true, token_file: other-token}", addr),
 	} {
-		s, err := ReadSite(write("site.yaml", "metrics: "+metrics+"\nbuffer: {path: data/buf.db}\n"))
+		s, err := ReadSettings(write("site.yaml", "metrics: "+metrics+"\nbuffer: {path: data/buf.db}\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +276,7 @@ func TestSiteTarget(t *testing.T) {
 
 	// Without scrape_token, no token is read or sent: the daemon asks for
 	// none on /metrics.
-	s, _ := ReadSite(write("site.yaml", fmt.Sprintf("metrics: {listen: %q, allow_remote: true}\n", addr)))
+	s, _ := ReadSettings(write("site.yaml", fmt.Sprintf("metrics: {listen: %q, allow_remote: true}\n", addr)))
 	if target, err := s.Target(); err != nil || target.Token != "" {
 		t.Errorf("without scrape_token: %+v, %v", target, err)
 	} else if _, err := target.Scrape(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
@@ -285,11 +285,11 @@ func TestSiteTarget(t *testing.T) {
 
 	// A token file the gate cannot read (here a directory): on a LAN
 	// address, an error naming the option and what to do.
-	s, _ = ReadSite(write("site.yaml", "metrics: {listen: \"192.0.2.1:9273\", allow_remote: true, scrape_token: true, token_file: data}\n"))
+	s, _ = ReadSettings(write("site.yaml", "metrics: {listen: \"192.0.2.1:9273\", allow_remote: true, scrape_token: true, token_file: data}\n"))
 	if _, err := s.Target(); err == nil || !strings.Contains(err.Error(), "metrics.scrape_token") || !strings.Contains(err.Error(), "as root") {
 		t.Errorf("unreadable token on a LAN address: %v", err)
 	}
-	s, _ = ReadSite(write("site.yaml", "metrics: {listen: \"0.0.0.0:9273\", allow_remote: true, scrape_token: true, token_file: data}\n"))
+	s, _ = ReadSettings(write("site.yaml", "metrics: {listen: \"0.0.0.0:9273\", allow_remote: true, scrape_token: true, token_file: data}\n"))
 	if _, err := s.Target(); err != nil {
 		t.Errorf("unreadable token, every interface (reached on loopback): %v", err)
 	}
