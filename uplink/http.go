@@ -21,10 +21,10 @@ import (
 
 // Defaults and bounds of the HTTP publisher.
 const (
-	// DefaultHTTPTimeout bounds one [HTTP.Post] whose ctx has no deadline.
-	DefaultHTTPTimeout = 10 * time.Second
+	// defaultHTTPTimeout bounds one [HTTP.Post] whose ctx has no deadline.
+	defaultHTTPTimeout = 10 * time.Second
 
-	// httpExcerptLen is how much of a response body an [HTTPError] quotes.
+	// httpExcerptLen is how much of a response body an [httpError] quotes.
 	httpExcerptLen = 200
 	// httpDrainLimit is how much of a response body is read and discarded
 	// so that its connection can be reused; a longer body closes the
@@ -34,10 +34,10 @@ const (
 	httpMaxRetryAfter = 24 * time.Hour
 )
 
-// ErrInvalidPacket is returned by [HTTP.Post] when a packet of the batch is
+// errInvalidPacket is returned by [HTTP.Post] when a packet of the batch is
 // not valid JSON. Nothing is sent; resending will not make the packet valid,
 // so [HTTPSender.Send] counts it as refused.
-var ErrInvalidPacket = errors.New("uplink: packet is not valid JSON")
+var errInvalidPacket = errors.New("uplink: packet is not valid JSON")
 
 // HTTPConfig configures an [HTTP] publisher. Every field but URL, GatewayID
 // and Epoch may be left zero.
@@ -54,7 +54,7 @@ type HTTPConfig struct {
 	TLS *tls.Config
 
 	// Timeout bounds one Post whose ctx has no deadline: zero means
-	// [DefaultHTTPTimeout]. A deadline on ctx always wins, even a longer one.
+	// 10 s. A deadline on ctx always wins, even a longer one.
 	Timeout time.Duration
 
 	// Header is added to every request (e.g. Authorization: Bearer …).
@@ -92,8 +92,8 @@ type HTTPConfig struct {
 }
 
 // HTTP publishes packets to one HTTP(S) ingest endpoint by POST. A 2xx answer
-// acknowledges the packets; every other outcome is an error (an
-// [*HTTPError], or [ErrInvalidPacket]). Which errors refuse the packets and
+// acknowledges the packets; every other outcome is an error (one naming
+// the status, or an invalid packet). Which errors refuse the packets and
 // which are the upstream's failure is [HTTPSender.Send]'s rule; retrying,
 // backing off and choosing another upstream are the delivery loop's.
 //
@@ -159,7 +159,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		h.header = make(http.Header)
 	}
 	if h.timeout == 0 {
-		h.timeout = DefaultHTTPTimeout
+		h.timeout = defaultHTTPTimeout
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -200,9 +200,9 @@ func (h *HTTP) Close() error {
 //
 // Body: with one packet, the packet's JSON as it is; with several, a JSON
 // array of them in order, "[p1,p2,…]". Content-Type is application/json.
-// Every packet must be valid JSON, or nothing is sent and the error wraps
-// [ErrInvalidPacket]. With [EncodingInfluxLine] the body is line protocol
-// instead, one line per packet (see [HTTPConfig.Encoding] and
+// Every packet must be valid JSON, or nothing is sent and the error says
+// so. With [EncodingInfluxLine] the body is line protocol instead, one
+// line per packet (see [HTTPConfig.Encoding] and
 // docs/influx.md); a batch with no line to write is acknowledged unsent.
 //
 // seqs are the packets' sequence numbers, one per packet, in the same order;
@@ -217,9 +217,9 @@ func (h *HTTP) Close() error {
 // must be resent whole (a server may answer 422 to the same key with another
 // payload, and 422 is permanent).
 //
-// Post returns nil on a 2xx answer and only then. Otherwise the error is an
-// [*HTTPError] naming the URL (without credentials), the status and an
-// excerpt of the response body, and its Retry-After if any. When ctx has no
+// Post returns nil on a 2xx answer and only then. Otherwise the error
+// names the URL (without credentials), the status and an excerpt of the
+// response body, and its Retry-After if any. When ctx has no
 // deadline, the config's Timeout bounds the whole exchange.
 func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	if len(batch) == 0 {
@@ -243,7 +243,7 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	key := idempotencyKey(h.gateway, h.epoch, seqs[0], seqs[len(seqs)-1])
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
-		return &HTTPError{Method: http.MethodPost, URL: h.name, Err: httpUnwrapURLError(err)}
+		return &httpError{Method: http.MethodPost, URL: h.name, Err: httpUnwrapURLError(err)}
 	}
 	for k, v := range h.header {
 		req.Header[k] = v
@@ -260,7 +260,7 @@ func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 		h.log.Debug("uplink: http post failed", "upstream", h.name, "packets", len(batch),
 			"key", key, "elapsed", time.Since(start), "err", err)
 		h.reached.Store(false)
-		return &HTTPError{Method: http.MethodPost, URL: h.name, Err: err}
+		return &httpError{Method: http.MethodPost, URL: h.name, Err: err}
 	}
 	herr := httpCheckResponse(http.MethodPost, h.name, resp, h.secrets)
 	h.log.Debug("uplink: http post", "upstream", h.name, "packets", len(batch),
@@ -294,10 +294,10 @@ func idempotencyKey(gateway, epoch string, first, last uint64) string {
 	return string(b)
 }
 
-// HTTPError is the error of an HTTP exchange with an upstream that did not end
+// httpError is the error of an HTTP exchange with an upstream that did not end
 // in a 2xx: either an answer with another status (StatusCode != 0) or no
 // usable answer at all (Err != nil: refused, reset, timeout, TLS, …).
-type HTTPError struct {
+type httpError struct {
 	Method     string        // POST for a publish, GET for probes, load and registry
 	URL        string        // the upstream, without credentials or query
 	StatusCode int           // 0 when no answer came
@@ -307,7 +307,7 @@ type HTTPError struct {
 	Err        error         // why no answer came; nil when StatusCode != 0
 }
 
-func (e *HTTPError) Error() string {
+func (e *httpError) Error() string {
 	var b strings.Builder
 	b.WriteString("uplink: http ")
 	b.WriteString(e.Method)
@@ -338,7 +338,7 @@ func (e *HTTPError) Error() string {
 }
 
 // Unwrap returns the transport error, if any.
-func (e *HTTPError) Unwrap() error { return e.Err }
+func (e *httpError) Unwrap() error { return e.Err }
 
 // httpBatchBody returns the body of a POST: the packet itself, or a JSON
 // array of the packets.
@@ -346,7 +346,7 @@ func httpBatchBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 	n := 1 + len(batch)
 	for i, p := range batch {
 		if !json.Valid(p) {
-			return nil, fmt.Errorf("%w: seq %d", ErrInvalidPacket, seqs[i])
+			return nil, fmt.Errorf("%w: seq %d", errInvalidPacket, seqs[i])
 		}
 		n += len(p)
 	}
@@ -365,8 +365,8 @@ func httpBatchBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 }
 
 // httpCheckResponse consumes resp's body so that its connection can be
-// reused, and returns nil for a 2xx or an *HTTPError with an excerpt.
-func httpCheckResponse(method, name string, resp *http.Response, secrets []string) *HTTPError {
+// reused, and returns nil for a 2xx or an *httpError with an excerpt.
+func httpCheckResponse(method, name string, resp *http.Response, secrets []string) *httpError {
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
@@ -375,7 +375,7 @@ func httpCheckResponse(method, name string, resp *http.Response, secrets []strin
 	head := make([]byte, httpExcerptLen)
 	n, _ := io.ReadFull(resp.Body, head)
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
-	return &HTTPError{
+	return &httpError{
 		Method:     method,
 		URL:        name,
 		StatusCode: resp.StatusCode,
@@ -487,12 +487,12 @@ func httpNewClient(t *http.Transport) *http.Client {
 
 // httpGet does a GET of rawURL (already checked) with header, and returns
 // the answer and its body, at most limit bytes (more is an error). Non-2xx
-// answers are *HTTPError, except the statuses listed in pass, which are
+// answers are *httpError, except the statuses listed in pass, which are
 // returned with their (empty) body.
 func httpGet(ctx context.Context, client *http.Client, rawURL, name string, header http.Header, limit int64, pass ...int) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return nil, nil, &HTTPError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
+		return nil, nil, &httpError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -502,7 +502,7 @@ func httpGet(ctx context.Context, client *http.Client, rawURL, name string, head
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, nil, &HTTPError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
+		return nil, nil, &httpError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
 	}
 	for _, code := range pass {
 		if resp.StatusCode == code {
@@ -517,7 +517,7 @@ func httpGet(ctx context.Context, client *http.Client, rawURL, name string, head
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return resp, nil, &HTTPError{Method: http.MethodGet, URL: name, Err: fmt.Errorf("reading the answer: %w", err)}
+		return resp, nil, &httpError{Method: http.MethodGet, URL: name, Err: fmt.Errorf("reading the answer: %w", err)}
 	}
 	if int64(len(body)) > limit {
 		return resp, nil, fmt.Errorf("uplink: http GET %s: answer longer than %d bytes", name, limit)

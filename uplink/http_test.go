@@ -189,9 +189,9 @@ func TestHTTPClientError(t *testing.T) {
 			if IsRetryable(err) {
 				t.Fatalf("%v: retryable", err)
 			}
-			var he *HTTPError
+			var he *httpError
 			if !errors.As(err, &he) || he.StatusCode != code {
-				t.Fatalf("error %#v, want an *HTTPError with status %d", err, code)
+				t.Fatalf("error %#v, want an *httpError with status %d", err, code)
 			}
 			if len(he.Body) > httpExcerptLen || !strings.HasPrefix(he.Body, `{"error":"bad packet"}`) {
 				t.Errorf("excerpt %d bytes %q", len(he.Body), he.Body)
@@ -241,7 +241,7 @@ func TestHTTPRetryableStatus(t *testing.T) {
 				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 			}
 			var got time.Duration
-			if he := (*HTTPError)(nil); errors.As(err, &he) {
+			if he := (*httpError)(nil); errors.As(err, &he) {
 				got = he.RetryAfter
 			}
 			if d := got - tc.want; d < -2*time.Second || d > 0 || (tc.want == 0 && got != 0) {
@@ -576,8 +576,8 @@ func TestHTTPInvalidPacket(t *testing.T) {
 	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {})
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
 	err := h.Post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), []byte(`{"DataHead":`)})
-	if !errors.Is(err, ErrInvalidPacket) || !refusesPackets(err) {
-		t.Errorf("error %v, want ErrInvalidPacket, permanent", err)
+	if !errors.Is(err, errInvalidPacket) || !refusesPackets(err) {
+		t.Errorf("error %v, want errInvalidPacket, permanent", err)
 	}
 	if !strings.Contains(err.Error(), "seq 2") {
 		t.Errorf("error %q does not name the packet", err)
@@ -606,7 +606,7 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 	})
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/old"})
 	err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-	var he *HTTPError
+	var he *httpError
 	if !errors.As(err, &he) || he.StatusCode != http.StatusPermanentRedirect {
 		t.Fatalf("error %v, want the 308", err)
 	}
@@ -661,9 +661,9 @@ func TestHTTPClassifyTransportErrors(t *testing.T) {
 		{&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("network is down")}, true},
 		{&net.OpError{Op: "remote error", Err: tls.AlertError(42)}, false},
 		{x509.UnknownAuthorityError{}, false},
-		{&HTTPError{Method: "POST", URL: "u", Err: io.EOF}, true},
-		{&HTTPError{Method: "POST", URL: "u", StatusCode: 304}, false},
-		{&HTTPError{Method: "POST", URL: "u", StatusCode: 425}, true},
+		{&httpError{Method: "POST", URL: "u", Err: io.EOF}, true},
+		{&httpError{Method: "POST", URL: "u", StatusCode: 304}, false},
+		{&httpError{Method: "POST", URL: "u", StatusCode: 425}, true},
 	} {
 		if got := IsRetryable(tc.err); got != tc.retryable {
 			t.Errorf("IsRetryable(%v) = %v", tc.err, got)
@@ -821,7 +821,7 @@ func IsRetryable(err error) bool {
 	if err == nil {
 		return false
 	}
-	var he *HTTPError
+	var he *httpError
 	if errors.As(err, &he) && he.StatusCode != 0 {
 		return httpRetryableStatus(he.StatusCode)
 	}

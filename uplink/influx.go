@@ -78,7 +78,7 @@ func CheckInfluxURL(raw string) error {
 }
 
 // influxRefusal is why a packet cannot be written as line protocol. It is
-// an [ErrInvalidPacket] to errors.Is: the upstream can never take it.
+// an [errInvalidPacket] to errors.Is: the upstream can never take it.
 type influxRefusal struct {
 	seq uint64
 	err error
@@ -88,12 +88,12 @@ func (e *influxRefusal) Error() string {
 	return fmt.Sprintf("uplink: seq %d cannot be written as line protocol: %v", e.seq, e.err)
 }
 
-func (e *influxRefusal) Is(target error) bool { return target == ErrInvalidPacket }
+func (e *influxRefusal) Is(target error) bool { return target == errInvalidPacket }
 
 // influxBody returns the body of a line-protocol POST: one line per packet,
 // in order, each ended by a newline. A packet with no field to write gives no
 // line; the body may then be empty. A packet that is not a packet, or whose
-// names line protocol cannot carry, is an error that is [ErrInvalidPacket]
+// names line protocol cannot carry, is an error that is [errInvalidPacket]
 // to errors.Is.
 func influxBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 	n := 0

@@ -100,13 +100,13 @@ func TestInfluxLineRefusesWhatItCannotWrite(t *testing.T) {
 			p := influxPacket(3, packet.Field{Name: "v", Value: packet.Float(1, 1)})
 			tc.edit(p)
 			_, err := influxBody([]uint64{3}, [][]byte{p.AppendJSON(nil, packet.Strings)})
-			if !errors.Is(err, ErrInvalidPacket) || !strings.Contains(err.Error(), "seq 3 cannot be written as line protocol: ") {
-				t.Fatalf("err = %v, want ErrInvalidPacket saying why", err)
+			if !errors.Is(err, errInvalidPacket) || !strings.Contains(err.Error(), "seq 3 cannot be written as line protocol: ") {
+				t.Fatalf("err = %v, want errInvalidPacket saying why", err)
 			}
 		})
 	}
-	if _, err := influxBody([]uint64{4}, [][]byte{[]byte(`{"a":1}`)}); !errors.Is(err, ErrInvalidPacket) {
-		t.Errorf("not a packet: err = %v, want ErrInvalidPacket", err)
+	if _, err := influxBody([]uint64{4}, [][]byte{[]byte(`{"a":1}`)}); !errors.Is(err, errInvalidPacket) {
+		t.Errorf("not a packet: err = %v, want errInvalidPacket", err)
 	}
 	// A backslash elsewhere in a name is itself.
 	p := influxPacket(5, packet.Field{Name: `C:\x`, Value: packet.Float(1, 1)})
@@ -218,7 +218,7 @@ func TestHTTPTokenAndHeaders(t *testing.T) {
 	})
 	p := influxPacket(1, packet.Field{Name: "Rainfall", Value: packet.Float(0.5, 1)})
 	err := h.Post(context.Background(), []uint64{1}, [][]byte{p.AppendJSON(nil, packet.Strings)})
-	var he *HTTPError
+	var he *httpError
 	if !errors.As(err, &he) || he.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("err = %v, want a 503", err)
 	}
@@ -433,8 +433,8 @@ func FuzzInfluxLine(f *testing.F) {
 		data := p.AppendJSON(nil, enc)
 		body, err := influxBody([]uint64{42}, [][]byte{data})
 		if err != nil {
-			if !errors.Is(err, ErrInvalidPacket) {
-				t.Fatalf("error %v does not wrap ErrInvalidPacket", err)
+			if !errors.Is(err, errInvalidPacket) {
+				t.Fatalf("error %v does not wrap errInvalidPacket", err)
 			}
 			return
 		}

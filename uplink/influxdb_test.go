@@ -315,7 +315,7 @@ func TestInfluxDBReadsBackRandomNames(t *testing.T) {
 		p.At = at.Add(time.Duration(i) * time.Second)
 		data := p.AppendJSON(nil, packet.Encoding(rng.IntN(2)))
 		if _, err := influxBody([]uint64{p.Seq}, [][]byte{data}); err != nil {
-			if !errors.Is(err, ErrInvalidPacket) {
+			if !errors.Is(err, errInvalidPacket) {
 				t.Fatal(err)
 			}
 			refused++

@@ -130,7 +130,7 @@ func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
 		// latency that flatters it) until the next probe says so.
 		s.ProbeResult(err)
 	}
-	var he *HTTPError
+	var he *httpError
 	if errors.As(err, &he) && he.RetryAfter > 0 &&
 		(he.StatusCode == http.StatusTooManyRequests || he.StatusCode == http.StatusServiceUnavailable) {
 		return retryAfterErr{err, he.RetryAfter}
@@ -148,10 +148,10 @@ func dialFailed(err error) bool {
 // refusesPackets is the rule of [HTTPSender.Send]: whether err says that the
 // upstream refuses the packets themselves.
 func refusesPackets(err error) bool {
-	if errors.Is(err, ErrInvalidPacket) {
+	if errors.Is(err, errInvalidPacket) {
 		return true
 	}
-	var he *HTTPError
+	var he *httpError
 	if !errors.As(err, &he) {
 		return false
 	}

@@ -20,7 +20,7 @@ func Explain(err error) string {
 	var (
 		op  *net.OpError
 		dns *net.DNSError
-		he  *HTTPError
+		he  *httpError
 		ne  net.Error
 	)
 	addr := ""

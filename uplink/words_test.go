@@ -27,7 +27,7 @@ func TestExplain(t *testing.T) {
 	}{
 		{fmt.Errorf("connect: %w", refused), "connection refused: nothing listens at " + addr},
 		{fmt.Errorf("connect: %w", packets.ErrorRefusedBadUsernameOrPassword), "refuses the user name or password"},
-		{&HTTPError{Method: "POST", URL: "http://x/ingest", StatusCode: 401, Status: "401 Unauthorized"}, "refuses the credentials: 401 Unauthorized"},
+		{&httpError{Method: "POST", URL: "http://x/ingest", StatusCode: 401, Status: "401 Unauthorized"}, "refuses the credentials: 401 Unauthorized"},
 		{fmt.Errorf("%w (fieldlink-gw-1): …", ErrMQTTClientIDInUse), "another client uses this gateway's MQTT client id (fieldlink-gw-1)"},
 		{errors.New("something else"), "something else"},
 	} {
