@@ -18,13 +18,13 @@ import (
 
 // Defaults and bounds of load reports.
 const (
-	// DefaultLoadInterval is the poll interval of a [LoadPoller]; keep it
+	// defaultLoadInterval is the poll interval of a [LoadPoller]; keep it
 	// well under the selector's LoadTTL (30 s by default).
-	DefaultLoadInterval = 10 * time.Second
-	DefaultLoadTimeout  = 5 * time.Second
+	defaultLoadInterval = 10 * time.Second
+	defaultLoadTimeout  = 5 * time.Second
 
-	// LoadMaxBytes bounds a load report.
-	LoadMaxBytes = 64 << 10
+	// loadMaxBytes bounds a load report.
+	loadMaxBytes = 64 << 10
 )
 
 // loadField names a field of the wire format, in the order errors list them.
@@ -71,7 +71,7 @@ var loadFields = [...]loadField{
 // the selector falls back as though no report had come. Keys match exactly
 // (case-sensitive); unknown keys are ignored, so servers may add their own.
 // Wrong types (a string for a number, 0.5 processes), values out of range,
-// invalid JSON, trailing data and reports over [LoadMaxBytes] are errors; the
+// invalid JSON, trailing data and reports over 64 KiB are errors; the
 // error lists every problem found.
 //
 // The report's time, [selector.Load.At], is ts, but never later than now: a
@@ -81,8 +81,8 @@ var loadFields = [...]loadField{
 // without a real-time clock before NTP) makes old reports look new.
 func ParseLoad(data []byte, now time.Time) (selector.Load, error) {
 	var l selector.Load
-	if len(data) > LoadMaxBytes {
-		return l, fmt.Errorf("uplink: load report: %d bytes, more than %d", len(data), LoadMaxBytes)
+	if len(data) > loadMaxBytes {
+		return l, fmt.Errorf("uplink: load report: %d bytes, more than %d", len(data), loadMaxBytes)
 	}
 	var obj map[string]json.RawMessage
 	trimmed := bytes.TrimSpace(data)
@@ -204,7 +204,7 @@ type LoadPoller struct {
 
 // NewLoadPoller returns a poller of loadURL, an http(s) URL (credentials in
 // it are sent as basic auth and never shown). interval ≤ 0 means
-// [DefaultLoadInterval], timeout ≤ 0 [DefaultLoadTimeout]; tlsCfg is for https
+// 10 s, timeout ≤ 0 5 s; tlsCfg is for https
 // (nil: system roots). report receives, from [LoadPoller.Run]'s goroutine and
 // one call at a time, each report or the error of a failed poll (a zero Load).
 // The answer must be a 2xx with a body ParseLoad accepts; its Content-Type is
@@ -215,10 +215,10 @@ func NewLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.
 		return nil, fmt.Errorf("uplink: load: %w", err)
 	}
 	if interval <= 0 {
-		interval = DefaultLoadInterval
+		interval = defaultLoadInterval
 	}
 	if timeout <= 0 {
-		timeout = DefaultLoadTimeout
+		timeout = defaultLoadTimeout
 	}
 	if report == nil {
 		report = func(selector.Load, error) {}
@@ -249,7 +249,7 @@ func (p *LoadPoller) Poll(ctx context.Context) (selector.Load, error) {
 		ctx, cancel = context.WithTimeout(ctx, p.timeout)
 		defer cancel()
 	}
-	_, body, err := httpGet(ctx, p.client, p.url, p.name, p.header, LoadMaxBytes)
+	_, body, err := httpGet(ctx, p.client, p.url, p.name, p.header, loadMaxBytes)
 	if err != nil {
 		return selector.Load{}, err // it names the load URL
 	}

@@ -117,7 +117,7 @@ func TestLoadParseErrors(t *testing.T) {
 		{"ts not RFC 3339", loadTestWith("ts", `"2026-11-29 08:00:00"`), []string{`ts "2026-11-29 08:00:00"`}},
 		{"every problem listed", `{"cpu":2,"memory":"x","disk_io":0,"network":0,"processes":1,"connections":1,"cpu_mhz":1,"memory_mb":1}`,
 			[]string{"missing bandwidth_mbps", "cpu 2", "memory: want a number"}},
-		{"too large", `{"pad":"` + strings.Repeat("x", LoadMaxBytes) + `"}`, []string{"more than"}},
+		{"too large", `{"pad":"` + strings.Repeat("x", loadMaxBytes) + `"}`, []string{"more than"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := ParseLoad([]byte(tc.in), loadTestNow)
@@ -236,7 +236,7 @@ func TestLoadPoller(t *testing.T) {
 		t.Errorf("Poll of a 503: %v", err)
 	}
 	status.Store(200)
-	body.Store(`{"pad":"` + strings.Repeat("x", LoadMaxBytes) + `"}`)
+	body.Store(`{"pad":"` + strings.Repeat("x", loadMaxBytes) + `"}`)
 	if _, err := p.Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "longer than") {
 		t.Errorf("Poll of an oversized report: %v", err)
 	}

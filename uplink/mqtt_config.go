@@ -103,7 +103,7 @@ type MQTTConfig struct {
 	// message is handed to its Handle, one at a time per subscription, on
 	// a goroutine owned by Run. Retained messages are dropped: a command
 	// kept by the broker through an outage is a late command. Messages
-	// that arrive while SubscriptionQueue are waiting are dropped and
+	// that arrive while subscriptionQueue are waiting are dropped and
 	// logged.
 	Subscriptions []Subscription
 	// Logger gets connects, losses and retries; nil means slog.Default().
@@ -201,7 +201,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		if err != nil {
 			return fail("subscription topic: %v", err)
 		}
-		m.subs = append(m.subs, &subscription{topic: topic, handle: sub.Handle, queue: make(chan []byte, SubscriptionQueue)})
+		m.subs = append(m.subs, &subscription{topic: topic, handle: sub.Handle, queue: make(chan []byte, subscriptionQueue)})
 	}
 	for _, d := range []struct {
 		v   *time.Duration

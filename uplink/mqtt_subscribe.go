@@ -47,9 +47,9 @@ type Subscription struct {
 	Handle func(payload []byte)
 }
 
-// SubscriptionQueue is how many messages may wait for a handler per
+// subscriptionQueue is how many messages may wait for a handler per
 // upstream.
-const SubscriptionQueue = 16
+const subscriptionQueue = 16
 
 type subscription struct {
 	topic  string
@@ -66,7 +66,7 @@ func (m *MQTT) deliver(sub *subscription, msg paho.Message) {
 	select {
 	case sub.queue <- append([]byte(nil), msg.Payload()...):
 	default:
-		m.log.Warn("message dropped: too many waiting", "upstream", m.name, "topic", sub.topic, "waiting", SubscriptionQueue)
+		m.log.Warn("message dropped: too many waiting", "upstream", m.name, "topic", sub.topic, "waiting", subscriptionQueue)
 	}
 }
 

@@ -49,7 +49,7 @@ func (p *Pool) Reconcile(list []RegistryUpstream, template func(RegistryUpstream
 			continue
 		}
 		u := template(ru)
-		u.Weight, u.Drain = RegistryWeight(ru.Weight), ru.Weight == 0
+		u.Weight, u.Drain = registryWeight(ru.Weight), ru.Weight == 0
 		_, known := owners[name]
 		if _, err := p.add(u, "registry"); err != nil {
 			p.log.Error("registry upstream not usable", "upstream", name, "err", err)
@@ -63,9 +63,9 @@ func (p *Pool) Reconcile(list []RegistryUpstream, template func(RegistryUpstream
 	return added
 }
 
-// RegistryWeight turns a registry's weight into an upstream weight: rounded,
+// registryWeight turns a registry's weight into an upstream weight: rounded,
 // 1 to 1000 (a weight of 0 drains the upstream instead).
-func RegistryWeight(w float64) int {
+func registryWeight(w float64) int {
 	switch {
 	case w <= 1 || math.IsNaN(w):
 		return 1

@@ -21,11 +21,11 @@ import (
 
 // Defaults and bounds of the registry client.
 const (
-	DefaultRegistryInterval = time.Minute
-	DefaultRegistryTimeout  = 10 * time.Second
+	defaultRegistryInterval = time.Minute
+	defaultRegistryTimeout  = 10 * time.Second
 
-	// RegistryMaxBytes bounds a registry answer.
-	RegistryMaxBytes = 1 << 20
+	// registryMaxBytes bounds a registry answer.
+	registryMaxBytes = 1 << 20
 )
 
 // RegistryUpstream is one upstream in a registry's list.
@@ -38,7 +38,7 @@ type RegistryUpstream struct {
 	Weight float64 `json:"weight"`
 }
 
-// ParseRegistry reads a registry's answer, a JSON object whose "upstreams"
+// parseRegistry reads a registry's answer, a JSON object whose "upstreams"
 // array lists the upstreams, each with its "url" and an optional "weight":
 //
 //	{"upstreams":[
@@ -62,7 +62,7 @@ type RegistryUpstream struct {
 //   - Anything else (not JSON, wrong types, trailing data) is an error.
 //
 // Errors name the entry and show URLs without credentials or query.
-func ParseRegistry(data []byte) ([]RegistryUpstream, error) {
+func parseRegistry(data []byte) ([]RegistryUpstream, error) {
 	var top map[string]json.RawMessage
 	if err := registryDecodeObject(data, &top); err != nil {
 		return nil, fmt.Errorf("uplink: registry: %w", err)
@@ -116,7 +116,7 @@ func registryParseEntry(data json.RawMessage) (RegistryUpstream, error) {
 	return up, registryCheck(up)
 }
 
-// registryCheck applies the per-entry rules of ParseRegistry.
+// registryCheck applies the per-entry rules of parseRegistry.
 func registryCheck(up RegistryUpstream) error {
 	if up.URL == "" {
 		return errors.New(`empty "url"`)
@@ -165,10 +165,10 @@ type RegistryConfig struct {
 	// basic auth and never logged.
 	URL string
 	// Interval between refreshes, jittered by ±10%; 0 means
-	// [DefaultRegistryInterval].
+	// a minute.
 	Interval time.Duration
 	// Timeout bounds a refresh whose ctx has no deadline; 0 means
-	// [DefaultRegistryTimeout].
+	// 10 s.
 	Timeout time.Duration
 	// TLS for https (nil: system roots; verification stays on).
 	TLS *tls.Config
@@ -189,7 +189,7 @@ type RegistryConfig struct {
 // Eureka/ZooKeeper registry of docs/algorithms.md § 001: consumers cache the providers and
 // keep calling them when the registry is down). The list in use is the last
 // good one: a refresh that fails — registry down, an error status, a body
-// that [ParseRegistry] refuses — changes nothing, and is returned by
+// that is not a valid list — changes nothing, and is returned by
 // [Registry.Refresh] and logged by [Registry.Run].
 //
 // On start, [Registry.Seed] puts back the list persisted from the last run,
@@ -238,10 +238,10 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		onChange: cfg.OnChange,
 	}
 	if r.interval == 0 {
-		r.interval = DefaultRegistryInterval
+		r.interval = defaultRegistryInterval
 	}
 	if r.timeout == 0 {
-		r.timeout = DefaultRegistryTimeout
+		r.timeout = defaultRegistryTimeout
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -258,9 +258,9 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 // Name returns the registry's URL without credentials or query.
 func (r *Registry) Name() string { return r.name }
 
-// Seed starts the registry from a list kept from an earlier run (parse the
-// persisted [Registry.Raw] with [ParseRegistry]). The list is checked with the
-// rules of ParseRegistry. Seed changes nothing once a fetch has succeeded:
+// Seed starts the registry from a list kept from an earlier run (the
+// persisted [Registry.Raw], as [LoadRegistryList] reads it back). The list
+// is checked as a fetched one is. Seed changes nothing once a fetch has succeeded:
 // the fetched list is newer. After Seed, [Registry.Upstreams] returns the list
 // with a zero fetch time, and Raw its JSON encoding.
 func (r *Registry) Seed(list []RegistryUpstream) error {
@@ -320,7 +320,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 
-	resp, body, err := httpGet(ctx, r.client, r.url, r.name, header, RegistryMaxBytes, http.StatusNotModified)
+	resp, body, err := httpGet(ctx, r.client, r.url, r.name, header, registryMaxBytes, http.StatusNotModified)
 	if err != nil {
 		return err // it names the registry
 	}
@@ -335,7 +335,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	list, err := ParseRegistry(body)
+	list, err := parseRegistry(body)
 	if err != nil {
 		return fmt.Errorf("%w (from %s; keeping the last good list)", err, r.name)
 	}

@@ -16,7 +16,7 @@ func LoadRegistryList(path string) ([]RegistryUpstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	list, err := ParseRegistry(data)
+	list, err := parseRegistry(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -40,12 +40,12 @@ func TestRegistryParse(t *testing.T) {
 			[]RegistryUpstream{{URL: "mqtt://[::1]:1884", Weight: 0.25}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseRegistry([]byte(tc.in))
+			got, err := parseRegistry([]byte(tc.in))
 			if err != nil {
-				t.Fatalf("ParseRegistry: %v", err)
+				t.Fatalf("parseRegistry: %v", err)
 			}
 			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("ParseRegistry = %+v, want %+v", got, tc.want)
+				t.Errorf("parseRegistry = %+v, want %+v", got, tc.want)
 			}
 		})
 	}
@@ -78,9 +78,9 @@ func TestRegistryParseErrors(t *testing.T) {
 		{"too many", `{"upstreams":[` + strings.Repeat(`{"url":"mqtt://a"},`, selector.MaxUpstreams) + `{"url":"mqtt://a"}]}`, "more than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			list, err := ParseRegistry([]byte(tc.in))
+			list, err := parseRegistry([]byte(tc.in))
 			if err == nil {
-				t.Fatalf("ParseRegistry(%.60s) = %+v, want an error", tc.in, list)
+				t.Fatalf("parseRegistry(%.60s) = %+v, want an error", tc.in, list)
 			}
 			msg := err.Error()
 			if !strings.HasPrefix(msg, "uplink: registry: ") || !strings.Contains(msg, tc.want) {
@@ -102,7 +102,7 @@ func FuzzParseRegistry(f *testing.F) {
 	f.Add([]byte(`{"upstreams":[{"url":"mqtt://a"},{"url":"mqtt://a"}]}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		list, err := ParseRegistry(data)
+		list, err := parseRegistry(data)
 		if err != nil {
 			if list != nil {
 				t.Fatalf("error %v with a list", err)
@@ -117,7 +117,7 @@ func FuzzParseRegistry(f *testing.F) {
 			Upstreams []map[string]any `json:"upstreams"`
 		}
 		if err := json.Unmarshal(data, &std); err != nil || len(std.Upstreams) != len(list) {
-			t.Fatalf("encoding/json: %v, %d entries; ParseRegistry: %d", err, len(std.Upstreams), len(list))
+			t.Fatalf("encoding/json: %v, %d entries; parseRegistry: %d", err, len(std.Upstreams), len(list))
 		}
 		seen := map[string]bool{}
 		for i, up := range list {
@@ -140,7 +140,7 @@ func FuzzParseRegistry(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := ParseRegistry(enc)
+		again, err := parseRegistry(enc)
 		if err != nil || !reflect.DeepEqual(again, list) {
 			t.Fatalf("round trip: %+v, %v; want %+v", again, err, list)
 		}
@@ -309,7 +309,7 @@ func TestRegistrySeed(t *testing.T) {
 		t.Errorf("after Seed: %+v, %v", list, at)
 	}
 	// Raw of a seeded list parses back to it.
-	if again, err := ParseRegistry(r.Raw()); err != nil || !reflect.DeepEqual(again, persisted) {
+	if again, err := parseRegistry(r.Raw()); err != nil || !reflect.DeepEqual(again, persisted) {
 		t.Errorf("Raw after Seed = %s: %+v, %v", r.Raw(), again, err)
 	}
 	if changes.Load() != 0 {

@@ -132,7 +132,7 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 	s := &sparkplugSession{cfg: cfg, log: log, now: cfg.Now, devs: map[string]*spDevice{},
 		ncmd: sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, ""),
 		dcmd: sparkplug.Topic(cfg.GroupID, sparkplug.DCMD, cfg.EdgeNode, "") + "/",
-		cmds: make(chan spIncoming, SubscriptionQueue)}
+		cmds: make(chan spIncoming, subscriptionQueue)}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -293,7 +293,7 @@ func (s *sparkplugSession) onMessage(_ paho.Client, msg paho.Message) {
 	select {
 	case s.cmds <- in:
 	default:
-		s.log.Warn("Sparkplug command dropped: too many waiting", "upstream", s.m.name, "topic", msg.Topic(), "waiting", SubscriptionQueue)
+		s.log.Warn("Sparkplug command dropped: too many waiting", "upstream", s.m.name, "topic", msg.Topic(), "waiting", subscriptionQueue)
 	}
 }
 
