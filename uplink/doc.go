@@ -46,7 +46,7 @@
 // which marks the upstream up or down ([MQTTSender] is up while connected,
 // and [MQTT.Kick] reconnects at once when a probe answers again). Servers
 // report their load on a retained MQTT topic ([MQTTConfig.OnLoad]) or an HTTP
-// endpoint ([LoadPoller]), read by [ParseLoad] into [selector.Table.Report].
+// endpoint (polled by the pool), read by [ParseLoad] into [selector.Table.Report].
 // A [Pool] owns the upstreams and what runs for each (publisher, probe, load
 // source): it registers each in the table and the delivery loop, knows each by
 // its credential-free name ([UpstreamName]), and closes them at Stop. A

@@ -18,7 +18,7 @@ import (
 
 // Defaults and bounds of load reports.
 const (
-	// defaultLoadInterval is the poll interval of a [LoadPoller]; keep it
+	// defaultLoadInterval is the poll interval of a [loadPoller]; keep it
 	// well under the selector's LoadTTL (30 s by default).
 	defaultLoadInterval = 10 * time.Second
 	defaultLoadTimeout  = 5 * time.Second
@@ -45,9 +45,9 @@ var loadFields = [...]loadField{
 	{"cpu_mhz", loadCapacity}, {"memory_mb", loadCapacity}, {"bandwidth_mbps", loadCapacity},
 }
 
-// ParseLoad reads a server's load report (from an HTTP load endpoint, see
-// [LoadPoller], or an MQTT retained load topic) received at now. The report
-// is one JSON object:
+// ParseLoad reads a server's load report (from an HTTP load endpoint, an
+// upstream's load URL the pool polls, or an MQTT retained load topic)
+// received at now. The report is one JSON object:
 //
 //	{"cpu":0.42,"memory":0.61,"disk_io":0.10,"network":0.25,
 //	 "processes":183,"connections":57,
@@ -187,11 +187,11 @@ func loadSet(l *selector.Load, key string, v float64) {
 	}
 }
 
-// LoadPoller polls an upstream's HTTP load endpoint on an interval and hands
+// loadPoller polls an upstream's HTTP load endpoint on an interval and hands
 // each report, read by [ParseLoad], to a callback: the HTTP half of the
 // server-reported load (the MQTT half reads a retained topic). Expiry of
 // stale reports is the selector's ([selector.Options].LoadTTL).
-type LoadPoller struct {
+type loadPoller struct {
 	url       string
 	name      string
 	header    http.Header
@@ -202,14 +202,14 @@ type LoadPoller struct {
 	client    *http.Client
 }
 
-// NewLoadPoller returns a poller of loadURL, an http(s) URL (credentials in
+// newLoadPoller returns a poller of loadURL, an http(s) URL (credentials in
 // it are sent as basic auth and never shown). interval ≤ 0 means
 // 10 s, timeout ≤ 0 5 s; tlsCfg is for https
-// (nil: system roots). report receives, from [LoadPoller.Run]'s goroutine and
+// (nil: system roots). report receives, from [loadPoller.Run]'s goroutine and
 // one call at a time, each report or the error of a failed poll (a zero Load).
 // The answer must be a 2xx with a body ParseLoad accepts; its Content-Type is
 // not checked.
-func NewLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.Config, report func(selector.Load, error)) (*LoadPoller, error) {
+func newLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.Config, report func(selector.Load, error)) (*loadPoller, error) {
 	u, err := httpParseURL(loadURL)
 	if err != nil {
 		return nil, fmt.Errorf("uplink: load: %w", err)
@@ -223,7 +223,7 @@ func NewLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.
 	if report == nil {
 		report = func(selector.Load, error) {}
 	}
-	p := &LoadPoller{
+	p := &loadPoller{
 		name:     httpRedactURL(u),
 		header:   httpBasicAuthFromURL(u, nil),
 		interval: interval,
@@ -239,11 +239,11 @@ func NewLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.
 }
 
 // Name returns the load URL without credentials or query.
-func (p *LoadPoller) Name() string { return p.name }
+func (p *loadPoller) Name() string { return p.name }
 
 // Poll fetches and parses one report. When ctx has no deadline, the poller's
 // timeout applies.
-func (p *LoadPoller) Poll(ctx context.Context) (selector.Load, error) {
+func (p *loadPoller) Poll(ctx context.Context) (selector.Load, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.timeout)
@@ -263,7 +263,7 @@ func (p *LoadPoller) Poll(ctx context.Context) (selector.Load, error) {
 // Run polls at once, then every interval (±10%) until ctx ends, reporting
 // every outcome but those cut short by ctx's end. It returns promptly when ctx
 // ends.
-func (p *LoadPoller) Run(ctx context.Context) {
+func (p *loadPoller) Run(ctx context.Context) {
 	defer p.transport.CloseIdleConnections()
 	probeEvery(ctx, p.interval, func(ctx context.Context) {
 		l, err := p.Poll(ctx)

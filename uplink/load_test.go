@@ -206,7 +206,7 @@ func TestLoadPoller(t *testing.T) {
 		w.Write([]byte(body.Load().(string)))
 	})
 	u := strings.Replace(srv.URL, "http://", "http://probe:pw@", 1) + "/load?site=7"
-	p, err := NewLoadPoller(u, time.Second, time.Second, nil, nil)
+	p, err := newLoadPoller(u, time.Second, time.Second, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,8 +244,8 @@ func TestLoadPoller(t *testing.T) {
 		t.Errorf("%d polls used %d connections, want 1", len(srv.seen()), n)
 	}
 
-	if _, err := NewLoadPoller("mqtt://broker/load", 0, 0, nil, nil); err == nil {
-		t.Error("NewLoadPoller accepted an mqtt URL")
+	if _, err := newLoadPoller("mqtt://broker/load", 0, 0, nil, nil); err == nil {
+		t.Error("newLoadPoller accepted an mqtt URL")
 	}
 }
 
@@ -264,7 +264,7 @@ func TestLoadPollerRun(t *testing.T) {
 		w.Write([]byte(loadTestWith("ts", "")))
 	})
 	reports := make(chan loadTestReport, 100)
-	p, err := NewLoadPoller(srv.URL, 30*time.Millisecond, time.Second, nil, func(l selector.Load, err error) {
+	p, err := newLoadPoller(srv.URL, 30*time.Millisecond, time.Second, nil, func(l selector.Load, err error) {
 		reports <- loadTestReport{l, err}
 	})
 	if err != nil {

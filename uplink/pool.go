@@ -272,10 +272,10 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		}
 		return index
 	}
-	var lp *LoadPoller
+	var lp *loadPoller
 	if u.LoadURL != "" {
 		var err error
-		lp, err = NewLoadPoller(u.LoadURL, u.LoadInterval, cfg.ProbeTimeout, u.TLS, func(l selector.Load, err error) {
+		lp, err = newLoadPoller(u.LoadURL, u.LoadInterval, cfg.ProbeTimeout, u.TLS, func(l selector.Load, err error) {
 			i := at()
 			if i < 0 {
 				return
