@@ -18,7 +18,7 @@ import (
 // docs/schema/status.schema.json requires.
 type Snapshot struct {
 	Generated time.Time `json:"generated"`
-	Site      Site      `json:"site"`
+	Site      Identity  `json:"site"`
 	Clock     Clock     `json:"clock"`
 	// Summary counts what needs a look, for the page's headline.
 	Summary  Summary   `json:"summary"`
@@ -49,8 +49,8 @@ type Summary struct {
 // burst after an outage, short enough that a technician on site sees it.
 const StallAfter = 30 * time.Second
 
-// Site is who the gateway is and what it runs.
-type Site struct {
+// Identity is who the gateway is, at which site, and what it runs.
+type Identity struct {
 	ID            string    `json:"id"`
 	Gateway       string    `json:"gateway"`
 	Version       string    `json:"version"`
@@ -271,7 +271,7 @@ func (s *Server) build(now time.Time) *Snapshot {
 	src := s.src
 	snap := &Snapshot{Generated: now.UTC(), Clock: s.clock(now)}
 	if src.Site != nil {
-		snap.Site = site(src.Site(), now)
+		snap.Site = identity(src.Site(), now)
 	}
 	var devs []sensors.DeviceStatus
 	if src.Devices != nil {
@@ -331,8 +331,8 @@ func (s *Server) build(now time.Time) *Snapshot {
 	return snap
 }
 
-func site(si metrics.SiteInfo, now time.Time) Site {
-	st := Site{
+func identity(si metrics.SiteInfo, now time.Time) Identity {
+	st := Identity{
 		ID: si.SiteID, Gateway: si.GatewayID, Version: si.Version, Started: si.Started.UTC(), loc: si.Location,
 		Config: Config{File: si.ConfigFile, SHA256: si.ConfigSHA256, OnDiskSHA256: text(si.OnDiskSHA256), OnDiskError: text(si.OnDiskError)},
 	}
