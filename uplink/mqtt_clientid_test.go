@@ -53,11 +53,15 @@ func TestMQTTClientIDInUseElsewhere(t *testing.T) {
 // packets.
 func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		status string
+		name    string
+		status  string
+		packets bool
 	}{
-		{"status publish", ""},
-		{"packets", StatusTopicOff},
+		{"status publish", "", false},
+		{"packets", StatusTopicOff, true},
+		// Probes stop waiting for their PUBACK at their deadline, well
+		// before the node gives up on the publish and closes.
+		{"probes", StatusTopicOff, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := mqttStartBroker(t, mqttBrokerOpts{})
@@ -69,13 +73,23 @@ func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.backoffMin, m.backoffMax, m.stallAge = 20*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+			// The longest backoff bounds what a takeover's drop lives: the
+			// stalled connections live about 500 ms.
+			m.backoffMin, m.backoffMax, m.stallAge = 20*time.Millisecond, 10*time.Second, 200*time.Millisecond
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			wg.Go(func() { m.Run(ctx) })
-			wg.Go(func() { // packets, while connected
+			wg.Go(func() { // packets or probes, while connected
 				for ctx.Err() == nil {
-					if err := m.Publish(ctx, map[string]string{"data_type": "Gas"}, []byte("p")); err != nil {
+					var err error
+					if tc.packets {
+						err = m.Publish(ctx, map[string]string{"data_type": "Gas"}, []byte("p"))
+					} else {
+						pctx, pcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+						err = m.PublishTo(pctx, "fl-probe/s1/gw1", nil, false)
+						pcancel()
+					}
+					if err != nil {
 						select {
 						case <-ctx.Done():
 						case <-time.After(10 * time.Millisecond):
@@ -94,4 +108,24 @@ func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node that cannot reach its session store (a cluster electing the
+// session stream's leader) closes each new connection before its CONNACK,
+// over and over: no takeover either, since no connection was ever taken
+// over.
+func TestMQTTRefusedBeforeCONNACKIsNoTakeover(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	relay := mqttStartRelay(t, b.Addr())
+	relay.refuse.Store(true)
+	log, buf := mqttLogger(t)
+	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), Logger: log})
+	testtool.WaitFor(t, 30*time.Second, "several connects refused", func() bool {
+		return strings.Count(buf.String(), "mqtt upstream down") >= mqttTakeoverDrops+2
+	})
+	if strings.Contains(buf.String(), "another client uses this gateway's MQTT client id") {
+		t.Error("connects refused before their CONNACK taken for another client using the id")
+	}
+	relay.refuse.Store(false)
+	mqttWaitConnected(t, m, true)
 }

@@ -42,6 +42,18 @@ type acceptedErr struct {
 
 func (e acceptedErr) Unwrap() error { return e.error }
 
+// refusedBeforeCONNACK reports whether a connect failed by the broker
+// closing the connection before its CONNACK.
+func refusedBeforeCONNACK(err error) bool {
+	var pre connectErr
+	return errors.As(err, &pre) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET))
+}
+
+// connectErr is a failure of [MQTT.connect] before the broker's CONNACK.
+type connectErr struct{ error }
+
+func (e connectErr) Unwrap() error { return e.error }
+
 // droppedByBroker reports whether err ended a connection that the broker
 // had accepted, lived for lived, by the broker closing it (as on a
 // session takeover), rather than by a timeout or by this side. stalled
@@ -96,11 +108,8 @@ func (m *MQTT) Run(ctx context.Context) {
 	}
 	attempt, drops := 0, 0
 	for {
-		began := time.Now()
 		c, err := m.connect(ctx)
-		// A connect refused (before its CONNACK) only after a long wait is
-		// a stalled broker's, not a takeover's.
-		stalled := err != nil && time.Since(began) >= m.stallAge
+		stalled := false
 		if err == nil {
 			wg.Go(func() { m.pump(c) })
 		}
@@ -128,6 +137,7 @@ func (m *MQTT) Run(ctx context.Context) {
 			m.cur.Store(nil)
 			c.closeSocket()
 			<-c.pumpDone // it returns at the loss, having noted the oldest wait
+			c.noteAbandoned()
 			stalled = time.Duration(c.waited.Load()) >= m.stallAge
 			if time.Since(c.since) >= m.backoffMax {
 				attempt = 0
@@ -137,9 +147,15 @@ func (m *MQTT) Run(ctx context.Context) {
 		if c != nil {
 			lived = time.Since(c.since)
 		}
-		if droppedByBroker(err, lived, m.backoffMax, stalled) {
+		switch {
+		case refusedBeforeCONNACK(err):
+			// Neither a takeover's drop nor a sign against one: a broker
+			// refuses a connect so while its sessions are out of reach (a
+			// cluster electing the session stream's leader) and, for a
+			// moment, right after a takeover.
+		case droppedByBroker(err, lived, m.backoffMax, stalled):
 			drops++
-		} else {
+		default:
 			drops = 0
 		}
 		if drops >= mqttTakeoverDrops {
@@ -200,6 +216,9 @@ type mqttConn struct {
 	// when the connection was lost (ns; 0 if none), set by the pump
 	// before pumpDone closes, or by await.
 	waited atomic.Int64
+	// abandoned are publishes whose caller stopped waiting for their
+	// PUBACK (guarded by mu).
+	abandoned []mqttInflight
 }
 
 func (c *mqttConn) markLost(err error) {
@@ -275,12 +294,13 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 	stopped := stop()
 	if err := tok.Error(); err != nil {
 		c.closeSocket()
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, connectErr{fmt.Errorf("connect: %w", err)}
 	}
 	c.since = time.Now()
 	fail := func(err error) (*mqttConn, error) {
 		c.cl.Disconnect(0)
 		c.drop(err)
+		c.noteAbandoned()
 		return nil, acceptedErr{err, time.Duration(c.waited.Load()) >= m.stallAge}
 	}
 	if !stopped {

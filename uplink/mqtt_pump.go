@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -180,7 +181,29 @@ func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout t
 		c.drop(err)
 		return err
 	case <-ctx.Done():
+		c.abandon(tok, sent) // still in flight: a stall may end the connection under it
 		return ctx.Err()
+	}
+}
+
+// abandon keeps a publish whose caller stopped waiting (a probe's short
+// deadline) among those the connection's loss may find unanswered.
+func (c *mqttConn) abandon(tok paho.Token, sent time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.abandoned = slices.DeleteFunc(c.abandoned, func(e mqttInflight) bool { return mqttTokenDone(e.tok) })
+	c.abandoned = append(c.abandoned, mqttInflight{tok: tok, sent: sent})
+}
+
+// noteAbandoned notes the wait of the oldest abandoned publish that had no
+// PUBACK when the connection was lost.
+func (c *mqttConn) noteAbandoned() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.abandoned {
+		if !mqttTokenDone(e.tok) || e.tok.Error() != nil {
+			c.noteWait(time.Since(e.sent))
+		}
 	}
 }
 
