@@ -88,6 +88,13 @@ func mqttRun(t testing.TB, cfg MQTTConfig) (*MQTT, func()) {
 		t.Fatal(err)
 	}
 	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
+	return m, mqttStart(t, m)
+}
+
+// mqttStart runs m until the test ends and returns a function that stops
+// Run and waits for it to return.
+func mqttStart(t testing.TB, m *MQTT) func() {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
@@ -103,7 +110,7 @@ func mqttRun(t testing.TB, cfg MQTTConfig) (*MQTT, func()) {
 		})
 	}
 	t.Cleanup(stop)
-	return m, stop
+	return stop
 }
 
 func mqttWaitConnected(t testing.TB, m *MQTT, want bool) {

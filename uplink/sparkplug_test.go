@@ -23,6 +23,35 @@ type spMessage struct {
 	payload []byte
 }
 
+// spWant is what a message must be: its topic and its payload.
+type spWant struct {
+	topic string
+	p     sparkplug.Payload
+}
+
+// spCompare checks the messages got, which Tahu decodes, against wants, in
+// order.
+func spCompare(t *testing.T, tahu *sparkplugtest.Tahu, got []spMessage, wants []spWant) {
+	t.Helper()
+	payloads := make([][]byte, len(got))
+	for i := range got {
+		payloads[i] = got[i].payload
+	}
+	decoded := tahu.Decode(t, payloads...)
+	if len(got) != len(wants) {
+		t.Errorf("%d messages, want %d", len(got), len(wants))
+	}
+	for i := range min(len(got), len(wants)) {
+		if got[i].topic != wants[i].topic {
+			t.Errorf("message %d: topic %s, want %s", i, got[i].topic, wants[i].topic)
+			continue
+		}
+		for _, d := range sparkplugtest.Diff(decoded[i], &wants[i].p) {
+			t.Errorf("message %d (%s): %s", i, got[i].topic, d)
+		}
+	}
+}
+
 // spRecorder keeps, in order, the node's messages that a subscriber to
 // spBv1.0/# receives.
 type spRecorder struct {
@@ -86,22 +115,7 @@ func spRun(t *testing.T, url string, cfg SparkplugConfig) (*MQTT, *Sparkplug, fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				t.Errorf("Run did not return within 15s of its context ending")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return m, sp, stop
+	return m, sp, mqttStart(t, m)
 }
 
 func spRecordOf(t *testing.T, p *packet.Packet) buffer.Record {
@@ -125,22 +139,18 @@ func TestSparkplugSession(t *testing.T) {
 		Now: func() time.Time { return clock }})
 
 	// What each message must be, in order, as the steps below make them.
-	type want struct {
-		topic string
-		p     sparkplug.Payload
-	}
-	var wants []want
+	var wants []spWant
 	seq := uint64(0)
 	next := func() uint64 { s := seq; seq = (seq + 1) % 256; return s }
 	nbirth := func(bd int64) {
 		seq = 0
-		wants = append(wants, want{"spBv1.0/farm/NBIRTH/gw1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: []sparkplug.Metric{
+		wants = append(wants, spWant{"spBv1.0/farm/NBIRTH/gw1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: []sparkplug.Metric{
 			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
 			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
 		}}})
 	}
 	ndeath := func(bd int64) {
-		wants = append(wants, want{"spBv1.0/farm/NDEATH/gw1", sparkplug.Payload{Timestamp: now, Metrics: []sparkplug.Metric{
+		wants = append(wants, spWant{"spBv1.0/farm/NDEATH/gw1", sparkplug.Payload{Timestamp: now, Metrics: []sparkplug.Metric{
 			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
 		}}})
 	}
@@ -172,7 +182,7 @@ func TestSparkplugSession(t *testing.T) {
 		p.Metrics = append(p.Metrics,
 			sparkplug.Metric{Name: PacketSeq, Alias: pa, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
 			sparkplug.Metric{Name: PacketEpoch, Alias: pa + 1, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
-		wants = append(wants, want{"spBv1.0/farm/DBIRTH/gw1/" + dev, p})
+		wants = append(wants, spWant{"spBv1.0/farm/DBIRTH/gw1/" + dev, p})
 	}
 
 	nbirth(0)
@@ -211,7 +221,7 @@ func TestSparkplugSession(t *testing.T) {
 		if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &r.p)}); err != nil {
 			t.Fatalf("Send: %v", err)
 		}
-		wants = append(wants, want{"spBv1.0/farm/DDATA/gw1/" + r.p.DeviceID, sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: r.metrics}})
+		wants = append(wants, spWant{"spBv1.0/farm/DDATA/gw1/" + r.p.DeviceID, sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: r.metrics}})
 	}
 	last["rain-1"] = []sparkplug.Value{sparkplug.DoubleOf(12.5), sparkplug.Int(sparkplug.UInt16, 7), sparkplug.BoolOf(true)}
 	lastAt["rain-1"] = []uint64{atMs, atMs, atMs}
@@ -223,7 +233,7 @@ func TestSparkplugSession(t *testing.T) {
 	if err := sp.SetOnline(ctx, "gas-1", false); err != nil {
 		t.Fatal(err)
 	}
-	wants = append(wants, want{"spBv1.0/farm/DDEATH/gw1/gas-1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}})
+	wants = append(wants, spWant{"spBv1.0/farm/DDEATH/gw1/gas-1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}})
 	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &readings[1].p)}); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +242,7 @@ func TestSparkplugSession(t *testing.T) {
 		m.Historical = true
 		hist.Metrics = append(hist.Metrics, m)
 	}
-	wants = append(wants, want{"spBv1.0/farm/DDATA/gw1/gas-1", hist})
+	wants = append(wants, spWant{"spBv1.0/farm/DDATA/gw1/gas-1", hist})
 	if err := sp.SetOnline(ctx, "gas-1", true); err != nil {
 		t.Fatal(err)
 	}
@@ -266,23 +276,7 @@ func TestSparkplugSession(t *testing.T) {
 	ndeath(1)
 	got := rec.wait(t, len(wants), "the NDEATH of a clean stop")
 
-	payloads := make([][]byte, len(got))
-	for i := range got {
-		payloads[i] = got[i].payload
-	}
-	decoded := tahu.Decode(t, payloads...)
-	if len(got) != len(wants) {
-		t.Errorf("%d messages, want %d", len(got), len(wants))
-	}
-	for i := range min(len(got), len(wants)) {
-		if got[i].topic != wants[i].topic {
-			t.Errorf("message %d: topic %s, want %s", i, got[i].topic, wants[i].topic)
-			continue
-		}
-		for _, d := range sparkplugtest.Diff(decoded[i], &wants[i].p) {
-			t.Errorf("message %d (%s): %s", i, got[i].topic, d)
-		}
-	}
+	spCompare(t, tahu, got, wants)
 }
 
 // TestSparkplugPrimaryHost: with a primary host, the node births only
@@ -376,10 +370,7 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 	dbirth.Metrics = append(dbirth.Metrics,
 		sparkplug.Metric{Name: PacketSeq, Alias: 3, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
 		sparkplug.Metric{Name: PacketEpoch, Alias: 4, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
-	wants := []struct {
-		topic string
-		p     sparkplug.Payload
-	}{
+	wants := []spWant{
 		{"spBv1.0/farm/NBIRTH/gw1", nbirth(0)},
 		{"spBv1.0/farm/DBIRTH/gw1/gas-1", dbirth},
 		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(2, keptMs, true, 1)},
@@ -394,28 +385,9 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 	db2.Metrics = append([]sparkplug.Metric(nil), dbirth.Metrics...)
 	db2.Metrics[0].Null, db2.Metrics[0].Value, db2.Metrics[0].Timestamp = false, sparkplug.FloatOf(1.5), freshMs
 	db2.Metrics[1].Null, db2.Metrics[1].Value, db2.Metrics[1].Timestamp = false, sparkplug.Int(sparkplug.Int32, 2), freshMs
-	wants = append(wants, struct {
-		topic string
-		p     sparkplug.Payload
-	}{"spBv1.0/farm/DBIRTH/gw1/gas-1", db2})
+	wants = append(wants, spWant{"spBv1.0/farm/DBIRTH/gw1/gas-1", db2})
 
-	payloads := make([][]byte, len(got))
-	for i := range got {
-		payloads[i] = got[i].payload
-	}
-	decoded := tahu.Decode(t, payloads...)
-	if len(got) != len(wants) {
-		t.Errorf("%d messages, want %d", len(got), len(wants))
-	}
-	for i := range min(len(got), len(wants)) {
-		if got[i].topic != wants[i].topic {
-			t.Errorf("message %d: topic %s, want %s", i, got[i].topic, wants[i].topic)
-			continue
-		}
-		for _, d := range sparkplugtest.Diff(decoded[i], &wants[i].p) {
-			t.Errorf("message %d (%s): %s", i, got[i].topic, d)
-		}
-	}
+	spCompare(t, tahu, got, wants)
 }
 
 // TestSparkplugDeviceHealth: the node follows Online, publishing a DDEATH
