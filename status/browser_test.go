@@ -55,6 +55,47 @@ func browser(t *testing.T, chromium string) context.Context {
 	return ctx
 }
 
+// statusTab is a browser tab on a gateway's status page.
+type statusTab struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// openStatus waits until the gateway whose metrics listen on addr answers
+// /healthz, and opens a browser for its status page.
+func openStatus(t *testing.T, chromium, addr string) *statusTab {
+	t.Helper()
+	testtool.WaitFor(t, 30*time.Second, "the gateway's status page", func() bool {
+		code, _, err := testtool.Get("http://" + addr + "/healthz")
+		return err == nil && code == 200
+	})
+	return &statusTab{t: t, ctx: browser(t, chromium)}
+}
+
+// run runs the steps; a failed one fails the test with what the page says.
+func (b *statusTab) run(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		body, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.t.Fatalf("browser: %s: %v\npage:\n%.2000s", what, err, body)
+	}
+}
+
+// visible is the step that waits until sel is visible.
+func (b *statusTab) visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+
+// evalIn evaluates expr on the page; an error fails the test.
+func evalIn[T any](b *statusTab, what, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("browser: %s: %v", what, err)
+	}
+	return v
+}
+
 // The login form in the browser, for a client that is not on loopback
 // (the handler is told the peer is on the LAN): the page asks for the
 // token, a wrong one is refused, the right one opens the page and the
@@ -184,28 +225,11 @@ uplink:
 `, addr, mine.addr, wind.addr, ingest.URL))
 	runGateway(t, bin, c.File)
 	url := "http://" + addr + "/"
-	testtool.WaitFor(t, 30*time.Second, "the gateway's status page", func() bool {
-		resp, err := http.Get(url + "healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil && resp.StatusCode == 200
-	})
-
-	ctx := browser(t, chromium)
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
+	tab := openStatus(t, chromium, addr)
+	ctx, run, visible := tab.ctx, tab.run, tab.visible
 	eval := func(what, expr string) map[string]string {
 		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](expr))
-		if err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-		return v
+		return evalIn[map[string]string](tab, what, expr)
 	}
 	text := func(sel string) string {
 		t.Helper()
@@ -215,7 +239,6 @@ uplink:
 		}
 		return v
 	}
-	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
 	healthOf := func() map[string]string {
 		t.Helper()
 		return eval("read the devices' health", `Object.fromEntries([...document.querySelectorAll('[data-device]')].map(e=>[e.dataset.device,e.dataset.health]))`)
@@ -397,31 +420,9 @@ uplink:
 `, addr, mine.addr, closed))
 	_, proc := runGateway(t, bin, c.File)
 	url := "http://" + addr + "/"
-	testtool.WaitFor(t, 30*time.Second, "the gateway's status page", func() bool {
-		resp, err := http.Get(url + "healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil && resp.StatusCode == 200
-	})
-
-	ctx := browser(t, chromium)
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("browser: %s: %v\npage:\n%.2000s", what, err, body)
-		}
-	}
-	evalAs := func(what, expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-		return v
-	}
-	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
+	tab := openStatus(t, chromium, addr)
+	ctx, run, visible := tab.ctx, tab.run, tab.visible
+	evalAs := func(what, expr string) string { t.Helper(); return evalIn[string](tab, what, expr) }
 	// await reports whether expr became true within timeout (an error of
 	// the test, not a hang, when it never does), so that the checks after
 	// it still run.
