@@ -63,16 +63,7 @@ var vmCutKinds = []string{"outage", "commit", "ack", "random"}
 // (default 5), then POWERCUT_VM_CONTROL_CUTS (default 2) with the buffer's
 // fsync off, which must lose packets.
 func TestVM(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testtool.Unsupported(t, "root: apt-get download fetches the guest's kernel")
-	}
-	qemu := testtool.Require(t, "qemu-system-x86_64", "qemu-system-x86")
-	testtool.Require(t, "socat", "socat")
-	mkfs := testtool.RequireSbin(t, "mkfs.ext4", "e2fsprogs")
-	mosq := testtool.FindMosquitto(t)
-	busybox := findBusybox(t)
-	kern := debianKernel(t)
-	bin := buildGateway(t)
+	s := vmRequire(t)
 	for _, run := range []struct {
 		name    string
 		cuts    int
@@ -84,7 +75,7 @@ func TestVM(t *testing.T) {
 		t.Run(run.name, func(t *testing.T) {
 			began := time.Now()
 			led := newLedger()
-			f := runVM(t, vmSetup{qemu: qemu, mkfs: mkfs, mosq: mosq, busybox: busybox, kern: kern, gateway: bin}, led, run.cuts, run.control)
+			f := runVM(t, s, led, run.cuts, run.control)
 			if run.control {
 				f.level = "vm-control"
 			}
@@ -99,6 +90,21 @@ type vmSetup struct {
 	kern                               kernel
 }
 
+// vmRequire finds what the VM level needs (root, qemu, socat, mkfs.ext4,
+// mosquitto, a static busybox, Debian's kernel), or skips the test (fails
+// it in CI), and builds the field gateway.
+func vmRequire(t *testing.T) vmSetup {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testtool.Unsupported(t, "root: apt-get download fetches the guest's kernel")
+	}
+	qemu := testtool.Require(t, "qemu-system-x86_64", "qemu-system-x86")
+	testtool.Require(t, "socat", "socat")
+	mkfs := testtool.RequireSbin(t, "mkfs.ext4", "e2fsprogs")
+	mosq := testtool.FindMosquitto(t)
+	return vmSetup{qemu: qemu, mkfs: mkfs, mosq: mosq, busybox: findBusybox(t), kern: debianKernel(t), gateway: buildGateway(t)}
+}
+
 func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures {
 	rng, seed := seeded(t)
 	dir := t.TempDir()
@@ -109,16 +115,7 @@ func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures
 	site := siteFile(t, dir, guestEmu, guestMQTT, "/data/buffer.db", false)
 	initrd := filepath.Join(dir, "initrd.cpio")
 	writeInitramfs(t, initrd, s, site)
-	disk := filepath.Join(dir, "disk.img")
-	if err := os.WriteFile(disk, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(disk, 64<<20); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(s.mkfs, "-F", "-q", disk).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
+	disk := newVMDisk(t, s.mkfs, dir)
 	nosync := "0"
 	if control {
 		nosync = "1"
@@ -126,31 +123,8 @@ func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures
 	// Unknown name=value words of the kernel's command line are init's
 	// environment.
 	cmdline := "console=ttyS0 quiet loglevel=3 panic=-1 " + agent.UnsafeNoSyncEnv + "=" + nosync
-	args := []string{
-		"-accel", vmAccel(), "-m", "512", "-smp", "1", "-nodefaults", "-no-reboot",
-		"-display", "none", "-monitor", "none", "-serial", "stdio",
-		"-kernel", s.kern.vmlinuz, "-initrd", initrd, "-append", cmdline,
-		"-drive", "file=" + disk + ",format=raw,if=virtio,cache=none",
-		"-netdev", fmt.Sprintf("user,id=n0,restrict=on,guestfwd=tcp:%s-cmd:socat - TCP:%s,guestfwd=tcp:%s-cmd:socat - TCP:%s",
-			guestEmu, emuAddr, guestMQTT, uplink.Addr()),
-		"-device", "virtio-net-pci,netdev=n0",
-	}
-	consolePath := filepath.Join(dir, "console.log")
-	console, err := os.Create(consolePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &lockedWriter{w: console}
-	t.Cleanup(func() {
-		console.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(consolePath)
-			if len(b) > 30000 {
-				b = append([]byte("…"), b[len(b)-30000:]...)
-			}
-			t.Logf("console (%s), packets left out:\n%s", consolePath, b)
-		}
-	})
+	args := qemuArgs(s, initrd, disk, cmdline, emuAddr, uplink.Addr())
+	log := consoleLog(t, dir)
 	t.Logf("seed %d, %d cuts, control %v; qemu %s", seed, cuts, control, strings.Join(args, " "))
 
 	salvages := 0
@@ -212,6 +186,58 @@ func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures
 	return led.figures("vm", cuts, salvages, salvaged)
 }
 
+// newVMDisk is the guest's disk: a 64 MiB raw image in dir, ext4 made by
+// the host's mkfs.
+func newVMDisk(t *testing.T, mkfs, dir string) string {
+	t.Helper()
+	disk := filepath.Join(dir, "disk.img")
+	if err := os.WriteFile(disk, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(disk, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-F", "-q", disk).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	return disk
+}
+
+// qemuArgs are qemu's arguments for a boot of the kernel and initrd on
+// disk, with the kernel's command line cmdline, the guest's connections to
+// the emulator and the broker forwarded to emuAddr and mqttAddr on the
+// host.
+func qemuArgs(s vmSetup, initrd, disk, cmdline, emuAddr, mqttAddr string) []string {
+	return []string{
+		"-accel", vmAccel(), "-m", "512", "-smp", "1", "-nodefaults", "-no-reboot",
+		"-display", "none", "-monitor", "none", "-serial", "stdio",
+		"-kernel", s.kern.vmlinuz, "-initrd", initrd, "-append", cmdline,
+		"-drive", "file=" + disk + ",format=raw,if=virtio,cache=none",
+		"-netdev", fmt.Sprintf("user,id=n0,restrict=on,guestfwd=tcp:%s-cmd:socat - TCP:%s,guestfwd=tcp:%s-cmd:socat - TCP:%s",
+			guestEmu, emuAddr, guestMQTT, mqttAddr),
+		"-device", "virtio-net-pci,netdev=n0",
+	}
+}
+
+// consoleLog is dir/console.log, where the boots' console lines other than
+// packets go; its tail is shown when the test fails.
+func consoleLog(t *testing.T, dir string) *lockedWriter {
+	t.Helper()
+	consolePath := filepath.Join(dir, "console.log")
+	console, err := os.Create(consolePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		console.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(consolePath)
+			t.Logf("console (%s), packets left out:\n%s", consolePath, tail(string(b), 30000))
+		}
+	})
+	return &lockedWriter{w: console}
+}
+
 // vmAccel is qemu's accelerator: tcg, unless POWERCUT_VM_ACCEL names
 // another (kvm, where /dev/kvm runs a stock kernel).
 func vmAccel() string {
@@ -237,9 +263,16 @@ type vm struct {
 // go to led, everything else to log and vm.console.
 func bootVM(t *testing.T, qemu string, args []string, led *ledger, log io.Writer, n int) *vm {
 	t.Helper()
+	return bootVMInput(t, qemu, args, led, log, n, nil)
+}
+
+// bootVMInput is bootVM with stdin as the serial console's input (nil:
+// none).
+func bootVMInput(t *testing.T, qemu string, args []string, led *ledger, log io.Writer, n int, stdin io.Reader) *vm {
+	t.Helper()
 	v := &vm{n: n, exited: make(chan struct{}), start: time.Now()}
 	v.cmd = exec.Command(qemu, args...)
-	v.cmd.Stdin = nil
+	v.cmd.Stdin = stdin
 	stdout, err := v.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

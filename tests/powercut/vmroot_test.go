@@ -157,9 +157,41 @@ echo "powercut: the gateway exited with status $?"
 poweroff -f
 `
 
+// guestInitWith is guestInit up to the line that begins with from, then
+// tail: the /init of a run that drives its guest its own way.
+func guestInitWith(t *testing.T, from, tail string) string {
+	t.Helper()
+	i := strings.Index(guestInit, "\n"+from)
+	if i < 0 {
+		t.Fatalf("guestInit has no line that begins with %q", from)
+	}
+	return guestInit[:i+1] + tail
+}
+
+// buildGuestTool builds the command fieldlink/tests/powercut/<name>,
+// static, for the guest.
+func buildGuestTool(t *testing.T, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "fieldlink/tests/powercut/"+name)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
 // writeInitramfs writes the guest's root, an uncompressed newc cpio
 // archive: busybox, /init, the modules, the gateway, the site file.
 func writeInitramfs(t *testing.T, path string, s vmSetup, site string) {
+	t.Helper()
+	writeInitramfsWith(t, path, s, site, guestInit, nil)
+}
+
+// writeInitramfsWith is writeInitramfs with an /init of the caller's (a
+// format whose %s is the modules' names) and extra files (name in the
+// root: the host's file), executable.
+func writeInitramfsWith(t *testing.T, path string, s vmSetup, site, init string, extra map[string]string) {
 	t.Helper()
 	var names []string
 	for _, m := range guestModules {
@@ -173,7 +205,10 @@ func writeInitramfs(t *testing.T, path string, s vmSetup, site string) {
 	w.add(t, "etc/passwd", syscall.S_IFREG|0o644, []byte("root:x:0:0:root:/:/bin/sh\n"), 0)
 	w.add(t, "etc/group", syscall.S_IFREG|0o644, []byte("root:x:0:\n"), 0)
 	w.add(t, "dev/console", syscall.S_IFCHR|0o600, nil, 5<<8|1)
-	w.add(t, "init", syscall.S_IFREG|0o755, []byte(fmt.Sprintf(guestInit, strings.Join(names, " "))), 0)
+	w.add(t, "init", syscall.S_IFREG|0o755, []byte(fmt.Sprintf(init, strings.Join(names, " "))), 0)
+	for name, src := range extra {
+		w.addFile(t, name, src, 0o755)
+	}
 	w.addFile(t, "bin/busybox", s.busybox, 0o755)
 	w.addFile(t, "gateway", s.gateway, 0o755)
 	w.addFile(t, "site.yaml", site, 0o644)
