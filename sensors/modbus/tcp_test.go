@@ -266,12 +266,7 @@ func TestTCPStaleTransactionSkipped(t *testing.T) {
 }
 
 func TestTCPDialRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testtool.FreeAddr(t) // nothing listens there
 	for _, scheme := range []string{"tcp", "rtuovertcp"} {
 		c := openTCP(t, scheme+"://"+addr, time.Second)
 		_, err := c.Read(context.Background(), 1, 3, 0, 1)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -306,12 +305,7 @@ func TestWriteNotSent(t *testing.T) {
 	}
 
 	// Dial refused.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testtool.FreeAddr(t) // nothing listens there
 	for _, scheme := range []string{"tcp", "rtuovertcp"} {
 		c := openTCP(t, scheme+"://"+addr, time.Second)
 		if err := c.Write(ctx, 1, 6, 0, 1, []byte{0, 9}); !errors.Is(err, ErrNotSent) || unsettled(err) {
