@@ -36,9 +36,9 @@ type Options struct {
 	// buffer (with its Seq) when the site has an uplink, as polled when it
 	// has none. It is called one packet at a time.
 	OnPacket func(*packet.Packet)
-	// OpenSite opens a site's sensors side; nil means [OpenSite]. Tests
+	// OpenSensors opens a site's sensors side; nil means [OpenSensors]. Tests
 	// replace it to make a bus fail to open.
-	OpenSite func(*config.Config, *slog.Logger) (*Site, error)
+	OpenSensors func(*config.Config, *slog.Logger) (*Sensors, error)
 	// ClockSynced reports whether the wall clock is synchronised; packets
 	// read while it is not are marked "ClockUnsynced" (see
 	// [packet.Packet.ClockUnsynced]) and carry their monotonic reading for
@@ -98,9 +98,9 @@ type Agent struct {
 
 // parts are the gateway's parts in force; a reload replaces the value.
 type parts struct {
-	cfg  *config.Config
-	site *Site
-	up   *uplinkSide // nil without an uplink (or while it cannot start)
+	cfg     *config.Config
+	sensors *Sensors
+	up      *uplinkSide // nil without an uplink (or while it cannot start)
 }
 
 // Start opens c's buses, buffer and upstreams and starts polling and
@@ -111,14 +111,14 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
-	if g.opt.OpenSite == nil {
-		g.opt.OpenSite = OpenSite
+	if g.opt.OpenSensors == nil {
+		g.opt.OpenSensors = OpenSensors
 	}
-	site, err := g.opt.OpenSite(c, g.log)
+	site, err := g.opt.OpenSensors(c, g.log)
 	if err != nil {
 		return nil, err
 	}
-	p := &parts{cfg: c, site: site}
+	p := &parts{cfg: c, sensors: site}
 	if c.Uplink != nil {
 		if g.q, err = openStore(c, g.log); err != nil {
 			site.Close()
@@ -197,7 +197,7 @@ func (g *Agent) emit(p *packet.Packet, x *exceptions) {
 
 // startPolling polls site until stopPolling; g.mu is held or the gateway
 // is starting.
-func (g *Agent) startPolling(site *Site) {
+func (g *Agent) startPolling(site *Sensors) {
 	ctx, cancel := context.WithCancel(g.pollBase)
 	done := make(chan struct{})
 	go func() {
@@ -258,7 +258,7 @@ func (g *Agent) Stop() error {
 	if g.in != nil {
 		g.in.Close()
 	}
-	p.site.Close()
+	p.sensors.Close()
 	if g.q != nil {
 		g.stopRetry()
 		<-g.retryDone
@@ -274,8 +274,8 @@ func (g *Agent) HeldBack() uint64 { return g.heldBack.Load() }
 // Config is the site file in force.
 func (g *Agent) Config() *config.Config { return g.cur.Load().cfg }
 
-// Site is the sensors side in force.
-func (g *Agent) Site() *Site { return g.cur.Load().site }
+// Sensors is the sensors side in force.
+func (g *Agent) Sensors() *Sensors { return g.cur.Load().sensors }
 
 // Buffer is the gateway's buffer on the card; nil without an uplink, or
 // while the card's buffer is not open (see [Agent.Store]).
@@ -319,14 +319,14 @@ func (g *Agent) Upstreams() []selector.Stats {
 // Sources are the gateway's figures for the metrics and health endpoints.
 func (g *Agent) Sources() metrics.Sources {
 	src := metrics.Sources{
-		Devices: func() []sensors.DeviceStatus { return g.Site().Status() },
-		Buses:   func() []metrics.BusSample { return g.Site().BusSamples() },
-		Modbus:  func() map[string]modbus.Stats { return g.Site().ModbusStats() },
+		Devices: func() []sensors.DeviceStatus { return g.Sensors().Status() },
+		Buses:   func() []metrics.BusSample { return g.Sensors().BusSamples() },
+		Modbus:  func() map[string]modbus.Stats { return g.Sensors().ModbusStats() },
 		Ready: func() (bool, string) {
 			if err := g.Fatal(); err != nil {
 				return false, "buffer failed: " + err.Error()
 			}
-			return metrics.DevicesAnswering(g.Site().Status())
+			return metrics.DevicesAnswering(g.Sensors().Status())
 		},
 	}
 	g.statusSources(&src)
@@ -400,33 +400,33 @@ func (g *Agent) Reload(c *config.Config) (err error) {
 	doSensors := d.Sensors || g.sensorsDown
 	doUplink := g.q != nil && (d.Uplink || g.uplinkDown || secretsDigest(c) != g.secrets)
 	if !doSensors && !doUplink {
-		g.cur.Store(&parts{cfg: c, site: old.site, up: old.up})
+		g.cur.Store(&parts{cfg: c, sensors: old.sensors, up: old.up})
 		log.Info("site file unchanged in effect; nothing to do")
 		return nil
 	}
-	next := &parts{cfg: c, site: old.site, up: old.up}
+	next := &parts{cfg: c, sensors: old.sensors, up: old.up}
 	if doSensors {
 		// The new site may open the same serial ports: close the old one
 		// first, and reopen it if the new one cannot open.
 		g.stopPolling()
-		old.site.Close()
-		s, err := g.opt.OpenSite(c, g.log)
+		old.sensors.Close()
+		s, err := g.opt.OpenSensors(c, g.log)
 		if err != nil {
 			log.Error("site file refused: its buses cannot open; the running configuration stays in force", "err", err)
-			back, err2 := g.opt.OpenSite(old.cfg, g.log)
+			back, err2 := g.opt.OpenSensors(old.cfg, g.log)
 			if err2 != nil {
 				log.Error("the running buses cannot reopen either; polling stops until the next reload", "err", err2)
-				back = &Site{Site: sensors.NewSite(&packet.Stamper{}, nil, nil), cfg: old.cfg}
+				back = &Sensors{Poller: sensors.NewPoller(&packet.Stamper{}, nil, nil), cfg: old.cfg}
 				g.sensorsDown = true
 			} else {
 				g.sensorsDown = false
 			}
-			g.cur.Store(&parts{cfg: old.cfg, site: back, up: old.up})
+			g.cur.Store(&parts{cfg: old.cfg, sensors: back, up: old.up})
 			g.startPolling(back)
 			return fmt.Errorf("buses cannot open: %w", err)
 		}
 		g.sensorsDown = false
-		next.site = s
+		next.sensors = s
 		g.cur.Store(next)
 		g.startPolling(s)
 	}
@@ -446,7 +446,7 @@ func (g *Agent) Reload(c *config.Config) (err error) {
 			}
 			// What runs is the old uplink (or none): keep the old uplink
 			// settings in force, so that the next reload compares with them.
-			next = &parts{cfg: mixed(old.cfg, c), site: next.site, up: up}
+			next = &parts{cfg: mixed(old.cfg, c), sensors: next.sensors, up: up}
 			g.uplinkDown = true // the next reload rebuilds it, even from this file
 			g.cur.Store(next)
 			return fmt.Errorf("uplink cannot start: %w", err)

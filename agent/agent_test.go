@@ -183,11 +183,11 @@ func TestReloadAfterAFailedReloadRestoresPolling(t *testing.T) {
 	var polled atomic.Int64
 	g, err := Start(c, Options{
 		OnPolled: func(*packet.Packet) { polled.Add(1) },
-		OpenSite: func(c *config.Config, log *slog.Logger) (*Site, error) {
+		OpenSensors: func(c *config.Config, log *slog.Logger) (*Sensors, error) {
 			if broken.Load() {
 				return nil, errors.New("port gone")
 			}
-			return OpenSite(c, log)
+			return OpenSensors(c, log)
 		},
 	})
 	if err != nil {
@@ -205,7 +205,7 @@ func TestReloadAfterAFailedReloadRestoresPolling(t *testing.T) {
 	if err := g.Reload(c2); err == nil {
 		t.Fatal("a reload whose buses cannot open was accepted")
 	}
-	if n := len(g.Site().Status()); n != 0 {
+	if n := len(g.Sensors().Status()); n != 0 {
 		t.Fatalf("after both opens failed the site still shows %d devices", n)
 	}
 	broken.Store(false)

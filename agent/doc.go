@@ -6,11 +6,11 @@
 //
 // What it wires, for one site:
 //
-//	sensors.Site (buses, line sensors) ──► appender ──► buffer.Buffer
-//	                                                        │
-//	        uplink.Pool (upstreams, probes, load) ◄── uplink.Delivery ◄── selector
+//	sensors.Poller (buses, line sensors) ──► appender ──► buffer.Buffer
+//	                                                          │
+//	          uplink.Pool (upstreams, probes, load) ◄── uplink.Delivery ◄── selector
 //
-// [OpenSite] maps the site file's buses and serial sensors to the sensors
+// [OpenSensors] maps the site file's buses and serial sensors to the sensors
 // package; [OpenBuffer] its buffer settings to the buffer package; the
 // uplink side maps upstreams (passwords read, TLS loaded) to an
 // [fieldlink/uplink.Pool], the selector named by the file to a strategy,

@@ -36,11 +36,11 @@ const resultTimeout = 10 * time.Second
 type liveSite struct{ g *Agent }
 
 func (s liveSite) Write(ctx context.Context, device, point string, v float64) (sensors.WriteResult, error) {
-	return s.g.Site().Write(ctx, device, point, v)
+	return s.g.Sensors().Write(ctx, device, point, v)
 }
 
 func (s liveSite) Latest(device, point string, now time.Time) (sensors.Point, bool) {
-	return s.g.Site().Latest(device, point, now)
+	return s.g.Sensors().Latest(device, point, now)
 }
 
 // startDownlink opens the command ledger in the buffer file, the engine
@@ -120,13 +120,13 @@ func (g *Agent) subscriptions(c *config.Config) []uplink.Subscription {
 func (g *Agent) sparkplug() sparkplugHooks {
 	return sparkplugHooks{
 		command: sparkplugCommands(g.Commands, func() bool { return g.Config().Downlink.Enabled }, g.log.With("component", "downlink")),
-		online:  func() map[string]bool { return sparkplugOnline(g.Site().Status()) },
+		online:  func() map[string]bool { return sparkplugOnline(g.Sensors().Status()) },
 	}
 }
 
 // emitCommand stores a command's record like a polled packet.
 func (g *Agent) emitCommand(p *packet.Packet) {
-	g.Site().Stamp(p)
+	g.Sensors().Stamp(p)
 	g.emit(p, nil)
 }
 
@@ -177,7 +177,7 @@ func Write(ctx context.Context, c *config.Config, cmd downlink.Command, log *slo
 			log.Error("gateway write: the buffer's files stay root's", "err", err)
 		}
 	}()
-	site, err := OpenSite(c, log)
+	site, err := OpenSensors(c, log)
 	if err != nil {
 		return downlink.Result{}, err
 	}
@@ -187,7 +187,7 @@ func Write(ctx context.Context, c *config.Config, cmd downlink.Command, log *slo
 
 // writeOnce runs one local command on a site that is not running, with the
 // buffer file's ledger.
-func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Site, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
+func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Sensors, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
 	store, err := downlink.OpenStore(q, downlink.StoreOptions{})
 	if err != nil {
 		return downlink.Result{}, fmt.Errorf("downlink: %w", err)

@@ -206,7 +206,7 @@ uplink:
 	}
 	// And for the interlock's reading.
 	testtool.WaitFor(t, 10*time.Second, "a reading of th-1", func() bool {
-		p, ok := g.Site().Latest("th-1", "Temperature", time.Now())
+		p, ok := g.Sensors().Latest("th-1", "Temperature", time.Now())
 		return ok && !p.At.IsZero()
 	})
 	return &dlRig{g: g, frames: frames, brokers: brokers, c: c, log: log}

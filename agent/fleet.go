@@ -28,7 +28,7 @@ func (g *Agent) Health() fleet.Health {
 			h.UpstreamUp = true
 		}
 	}
-	devs := g.Site().Status()
+	devs := g.Sensors().Status()
 	ok := 0
 	for _, d := range devs {
 		if d.Health == sensors.OK {

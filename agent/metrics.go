@@ -156,7 +156,7 @@ func fileHash(file string) string {
 
 // statusSources adds the status page's own sources to src.
 func (g *Agent) statusSources(src *metrics.Sources) {
-	src.Points = func(now time.Time) []sensors.Point { return g.Site().Points(now) }
+	src.Points = func(now time.Time) []sensors.Point { return g.Sensors().Points(now) }
 	src.Site = g.siteInfo
 	if g.q != nil {
 		dir := filepath.Dir(g.Config().Buffer.Path)

@@ -252,7 +252,7 @@ func (r *demoRun) tick(now time.Time) {
 	_ = tw.Flush()
 	fmt.Fprintln(tw, "SITE\tBUFFER\tPRODUCED\tDELIVERED\tDEVICES OK/DEGRADED/OFFLINE")
 	for _, s := range r.sites {
-		ok, deg, off := demoHealth(s.g.Site().Status())
+		ok, deg, off := demoHealth(s.g.Sensors().Status())
 		ds, _ := s.g.Delivery()
 		fmt.Fprintf(tw, "%s %s\t%d\t%d\t%d\t%d/%d/%d\n", s.kind, s.cfg.Site.ID, s.g.Buffer().Len(), s.produced.Load(),
 			ds.Delivered, ok, deg, off)
@@ -272,7 +272,7 @@ func (r *demoRun) valve(b *bytes.Buffer, now time.Time) {
 		return
 	}
 	state := "not read yet"
-	if p, ok := g.Site().Latest("valve-1", "ValveOpen", now); ok && !p.At.IsZero() {
+	if p, ok := g.Sensors().Latest("valve-1", "ValveOpen", now); ok && !p.At.IsZero() {
 		state = "closed"
 		if p.Value.String() == "True" {
 			state = "OPEN"
@@ -401,7 +401,7 @@ func (r *demoRun) summary(w io.Writer, why string) error {
 
 	fmt.Fprintln(tw, "BUS\tDEVICE\tHEALTH\tPOLLS\tERRORS\tPACKETS\tALARMS\tLAST ERROR")
 	for _, s := range r.sites {
-		for _, st := range s.g.Site().Status() {
+		for _, st := range s.g.Sensors().Status() {
 			lastErr := st.LastError
 			if len(lastErr) > 60 {
 				lastErr = "…" + lastErr[len(lastErr)-59:]

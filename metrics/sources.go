@@ -69,7 +69,7 @@ type Sources struct {
 	// The status page's own sources; the collector does not read them.
 
 	// Points returns the last reading of every point, in the order of
-	// Devices ([sensors.Site.Points]).
+	// Devices ([sensors.Poller.Points]).
 	Points func(now time.Time) []sensors.Point
 	// Site says who the gateway is and what it runs.
 	Site func() SiteInfo

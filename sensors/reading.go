@@ -168,7 +168,7 @@ func (l *LineSensor) Points(now time.Time) []Point {
 }
 
 // Points lists the last reading of every point of the site, buses first.
-func (s *Site) Points(now time.Time) []Point {
+func (s *Poller) Points(now time.Time) []Point {
 	var out []Point
 	for _, b := range s.buses {
 		out = append(out, b.Points(now)...)
@@ -181,7 +181,7 @@ func (s *Site) Points(now time.Time) []Point {
 
 // Latest returns the last reading of one point, for interlocks: false
 // when the site has no such device or point.
-func (s *Site) Latest(device, point string, now time.Time) (Point, bool) {
+func (s *Poller) Latest(device, point string, now time.Time) (Point, bool) {
 	for _, b := range s.buses {
 		if p, ok := b.Latest(device, point, now); ok {
 			return p, true

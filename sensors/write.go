@@ -128,7 +128,7 @@ func (b *Bus) write(j *writeJob) {
 }
 
 // Write writes v to a point of a device of the site; see [Bus.Write].
-func (s *Site) Write(ctx context.Context, device, point string, v float64) (WriteResult, error) {
+func (s *Poller) Write(ctx context.Context, device, point string, v float64) (WriteResult, error) {
 	for _, b := range s.buses {
 		for _, d := range b.devs {
 			if d.spec.Name == device {

@@ -308,7 +308,7 @@ buses:
 	h := agent.MetricsHandler(c, g.Sources(), nil)
 	testtool.WaitFor(b, 60*time.Second, "50 devices ok", func() bool {
 		ok := 0
-		for _, d := range g.Site().Status() {
+		for _, d := range g.Sensors().Status() {
 			if d.Health == sensors.OK {
 				ok++
 			}

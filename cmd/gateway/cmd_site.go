@@ -109,7 +109,7 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	s, err := agent.OpenSite(c, log)
+	s, err := agent.OpenSensors(c, log)
 	if err != nil {
 		return err
 	}

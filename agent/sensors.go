@@ -13,10 +13,10 @@ import (
 	"fieldlink/sensors/plan"
 )
 
-// Site is a site file's sensors side, open: its buses on their Modbus
+// Sensors is a site file's sensors side, open: its buses on their Modbus
 // clients and its line sensors, ready to poll.
-type Site struct {
-	*sensors.Site
+type Sensors struct {
+	*sensors.Poller
 	cfg     *config.Config
 	clients []*modbus.Client // by bus, as Site.Buses
 	enc     packet.Encoding
@@ -45,10 +45,10 @@ func MaxGap(b config.Bus) int {
 	return -1
 }
 
-// OpenSite opens every bus of c and builds its line sensors. Nothing polls
+// OpenSensors opens every bus of c and builds its line sensors. Nothing polls
 // until the site runs; Close closes the ports.
-func OpenSite(c *config.Config, log *slog.Logger) (*Site, error) {
-	s := &Site{cfg: c, enc: c.Packet.Values, exceptions: newExceptions(c)}
+func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
+	s := &Sensors{cfg: c, enc: c.Packet.Values, exceptions: newExceptions(c)}
 	var buses []*sensors.Bus
 	for _, b := range c.Buses {
 		ep, err := modbus.ParseURL(b.URL)
@@ -87,27 +87,27 @@ func OpenSite(c *config.Config, log *slog.Logger) (*Site, error) {
 			Open: sensors.SerialOpener(sp.Path, sp.Baud, sp.Parity, sp.DataBits, sp.StopBits),
 		}, log))
 	}
-	s.Site = sensors.NewSite(&packet.Stamper{
+	s.Poller = sensors.NewPoller(&packet.Stamper{
 		IDField: c.Site.IDField, SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Loc: c.Location,
 	}, buses, lines)
 	return s, nil
 }
 
 // Config is the site file the site was opened from.
-func (s *Site) Config() *config.Config { return s.cfg }
+func (s *Sensors) Config() *config.Config { return s.cfg }
 
 // Encoding is how the site's packets encode DataBody values.
-func (s *Site) Encoding() packet.Encoding { return s.enc }
+func (s *Sensors) Encoding() packet.Encoding { return s.enc }
 
 // Close closes the site's ports; the site must not be running.
-func (s *Site) Close() {
+func (s *Sensors) Close() {
 	for _, c := range s.clients {
 		_ = c.Close()
 	}
 }
 
 // ModbusStats returns each bus's transport counters, by bus name.
-func (s *Site) ModbusStats() map[string]modbus.Stats {
+func (s *Sensors) ModbusStats() map[string]modbus.Stats {
 	out := make(map[string]modbus.Stats, len(s.clients))
 	for i, b := range s.Buses() {
 		out[b.Name()] = s.clients[i].Stats()
@@ -116,7 +116,7 @@ func (s *Site) ModbusStats() map[string]modbus.Stats {
 }
 
 // BusSamples sums each bus's busy time and overruns over its devices.
-func (s *Site) BusSamples() []metrics.BusSample {
+func (s *Sensors) BusSamples() []metrics.BusSample {
 	out := make([]metrics.BusSample, 0, len(s.Buses()))
 	for _, b := range s.Buses() {
 		smp := metrics.BusSample{Name: b.Name()}

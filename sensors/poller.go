@@ -7,27 +7,27 @@ import (
 	"fieldlink/packet"
 )
 
-// Site is every bus and line sensor of one site, polled together: buses
+// Poller is every bus and line sensor of one site, polled together: buses
 // run in parallel, each with its own schedule, and every packet leaves
 // stamped with the site's identity.
-type Site struct {
+type Poller struct {
 	stamper *packet.Stamper
 	buses   []*Bus
 	lines   []*LineSensor
 }
 
-// NewSite returns a site of these buses and line sensors whose packets
+// NewPoller returns a poller of these buses and line sensors whose packets
 // stamper stamps.
-func NewSite(stamper *packet.Stamper, buses []*Bus, lines []*LineSensor) *Site {
-	return &Site{stamper: stamper, buses: buses, lines: lines}
+func NewPoller(stamper *packet.Stamper, buses []*Bus, lines []*LineSensor) *Poller {
+	return &Poller{stamper: stamper, buses: buses, lines: lines}
 }
 
-// Buses returns the site's buses.
-func (s *Site) Buses() []*Bus { return s.buses }
+// Buses returns the poller's buses.
+func (s *Poller) Buses() []*Bus { return s.buses }
 
 // PollOnce polls every device once, buses in parallel, and calls emit for
 // each packet or device error, one call at a time.
-func (s *Site) PollOnce(ctx context.Context, emit func(*packet.Packet, error)) {
+func (s *Poller) PollOnce(ctx context.Context, emit func(*packet.Packet, error)) {
 	var mu sync.Mutex
 	out := func(p *packet.Packet, err error) {
 		mu.Lock()
@@ -49,7 +49,7 @@ func (s *Site) PollOnce(ctx context.Context, emit func(*packet.Packet, error)) {
 
 // Run polls every bus and line sensor on schedule until ctx ends, and
 // returns once each has stopped; emit is called one packet at a time.
-func (s *Site) Run(ctx context.Context, emit func(*packet.Packet)) {
+func (s *Poller) Run(ctx context.Context, emit func(*packet.Packet)) {
 	var mu sync.Mutex
 	out := func(p *packet.Packet) {
 		mu.Lock()
@@ -68,7 +68,7 @@ func (s *Site) Run(ctx context.Context, emit func(*packet.Packet)) {
 }
 
 // Status lists every device's health, line sensors included.
-func (s *Site) Status() []DeviceStatus {
+func (s *Poller) Status() []DeviceStatus {
 	var out []DeviceStatus
 	for _, b := range s.buses {
 		out = append(out, b.Status()...)
@@ -81,4 +81,4 @@ func (s *Site) Status() []DeviceStatus {
 
 // Stamp gives a packet built outside the pollers (a command's record) the
 // site's identity and the next sequence number.
-func (s *Site) Stamp(p *packet.Packet) { s.stamper.Stamp(p) }
+func (s *Poller) Stamp(p *packet.Packet) { s.stamper.Stamp(p) }
