@@ -32,14 +32,14 @@ var commandErrors = downlink.Errors{
 // resultTimeout bounds publishing one result.
 const resultTimeout = 10 * time.Second
 
-// liveSite is the sensors side in force, whichever a reload made it.
-type liveSite struct{ g *Agent }
+// livePoints is the sensors side in force, whichever a reload made it.
+type livePoints struct{ g *Agent }
 
-func (s liveSite) Write(ctx context.Context, device, point string, v float64) (sensors.WriteResult, error) {
+func (s livePoints) Write(ctx context.Context, device, point string, v float64) (sensors.WriteResult, error) {
 	return s.g.Sensors().Write(ctx, device, point, v)
 }
 
-func (s liveSite) Latest(device, point string, now time.Time) (sensors.Point, bool) {
+func (s livePoints) Latest(device, point string, now time.Time) (sensors.Point, bool) {
 	return s.g.Sensors().Latest(device, point, now)
 }
 
@@ -52,7 +52,7 @@ func (g *Agent) startDownlink(c *config.Config) error {
 		return fmt.Errorf("downlink: %w", err)
 	}
 	g.commands = downlink.NewEngine(c, downlink.Options{
-		Site: liveSite{g}, Ledger: store, Errors: commandErrors,
+		Points: livePoints{g}, Ledger: store, Errors: commandErrors,
 		Emit: g.emitCommand, Publish: g.publishResult,
 		Log: g.log.With("component", "downlink"),
 	})
@@ -197,7 +197,7 @@ func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Se
 	cmd.IssuedAt = downlink.NewTimestamp(time.Now())
 	var stored error
 	e := downlink.NewEngine(c, downlink.Options{
-		Site: site, Ledger: store, Errors: commandErrors, Log: log,
+		Points: site, Ledger: store, Errors: commandErrors, Log: log,
 		Emit: func(p *packet.Packet) {
 			site.Stamp(p)
 			_, stored = q.Append(ctx, p)

@@ -37,8 +37,9 @@ const (
 	commandDataType = "Command"
 )
 
-// Site is the part of the sensors the engine writes through.
-type Site interface {
+// Points are the sensors' points the engine writes through and reads
+// interlocks from (the agent's sensors side in production).
+type Points interface {
 	Write(ctx context.Context, device, point string, v float64) (sensors.WriteResult, error)
 	Latest(device, point string, now time.Time) (sensors.Point, bool)
 }
@@ -66,7 +67,7 @@ type Errors struct {
 
 // Options wire an Engine.
 type Options struct {
-	Site   Site
+	Points Points
 	Ledger Ledger
 	Errors Errors
 	// Keys: when set, only commands signed by one of them run.
@@ -288,7 +289,7 @@ func (e *Engine) execute(ctx context.Context, cmd Command, now time.Time) Result
 		attempts = maxAttempts
 	}
 	for n := 1; ; n++ {
-		out, err := e.opt.Site.Write(ctx, p.device, p.reg.Name, v)
+		out, err := e.opt.Points.Write(ctx, p.device, p.reg.Name, v)
 		if err != nil {
 			if errors.Is(err, profile.ErrNotWritable) {
 				return end(StatusRejected, "%v", err)
@@ -413,7 +414,7 @@ func (p *point) matches(rb packet.Value, v float64) bool {
 // interlocked returns why an interlock denies the write, "" when none does.
 func (e *Engine) interlocked(p *point, now time.Time) string {
 	for _, il := range p.rule.Interlock {
-		pt, ok := e.opt.Site.Latest(il.Device, il.Point, now)
+		pt, ok := e.opt.Points.Latest(il.Device, il.Point, now)
 		if !ok || pt.At.IsZero() {
 			return fmt.Sprintf("%s.%s has no reading", il.Device, il.Point)
 		}

@@ -135,7 +135,7 @@ func newRig(t *testing.T, keys ...ed25519.PublicKey) *rig {
 	r := &rig{site: &fakeSite{latest: map[string]sensors.Point{}}, ledger: &memLedger{seen: map[string]*Result{}}, now: e0}
 	r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: e0.Add(-2 * time.Second), Quality: sensors.Good}
 	r.e = NewEngine(c, Options{
-		Site: r.site, Ledger: r.ledger, Keys: keys,
+		Points: r.site, Ledger: r.ledger, Keys: keys,
 		Errors: Errors{Refused: func(err error) bool { return errors.Is(err, errRefused) }},
 		Emit: func(p *packet.Packet) {
 			// As the gateway sends it: stamped with the site's fields.
