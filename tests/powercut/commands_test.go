@@ -39,6 +39,13 @@ const (
 // own number, so that a write on the wire names its command.
 func cmdValue(n int) int32 { return 100000 + int32(n) }
 
+// cmdPayload is command n, pc-n, issued now: a preset of the valve's
+// totaliser to cmdValue(n).
+func cmdPayload(n int) string {
+	return fmt.Sprintf(`{"id":"pc-%d","device":"valve-1","point":"FlowTotal","value":%d,"issued_at":%q,"actor":"ops:powercut"}`,
+		n, cmdValue(n), time.Now().UTC().Format(time.RFC3339Nano))
+}
+
 // writeValue is the value a FlowTotal preset (fc 16 at address 2, two
 // registers, CDAB: the low word first) carries; ok is false for any other
 // request.
@@ -257,8 +264,7 @@ func runCommands(t *testing.T, bin, mosq string, led *ledger, cuts int) figures 
 	issue := func() (int, string) {
 		n := len(payloads) + 1
 		id := fmt.Sprintf("pc-%d", n)
-		payloads = append(payloads, fmt.Sprintf(`{"id":%q,"device":"valve-1","point":"FlowTotal","value":%d,"issued_at":%q,"actor":"ops:powercut"}`,
-			id, cmdValue(n), time.Now().UTC().Format(time.RFC3339Nano)))
+		payloads = append(payloads, cmdPayload(n))
 		return n, id
 	}
 	for i := 1; i <= cuts+1; i++ {
