@@ -3,7 +3,6 @@ package sensors_test
 import (
 	"context"
 	"encoding/hex"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -23,12 +22,7 @@ func TestWritesReachPymodbus(t *testing.T) {
 			var url string
 			switch mode {
 			case "tcp":
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-				ln.Close()
+				port := strconv.Itoa(testtool.FreePort(t))
 				testtool.StartPymodbus(t, "modbus/testdata/pymodbus_server.py", "--tcp", port)
 				url = "tcp://127.0.0.1:" + port
 			case "rtu":

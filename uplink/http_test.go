@@ -307,14 +307,9 @@ func TestHTTPConnectionReset(t *testing.T) {
 }
 
 func TestHTTPConnectionRefused(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testtool.FreeAddr(t) // nothing listens there
 	h := httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/in"})
-	err = h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+	err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 	if !IsRetryable(err) || refusesPackets(err) {
 		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 	}

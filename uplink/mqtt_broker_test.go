@@ -22,17 +22,6 @@ import (
 // TCP relay that can swallow the broker's packets or cut the link, a paho
 // subscriber, and a captured log.
 
-// mqttFreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func mqttFreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // mqttBrokerOpts adds to the broker's configuration.
 type mqttBrokerOpts struct {
 	passwordFile string // if set, anonymous clients are refused

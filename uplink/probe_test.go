@@ -34,17 +34,6 @@ func probeTestListener(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func probeTestDeadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 func TestProbeTCP(t *testing.T) {
 	p := NewProber(probeTestListener(t), time.Second, time.Second, nil, nil)
 	for range 3 {
@@ -59,7 +48,7 @@ func TestProbeTCP(t *testing.T) {
 }
 
 func TestProbeTCPRefused(t *testing.T) {
-	addr := probeTestDeadAddr(t)
+	addr := testtool.FreeAddr(t)
 	p := NewProber(addr, time.Second, time.Second, nil, nil)
 	rtt, err := p.Probe(context.Background())
 	if err == nil {
@@ -173,7 +162,7 @@ func TestProbeRun(t *testing.T) {
 
 func TestProbeRunFirstAtOnceAndReportsErrors(t *testing.T) {
 	reports := make(chan probeTestReport, 10)
-	p := NewProber(probeTestDeadAddr(t), time.Hour, time.Second, nil, func(rtt time.Duration, err error) {
+	p := NewProber(testtool.FreeAddr(t), time.Hour, time.Second, nil, func(rtt time.Duration, err error) {
 		reports <- probeTestReport{rtt, err}
 	})
 	ctx, cancel := context.WithCancel(context.Background())

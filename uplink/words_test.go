@@ -3,6 +3,7 @@ package uplink
 import (
 	"context"
 	"errors"
+	"fieldlink/internal/testtool"
 	"fmt"
 	"net"
 	"strings"
@@ -13,12 +14,7 @@ import (
 
 // The errors a technician meets, in words.
 func TestExplain(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testtool.FreeAddr(t) // nothing listens there
 	var d net.Dialer
 	_, refused := d.DialContext(context.Background(), "tcp", addr)
 	for _, c := range []struct {

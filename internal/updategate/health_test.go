@@ -3,7 +3,6 @@ package updategate
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
 	"fieldlink/metrics"
 	"fieldlink/selector"
 	"fieldlink/sensors"
@@ -88,12 +88,7 @@ func TestScrapeReadsTheMetricsHandler(t *testing.T) {
 }
 
 func TestScrapeSaysWhatFailed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testtool.FreeAddr(t) // nothing listens there
 	if _, err := Scrape(context.Background(), addr); err == nil || !strings.Contains(err.Error(), addr+"/metrics") {
 		t.Errorf("nothing listening: %v", err)
 	}

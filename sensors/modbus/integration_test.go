@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"net"
 	"slices"
 	"strconv"
 	"syscall"
@@ -203,12 +202,7 @@ func TestPymodbusRTU(t *testing.T) {
 }
 
 func TestPymodbusTCP(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testtool.FreePort(t)
 	srv := testtool.StartPymodbus(t, "testdata/pymodbus_server.py", "--tcp", strconv.Itoa(port))
 	const timeout = 300 * time.Millisecond
 	c, err := Open("tcp://127.0.0.1:"+strconv.Itoa(port), Options{Timeout: timeout, Logger: testtool.Logger(t)})
