@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 	"fieldlink/selector"
 )
@@ -162,14 +163,11 @@ func BenchmarkPollToAck(b *testing.B) {
 		sent += devices
 	}
 	b.StopTimer()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testtool.Eventually(10*time.Second, 10*time.Millisecond, func() bool { // the figures below count what did not arrive
 		s.mu.Lock()
-		n := len(s.lat)
-		s.mu.Unlock()
-		if n >= sent {
-			break
-		}
-	}
+		defer s.mu.Unlock()
+		return len(s.lat) >= sent
+	})
 	s.mu.Lock()
 	lat := slices.Clone(s.lat)
 	s.mu.Unlock()

@@ -246,12 +246,8 @@ func TestInfluxDBOutageLosesNothing(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within 60s (buffer holds %d)", what, q.Len())
-			}
-			time.Sleep(20 * time.Millisecond) // poll-until: the buffer has no event for this
+		if !testtool.Eventually(60*time.Second, 20*time.Millisecond, cond) { // the buffer has no event for this
+			t.Fatalf("no %s within 60s (buffer holds %d)", what, q.Len())
 		}
 	}
 

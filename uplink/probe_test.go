@@ -193,12 +193,7 @@ func TestProbeRunCancelInFlight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
-	for deadline := time.Now().Add(5 * time.Second); len(srv.seen()) == 0; { // poll until the probe is in flight
-		if time.Now().After(deadline) {
-			t.Fatal("the probe never reached the server")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testtool.WaitFor(t, 5*time.Second, "the probe in flight on the server", func() bool { return len(srv.seen()) > 0 })
 	start := time.Now()
 	cancel()
 	select {
