@@ -134,13 +134,13 @@ func TestAppenderFatal(t *testing.T) {
 	for i := range 5 {
 		a.Put(testPacket(fmt.Sprint("good-", i), false))
 	}
-	waitFor(t, 10*time.Second, "5 packets stored", func() bool { return a.Stored() == 5 })
+	testtool.WaitFor(t, 10*time.Second, "5 packets stored", func() bool { return a.Stored() == 5 })
 	if a.Fatal() != nil {
 		t.Fatalf("Fatal before any failure: %v", a.Fatal())
 	}
 	eio.Store(true)
 	a.Put(testPacket("bad", false))
-	waitFor(t, 10*time.Second, "the fatal error", func() bool { return a.Failed() == 1 })
+	testtool.WaitFor(t, 10*time.Second, "the fatal error", func() bool { return a.Failed() == 1 })
 	if err := a.Fatal(); !errors.Is(err, ErrFatal) {
 		t.Fatalf("Fatal: %v, want ErrFatal", err)
 	}
@@ -192,7 +192,7 @@ func TestAppenderWaitsForTheCycle(t *testing.T) {
 		a.Put(p)
 		time.Sleep(time.Millisecond) // the next poll takes a while
 	}
-	waitFor(t, 10*time.Second, "the cycle stored", func() bool { return a.Stored() == n })
+	testtool.WaitFor(t, 10*time.Second, "the cycle stored", func() bool { return a.Stored() == n })
 	if c := b.Stats().Commits - before; c != 1 {
 		t.Fatalf("a cycle of %d packets took %d commits, want 1", n, c)
 	}
@@ -207,7 +207,7 @@ func TestAppenderAlarmDoesNotWait(t *testing.T) {
 	p := testPacket("alarm", true)
 	p.More = true
 	a.Put(p)
-	waitFor(t, 10*time.Second, "the alarm stored", func() bool { return a.Stored() == 1 })
+	testtool.WaitFor(t, 10*time.Second, "the alarm stored", func() bool { return a.Stored() == 1 })
 }
 
 // A cycle whose rest never comes is committed after the linger.
@@ -219,5 +219,5 @@ func TestAppenderLingerIsBounded(t *testing.T) {
 	p := testPacket("lonely", false)
 	p.More = true
 	a.Put(p)
-	waitFor(t, 10*time.Second, "the packet stored", func() bool { return a.Stored() == 1 })
+	testtool.WaitFor(t, 10*time.Second, "the packet stored", func() bool { return a.Stored() == 1 })
 }

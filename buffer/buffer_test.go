@@ -187,7 +187,7 @@ func TestAckDeletes(t *testing.T) {
 			for i, id := range ids("d", 10) {
 				seqs = append(seqs, mustAppend(t, b, testPacket(id, i%3 == 0)))
 			}
-			waitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 10 })
+			testtool.WaitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 10 })
 			if err := b.Ack(seqs[2], seqs[3], seqs[9]); err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func TestAckDeletes(t *testing.T) {
 			if got := seqsOf(recs); slices.Contains(got, seqs[2]) || slices.Contains(got, seqs[9]) || len(got) != 7 {
 				t.Fatalf("Peek after Ack: %v", got)
 			}
-			waitFor(t, 10*time.Second, "ack commit", func() bool { return b.Len() == 7 })
+			testtool.WaitFor(t, 10*time.Second, "ack commit", func() bool { return b.Len() == 7 })
 			b.Close()
 			b = openT(t, path, Options{})
 			if got := seqsOf(all(t, b)); len(got) != 7 || slices.Contains(got, seqs[3]) {
@@ -363,7 +363,7 @@ func TestMaxAge(t *testing.T) {
 	}
 	// At 0:16 everything read before 0:06 is too old: d-0 (an alarm) to d-2.
 	now.Store(start.Add(16 * time.Second).UnixNano())
-	waitFor(t, 10*time.Second, "age eviction", func() bool { return b.Len() == 3 })
+	testtool.WaitFor(t, 10*time.Second, "age eviction", func() bool { return b.Len() == 3 })
 	if got := devices(t, all(t, b)); !slices.Equal(got, []string{"d-3", "d-4", "d-5"}) {
 		t.Fatalf("left: %v", got)
 	}
@@ -413,7 +413,7 @@ func TestIntervalAppendsDoNotWaitForACommit(t *testing.T) {
 func TestIntervalCommitsWithinSyncEvery(t *testing.T) {
 	b, _ := newT(t, Options{Durability: Interval, SyncEvery: 20 * time.Millisecond})
 	mustAppend(t, b, testPacket("a", false))
-	waitFor(t, 10*time.Second, "the commit", func() bool { return b.Len() == 1 })
+	testtool.WaitFor(t, 10*time.Second, "the commit", func() bool { return b.Len() == 1 })
 }
 
 func TestGroupCommit(t *testing.T) {
@@ -610,7 +610,7 @@ func TestCommitENOSPCRecovers(t *testing.T) {
 			b, _ := newT(t, Options{Durability: d, SyncEvery: 10 * time.Millisecond, failCommit: failWhen(&fail, errENOSPC)})
 			s1 := mustAppend(t, b, testPacket("one", false))
 			s2 := mustAppend(t, b, testPacket("two", false))
-			waitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
+			testtool.WaitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
 			fail.Store(true)
 			var held uint64
 			if d == Always {
@@ -627,7 +627,7 @@ func TestCommitENOSPCRecovers(t *testing.T) {
 			}
 			// Interval: the failed commit makes the next appends wait for
 			// their own commit, so they are told.
-			waitFor(t, 10*time.Second, "a failed commit", func() bool { return b.Stats().LastError != "" })
+			testtool.WaitFor(t, 10*time.Second, "a failed commit", func() bool { return b.Stats().LastError != "" })
 			if _, err := b.Append(context.Background(), testPacket("told", false)); !errors.Is(err, ErrDiskFull) {
 				t.Fatalf("append while the disk is full: %v, want ErrDiskFull", err)
 			}
@@ -640,7 +640,7 @@ func TestCommitENOSPCRecovers(t *testing.T) {
 			if d == Interval {
 				want = []string{"two", "held", "three"}
 			}
-			waitFor(t, 10*time.Second, "recovery", func() bool { return b.Len() == len(want) })
+			testtool.WaitFor(t, 10*time.Second, "recovery", func() bool { return b.Len() == len(want) })
 			if got := devices(t, all(t, b)); !slices.Equal(got, want) || s3 <= s2 || (d == Interval && held <= s2) {
 				t.Fatalf("after recovery: %v (seqs %d %d %d)", got, s2, held, s3)
 			}
@@ -667,7 +667,7 @@ func TestCorruptRecordIsSkippedAndCounted(t *testing.T) {
 	if got := devices(t, recs); !slices.Equal(got, []string{"keep-1", "keep-2"}) {
 		t.Fatalf("Next: %v", got)
 	}
-	waitFor(t, 10*time.Second, "corrupt record deleted", func() bool { return b.Stats().Corrupt == 1 })
+	testtool.WaitFor(t, 10*time.Second, "corrupt record deleted", func() bool { return b.Stats().Corrupt == 1 })
 	if b.Len() != 2 || !logged(logs, "ERROR", "CRC") {
 		t.Fatalf("Len %d; log:\n%s", b.Len(), logs)
 	}
@@ -748,10 +748,10 @@ func TestCompaction(t *testing.T) {
 	if err := b.Ack(ack...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "compaction", func() bool { return b.Stats().Compactions == 1 })
+	testtool.WaitFor(t, 10*time.Second, "compaction", func() bool { return b.Stats().Compactions == 1 })
 	// Appends into the compacted file too, unless the appender is done.
 	n := nAppended.Load()
-	waitFor(t, 10*time.Second, "an append after the compaction", func() bool {
+	testtool.WaitFor(t, 10*time.Second, "an append after the compaction", func() bool {
 		return nAppended.Load() >= min(n+3, 300)
 	})
 	close(stop)

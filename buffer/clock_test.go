@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -184,7 +185,7 @@ func TestMaxAgeWaitsForTheClock(t *testing.T) {
 	c.synced.Store(false)
 	c.set(start.AddDate(0, 0, 1), 200*time.Second) // a day ahead, not synchronised
 	// Until an eviction pass saw the clock unsynchronised (or evicted).
-	waitFor(t, 10*time.Second, "an eviction pass", func() bool {
+	testtool.WaitFor(t, 10*time.Second, "an eviction pass", func() bool {
 		select {
 		case v := <-c.asked:
 			return !v
@@ -196,7 +197,7 @@ func TestMaxAgeWaitsForTheClock(t *testing.T) {
 		t.Fatalf("%d records after an eviction pass on an unsynchronised clock, want 4", n)
 	}
 	c.synced.Store(true)
-	waitFor(t, 10*time.Second, "age eviction", func() bool { return b.Len() == 1 })
+	testtool.WaitFor(t, 10*time.Second, "age eviction", func() bool { return b.Len() == 1 })
 	if got := devices(t, all(t, b)); len(got) != 1 || got[0] != "read-in-1970" {
 		t.Fatalf("left %v, want the record whose age nobody can vouch for", got)
 	}

@@ -385,7 +385,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 			b, _ := newT(t, Options{Durability: d, SyncEvery: 10 * time.Millisecond, failCommit: failWhen(&fail, errENOSPC)})
 			s1 := mustAppend(t, b, testPacket("one", false))
 			s2 := mustAppend(t, b, testPacket("two", false))
-			waitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
+			testtool.WaitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
 			fail.Store(true)
 			err := b.DeadLetter("HTTP 400", s1)
 			if d == Always && !errors.Is(err, ErrDiskFull) {
@@ -394,7 +394,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 			if d == Interval && err != nil {
 				t.Fatalf("DeadLetter (interval): %v", err)
 			}
-			waitFor(t, 10*time.Second, "a failed commit", func() bool { return b.Stats().LastError != "" })
+			testtool.WaitFor(t, 10*time.Second, "a failed commit", func() bool { return b.Stats().LastError != "" })
 			if recs, _ := b.Peek(10); !slices.Equal(seqsOf(recs), []uint64{s2}) {
 				t.Fatalf("dead letter delivered while its move is pending: %v", seqsOf(recs))
 			}
@@ -407,7 +407,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 				// The next transaction takes the move along.
 				mustAppend(t, b, testPacket("three", false))
 			} // Always: the buffer retries the move by itself, within a second.
-			waitFor(t, 10*time.Second, "the retried move", func() bool { return b.Stats().DeadDepth == 1 })
+			testtool.WaitFor(t, 10*time.Second, "the retried move", func() bool { return b.Stats().DeadDepth == 1 })
 			if dead := allDead(t, b); !slices.Equal(deadSeqs(dead), []uint64{s1}) || b.Len() != b.Stats().Normal || b.Stats().DeadLetters != 1 {
 				t.Fatalf("after recovery: dead %v, Len %d", deadSeqs(dead), b.Len())
 			}
@@ -465,7 +465,7 @@ func TestDeadLetterCorruptIsSkippedAndCounted(t *testing.T) {
 	if dead := allDead(t, b); !slices.Equal(deadSeqs(dead), []uint64{s[2]}) {
 		t.Fatalf("EachDead: %v", deadSeqs(dead))
 	}
-	waitFor(t, 10*time.Second, "corrupt dead letters deleted", func() bool { return b.Stats().Corrupt == 2 })
+	testtool.WaitFor(t, 10*time.Second, "corrupt dead letters deleted", func() bool { return b.Stats().Corrupt == 2 })
 	if st := b.Stats(); st.DeadDepth != 1 || !logged(logs, "ERROR", "CRC") {
 		t.Fatalf("DeadDepth %d; log:\n%s", st.DeadDepth, logs)
 	}
@@ -630,7 +630,7 @@ func TestDeadLetterAckAppendConcurrently(t *testing.T) {
 				t.Fatalf("timed out: %d of %d handled", handled.Load(), n)
 			}
 			// Interval answers before the commit; the leases go with it.
-			waitFor(t, 10*time.Second, "the last commit", func() bool { return b.Stats().Leased == 0 })
+			testtool.WaitFor(t, 10*time.Second, "the last commit", func() bool { return b.Stats().Leased == 0 })
 
 			dead := allDead(t, b)
 			seen := map[uint64]bool{}

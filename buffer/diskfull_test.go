@@ -202,7 +202,7 @@ func diskFullCycle(t *testing.T, b *Buffer, free func()) []uint64 {
 	free()
 	// Recovers by itself: the next batch commits.
 	var seq uint64
-	waitFor(t, 10*time.Second, "appends to succeed again", func() bool {
+	testtool.WaitFor(t, 10*time.Second, "appends to succeed again", func() bool {
 		s, err := b.Append(ctx, testPacket("after", false))
 		seq = s
 		return err == nil

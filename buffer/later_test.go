@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -51,11 +52,11 @@ func TestAckLaterCommitsAlone(t *testing.T) {
 	}
 	// Acknowledged: no longer waiting for an upstream, though its
 	// deletion is not committed yet.
-	waitFor(t, 10*time.Second, "Len and Stats to leave out the acknowledged record", func() bool {
+	testtool.WaitFor(t, 10*time.Second, "Len and Stats to leave out the acknowledged record", func() bool {
 		st := b.Stats()
 		return b.Len() == 1 && st.Normal+st.Alarms == 1 && st.Leased == 0
 	})
-	waitFor(t, 10*time.Second, "the deletion's commit", func() bool { return b.Stats().Acks > 0 })
+	testtool.WaitFor(t, 10*time.Second, "the deletion's commit", func() bool { return b.Stats().Acks > 0 })
 	time.Sleep(50 * time.Millisecond) // a second commit, were there one, would come now
 	if c := b.Stats().Commits - before; c != 1 {
 		t.Fatalf("%d commits for one AckLater, want 1", c)
@@ -88,7 +89,7 @@ func TestAckLaterCommitsAThousandAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "the deletions' commit", func() bool { return b.Len() <= maxBatch })
+	testtool.WaitFor(t, 10*time.Second, "the deletions' commit", func() bool { return b.Len() <= maxBatch })
 }
 
 // Close commits the deletions still waiting: they are gone after a reopen.

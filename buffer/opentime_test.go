@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -117,7 +118,7 @@ func TestOpenTime(t *testing.T) {
 			live := b.Bytes()
 			start = time.Now()
 			mustAppend(t, b, bench20()) // waits for the compaction the ack set off
-			waitFor(t, time.Minute, "compaction", func() bool { return b.Stats().Compactions == 1 })
+			testtool.WaitFor(t, time.Minute, "compaction", func() bool { return b.Stats().Compactions == 1 })
 			t.Logf("compaction of a %.1f MiB file with %.1f MiB live: %v (appends wait meanwhile), file now %.1f MiB",
 				float64(size)/(1<<20), float64(live)/(1<<20), time.Since(start).Round(time.Millisecond), float64(fileSize(t, path))/(1<<20))
 		})
