@@ -47,12 +47,12 @@ func (s livePoints) Latest(device, point string, now time.Time) (sensors.Point, 
 // that runs commands and the control socket of gateway write. The uplink
 // subscribes to the command topic when the downlink is enabled.
 func (g *Agent) startDownlink(c *config.Config) error {
-	store, err := downlink.OpenStore(g.q, downlink.StoreOptions{})
+	ledger, err := downlink.OpenLedger(g.q, downlink.LedgerOptions{})
 	if err != nil {
 		return fmt.Errorf("downlink: %w", err)
 	}
 	g.commands = downlink.NewEngine(c, downlink.Options{
-		Points: livePoints{g}, Ledger: store, Errors: commandErrors,
+		Points: livePoints{g}, Ledger: ledger, Errors: commandErrors,
 		Emit: g.emitCommand, Publish: g.publishResult,
 		Log: g.log.With("component", "downlink"),
 	})
@@ -188,16 +188,16 @@ func Write(ctx context.Context, c *config.Config, cmd downlink.Command, log *slo
 // writeOnce runs one local command on a site that is not running, with the
 // buffer file's ledger.
 func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Sensors, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
-	store, err := downlink.OpenStore(q, downlink.StoreOptions{})
+	ledger, err := downlink.OpenLedger(q, downlink.LedgerOptions{})
 	if err != nil {
 		return downlink.Result{}, fmt.Errorf("downlink: %w", err)
 	}
-	// Issued now, after the store opened: a store opened for the first
+	// Issued now, after the ledger opened: a ledger opened for the first
 	// time vouches only for commands issued since.
 	cmd.IssuedAt = downlink.NewTimestamp(time.Now())
 	var stored error
 	e := downlink.NewEngine(c, downlink.Options{
-		Points: site, Ledger: store, Errors: commandErrors, Log: log,
+		Points: site, Ledger: ledger, Errors: commandErrors, Log: log,
 		Emit: func(p *packet.Packet) {
 			site.Stamp(p)
 			_, stored = q.Append(ctx, p)

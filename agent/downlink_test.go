@@ -478,7 +478,7 @@ func TestCommandPendingAtRestartNeverRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := downlink.OpenStore(q, downlink.StoreOptions{})
+	store, err := downlink.OpenLedger(q, downlink.LedgerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

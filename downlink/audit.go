@@ -14,10 +14,10 @@ import (
 
 // Audit calls fn for every entry of the audit log, oldest first, until fn
 // returns an error.
-func (s *Store) Audit(fn func(AuditEntry) error) error { return ReadAudit(s.aux, fn) }
+func (s *Ledger) Audit(fn func(AuditEntry) error) error { return ReadAudit(s.aux, fn) }
 
 // Verify checks the audit log's chain: see verifyAudit.
-func (s *Store) Verify() error {
+func (s *Ledger) Verify() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return verifyAudit(s.aux)
@@ -40,17 +40,6 @@ type AuditEntry struct {
 	Hash    string    `json:"hash"`
 }
 
-// auditBody is an AuditEntry without its hash: what the hash covers.
-type auditBody struct {
-	Seq     uint64    `json:"seq"`
-	At      time.Time `json:"at"`
-	Kind    string    `json:"kind"`
-	Command *Command  `json:"command,omitempty"`
-	Result  *Result   `json:"result,omitempty"`
-	Note    string    `json:"note,omitempty"`
-	Prev    string    `json:"prev"`
-}
-
 // auditHead, under keyAuditHead, is where the log stands: the oldest entry
 // kept and the hash before it, the newest and its hash. It catches entries
 // deleted at either end.
@@ -63,8 +52,11 @@ type auditHead struct {
 
 var zeroHash = strings.Repeat("0", 2*sha256.Size)
 
+// emptyHashSuffix is how an entry's JSON ends before it has its hash.
+const emptyHashSuffix = `,"hash":""}`
+
 // hashSuffixLen is the length of how a stored entry ends: its hash, last.
-const hashSuffixLen = len(`,"hash":""}`) + 2*sha256.Size
+const hashSuffixLen = len(emptyHashSuffix) + 2*sha256.Size
 
 // audit adds an entry to b.
 func (b *batch) audit(at time.Time, kind string, cmd *Command, res *Result, note string) {
@@ -73,10 +65,12 @@ func (b *batch) audit(at time.Time, kind string, cmd *Command, res *Result, note
 		r.At = r.At.UTC()
 		res = &r
 	}
-	body, err := json.Marshal(auditBody{Seq: b.head.Last + 1, At: at.UTC(), Kind: kind, Command: cmd, Result: res, Note: note, Prev: b.head.Hash})
+	full, err := json.Marshal(AuditEntry{Seq: b.head.Last + 1, At: at.UTC(), Kind: kind, Command: cmd, Result: res, Note: note, Prev: b.head.Hash})
 	if err != nil {
 		panic("downlink: marshal an audit entry: " + err.Error())
 	}
+	// What the hash covers: the entry without its last member, the hash.
+	body := append(full[:len(full)-len(emptyHashSuffix)], '}')
 	hash := chainHash(b.head.Hash, body)
 	entry := append(body[:len(body)-1:len(body)-1], `,"hash":"`...)
 	entry = append(append(entry, hash...), `"}`...)
@@ -127,10 +121,10 @@ func chainHash(prev string, body []byte) string {
 }
 
 // loadHead reads the audit head, or starts one.
-func (s *Store) loadHead() error {
+func (s *Ledger) loadHead() error {
 	h, ok, err := readHead(s.aux)
 	if err != nil {
-		return fmt.Errorf("downlink: open the command store: %w", err)
+		return fmt.Errorf("downlink: open the command ledger: %w", err)
 	}
 	if !ok {
 		h = auditHead{First: 1, Base: zeroHash, Hash: zeroHash}

@@ -44,8 +44,8 @@ type Points interface {
 	Latest(device, point string, now time.Time) (sensors.Point, bool)
 }
 
-// Ledger keeps command ids and the audit log (a [Store] in production).
-type Ledger interface {
+// Recorder keeps command ids and the audit log (a [Ledger] in production).
+type Recorder interface {
 	// Begin records cmd as running, or returns the result of the command
 	// with the same id seen before (which must not run again).
 	Begin(cmd Command, now time.Time) (*Result, error)
@@ -68,7 +68,7 @@ type Errors struct {
 // Options wire an Engine.
 type Options struct {
 	Points Points
-	Ledger Ledger
+	Ledger Recorder
 	Errors Errors
 	// Keys: when set, only commands signed by one of them run.
 	Keys []ed25519.PublicKey

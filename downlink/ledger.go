@@ -11,7 +11,7 @@ import (
 	"fieldlink/internal/kclock"
 )
 
-// Aux is what the store needs of the buffer file's aux bucket
+// Aux is what the ledger needs of the buffer file's aux bucket
 // (*buffer.Buffer has it): the one file the gateway already writes safely.
 type Aux interface {
 	AuxReader
@@ -27,7 +27,7 @@ type AuxReader interface {
 // Defaults of StoreOptions (its fields say them).
 const (
 	// defaultKeep is how long a command id is remembered, in time the
-	// gateway has seen pass, and the least a store is given: a platform
+	// gateway has seen pass, and the least a ledger is given: a platform
 	// may redeliver within a day.
 	defaultKeep = 24 * time.Hour
 	// defaultMaxAuditEntries is how many audit entries are kept, the
@@ -35,10 +35,10 @@ const (
 	defaultMaxAuditEntries = 20000
 )
 
-// StoreOptions tune a Store. The zero value is the defaults.
-type StoreOptions struct {
+// LedgerOptions tune a Ledger. The zero value is the defaults.
+type LedgerOptions struct {
 	// Keep is how long an id is remembered after the command arrived (or
-	// after its issued_at, if later), counted in elapsed time the store
+	// after its issued_at, if later), counted in elapsed time the ledger
 	// has observed: see Elapsed. Under 24 hours (a day, within which a
 	// platform may redeliver) means 24 hours.
 	Keep time.Duration
@@ -50,7 +50,7 @@ type StoreOptions struct {
 	// time.Now. No duration is measured on it.
 	Now func() time.Time
 	// Elapsed is a clock that never steps: time since any fixed point of
-	// this process. The store adds what it measures on it to the elapsed
+	// this process. The ledger adds what it measures on it to the elapsed
 	// time kept in the file, and forgets ids by that count alone. Nil
 	// means the monotonic clock.
 	Elapsed func() time.Duration
@@ -60,7 +60,7 @@ type StoreOptions struct {
 	Synced func() bool
 }
 
-func (o StoreOptions) withDefaults() StoreOptions {
+func (o LedgerOptions) withDefaults() LedgerOptions {
 	o.Keep = max(o.Keep, defaultKeep)
 	if o.MaxAuditEntries <= 0 {
 		o.MaxAuditEntries = defaultMaxAuditEntries
@@ -83,7 +83,7 @@ const (
 	keySince         = "downlink.since"          // when the id table began: commands issued before may have run
 	keySinceUnsynced = "downlink.since-unsynced" // present: keySince was read from a clock not synchronised
 	keyForgot        = "downlink.forgot"         // the latest issued_at of a forgotten id: never moves back
-	keyElapsed       = "downlink.elapsed"        // the running time the store has observed, in nanoseconds
+	keyElapsed       = "downlink.elapsed"        // the running time the ledger has observed, in nanoseconds
 	prefixID         = "downlink.id/"            // + id: an idRecord
 	prefixAudit      = "downlink.audit/"         // + 16 hex digits of seq: an audit entry
 	keyAuditHead     = "downlink.audit-head"     // the auditHead
@@ -98,13 +98,13 @@ const (
 	KindRefused   = "refused"   // a command refused before Begin (unreadable, badly signed): its id is not recorded
 )
 
-// Reasons the store gives.
+// Reasons the ledger gives.
 const (
 	reasonRestarted = "gateway restarted while the command ran"
 	reasonRunning   = "a duplicate of a command still running: its result follows"
 )
 
-// Store makes commands run at most once: it remembers their ids and
+// Ledger makes commands run at most once: it remembers their ids and
 // results durably, in the buffer file, and keeps a hash-chained audit log
 // of every command and its outcome. It is safe for concurrent use.
 //
@@ -124,10 +124,10 @@ const (
 // synchronised (a file begun while the clock ran ahead), never on a clock
 // that is merely behind.
 //
-// One Store per buffer file: it keeps the ids in memory as well.
-type Store struct {
+// One Ledger per buffer file: it keeps the ids in memory as well.
+type Ledger struct {
 	aux Aux
-	opt StoreOptions
+	opt LedgerOptions
 
 	mu    sync.Mutex
 	ids   map[string]*idRecord
@@ -140,19 +140,19 @@ type Store struct {
 	head          auditHead
 }
 
-// idRecord is what the store keeps of a command, under prefixID+id.
+// idRecord is what the ledger keeps of a command, under prefixID+id.
 type idRecord struct {
 	ID       string    `json:"id"`
 	Command  *Command  `json:"command,omitempty"` // nil: the record was unreadable
 	Received time.Time `json:"received"`
 	Result   *Result   `json:"result,omitempty"` // nil while the command runs
-	// Seen is the store's elapsed time when the command arrived; records
+	// Seen is the ledger's elapsed time when the command arrived; records
 	// written before it was kept get the elapsed time of the next opening.
 	Seen *time.Duration `json:"seen,omitempty"`
 }
 
-// forgettable reports whether r may be forgotten at the store's elapsed
-// time elapsed: it finished, and the store has run keep since it arrived,
+// forgettable reports whether r may be forgotten at the ledger's elapsed
+// time elapsed: it finished, and the ledger has run keep since it arrived,
 // plus the lead of its issued_at over its arrival (a platform clock
 // ahead). One without its command (unreadable) is kept: nothing would
 // raise the floor above it.
@@ -164,11 +164,11 @@ func (r *idRecord) forgettable(elapsed, keep time.Duration) bool {
 	return elapsed-*r.Seen >= keep+lead
 }
 
-// OpenStore opens the store kept in aux. Commands that were running when
+// OpenLedger opens the ledger kept in aux. Commands that were running when
 // the gateway stopped are closed as StatusUnknownOutcome, ids past Keep
 // are forgotten, and a new id table starts the audit log with KindStart.
-func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
-	s := &Store{aux: aux, opt: opt.withDefaults(), ids: map[string]*idRecord{}}
+func OpenLedger(aux Aux, opt LedgerOptions) (*Ledger, error) {
+	s := &Ledger{aux: aux, opt: opt.withDefaults(), ids: map[string]*idRecord{}}
 	now := s.opt.Now().UTC()
 	if err := s.loadHead(); err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 	b := s.newBatch()
 	raw, err := aux.Aux(keySince)
 	if err != nil {
-		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+		return nil, fmt.Errorf("downlink: open the command ledger: %w", err)
 	}
 	if err := s.since.UnmarshalText(raw); raw == nil || err != nil {
 		s.since = now
@@ -193,7 +193,7 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 		}
 		b.audit(now, KindStart, nil, nil, "the command record begins: a new buffer file, or the old one's records were lost (salvage)")
 	} else if raw, err = aux.Aux(keySinceUnsynced); err != nil {
-		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+		return nil, fmt.Errorf("downlink: open the command ledger: %w", err)
 	} else {
 		s.sinceUnsynced = raw != nil
 	}
@@ -222,11 +222,11 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+		return nil, fmt.Errorf("downlink: open the command ledger: %w", err)
 	}
 	gone := s.prune(b, "")
 	if err := s.commit(b); err != nil {
-		return nil, fmt.Errorf("downlink: open the command store: %w", err)
+		return nil, fmt.Errorf("downlink: open the command ledger: %w", err)
 	}
 	for _, id := range gone {
 		delete(s.ids, id)
@@ -239,13 +239,13 @@ func OpenStore(aux Aux, opt StoreOptions) (*Store, error) {
 // only then, and reports with Finish. Otherwise it returns the answer
 // without running it: the recorded result of a duplicate (StatusPending
 // while the first still runs), or a rejection when the command was issued
-// before the store can tell whether it ran (no later than a command it
+// before the ledger can tell whether it ran (no later than a command it
 // has forgotten, or before the buffer file began). On error nothing is recorded and the command
 // must not run.
 //
 // Call it after checking the signature: an id that reached Begin is never
 // run again, whoever sent it.
-func (s *Store) Begin(cmd Command, now time.Time) (*Result, error) {
+func (s *Ledger) Begin(cmd Command, now time.Time) (*Result, error) {
 	if back, err := ParseCommand(cmd.JSON()); err != nil {
 		return nil, fmt.Errorf("downlink: begin: %w", err)
 	} else if back != cmd {
@@ -306,7 +306,7 @@ func ptr[T any](v T) *T { return &v }
 // fake-hwclock's hour). Commands received since it began are all
 // remembered, so any true time after it began will do; a synchronised now
 // is one. A clock that is not synchronised moves nothing.
-func (s *Store) settleSince(b *batch, now time.Time) {
+func (s *Ledger) settleSince(b *batch, now time.Time) {
 	if !s.sinceUnsynced && !now.Before(s.since) {
 		return // no need to ask the kernel
 	}
@@ -318,11 +318,11 @@ func (s *Store) settleSince(b *batch, now time.Time) {
 	b.del = append(b.del, keySinceUnsynced)
 }
 
-// unvouched says why the store cannot vouch that cmd never ran, with b:
+// unvouched says why the ledger cannot vouch that cmd never ran, with b:
 // it was issued before the id table began, or no later than a command
 // whose id was forgotten. "" when every command issued when it was is
 // remembered.
-func (s *Store) unvouched(b *batch, cmd Command) string {
+func (s *Ledger) unvouched(b *batch, cmd Command) string {
 	since, forgot := s.since, s.forgot
 	if !b.since.IsZero() {
 		since = b.since
@@ -342,32 +342,32 @@ func (s *Store) unvouched(b *batch, cmd Command) string {
 	return ""
 }
 
-// elapsed is the running time the store has observed: what the file kept
+// elapsed is the running time the ledger has observed: what the file kept
 // at opening plus the monotonic time since.
-func (s *Store) elapsed() time.Duration { return s.base + s.opt.Elapsed() - s.e0 }
+func (s *Ledger) elapsed() time.Duration { return s.base + s.opt.Elapsed() - s.e0 }
 
 // loadClock reads the elapsed time and the floor of forgotten ids.
-func (s *Store) loadClock() error {
+func (s *Ledger) loadClock() error {
 	s.e0 = s.opt.Elapsed()
 	raw, err := s.aux.Aux(keyElapsed)
 	if err != nil {
-		return fmt.Errorf("downlink: open the command store: %w", err)
+		return fmt.Errorf("downlink: open the command ledger: %w", err)
 	}
 	if raw != nil {
 		n, err := strconv.ParseInt(string(raw), 10, 64)
 		if err != nil || n < 0 {
-			return fmt.Errorf("downlink: open the command store: %s is %q, not a count of nanoseconds", keyElapsed, raw)
+			return fmt.Errorf("downlink: open the command ledger: %s is %q, not a count of nanoseconds", keyElapsed, raw)
 		}
 		s.base = time.Duration(n)
 	}
 	if raw, err = s.aux.Aux(keyForgot); err != nil {
-		return fmt.Errorf("downlink: open the command store: %w", err)
+		return fmt.Errorf("downlink: open the command ledger: %w", err)
 	}
 	if raw != nil {
 		if err := s.forgot.UnmarshalText(raw); err != nil {
-			// Refuse to open rather than forget the floor: the store
+			// Refuse to open rather than forget the floor: the ledger
 			// could not vouch for any command.
-			return fmt.Errorf("downlink: open the command store: %s is %q: %w", keyForgot, raw, err)
+			return fmt.Errorf("downlink: open the command ledger: %s is %q: %w", keyForgot, raw, err)
 		}
 	}
 	return nil
@@ -376,7 +376,7 @@ func (s *Store) loadClock() error {
 // Finish records the final result of a command that Begin let run, and
 // its audit entry. On error the command stays recorded as running: a retry
 // may record it; a restart closes it as StatusUnknownOutcome.
-func (s *Store) Finish(res Result) error {
+func (s *Ledger) Finish(res Result) error {
 	if !res.Status.Final() {
 		return fmt.Errorf("downlink: finish command %s: status %q is not a final one", res.ID, res.Status)
 	}
@@ -414,7 +414,7 @@ func (s *Store) Finish(res Result) error {
 // command. Whoever can send commands can fill the log with these (the
 // oldest entries go first, see MaxAuditEntries): call it for what an
 // operator should see.
-func (s *Store) Refused(cmd *Command, res Result) error {
+func (s *Ledger) Refused(cmd *Command, res Result) error {
 	if res.At.IsZero() {
 		res.At = s.opt.Now()
 	}
@@ -431,7 +431,7 @@ func (s *Store) Refused(cmd *Command, res Result) error {
 // prune adds to b the deletion of every forgettable id but spare (the one
 // being answered), and the floor raised to their latest issued_at, and
 // returns them, to forget once b is committed.
-func (s *Store) prune(b *batch, spare string) []string {
+func (s *Ledger) prune(b *batch, spare string) []string {
 	var gone []string
 	elapsed := s.elapsed()
 	for id, r := range s.ids {
@@ -452,7 +452,7 @@ func (s *Store) prune(b *batch, spare string) []string {
 // batch is one update of the aux bucket: records and audit entries that
 // are committed together.
 type batch struct {
-	s      *Store
+	s      *Ledger
 	put    map[string][]byte
 	del    []string
 	head   auditHead
@@ -460,7 +460,7 @@ type batch struct {
 	forgot time.Time // the floor of forgotten ids, if it rises
 }
 
-func (s *Store) newBatch() *batch {
+func (s *Ledger) newBatch() *batch {
 	return &batch{s: s, put: map[string][]byte{}, head: s.head}
 }
 
@@ -472,8 +472,8 @@ func (b *batch) putID(r *idRecord) {
 	b.put[prefixID+r.ID] = data
 }
 
-// commit writes b, then makes its audit head the store's.
-func (s *Store) commit(b *batch) error {
+// commit writes b, then makes its audit head the ledger's.
+func (s *Ledger) commit(b *batch) error {
 	if len(b.put) == 0 && len(b.del) == 0 {
 		return nil
 	}

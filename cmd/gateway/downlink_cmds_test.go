@@ -117,7 +117,7 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	st, err := downlink.OpenStore(buf, downlink.StoreOptions{Now: func() time.Time { return t0 }})
+	st, err := downlink.OpenLedger(buf, downlink.LedgerOptions{Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,13 +33,13 @@ func openBuffer(t testing.TB, path string) *buffer.Buffer {
 	return b
 }
 
-func openStore(t testing.TB, aux Aux, now time.Time, opt StoreOptions) *Store {
+func openLedger(t testing.TB, aux Aux, now time.Time, opt LedgerOptions) *Ledger {
 	t.Helper()
 	opt.Now = func() time.Time { return now }
 	if opt.Synced == nil {
 		opt.Synced = func() bool { return true } // not the test machine's
 	}
-	s, err := OpenStore(aux, opt)
+	s, err := OpenLedger(aux, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func command(id string, issued time.Time) Command {
 		IssuedAt: NewTimestamp(issued), ExpiresAt: NewTimestamp(issued.Add(5 * time.Minute)), Actor: "ops:alice"}
 }
 
-func begin(t testing.TB, s *Store, c Command, now time.Time) *Result {
+func begin(t testing.TB, s *Ledger, c Command, now time.Time) *Result {
 	t.Helper()
 	r, err := s.Begin(c, now)
 	if err != nil {
@@ -61,7 +61,7 @@ func begin(t testing.TB, s *Store, c Command, now time.Time) *Result {
 	return r
 }
 
-func finish(t testing.TB, s *Store, r Result) {
+func finish(t testing.TB, s *Ledger, r Result) {
 	t.Helper()
 	if err := s.Finish(r); err != nil {
 		t.Fatalf("Finish %s: %v", r.ID, err)
@@ -96,9 +96,9 @@ func kinds(es []AuditEntry) []string {
 	return out
 }
 
-// consistent fails the test unless the ids the store holds in memory are
+// consistent fails the test unless the ids the ledger holds in memory are
 // those it keeps in the file.
-func consistent(t testing.TB, s *Store, aux AuxReader) {
+func consistent(t testing.TB, s *Ledger, aux AuxReader) {
 	t.Helper()
 	onDisk := map[string]bool{}
 	if err := aux.ScanAux(prefixID, func(k string, _ []byte) error { onDisk[strings.TrimPrefix(k, prefixID)] = true; return nil }); err != nil {
@@ -120,7 +120,7 @@ func consistent(t testing.TB, s *Store, aux AuxReader) {
 
 func TestBeginFinishDuplicate(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	c := command("cmd-1", t0)
 	if r := begin(t, s, c, t0.Add(time.Second)); r != nil {
 		t.Fatalf("a new command: %+v, want nil (run it)", r)
@@ -170,7 +170,7 @@ func second[T any](_ T, err error) error { return err }
 func TestRestartClosesRunningCommands(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "buffer.db")
 	buf := openBuffer(t, path)
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	a, b := command("cmd-a", t0), command("cmd-b", t0)
 	begin(t, s, a, t0)
 	begin(t, s, b, t0)
@@ -180,7 +180,7 @@ func TestRestartClosesRunningCommands(t *testing.T) {
 	}
 
 	buf = openBuffer(t, path)
-	s = openStore(t, buf, t0.Add(time.Minute), StoreOptions{})
+	s = openLedger(t, buf, t0.Add(time.Minute), LedgerOptions{})
 	r := begin(t, s, a, t0.Add(2*time.Minute))
 	if r == nil || r.Status != StatusUnknownOutcome || r.Reason != reasonRestarted || !r.At.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("the command running at the restart: %+v", r)
@@ -201,9 +201,9 @@ func TestRestartClosesRunningCommands(t *testing.T) {
 	consistent(t, s, buf)
 	// A third opening changes nothing more.
 	n := len(entries(t, buf))
-	openStore(t, buf, t0.Add(3*time.Minute), StoreOptions{})
+	openLedger(t, buf, t0.Add(3*time.Minute), LedgerOptions{})
 	if len(entries(t, buf)) != n {
-		t.Fatal("reopening the store wrote audit entries again")
+		t.Fatal("reopening the ledger wrote audit entries again")
 	}
 }
 
@@ -223,7 +223,7 @@ func TestStoreCrashChild(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(3)
 	}
-	s, err := OpenStore(buf, StoreOptions{Now: func() time.Time { return t0 }})
+	s, err := OpenLedger(buf, LedgerOptions{Now: func() time.Time { return t0 }})
 	if err == nil {
 		_, err = s.Begin(command("cmd-k", t0), t0)
 	}
@@ -259,7 +259,7 @@ func TestBeginIsDurable(t *testing.T) {
 		t.Fatalf("the child said %q (%v)", line, err)
 	}
 	buf := openBuffer(t, path)
-	s := openStore(t, buf, t0.Add(time.Minute), StoreOptions{})
+	s := openLedger(t, buf, t0.Add(time.Minute), LedgerOptions{})
 	if r := begin(t, s, command("cmd-k", t0), t0.Add(time.Minute)); r == nil || r.Status != StatusUnknownOutcome {
 		t.Fatalf("after the kill: %+v, want unknown_outcome", r)
 	}
@@ -275,7 +275,7 @@ func TestKeepWindow(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
 	var run time.Duration // this process's monotonic clock
 	mono := func() time.Duration { return run }
-	s := openStore(t, buf, t0, StoreOptions{Keep: time.Hour, Elapsed: mono}) // under the minimum: a day
+	s := openLedger(t, buf, t0, LedgerOptions{Keep: time.Hour, Elapsed: mono}) // under the minimum: a day
 	old := command("cmd-old", t0)
 	future := command("cmd-future", t0.Add(10*time.Hour)) // a platform clock ahead
 	for _, c := range []Command{old, future} {
@@ -302,7 +302,7 @@ func TestKeepWindow(t *testing.T) {
 	// the running time kept in the file forgets cmd-old, and the floor
 	// refuses it.
 	run = 0
-	s = openStore(t, buf, t0.AddDate(-1, 0, 0), StoreOptions{Elapsed: mono})
+	s = openLedger(t, buf, t0.AddDate(-1, 0, 0), LedgerOptions{Elapsed: mono})
 	if n := count(); n != 1 {
 		t.Fatalf("%d id records after 24 h of running, want 1 (cmd-future)", n)
 	}
@@ -322,7 +322,7 @@ func TestKeepWindow(t *testing.T) {
 	}
 	consistent(t, s, buf)
 	// The floor is cmd-future's issued_at now, whatever the clock says.
-	s = openStore(t, buf, t0, StoreOptions{Elapsed: mono})
+	s = openLedger(t, buf, t0, LedgerOptions{Elapsed: mono})
 	if r := begin(t, s, command("cmd-late", t0.Add(10*time.Hour)), t0.Add(10*time.Hour)); r == nil || r.Status != StatusRejected {
 		t.Fatalf("a new id issued at the forgotten cmd-future's time: %+v, want rejected", r)
 	}
@@ -336,19 +336,19 @@ func TestKeepWindow(t *testing.T) {
 func TestWallClockForgetsNothing(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
 	mono := func() time.Duration { return 0 }
-	s := openStore(t, buf, t0, StoreOptions{Elapsed: mono})
+	s := openLedger(t, buf, t0, LedgerOptions{Elapsed: mono})
 	c := command("cmd-1", t0)
 	begin(t, s, c, t0)
 	finish(t, s, Result{ID: "cmd-1", Status: StatusDone, At: t0})
 	later := t0.AddDate(3, 0, 0)
-	s = openStore(t, buf, later, StoreOptions{Elapsed: mono})
+	s = openLedger(t, buf, later, LedgerOptions{Elapsed: mono})
 	begin(t, s, command("cmd-2", later), later) // Begin prunes too
 	if r := begin(t, s, c, later); r == nil || r.Status != StatusDone {
 		t.Fatalf("cmd-1 with the clock 3 years on and no running time: %+v, want its result", r)
 	}
 }
 
-// TestRecordWithoutSeen: an id recorded before the store kept running
+// TestRecordWithoutSeen: an id recorded before the ledger kept running
 // time is kept a full Keep from the next opening: its age cannot be
 // vouched for.
 func TestRecordWithoutSeen(t *testing.T) {
@@ -362,7 +362,7 @@ func TestRecordWithoutSeen(t *testing.T) {
 	var run time.Duration
 	mono := func() time.Duration { return run }
 	run = 48 * time.Hour // a process long up when the new code first opens
-	s := openStore(t, buf, t0.AddDate(0, 0, 3), StoreOptions{Elapsed: mono})
+	s := openLedger(t, buf, t0.AddDate(0, 0, 3), LedgerOptions{Elapsed: mono})
 	run += 23 * time.Hour
 	if r := begin(t, s, c, t0.AddDate(0, 0, 4)); r == nil || r.Status != StatusDone {
 		t.Fatalf("23 h after the opening: %+v, want its result", r)
@@ -375,12 +375,12 @@ func TestRecordWithoutSeen(t *testing.T) {
 }
 
 // TestSalvagedFileRefusesOlderCommands: salvage does not keep the aux
-// bucket, so the store has forgotten every id; it refuses commands issued
+// bucket, so the ledger has forgotten every id; it refuses commands issued
 // before its new start instead of running them again.
 func TestSalvagedFileRefusesOlderCommands(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "buffer.db")
 	buf := openBuffer(t, path)
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	c := command("cmd-1", t0)
 	begin(t, s, c, t0)
 	finish(t, s, Result{ID: "cmd-1", Status: StatusDone, At: t0})
@@ -400,7 +400,7 @@ func TestSalvagedFileRefusesOlderCommands(t *testing.T) {
 		t.Fatal("the file was not salvaged")
 	}
 	t1 := t0.Add(time.Minute)
-	s = openStore(t, buf, t1, StoreOptions{})
+	s = openLedger(t, buf, t1, LedgerOptions{})
 	r := begin(t, s, c, t1)
 	if r == nil || r.Status != StatusRejected || !strings.Contains(r.Reason, "salvaged") {
 		t.Fatalf("the replayed command after a salvage: %+v, want rejected", r)
@@ -417,13 +417,13 @@ func TestSalvagedFileRefusesOlderCommands(t *testing.T) {
 // does not refuse every command once the clock is right.
 func TestClockAheadAtStart(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	openStore(t, buf, t0.AddDate(1, 0, 0), StoreOptions{})
+	openLedger(t, buf, t0.AddDate(1, 0, 0), LedgerOptions{})
 	// Until the kernel says the clock is synchronised, the start stays.
-	s := openStore(t, buf, t0, StoreOptions{Synced: func() bool { return false }})
+	s := openLedger(t, buf, t0, LedgerOptions{Synced: func() bool { return false }})
 	if r := begin(t, s, command("cmd-0", t0.Add(time.Second)), t0.Add(time.Second)); r == nil || r.Status != StatusRejected {
 		t.Fatalf("issued before the start, the clock not synchronised: %+v, want rejected", r)
 	}
-	s = openStore(t, buf, t0, StoreOptions{Synced: func() bool { return true }})
+	s = openLedger(t, buf, t0, LedgerOptions{Synced: func() bool { return true }})
 	// Issued before the clock was put right: cannot vouch for it.
 	if r := begin(t, s, command("cmd-1", t0.Add(-time.Second)), t0); r == nil || r.Status != StatusRejected {
 		t.Fatalf("issued before the clock came back: %+v", r)
@@ -450,7 +450,7 @@ func (f *failingAux) UpdateAux(put map[string][]byte, del []string) error {
 // leaves nothing behind; the command may come again.
 func TestBeginFailsSafely(t *testing.T) {
 	aux := &failingAux{Buffer: openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))}
-	s := openStore(t, aux, t0, StoreOptions{})
+	s := openLedger(t, aux, t0, LedgerOptions{})
 	aux.fail.Store(true)
 	c := command("cmd-1", t0)
 	if _, err := s.Begin(c, t0); err == nil || !strings.Contains(err.Error(), "cmd-1") {
@@ -477,7 +477,7 @@ func TestBeginFailsSafely(t *testing.T) {
 // TestBeginOnce: of many concurrent deliveries of one command, one runs.
 func TestBeginOnce(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	var ran atomic.Int32
 	var wg sync.WaitGroup
 	for range 8 {
@@ -497,12 +497,12 @@ func TestBeginOnce(t *testing.T) {
 	}
 }
 
-// auditFixture writes a store with commands 1 to 4 run and returns the
+// auditFixture writes a ledger with commands 1 to 4 run and returns the
 // buffer and its path.
 func auditFixture(t *testing.T) (*buffer.Buffer, string) {
 	path := filepath.Join(t.TempDir(), "buffer.db")
 	buf := openBuffer(t, path)
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	for i := 1; i <= 4; i++ {
 		c := command(fmt.Sprintf("cmd-%d", i), t0)
 		c.Actor = fmt.Sprintf("ops:marker-%d", i)
@@ -644,7 +644,7 @@ func editFile(t *testing.T, path, old, new string) {
 // verifies; the oldest kept is anchored, so deleting it is found.
 func TestAuditBound(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	s := openStore(t, buf, t0, StoreOptions{MaxAuditEntries: 5})
+	s := openLedger(t, buf, t0, LedgerOptions{MaxAuditEntries: 5})
 	for i := range 10 {
 		c := command(fmt.Sprintf("cmd-%d", i), t0)
 		begin(t, s, c, t0)
@@ -662,7 +662,7 @@ func TestAuditBound(t *testing.T) {
 		t.Fatalf("the oldest kept entry deleted: %v", err)
 	}
 	// One entry kept: written and trimmed in the same update.
-	s1 := openStore(t, openBuffer(t, filepath.Join(t.TempDir(), "b1.db")), t0, StoreOptions{MaxAuditEntries: 1})
+	s1 := openLedger(t, openBuffer(t, filepath.Join(t.TempDir(), "b1.db")), t0, LedgerOptions{MaxAuditEntries: 1})
 	begin(t, s1, command("cmd-1", t0), t0)
 	if err := s1.Verify(); err != nil {
 		t.Fatal(err)
@@ -673,7 +673,7 @@ func TestAuditBound(t *testing.T) {
 // id is not taken: the real command runs.
 func TestRefused(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	forged := command("cmd-1", t0)
 	forged.Value = Number(100)
 	if err := s.Refused(&forged, Result{ID: "cmd-1", Status: StatusRejected, Reason: "signature does not verify", At: t0}); err != nil {
@@ -698,11 +698,11 @@ func TestRefused(t *testing.T) {
 // (never run again) with an unknown outcome.
 func TestUnreadableRecord(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	openStore(t, buf, t0, StoreOptions{})
+	openLedger(t, buf, t0, LedgerOptions{})
 	if err := buf.PutAux(prefixID+"cmd-1", []byte("{garbage")); err != nil {
 		t.Fatal(err)
 	}
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	if r := begin(t, s, command("cmd-1", t0), t0); r == nil || r.Status != StatusUnknownOutcome || !strings.Contains(r.Reason, "unreadable") {
 		t.Fatalf("a command whose record was unreadable: %+v", r)
 	}
@@ -718,7 +718,7 @@ func TestUnreadableRecord(t *testing.T) {
 func TestRedeliveredAfterClockStep(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "buffer.db")
 	buf := openBuffer(t, path)
-	s := openStore(t, buf, t0, StoreOptions{})
+	s := openLedger(t, buf, t0, LedgerOptions{})
 	x := command("cmd-x", t0)
 	if r := begin(t, s, x, t0); r != nil {
 		t.Fatalf("the first delivery: %+v, want it run", r)
@@ -729,13 +729,13 @@ func TestRedeliveredAfterClockStep(t *testing.T) {
 	}
 	fast := t0.Add(25 * time.Hour) // a minute later in truth
 	buf = openBuffer(t, path)
-	openStore(t, buf, fast, StoreOptions{})
+	openLedger(t, buf, fast, LedgerOptions{})
 	if err := buf.Close(); err != nil {
 		t.Fatal(err)
 	}
 	right := t0.Add(2 * time.Minute) // NTP stepped the clock back
 	buf = openBuffer(t, path)
-	s = openStore(t, buf, right, StoreOptions{})
+	s = openLedger(t, buf, right, LedgerOptions{})
 	if r := begin(t, s, x, right); r == nil {
 		t.Fatal("cmd-x redelivered after the clock came back: nil, it ran a second time")
 	}
@@ -746,9 +746,9 @@ func TestRedeliveredAfterClockStep(t *testing.T) {
 // save): a command issued before the salvage must stay refused.
 func TestSalvageThenClockBack(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	openStore(t, buf, t0, StoreOptions{}) // the record begins at t0
+	openLedger(t, buf, t0, LedgerOptions{}) // the record begins at t0
 	behind := t0.Add(-time.Hour)
-	s := openStore(t, buf, behind, StoreOptions{Synced: func() bool { return false }})
+	s := openLedger(t, buf, behind, LedgerOptions{Synced: func() bool { return false }})
 	if r := begin(t, s, command("cmd-lost", t0.Add(-30*time.Minute)), behind.Add(time.Minute)); r == nil {
 		t.Fatal("a command issued before the record began, with the clock an hour behind: nil, it ran (it may have run before the salvage)")
 	}
@@ -760,10 +760,10 @@ func TestSalvageThenClockBack(t *testing.T) {
 // refused once NTP has set the clock; one issued after runs.
 func TestUnsyncedStartSettles(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	unsynced := StoreOptions{Synced: func() bool { return false }}
-	openStore(t, buf, time.Unix(90, 0), unsynced) // the record begins in 1970
-	openStore(t, buf, time.Unix(300, 0), unsynced)
-	s := openStore(t, buf, t0, StoreOptions{}) // NTP has set the clock
+	unsynced := LedgerOptions{Synced: func() bool { return false }}
+	openLedger(t, buf, time.Unix(90, 0), unsynced) // the record begins in 1970
+	openLedger(t, buf, time.Unix(300, 0), unsynced)
+	s := openLedger(t, buf, t0, LedgerOptions{}) // NTP has set the clock
 	if r := begin(t, s, command("cmd-before", t0.Add(-time.Hour)), t0); r == nil || r.Status != StatusRejected {
 		t.Fatalf("issued an hour before the first good time: %+v, want rejected", r)
 	}
