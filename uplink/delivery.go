@@ -13,8 +13,8 @@ import (
 	"fieldlink/selector"
 )
 
-// Queue is the durable buffer as the delivery loop uses it.
-type Queue interface {
+// Buffer is the durable buffer as the delivery loop uses it.
+type Buffer interface {
 	// Next leases up to max records, alarms first; they are not handed out
 	// again until released.
 	Next(max int) ([]buffer.Record, error)
@@ -156,7 +156,7 @@ func (s *slot) coolFor(wait time.Duration) {
 // loop backs off. Many batches are in flight at once (each upstream's
 // window), so a backlog drains over every healthy upstream in parallel.
 type Delivery struct {
-	q     Queue
+	q     Buffer
 	table *selector.Table
 	strat selector.Strategy
 	opt   DeliveryOptions
@@ -175,7 +175,7 @@ type Delivery struct {
 }
 
 // NewDelivery returns a loop over q; add upstreams with Add before Run.
-func NewDelivery(q Queue, table *selector.Table, strat selector.Strategy, opt DeliveryOptions) *Delivery {
+func NewDelivery(q Buffer, table *selector.Table, strat selector.Strategy, opt DeliveryOptions) *Delivery {
 	if opt.Backoff <= 0 {
 		opt.Backoff = 5 * time.Second
 	}
@@ -394,7 +394,7 @@ func (d *Delivery) ackLoop() {
 	}
 }
 
-// laterAcker is a Queue whose deletions can ride on its next write instead
+// laterAcker is a Buffer whose deletions can ride on its next write instead
 // of costing one of their own ([buffer.Buffer.AckLater]): a crash before
 // that write only sends the packets again, which at-least-once allows.
 type laterAcker interface {

@@ -5,7 +5,7 @@
 //
 // # The delivery path
 //
-// A [Delivery] runs one loop over a [Queue] (the buffer). The buffer leases
+// A [Delivery] runs one loop over a [Buffer]. The buffer leases
 // records, alarms first: a leased record is not handed out again until it is
 // acked or released, so a packet is in at most one send at a time.
 //

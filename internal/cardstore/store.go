@@ -14,7 +14,7 @@
 // the oldest normal readings first and alarms last. It is lost by a power
 // cut or a reboot, which the status says.
 //
-// [Store] is the delivery loop's queue (uplink.Queue) over both buffers:
+// [Store] is the delivery loop's buffer (uplink.Buffer) over both buffers:
 // alarms first, then by reading time, oldest first. The
 // volatile buffer's seqs carry bit 63 ([Volatile]), so that acks reach the
 // buffer that leased them.
