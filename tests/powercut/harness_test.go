@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -68,13 +68,7 @@ func seeded(t *testing.T) (*rand.Rand, uint64) {
 // is amd64).
 func buildGateway(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gateway")
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "field,nethttpomithttp2", "-o", bin, "fieldlink/cmd/gateway")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the field gateway: %v\n%s", err, out)
-	}
-	return bin
+	return testtool.Build{Tags: []string{"field", "nethttpomithttp2"}, GOARCH: "amd64", Static: true, Release: true}.Run(t)
 }
 
 // siteFile is the power cut site: three emulated devices polled fast on
