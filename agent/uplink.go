@@ -124,7 +124,7 @@ func upstreamConfig(c *config.Config, cu config.Upstream) (uplink.UpstreamConfig
 	}
 	uc := uplink.UpstreamConfig{
 		URL: cu.URL, Weight: cu.Weight, Topic: cu.Topic, AtMostOnce: cu.QoS != nil && *cu.QoS == 0,
-		Username: cu.Username, Password: pw, TLS: tlsConf, Health: cu.Health, Encoding: cu.Encoding,
+		Username: cu.Username, Password: pw, TLS: tlsConf, ProbeURL: cu.ProbeURL, Encoding: cu.Encoding,
 	}
 	if cu.TokenFile != "" {
 		if uc.Token, err = firstLine(c.Rel(cu.TokenFile)); err != nil {

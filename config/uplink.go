@@ -144,9 +144,10 @@ type Upstream struct {
 	// a line. HTTP upstreams only; their contents are never logged.
 	TokenFile   string `yaml:"token_file"`
 	HeadersFile string `yaml:"headers_file"`
-	// Health is an HTTP URL probed for latency instead of a TCP connect.
-	Health string      `yaml:"health"`
-	Load   *LoadSource `yaml:"load"`
+	// ProbeURL (health in the site file) is an HTTP URL probed for latency
+	// instead of a TCP connect.
+	ProbeURL string      `yaml:"health"`
+	Load     *LoadSource `yaml:"load"`
 	// Sparkplug names the node of an MQTT upstream with encoding
 	// sparkplug_b.
 	Sparkplug *Sparkplug `yaml:"sparkplug"`
@@ -356,8 +357,8 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 				c.Warnings = append(c.Warnings, fmt.Sprintf("%s:%d: %s.tls.insecure_skip_verify: the server's certificate will NOT be verified; anyone on the path can read and forge packets", c.File, line, f))
 			}
 		}
-		if up.Health != "" {
-			if hs, err := UpstreamScheme(up.Health); err != nil || (hs != "http" && hs != "https") {
+		if up.ProbeURL != "" {
+			if hs, err := UpstreamScheme(up.ProbeURL); err != nil || (hs != "http" && hs != "https") {
 				doc.Errorf(f+".health", "must be an http:// or https:// URL")
 			}
 		}

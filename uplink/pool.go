@@ -39,8 +39,8 @@ type UpstreamConfig struct {
 	Encoding Encoding
 	Token    string
 	Header   http.Header
-	// Health is the probe's target; "" derives it from URL ([ProbeTarget]).
-	Health string
+	// ProbeURL is the probe's target; "" derives it from URL ([ProbeTarget]).
+	ProbeURL string
 	// LoadURL polls an HTTP load report every LoadInterval; LoadTopic
 	// subscribes to one on the upstream's own MQTT broker.
 	LoadURL      string
@@ -71,7 +71,7 @@ type PoolConfig struct {
 	// "" means [DefaultProbeTopic], [ProbeTopicOff] TCP connects. Kept to
 	// TCP connects whatever it says: Sparkplug B upstreams (their topic
 	// namespace has no room for a probe topic) and upstreams with a
-	// Health target of their own.
+	// ProbeURL of their own.
 	ProbeTopic string
 	// GatewayID and Epoch go with every HTTP batch (see [HTTPConfig]).
 	GatewayID, Epoch string
@@ -241,7 +241,7 @@ func (p *Pool) setWeight(m *member, w int, drain bool) error {
 // starts them once the upstream has its table index.
 func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), error) {
 	cfg := p.cfg
-	target := u.Health
+	target := u.ProbeURL
 	if target == "" {
 		var err error
 		if target, err = ProbeTarget(u.URL); err != nil {
@@ -249,7 +249,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		}
 	}
 	probeTopic := ""
-	if scheme, _, _ := strings.Cut(u.URL, "://"); (scheme == "mqtt" || scheme == "mqtts") && u.Health == "" && u.Sparkplug == nil {
+	if scheme, _, _ := strings.Cut(u.URL, "://"); (scheme == "mqtt" || scheme == "mqtts") && u.ProbeURL == "" && u.Sparkplug == nil {
 		// A Sparkplug B edge node publishes only under spBv1.0/ and only
 		// its births, deaths and data: a host application or a broker
 		// that enforces the namespace would take any other topic for a

@@ -291,7 +291,7 @@ func TestPoolProbesWithTCPWhenTold(t *testing.T) {
 		}},
 		{"health target", "", func(url string) UpstreamConfig {
 			target, _ := ProbeTarget(url)
-			return UpstreamConfig{URL: url, Health: target}
+			return UpstreamConfig{URL: url, ProbeURL: target}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
