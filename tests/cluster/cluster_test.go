@@ -54,7 +54,7 @@ func TestCluster(t *testing.T) {
 		links[i] = newLink(t, n.name, n.mqttAddr())
 		upstreams = append(upstreams, links[i].addr())
 	}
-	metricsPort := freePort(t)
+	metricsPort := testtool.FreePort(t)
 	site := siteFile(t, t.TempDir(), startEmulator(t), metricsPort, upstreams)
 	gw := startGateway(t, gwBin, site, metricsPort, led)
 	start := time.Now()
@@ -230,14 +230,8 @@ func msgsLeader(t *testing.T, nodes [3]*node) int {
 // waitCaughtUp waits until every packet stored until t reached the
 // subscriber, for at most limit; it returns when that happened.
 func waitCaughtUp(led *ledger, t time.Time, limit time.Duration) (time.Time, bool) {
-	deadline := time.Now().Add(limit)
-	for led.missing(t.Add(-24*time.Hour), t) > 0 {
-		if time.Now().After(deadline) {
-			return time.Now(), false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Now(), true
+	ok := testtool.Eventually(limit, 20*time.Millisecond, func() bool { return led.missing(t.Add(-24*time.Hour), t) == 0 })
+	return time.Now(), ok
 }
 
 func deliveredOrFail(t *testing.T, gw *gateway) map[string]float64 {

@@ -37,17 +37,6 @@ type node struct {
 	exited chan struct{}
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // newCluster writes the config of three clustered nodes, JetStream and MQTT
 // on each, and starts them; it returns once every node has its two routes
 // and says JetStream is ready (the MQTT streams are made by the first MQTT
@@ -59,7 +48,7 @@ func newCluster(t *testing.T, bin string) [3]*node {
 	var routes []string
 	for i := range nodes {
 		nodes[i] = &node{t: t, name: fmt.Sprintf("n%d", i+1), bin: bin,
-			mqtt: freePort(t), http: freePort(t), cluster: freePort(t)}
+			mqtt: testtool.FreePort(t), http: testtool.FreePort(t), cluster: testtool.FreePort(t)}
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", nodes[i].cluster))
 	}
 	for _, n := range nodes {
