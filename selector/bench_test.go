@@ -75,11 +75,11 @@ func BenchmarkBeginEnd(b *testing.B) {
 	}
 }
 
-// benchSeeds are the seed strategies and the outlier layer, which New does
-// not make (yet), for BenchmarkPickSeeds. benchTable's upstreams report no
+// benchPapers are the strategies of docs/algorithms.md § 000–004 and the outlier layer, which New does
+// not make (yet), for BenchmarkPickPapers. benchTable's upstreams report no
 // load, so load_aware is measured on its fallback and load_aware/reported
 // with a report from each.
-var benchSeeds = []struct {
+var benchPapers = []struct {
 	name   string
 	mk     func() Strategy
 	report bool
@@ -96,10 +96,10 @@ var benchSeeds = []struct {
 	{"round_robin+outlier", func() Strategy { return WithOutlier(new(roundRobin), OutlierOptions{}) }, false},
 }
 
-// BenchmarkPickSeeds is BenchmarkPick and BenchmarkPickParallel for
-// benchSeeds.
-func BenchmarkPickSeeds(b *testing.B) {
-	for _, v := range benchSeeds {
+// BenchmarkPickPapers is BenchmarkPick and BenchmarkPickParallel for
+// benchPapers.
+func BenchmarkPickPapers(b *testing.B) {
+	for _, v := range benchPapers {
 		for _, n := range []int{2, 4, 16} {
 			b.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(b *testing.B) {
 				tb, s := benchTable(n, 0), v.mk()

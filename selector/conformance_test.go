@@ -22,10 +22,10 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// seedStrategies are the strategies from the seed papers 000, 001 and 004,
+// paperStrategies are the strategies of docs/algorithms.md § 000, 001 and 004,
 // and the outlier layer over some of them, by name; each call returns a
 // fresh one.
-var seedStrategies = []struct {
+var paperStrategies = []struct {
 	name string
 	mk   func() selector.Strategy
 }{
@@ -84,7 +84,7 @@ func withOutlier(name string) selector.Strategy {
 // TestConformanceSeeds runs the conformance suite against the seed
 // strategies and the outlier layer.
 func TestConformanceSeeds(t *testing.T) {
-	for _, s := range seedStrategies {
+	for _, s := range paperStrategies {
 		t.Run(s.name, func(t *testing.T) { selectortest.Run(t, s.mk) })
 	}
 }
