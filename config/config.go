@@ -336,7 +336,8 @@ func Parse(file string, data []byte, profiles ProfileSource) (*Config, error) {
 	}
 	c.Profiles = set
 	c.validate(doc)
-	c.validateNorth(doc)
+	c.validateBuffer(doc)
+	c.validateUplink(doc)
 	c.validateDownlink(doc)
 	c.validateRemote(doc)
 	c.metricsDefaults()

@@ -184,7 +184,9 @@ const DefaultSelector = "drf_cswlc"
 // SelectorNames are the strategies a site file may name: the selector's.
 var SelectorNames = selector.Names()
 
-func (c *Config) validateNorth(doc *yamlconf.Doc) {
+// validateBuffer checks the buffer section and fills in its defaults: the
+// path's here, the rest the buffer package's own.
+func (c *Config) validateBuffer(doc *yamlconf.Doc) {
 	b := &c.Buffer
 	if b.Path == "" {
 		b.Path = DefaultBufferPath
@@ -194,7 +196,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		}
 	}
 	if b.SyncEvery == 0 {
-		b.SyncEvery = time.Second
+		b.SyncEvery = buffer.DefaultSyncEvery
 	} else if b.Durability != buffer.Interval {
 		doc.Errorf("buffer.sync_every", "applies only with durability: interval")
 	}
@@ -202,14 +204,18 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		doc.Errorf("buffer.sync_every", "must be between 1ms and 1m, got %v", b.SyncEvery)
 	}
 	if b.MaxBytes == 0 {
-		b.MaxBytes = 256 << 20
+		b.MaxBytes = buffer.DefaultMaxBytes
 	} else if b.MaxBytes < 64<<10 {
 		doc.Errorf("buffer.max_bytes", "must be at least 64KiB, got %d bytes", b.MaxBytes)
 	}
 	if b.MaxAge < 0 {
 		doc.Errorf("buffer.max_age", "must be 0 (keep packets until delivered) or positive, got %v", b.MaxAge)
 	}
+}
 
+// validateUplink checks the uplink section, when there is one, and fills in
+// its defaults: the selector's here, the rest the uplink package's own.
+func (c *Config) validateUplink(doc *yamlconf.Doc) {
 	u := c.Uplink
 	if u == nil {
 		return
@@ -261,7 +267,7 @@ func (c *Config) validateNorth(doc *yamlconf.Doc) {
 		doc.Errorf("uplink.window", "must be 1..65535, got %d", u.Window)
 	}
 	if u.Batch == 0 {
-		u.Batch = 50
+		u.Batch = uplink.DefaultBatch
 	}
 	if u.Batch < 1 || u.Batch > 10000 {
 		doc.Errorf("uplink.batch", "must be 1..10000, got %d", u.Batch)

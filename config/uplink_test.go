@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fieldlink/buffer"
+	"fieldlink/uplink"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,21 @@ func TestUpstreamURLErrorsHideThePassword(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%s: %v", raw, err)
 		}
+	}
+}
+
+// TestSectionDefaultsAreThePackages: the defaults the buffer and uplink
+// sections take are the buffer's and the uplink's own, not copies.
+func TestSectionDefaultsAreThePackages(t *testing.T) {
+	c, err := Parse("site.yaml", []byte(good+"buffer: {durability: interval}\nuplink: {upstreams: [{url: 'https://h/p'}]}\n"), testProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.Buffer; b.SyncEvery != buffer.DefaultSyncEvery || b.MaxBytes != buffer.DefaultMaxBytes {
+		t.Errorf("buffer sync_every %v, max_bytes %d: want the buffer package's %v, %d", b.SyncEvery, b.MaxBytes, buffer.DefaultSyncEvery, buffer.DefaultMaxBytes)
+	}
+	u := c.Uplink
+	if u.Batch != uplink.DefaultBatch || u.Window != uplink.DefaultWindow || u.Probe.Interval != uplink.DefaultProbeInterval || u.Probe.Timeout != uplink.DefaultProbeTimeout {
+		t.Errorf("uplink batch %d, window %d, probe %v/%v: want the uplink package's", u.Batch, u.Window, u.Probe.Interval, u.Probe.Timeout)
 	}
 }

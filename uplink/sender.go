@@ -88,6 +88,10 @@ type HTTPSender struct {
 	noted  lastErr     // the latest failed probe or connection
 }
 
+// DefaultBatch is how many records one POST carries at most when the site
+// file does not say (uplink.batch).
+const DefaultBatch = 50
+
 // NewHTTPSender returns the sender of h: batches of up to batch records, up
 // to window POSTs in flight (each at least 1).
 func NewHTTPSender(h *HTTP, batch, window int) *HTTPSender {
