@@ -89,7 +89,7 @@ type UpstreamCounters struct {
 	Picked    uint64 // batches sent to it
 	Delivered uint64 // records it acknowledged
 	Failed    uint64 // batches that failed on it
-	// LastError is the upstream's latest failure in words ([Explain]): a
+	// LastError is the upstream's latest failure in words: a
 	// delivery that failed, or a connection that failed or ended (its
 	// sender's LastError, for MQTT and for HTTP's probes); "" if none
 	// since it was added. LastErrorAt is when.

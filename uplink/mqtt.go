@@ -13,17 +13,17 @@ import (
 // Errors returned by [MQTT.Publish]. Whatever the error, the broker did not
 // acknowledge the packet: keep it in the buffer and send it again later.
 var (
-	// ErrMQTTNotConnected: there is no connection to the broker at the
+	// errMQTTNotConnected: there is no connection to the broker at the
 	// moment (Run not started, connecting, or backing off after a failure).
 	// Publish returns it at once; the message names the last failure.
-	ErrMQTTNotConnected = errors.New("not connected")
-	// ErrMQTTConnLost: the connection ended before the broker's PUBACK for
+	errMQTTNotConnected = errors.New("not connected")
+	// errMQTTConnLost: the connection ended before the broker's PUBACK for
 	// the packet arrived. The broker may or may not have the packet.
-	ErrMQTTConnLost = errors.New("connection lost before PUBACK")
-	// ErrMQTTAckTimeout: no PUBACK arrived within PublishTimeout. The
+	errMQTTConnLost = errors.New("connection lost before PUBACK")
+	// errMQTTAckTimeout: no PUBACK arrived within PublishTimeout. The
 	// connection is then dropped and made again, so that a stuck link does
 	// not hold the in-flight window.
-	ErrMQTTAckTimeout = errors.New("no PUBACK in time")
+	errMQTTAckTimeout = errors.New("no PUBACK in time")
 	// ErrMQTTClientIDInUse: the broker dropped this gateway's connections
 	// just after accepting them, several times in a row, as it does when
 	// another client connects with the same client id (two gateways with
@@ -85,7 +85,7 @@ type MQTT struct {
 	loads   chan []byte // latest load report, for Run's dispatcher
 	subs    []*subscription
 	kick    chan struct{}     // ends a reconnect wait early (see Kick)
-	session *sparkplugSession // Sparkplug B births, deaths and commands, or nil (see NewSparkplug)
+	session *sparkplugSession // Sparkplug B births, deaths and commands, or nil (see newSparkplug)
 }
 
 // Kick tells Run that the broker looks reachable again (a latency probe
@@ -110,8 +110,8 @@ func (m *MQTT) Window() int { return m.cfg.Window }
 func (m *MQTT) String() string { return "MQTT(" + m.name + ")" }
 
 // Connected reports whether a connection is up and announced "online".
-// Once it turns false, Publish returns ErrMQTTNotConnected until Run has
-// made a new connection.
+// Once it turns false, Publish fails at once, not connected, until Run
+// has made a new connection.
 func (m *MQTT) Connected() bool { return m.conn() != nil }
 
 // conn returns the current connection if it is up, else nil.
@@ -130,10 +130,9 @@ func (m *MQTT) conn() *mqttConn {
 
 // Publish sends payload on the topic made from the template, topicVars
 // (data_type, device) and Vars. At QoS 1 it returns nil only when the
-// broker's PUBACK for this packet arrived; otherwise an error wrapping
-// [ErrMQTTNotConnected] (returned at once), [ErrMQTTConnLost] (with
-// [ErrMQTTAckTimeout] when the connection was dropped for a late PUBACK)
-// or ctx's error. At QoS 0 nil means written to the socket. A packet whose
+// broker's PUBACK for this packet arrived; otherwise an error saying that
+// there is no connection (returned at once), that the connection was lost
+// before the PUBACK (or dropped for a late one), or ctx's error. At QoS 0 nil means written to the socket. A packet whose
 // topic cannot be made (a variable missing, empty, or with '/', '+', '#')
 // gets an error whose Permanent method returns true: sending it again
 // cannot help.

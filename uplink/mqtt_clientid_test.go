@@ -58,10 +58,10 @@ func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 		packets bool
 	}{
 		{"status publish", "", false},
-		{"packets", StatusTopicOff, true},
+		{"packets", statusTopicOff, true},
 		// Probes stop waiting for their PUBACK at their deadline, well
 		// before the node gives up on the publish and closes.
-		{"probes", StatusTopicOff, false},
+		{"probes", statusTopicOff, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := mqttStartBroker(t, mqttBrokerOpts{})

@@ -18,9 +18,9 @@ const (
 	// DefaultStatusTopic is where [MQTTConfig.StatusTopic] publishes
 	// when it is empty.
 	DefaultStatusTopic = "fieldlink/{site}/{gateway}/status"
-	// StatusTopicOff as [MQTTConfig.StatusTopic] publishes no status: no
+	// statusTopicOff as [MQTTConfig.StatusTopic] publishes no status: no
 	// "online", no "offline", no last will.
-	StatusTopicOff            = "off"
+	statusTopicOff            = "off"
 	DefaultWindow             = 64
 	mqttDefaultKeepAlive      = 30 * time.Second
 	mqttDefaultConnectTimeout = 5 * time.Second
@@ -81,7 +81,7 @@ type MQTTConfig struct {
 	// StatusTopic gets a retained "online" after each connect, a retained
 	// "offline" when Run ends, and "offline" is also the last will, which the
 	// broker publishes (retained) when the connection breaks. Default
-	// [DefaultStatusTopic], filled from Vars; [StatusTopicOff] publishes
+	// [DefaultStatusTopic], filled from Vars; "off" publishes
 	// none of them. See [CheckStatusTopic].
 	StatusTopic string
 	// KeepAlive (default 30 s; PINGREQ when idle, a dead link is found
@@ -171,7 +171,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 	if cfg.StatusTopic == "" {
 		cfg.StatusTopic = DefaultStatusTopic
 	}
-	if cfg.StatusTopic != StatusTopicOff {
+	if cfg.StatusTopic != statusTopicOff {
 		if m.status, err = mqttStatusTopic(cfg.StatusTopic, cfg.Vars); err != nil {
 			return fail("status topic %q: %v", cfg.StatusTopic, err)
 		}

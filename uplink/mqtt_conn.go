@@ -26,7 +26,7 @@ func (m *MQTT) setLastErr(err error) {
 }
 
 // LastError is the latest reason a connection to the broker failed or
-// ended, in words ([Explain]), and when; "" before the first. It stays
+// ended, in words, and when; "" before the first. It stays
 // after the connection is made again: the status page shows it beside
 // the time. Safe for concurrent use.
 func (m *MQTT) LastError() (string, time.Time) { return m.noted.get() }
@@ -68,7 +68,7 @@ func droppedByBroker(err error, lived, within time.Duration, stalled bool) bool 
 	}
 	var acc acceptedErr
 	if errors.As(err, &acc) {
-		return !acc.stalled && errors.Is(err, ErrMQTTConnLost) && !errors.Is(err, ErrMQTTAckTimeout)
+		return !acc.stalled && errors.Is(err, errMQTTConnLost) && !errors.Is(err, errMQTTAckTimeout)
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }

@@ -92,7 +92,7 @@ func (m *MQTT) pump(c *mqttConn) {
 			}
 		case <-timer.C:
 			armed = -1
-			c.drop(fmt.Errorf("%w (%v)", ErrMQTTAckTimeout, m.cfg.PublishTimeout))
+			c.drop(fmt.Errorf("%w (%v)", errMQTTAckTimeout, m.cfg.PublishTimeout))
 		case <-closing:
 			requests, closing = nil, nil
 			for drained := false; !drained; {
@@ -106,7 +106,7 @@ func (m *MQTT) pump(c *mqttConn) {
 			}
 			grace = time.After(min(m.cfg.PublishTimeout, mqttOfflineTimeout))
 		case <-grace:
-			m.answerAll(ring, head, n, fmt.Errorf("uplink: mqtt %s: %w: stopped", m.name, ErrMQTTConnLost))
+			m.answerAll(ring, head, n, fmt.Errorf("uplink: mqtt %s: %w: stopped", m.name, errMQTTConnLost))
 			return
 		case <-c.lost:
 			c.noteWait(oldestWait(ring, head, n))
@@ -175,9 +175,9 @@ func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout t
 			return awaitErr(tok)
 		default:
 		}
-		return fmt.Errorf("%w: %v", ErrMQTTConnLost, c.lostErr)
+		return fmt.Errorf("%w: %v", errMQTTConnLost, c.lostErr)
 	case <-t.C:
-		err := fmt.Errorf("%w (%v)", ErrMQTTAckTimeout, timeout)
+		err := fmt.Errorf("%w (%v)", errMQTTAckTimeout, timeout)
 		c.drop(err)
 		return err
 	case <-ctx.Done():
@@ -221,16 +221,16 @@ func (c *mqttConn) noteWait(d time.Duration) {
 // awaitErr is a completed token's error, without the upstream's name.
 func awaitErr(tok paho.Token) error {
 	if err := tok.Error(); err != nil {
-		return fmt.Errorf("%w: %v", ErrMQTTConnLost, err)
+		return fmt.Errorf("%w: %v", errMQTTConnLost, err)
 	}
 	return nil
 }
 
 func (m *MQTT) lostErr(c *mqttConn) error {
-	if errors.Is(c.lostErr, ErrMQTTAckTimeout) {
-		return fmt.Errorf("uplink: mqtt %s: %w: %w", m.name, ErrMQTTConnLost, c.lostErr)
+	if errors.Is(c.lostErr, errMQTTAckTimeout) {
+		return fmt.Errorf("uplink: mqtt %s: %w: %w", m.name, errMQTTConnLost, c.lostErr)
 	}
-	return fmt.Errorf("uplink: mqtt %s: %w: %v", m.name, ErrMQTTConnLost, c.lostErr)
+	return fmt.Errorf("uplink: mqtt %s: %w: %v", m.name, errMQTTConnLost, c.lostErr)
 }
 
 func (m *MQTT) tokenErr(tok paho.Token) error {
@@ -241,13 +241,13 @@ func (m *MQTT) tokenErr(tok paho.Token) error {
 	case errors.Is(err, paho.ErrNotConnected):
 		return m.notConnected()
 	default:
-		return fmt.Errorf("uplink: mqtt %s: %w: %v", m.name, ErrMQTTConnLost, err)
+		return fmt.Errorf("uplink: mqtt %s: %w: %v", m.name, errMQTTConnLost, err)
 	}
 }
 
 func (m *MQTT) notConnected() error {
 	if p := m.lastErr.Load(); p != nil {
-		return fmt.Errorf("uplink: mqtt %s: %w (last error: %v)", m.name, ErrMQTTNotConnected, *p)
+		return fmt.Errorf("uplink: mqtt %s: %w (last error: %v)", m.name, errMQTTNotConnected, *p)
 	}
-	return fmt.Errorf("uplink: mqtt %s: %w", m.name, ErrMQTTNotConnected)
+	return fmt.Errorf("uplink: mqtt %s: %w", m.name, errMQTTNotConnected)
 }

@@ -98,7 +98,7 @@ func (m *MQTT) publishTo(ctx context.Context, topic string, payload []byte, reta
 		return false, m.notConnected()
 	}
 	if err := m.await(ctx, c, c.cl.Publish(topic, 1, retained, payload), m.cfg.PublishTimeout); err != nil {
-		lost := errors.Is(err, ErrMQTTConnLost) && !errors.Is(err, ErrMQTTAckTimeout) && ctx.Err() == nil
+		lost := errors.Is(err, errMQTTConnLost) && !errors.Is(err, errMQTTAckTimeout) && ctx.Err() == nil
 		if lost {
 			select { // the token fails as paho finds the loss, before its handler runs
 			case <-c.lost:

@@ -182,7 +182,7 @@ func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = m.Publish(context.Background(), map[string]string{"data_type": "x"}, []byte("p"))
-	if !errors.Is(err, ErrMQTTNotConnected) {
+	if !errors.Is(err, errMQTTNotConnected) {
 		t.Fatalf("Publish = %v, want ErrMQTTNotConnected", err)
 	}
 	if m.Connected() {
@@ -284,10 +284,10 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 			}
 			if sub.has(r.payload) {
 				inFlight++
-				if !errors.Is(r.err, ErrMQTTConnLost) {
+				if !errors.Is(r.err, errMQTTConnLost) {
 					t.Errorf("Publish(%s) in flight at the cut = %v, want ErrMQTTConnLost", r.payload, r.err)
 				}
-			} else if !errors.Is(r.err, ErrMQTTNotConnected) && !errors.Is(r.err, ErrMQTTConnLost) {
+			} else if !errors.Is(r.err, errMQTTNotConnected) && !errors.Is(r.err, errMQTTConnLost) {
 				t.Errorf("Publish(%s) = %v", r.payload, r.err)
 			}
 		case <-time.After(5 * time.Second):
@@ -316,7 +316,7 @@ func TestMQTTAckTimeout(t *testing.T) {
 	relay.swallow.Store(true)
 	start := time.Now()
 	err := m.Publish(context.Background(), map[string]string{"data_type": "t"}, []byte("lost"))
-	if !errors.Is(err, ErrMQTTAckTimeout) {
+	if !errors.Is(err, errMQTTAckTimeout) {
 		t.Fatalf("Publish = %v, want ErrMQTTAckTimeout", err)
 	}
 	if d := time.Since(start); d < 250*time.Millisecond {
@@ -349,9 +349,9 @@ func TestMQTTBrokerKilled(t *testing.T) {
 				case err == nil:
 					acked.Add(1)
 					continue
-				case errors.Is(err, ErrMQTTConnLost):
+				case errors.Is(err, errMQTTConnLost):
 					lost.Add(1)
-				case errors.Is(err, ErrMQTTNotConnected):
+				case errors.Is(err, errMQTTNotConnected):
 					notConn.Add(1)
 				default:
 					t.Errorf("Publish: %v", err)
@@ -395,7 +395,7 @@ func TestMQTTReconnect(t *testing.T) {
 	b.Kill()
 	mqttWaitConnected(t, m, false)
 	err := m.Publish(context.Background(), vars, []byte("during"))
-	if !errors.Is(err, ErrMQTTNotConnected) {
+	if !errors.Is(err, errMQTTNotConnected) {
 		t.Fatalf("Publish with the broker down = %v, want ErrMQTTNotConnected", err)
 	}
 	t.Logf("with the broker down: %v", err)
@@ -452,7 +452,7 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 		setting, want string // want: the status topic, "" for none
 	}{
 		{"alive/{site}/{gateway}", "alive/s1/gw1"},
-		{StatusTopicOff, ""},
+		{statusTopicOff, ""},
 	} {
 		t.Run(tc.setting, func(t *testing.T) {
 			b := mqttStartBroker(t, mqttBrokerOpts{})
@@ -506,7 +506,7 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 	if err := CheckStatusTopic("fieldlink/{site}/{gateway}/{data_type}"); err == nil {
 		t.Error("CheckStatusTopic takes a per-packet {data_type}")
 	}
-	for _, ok := range []string{"", StatusTopicOff, DefaultStatusTopic, "plain/topic"} {
+	for _, ok := range []string{"", statusTopicOff, DefaultStatusTopic, "plain/topic"} {
 		if err := CheckStatusTopic(ok); err != nil {
 			t.Errorf("CheckStatusTopic(%q): %v", ok, err)
 		}
@@ -567,7 +567,7 @@ func TestMQTTCredentials(t *testing.T) {
 		})
 		stop()
 		t.Logf("Publish: %v", err)
-		if !errors.Is(err, ErrMQTTNotConnected) || !strings.Contains(err.Error(), "not Authorized") && !strings.Contains(err.Error(), "bad user name or password") {
+		if !errors.Is(err, errMQTTNotConnected) || !strings.Contains(err.Error(), "not Authorized") && !strings.Contains(err.Error(), "bad user name or password") {
 			t.Fatalf("Publish = %v, want a not-connected error saying why", err)
 		}
 		for _, s := range []string{err.Error(), fmt.Sprint(cfg), fmt.Sprintf("%+v", cfg), fmt.Sprintf("%#v", cfg), fmt.Sprintf("%+v", m), fmt.Sprint(m)} {
@@ -676,7 +676,7 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; i < 100000; i++ {
 				if err := m.Publish(context.Background(), map[string]string{"data_type": "s"}, fmt.Appendf(nil, "%d-%d", w, i)); err != nil {
-					if !errors.Is(err, ErrMQTTNotConnected) && !errors.Is(err, ErrMQTTConnLost) {
+					if !errors.Is(err, errMQTTNotConnected) && !errors.Is(err, errMQTTConnLost) {
 						t.Errorf("Publish: %v", err)
 					}
 					return

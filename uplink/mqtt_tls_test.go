@@ -254,7 +254,7 @@ func TestMQTTTLS(t *testing.T) {
 				err = m.Publish(ctx, map[string]string{"data_type": "tls"}, []byte("x"))
 				return err != nil && strings.Contains(err.Error(), "last error")
 			})
-			if !errors.Is(err, ErrMQTTNotConnected) || !strings.Contains(err.Error(), tt.errHas) {
+			if !errors.Is(err, errMQTTNotConnected) || !strings.Contains(err.Error(), tt.errHas) {
 				t.Fatalf("Publish error = %v, want ErrMQTTNotConnected naming %q", err, tt.errHas)
 			}
 			if m.Connected() {

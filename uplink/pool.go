@@ -46,8 +46,8 @@ type UpstreamConfig struct {
 	LoadURL      string
 	LoadInterval time.Duration
 	LoadTopic    string
-	// Sparkplug makes an MQTT upstream a Sparkplug B edge node
-	// ([NewSparkplug]); nil publishes the packets as they are.
+	// Sparkplug makes an MQTT upstream a Sparkplug B edge node; nil
+	// publishes the packets as they are.
 	Sparkplug *SparkplugConfig
 }
 
@@ -313,7 +313,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 		m.mqtt = mq
 		sender = NewMQTTSender(mq, cfg.Window)
 		if u.Sparkplug != nil {
-			if sender, err = NewSparkplug(mq, *u.Sparkplug, cfg.Window); err != nil {
+			if sender, err = newSparkplug(mq, *u.Sparkplug, cfg.Window); err != nil {
 				cancel()
 				return nil, nil, err
 			}

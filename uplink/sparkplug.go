@@ -441,7 +441,7 @@ func (s *sparkplugSession) ending(c *mqttConn) error {
 // (a DBIRTH, its metrics null until a reading arrives). A repeated state
 // publishes nothing. Without a connection the state is kept for the next
 // births.
-func (sp *Sparkplug) SetOnline(ctx context.Context, device string, online bool) error {
+func (sp *sparkplugNode) SetOnline(ctx context.Context, device string, online bool) error {
 	return sp.s.setOnline(ctx, device, online)
 }
 
@@ -478,31 +478,31 @@ func (s *sparkplugSession) setOnline(ctx context.Context, device string, online 
 	return nil
 }
 
-// Sparkplug is the delivery loop's sender for a Sparkplug B upstream: each
+// sparkplugNode is the delivery loop's sender for a sparkplugNode B upstream: each
 // record, a packet of one device, goes out as a DDATA by alias, and leaves
 // the buffer once the DDATA of every record of its batch was acknowledged.
 // A record with no field that is a metric of its device (a command's
 // record) leaves the buffer unsent.
-type Sparkplug struct {
+type sparkplugNode struct {
 	s      *sparkplugSession
 	window int
 }
 
 // Name implements Sender.
-func (sp *Sparkplug) Name() string { return sp.s.m.Name() }
+func (sp *sparkplugNode) Name() string { return sp.s.m.Name() }
 
 // MaxBatch implements Sender: a batch's records are published in order,
 // pipelined, up to the upstream's window.
-func (sp *Sparkplug) MaxBatch() int { return sp.window }
+func (sp *sparkplugNode) MaxBatch() int { return sp.window }
 
 // Window implements Sender: one batch at a time, so that the packets go
 // out in the buffer's order (oldest first, after an outage), as
 // store-and-forward wants; concurrent batches would race for the seq.
-func (sp *Sparkplug) Window() int { return 1 }
+func (sp *sparkplugNode) Window() int { return 1 }
 
 // Up implements Sender: connected, births sent (with a primary host: it
 // is online). While it is not, the packets wait in the buffer.
-func (sp *Sparkplug) Up() bool {
+func (sp *sparkplugNode) Up() bool {
 	s := sp.s
 	c := s.m.conn()
 	s.mu.Lock()
@@ -511,16 +511,16 @@ func (sp *Sparkplug) Up() bool {
 }
 
 // LastError is the broker connection's latest failure.
-func (sp *Sparkplug) LastError() (string, time.Time) { return sp.s.m.LastError() }
+func (sp *sparkplugNode) LastError() (string, time.Time) { return sp.s.m.LastError() }
 
 // MQTT is the upstream's connection.
-func (sp *Sparkplug) MQTT() *MQTT { return sp.s.m }
+func (sp *sparkplugNode) MQTT() *MQTT { return sp.s.m }
 
 // Send publishes the records as DDATA, in order, pipelined, and returns
 // nil once the broker acknowledged every one. A record that is no packet,
 // or a packet of a device that is not the node's, fails the batch at once
 // with a permanent error, before anything is published.
-func (sp *Sparkplug) Send(ctx context.Context, batch []buffer.Record) error {
+func (sp *sparkplugNode) Send(ctx context.Context, batch []buffer.Record) error {
 	s := sp.s
 	pks := make([]*packet.Packet, len(batch))
 	for i, r := range batch {
@@ -664,9 +664,9 @@ func spKind(t sparkplug.DataType) sparkplug.Kind {
 	return sparkplug.LongValue
 }
 
-// NewSparkplug makes m a Sparkplug B edge node ([SparkplugConfig]) and
+// newSparkplug makes m a Sparkplug B edge node ([SparkplugConfig]) and
 // returns its sender. Call it before m's Run.
-func NewSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*Sparkplug, error) {
+func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, error) {
 	if m.running.Load() {
 		return nil, errors.New("uplink: sparkplug: the MQTT upstream already runs")
 	}
@@ -679,7 +679,7 @@ func NewSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*Sparkplug, error) 
 	if window <= 0 {
 		window = m.Window()
 	}
-	return &Sparkplug{s: s, window: window}, nil
+	return &sparkplugNode{s: s, window: window}, nil
 }
 
 // EncodingSparkplugB is the encoding of an MQTT upstream that is a

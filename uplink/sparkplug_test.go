@@ -103,7 +103,7 @@ var spTestDevices = []SparkplugDevice{
 
 // spRun makes a Sparkplug upstream on the broker and runs it until the
 // test ends; stop ends Run and waits for it.
-func spRun(t *testing.T, url string, cfg SparkplugConfig) (*MQTT, *Sparkplug, func()) {
+func spRun(t *testing.T, url string, cfg SparkplugConfig) (*MQTT, *sparkplugNode, func()) {
 	t.Helper()
 	log, _ := mqttLogger(t)
 	m, err := NewMQTT(MQTTConfig{URL: url, Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
@@ -111,7 +111,7 @@ func spRun(t *testing.T, url string, cfg SparkplugConfig) (*MQTT, *Sparkplug, fu
 		t.Fatal(err)
 	}
 	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
-	sp, err := NewSparkplug(m, cfg, 4)
+	sp, err := newSparkplug(m, cfg, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,10 +154,10 @@ func ExpandTopic(tmpl string, vars map[string]string) (string, error) {
 }
 
 // CheckStatusTopic reports whether tmpl can be an [MQTTConfig.StatusTopic]
-// (uplink.status_topic): empty (the default), [StatusTopicOff], or a topic
+// (uplink.status_topic): empty (the default), "off", or a topic
 // whose only {names} are {site} and {gateway}, the ones a gateway fills in.
 // It is for checking a site file; NewMQTT checks it again with the values.
-func CheckStatusTopic(tmpl string) error { return checkSiteTopic(tmpl, StatusTopicOff) }
+func CheckStatusTopic(tmpl string) error { return checkSiteTopic(tmpl, statusTopicOff) }
 
 // CheckProbeTopic reports whether tmpl can be a [PoolConfig.ProbeTopic]
 // (uplink.probe_topic): empty (the default), [ProbeTopicOff], or a topic

@@ -12,11 +12,11 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
-// Explain says in words, for the technician reading the status page, why
+// explain says in words, for the technician reading the status page, why
 // an upstream failed: what the error means rather than where in the code
 // it arose. It names no credential (the errors of this package never
 // hold one).
-func Explain(err error) string {
+func explain(err error) string {
 	var (
 		op  *net.OpError
 		dns *net.DNSError
@@ -44,7 +44,7 @@ func Explain(err error) string {
 		return "the broker refuses this gateway's client id"
 	case errors.Is(err, packets.ErrorRefusedServerUnavailable):
 		return "the broker says it is unavailable"
-	case errors.Is(err, ErrMQTTAckTimeout):
+	case errors.Is(err, errMQTTAckTimeout):
 		return "the broker did not acknowledge a packet in time; the connection is made again"
 	case errors.As(err, &he) && he.StatusCode != 0:
 		switch he.StatusCode {
@@ -74,7 +74,7 @@ type lastErr struct{ p atomic.Pointer[errNote] }
 // note records err (nil is ignored) at now.
 func (l *lastErr) note(err error) {
 	if err != nil {
-		l.p.Store(&errNote{text: Explain(err), at: time.Now()})
+		l.p.Store(&errNote{text: explain(err), at: time.Now()})
 	}
 }
 
