@@ -14,7 +14,7 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long
+.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long cluster-check-fleet
 
 all: test
 
@@ -197,15 +197,22 @@ power-check-long:
 ## JetStream, MQTT on each, the MQTT streams on all three) through toxiproxy, and a platform subscriber
 ## with a persistent session: a node killed, the stream leader killed, a node black-holed, a node's
 ## PUBACKs 200 ms late, the whole cluster down 30 s, then mixed; fails on any packet lost; one figures
-## line per fault (docs/cluster.md), and checks of what a PUBACK means there. Needs nats-server.
-## About 3 minutes on 2 cores.
+## line per fault (docs/cluster.md), and checks of what a PUBACK means there; then 50 gateways with
+## drf_cswlc while a node restarts (the short TestFleet, about a minute). Needs nats-server.
+## About 4 minutes on 2 cores.
 CLUSTER_RUN ?= .
 cluster-check:
 	@$(GO) test -count=1 -tags cluster -v -run '$(CLUSTER_RUN)' -timeout 20m ./tests/cluster/ > .cluster-check.log 2>&1; rc=$$?; \
 	grep -E '^\s*(--- |ok|FAIL|PASS)' .cluster-check.log; \
 	if [ $$rc -ne 0 ]; then tail -200 .cluster-check.log; fi; \
-	grep -E '^cluster [a-z0-9-]+:' .cluster-check.log; exit $$rc
+	grep -E '^cluster [a-z0-9_ -]+:' .cluster-check.log; exit $$rc
 
 ## cluster-check-long: make cluster-check with every fault held a minute (about 9 minutes)
 cluster-check-long:
 	@CLUSTER_LONG=1 $(MAKE) --no-print-directory cluster-check
+
+## cluster-check-fleet: 50 gateways (real agents in one test process, each with its own buffer and a
+## connection to every node) at the demo farm's rate against the cluster, n1 restarted, for drf_cswlc,
+## p2c_ewma and round_robin: reconnection spread, return of connections and traffic, loss (docs/cluster.md)
+cluster-check-fleet:
+	@CLUSTER_FLEET=1 CLUSTER_RUN='TestFleet' $(MAKE) --no-print-directory cluster-check

@@ -49,15 +49,22 @@ func (l *ledger) problemLocked(format string, args ...any) {
 // stored takes one line the gateway printed.
 func (l *ledger) stored(line []byte, at time.Time) {
 	p, err := packet.Decode(line)
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err != nil {
+		l.mu.Lock()
 		l.problemLocked("gateway stdout: %v: %.200s", err, line)
+		l.mu.Unlock()
 		return
 	}
+	l.storedPacket(p, at)
+}
+
+// storedPacket takes one packet a gateway stored.
+func (l *ledger) storedPacket(p *packet.Packet, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	k := key{p.GatewayID, p.Epoch, p.Seq}
 	if p.Epoch == "" || p.Seq == 0 {
-		l.problemLocked("gateway printed a packet without epoch or seq: %.200s", line)
+		l.problemLocked("gateway stored a packet without epoch or seq: %s %d", p.GatewayID, p.Seq)
 		return
 	}
 	if _, dup := l.printed[k]; dup {

@@ -31,19 +31,25 @@ import (
 // gatewayID is the test site's gateway id.
 const gatewayID = "gw-cluster"
 
-// devices are the emulated site: about 23 packets a second.
-var devices = []struct {
+// device is one emulated Modbus device of a site.
+type device struct {
 	name, profile string
 	slave         byte
 	interval      time.Duration
-}{
+}
+
+// devices are the emulated site: about 23 packets a second.
+var devices = []device{
 	{"wind-1", "generic-wind-speed", 1, 100 * time.Millisecond},
 	{"weather-1", "renke-rs-ws-n01", 2, 150 * time.Millisecond},
 	{"rain-1", "generic-tipping-bucket-rain", 3, 200 * time.Millisecond},
 }
 
 // startEmulator serves the devices on a loopback Modbus TCP listener.
-func startEmulator(t *testing.T) string {
+func startEmulator(t *testing.T) string { return startEmulatorOf(t, devices) }
+
+// startEmulatorOf serves devices on a loopback Modbus TCP listener.
+func startEmulatorOf(t *testing.T, devices []device) string {
 	t.Helper()
 	set, err := profile.Load(firmwareprofiles.FS, "")
 	if err != nil {

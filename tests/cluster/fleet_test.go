@@ -1,0 +1,340 @@
+//go:build cluster
+
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"fieldlink/agent"
+	"fieldlink/config"
+	firmwareprofiles "fieldlink/firmware-profiles"
+	"fieldlink/internal/testtool"
+	"fieldlink/packet"
+	"fieldlink/sensors/profile"
+)
+
+// fleetSize is how many gateways TestFleet runs against the cluster.
+const fleetSize = 50
+
+// farmDevices are the demo farm's sensors at the demo's intervals: 7
+// packets a second per gateway (its valve, polled every second, is left
+// out: a fleet's valves are not this test's matter).
+var farmDevices = []device{
+	{"weather-1", "renke-rs-ws-n01", 1, time.Second},
+	{"anemometer-1", "generic-wind-speed", 2, 500 * time.Millisecond},
+	{"wind-vane-1", "renke-rs-fxjt-n01", 3, 500 * time.Millisecond},
+	{"rain-1", "generic-tipping-bucket-rain", 4, 2 * time.Second},
+	{"soil-1", "sensecap-s-soil-mtec-02", 5, 2 * time.Second},
+	{"light-1", "dfrobot-sen0644", 6, time.Second},
+}
+
+// fleetPlan is the timeline of one strategy's run.
+type fleetPlan struct {
+	steady, down, after time.Duration
+}
+
+// TestFleet runs fleetSize gateways, each a real agent in this process
+// (agent.Start on its own site file: its own buffer, its own MQTT
+// connection to every node, every uplink setting at its default but the
+// selector), at the demo farm's rate against the three nodes, restarts a
+// node (one that does not lead $MQTT_msgs), and reports, per strategy: how
+// the reconnections to it spread in time, when its connections and its
+// share of the traffic came back, the busiest node's rate against the
+// fleet's, the nodes' store timeouts, and that nothing was lost. It fails
+// on a packet lost, on a gateway not connected to the node again within
+// fleetBackWithin of the restart, and on the node not carrying a sixth of
+// the traffic (half its share) in some 5 s within fleetBackWithin.
+//
+// make cluster-check runs the short version: drf_cswlc alone, 10 s of
+// steady state, the node down 10 s, 30 s after (about a minute). CLUSTER_FLEET=1
+// (make cluster-check-fleet, about 4 minutes) runs drf_cswlc, p2c_ewma and
+// round_robin with 15 s, 15 s and 45 s; CLUSTER_FLEET_STRATEGIES=a,b picks
+// the strategies.
+func TestFleet(t *testing.T) {
+	bin := testtool.RequireSbin(t, "nats-server", "nats-server")
+	// The short version, in make cluster-check: the default selector.
+	strategies := []string{"drf_cswlc"}
+	plan := fleetPlan{steady: 10 * time.Second, down: 10 * time.Second, after: 30 * time.Second}
+	if os.Getenv("CLUSTER_FLEET") != "" {
+		strategies = []string{"drf_cswlc", "p2c_ewma", "round_robin"}
+		plan = fleetPlan{steady: 15 * time.Second, down: 15 * time.Second, after: 45 * time.Second}
+	}
+	if s := os.Getenv("CLUSTER_FLEET_STRATEGIES"); s != "" {
+		strategies = strings.Split(s, ",")
+	}
+	var lines []string
+	for _, strat := range strategies {
+		t.Run(strat, func(t *testing.T) {
+			lines = append(lines, runFleet(t, bin, strat, plan))
+		})
+	}
+	for _, l := range lines {
+		fmt.Println(l) // the figures, for make's grep
+	}
+}
+
+// fleetBackWithin bounds the return of the restarted node.
+const fleetBackWithin = 40 * time.Second
+
+// fleetSample is one reading of the nodes and the fleet.
+type fleetSample struct {
+	at        time.Time
+	conns     [3]int     // client connections per node (/varz)
+	delivered [3]float64 // records acknowledged per node, over the fleet
+}
+
+func runFleet(t *testing.T, bin, strat string, plan fleetPlan) string {
+	nodes := newCluster(t, bin)
+	led := newLedger()
+	subscribe(t, led, nodes[2].mqttAddr(), nodes[1].mqttAddr(), nodes[0].mqttAddr())
+	checkStreams(t, nodes[0])
+	bus := startEmulatorOf(t, farmDevices)
+	profiles := func(string) (profile.Set, error) { return profile.Load(firmwareprofiles.FS, "") }
+
+	names := make([]string, 3)
+	for i, n := range nodes {
+		names[i] = "mqtt://" + n.mqttAddr()
+	}
+	var gws []*agent.Agent
+	for i := range fleetSize {
+		c := fleetSite(t, i, bus, strat, nodes, profiles)
+		g, err := agent.Start(c, agent.Options{
+			Logger:   slog.New(slog.DiscardHandler),
+			OnPacket: func(p *packet.Packet) { led.storedPacket(p, time.Now()) },
+		})
+		if err != nil {
+			t.Fatalf("gateway %d: %v", i, err)
+		}
+		gws = append(gws, g)
+	}
+	stopped := false
+	stopAll := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		var wg sync.WaitGroup
+		for _, g := range gws {
+			wg.Go(func() { _ = g.Stop() })
+		}
+		wg.Wait()
+	}
+	t.Cleanup(stopAll)
+
+	// Sample every 250 ms until the end.
+	var (
+		mu      sync.Mutex
+		samples []fleetSample
+		done    = make(chan struct{})
+		sampled = make(chan struct{})
+	)
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			s := fleetSample{at: time.Now()}
+			for i, n := range nodes {
+				var v struct {
+					Connections int `json:"connections"`
+				}
+				if n.get("/varz", &v) == nil {
+					s.conns[i] = v.Connections
+				}
+			}
+			for _, g := range gws {
+				st, _ := g.Delivery()
+				for _, u := range st.Upstreams {
+					if i := slices.Index(names, u.Name); i >= 0 {
+						s.delivered[i] += float64(u.Delivered)
+					}
+				}
+			}
+			mu.Lock()
+			samples = append(samples, s)
+			mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	start := time.Now()
+	testtool.WaitFor(t, 60*time.Second, "every gateway connected to every node", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(samples) == 0 {
+			return false
+		}
+		s := samples[len(samples)-1]
+		return s.conns[0] >= fleetSize && s.conns[1] >= fleetSize && s.conns[2] >= fleetSize
+	})
+	connectedIn := time.Since(start)
+	time.Sleep(plan.steady) // the fleet's steady state: a measure, not a synchronisation
+	// The node restarted is one that does not lead $MQTT_msgs: the
+	// leader's death costs an election, which TestCluster measures.
+	victim := (msgsLeader(t, nodes) + 1) % len(nodes)
+	killAt := time.Now()
+	nodes[victim].kill()
+	time.Sleep(plan.down)
+	nodes[victim].start()
+	backAt := time.Now()
+	time.Sleep(plan.after)
+	close(done)
+	<-sampled
+	// The gateways stop polling; every packet they stored reaches the
+	// subscriber while they still deliver (a stopped gateway keeps its
+	// backlog), then they stop.
+	for _, g := range gws {
+		g.StopPolling()
+	}
+	end := time.Now()
+	if _, ok := waitCaughtUp(led, end, catchUpLimit); !ok {
+		t.Errorf("%d packets stored did not reach the subscriber within %v of the end", led.missing(start.Add(-time.Hour), end), catchUpLimit)
+	}
+	stopAll()
+	tot := led.totals()
+	stalls := 0 // publishes a node could not store in time (it then closes the publisher)
+	for _, n := range nodes {
+		stalls += strings.Count(n.log.String(), "timeout for request type")
+	}
+	for _, p := range tot.problems {
+		t.Errorf("ledger: %s", p)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	f := fleetFigures(samples, victim, killAt, backAt, plan)
+	line := fmt.Sprintf("cluster fleet %s: gateways=%d restarted=%s rate_pkt_s=%.0f connected_all_s=%.1f reconnect_s=p10:%s,p50:%s,p90:%s,all:%s reconnect_peak_per_s=%d traffic_back_s=%s share_before=%.2f share_last10s=%.2f busiest_node_pkt_s=%.0f(fleet %.0f) node_store_timeouts=%d stored=%d lost=%d duplicates=%d",
+		strat, fleetSize, nodes[victim].name, f.rate, connectedIn.Seconds(), secs(f.reconnect[0]), secs(f.reconnect[1]), secs(f.reconnect[2]), secs(f.reconnect[3]),
+		f.peakPerSecond, secs(f.trafficBack), f.shareBefore, f.shareLast, f.busiest, f.busiestFleet, stalls, tot.stored, tot.lost, tot.duplicates)
+	t.Log(line)
+	if tot.lost > 0 {
+		t.Errorf("%d packets lost", tot.lost)
+	}
+	if f.reconnect[3] < 0 || f.reconnect[3] > fleetBackWithin {
+		t.Errorf("not every gateway connected to %s again within %v of its restart (all: %s)", nodes[victim].name, fleetBackWithin, secs(f.reconnect[3]))
+	}
+	if f.trafficBack < 0 || f.trafficBack > fleetBackWithin {
+		t.Errorf("%s did not carry a sixth of the traffic in any 5 s within %v of its restart (%s)", nodes[victim].name, fleetBackWithin, secs(f.trafficBack))
+	}
+	return line
+}
+
+// fleetSite parses the site file of gateway i: the farm's devices on bus,
+// one upstream per node, the selector strat.
+func fleetSite(t *testing.T, i int, bus, strat string, nodes [3]*node, profiles config.ProfileSource) *config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	var b strings.Builder
+	fmt.Fprintf(&b, "site: {id: \"FLEET\", id_field: FarmId}\ngateway: {id: gw-fleet-%02d}\nmetrics: {listen: \"off\"}\n", i)
+	fmt.Fprintf(&b, "buses:\n  - name: field\n    url: tcp://%s\n    timeout: 300ms\n    devices:\n", bus)
+	for _, d := range farmDevices {
+		fmt.Fprintf(&b, "      - {name: %s, profile: %s, slave: %d, interval: %v}\n", d.name, d.profile, d.slave, d.interval)
+	}
+	fmt.Fprintf(&b, "buffer: {path: %s, durability: interval, sync_every: 200ms}\n", filepath.Join(dir, "buffer.db"))
+	fmt.Fprintf(&b, "uplink:\n  selector: %s\n  upstreams:\n", strat)
+	for _, n := range nodes {
+		fmt.Fprintf(&b, "    - {url: \"mqtt://%s\"}\n", n.mqttAddr())
+	}
+	path := filepath.Join(dir, "site.yaml")
+	c, err := config.Parse(path, []byte(b.String()), profiles)
+	if err != nil {
+		t.Fatalf("site of gateway %d: %v", i, err)
+	}
+	return c
+}
+
+// fleetResult are one run's figures.
+type fleetResult struct {
+	rate          float64          // the fleet's packets a second, before the kill
+	reconnect     [4]time.Duration // after the restart, the node holds 10%, 50%, 90%, all of the fleet's connections; -1: never
+	peakPerSecond int              // most connections the node gained in one second
+	trafficBack   time.Duration    // the node carries a sixth of the traffic over 5 s, from the restart; -1: never
+	shareBefore   float64          // the node's share before the kill
+	shareLast     float64          // the node's share over the last 10 s
+	busiest       float64          // the busiest node's highest rate over 5 s, after the kill
+	busiestFleet  float64          // the fleet's rate over the same 5 s
+}
+
+func fleetFigures(ss []fleetSample, v int, killAt, backAt time.Time, plan fleetPlan) fleetResult {
+	r := fleetResult{reconnect: [4]time.Duration{-1, -1, -1, -1}, trafficBack: -1}
+	// rateOver is each node's records a second over (a, b].
+	rateOver := func(a, b time.Time) (per [3]float64, total float64) {
+		i := slices.IndexFunc(ss, func(s fleetSample) bool { return !s.at.Before(a) })
+		j := slices.IndexFunc(ss, func(s fleetSample) bool { return !s.at.Before(b) })
+		if i < 0 || j < 0 || j <= i {
+			return per, 0
+		}
+		d := ss[j].at.Sub(ss[i].at).Seconds()
+		for n := range 3 {
+			per[n] = (ss[j].delivered[n] - ss[i].delivered[n]) / d
+			total += per[n]
+		}
+		return per, total
+	}
+	share := func(a, b time.Time) float64 {
+		per, total := rateOver(a, b)
+		if total == 0 {
+			return 0
+		}
+		return per[v] / total
+	}
+	_, r.rate = rateOver(killAt.Add(-plan.steady+2*time.Second), killAt)
+	r.shareBefore = share(killAt.Add(-plan.steady+2*time.Second), killAt)
+	last := ss[len(ss)-1].at
+	r.shareLast = share(last.Add(-10*time.Second), last)
+	marks := [4]int{(fleetSize + 9) / 10, fleetSize / 2, fleetSize * 9 / 10, fleetSize}
+	for _, s := range ss {
+		if s.at.Before(backAt) {
+			continue
+		}
+		for k, m := range marks {
+			if r.reconnect[k] < 0 && s.conns[v] >= m {
+				r.reconnect[k] = s.at.Sub(backAt)
+			}
+		}
+	}
+	for i, s := range ss {
+		if s.at.Before(backAt) {
+			continue
+		}
+		j := slices.IndexFunc(ss[i:], func(o fleetSample) bool { return !o.at.Before(s.at.Add(time.Second)) })
+		if j < 0 {
+			break
+		}
+		r.peakPerSecond = max(r.peakPerSecond, ss[i+j].conns[v]-s.conns[v])
+		if r.trafficBack < 0 && share(s.at, s.at.Add(5*time.Second)) >= 1.0/6 {
+			r.trafficBack = s.at.Sub(backAt)
+		}
+	}
+	for _, s := range ss {
+		if s.at.Before(killAt) {
+			continue
+		}
+		per, total := rateOver(s.at, s.at.Add(5*time.Second))
+		for n := range 3 {
+			if per[n] > r.busiest {
+				r.busiest, r.busiestFleet = per[n], total
+			}
+		}
+	}
+	return r
+}
+
+func secs(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.1f", d.Seconds())
+}
