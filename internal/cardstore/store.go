@@ -439,7 +439,7 @@ func (s *Store) Retry() time.Duration {
 		c, err := s.opt.OpenCard()
 		if err != nil {
 			if f := classify(err); f != OK {
-				s.setLocked(f, 0, nil)
+				s.setLocked(f, 0, err)
 			} else {
 				s.log.Debug("buffer: the card's buffer does not open yet", "err", err)
 			}
