@@ -113,18 +113,7 @@ func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, r
 		t.Fatalf("not durable again within 90 s of the card's recovery")
 	}
 	back := time.Since(clearedAt)
-	// Lost: stored (reported by -print) and never delivered. A seq that
-	// no packet was reported stored under is no loss: a commit the card
-	// refused took it, and the packets went to the volatile buffer.
-	lostKeys := func() []key {
-		var out []key
-		for _, k := range led.missingLocked() {
-			if led.stored[k] != nil {
-				out = append(out, k)
-			}
-		}
-		return out
-	}
+	lostKeys := func() []key { return storedMissingLocked(led) }
 	if !led.waitUntil(60*time.Second, func() bool { return len(lostKeys()) == 0 }) {
 		led.mu.Lock()
 		t.Errorf("packets stored and never delivered: %v", lostKeys())
@@ -149,6 +138,20 @@ func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, r
 	if !restart && rateFault < ratePre/2 {
 		t.Errorf("polling slowed by the card: wind-1 polled %.1f times/s during the fault, %.1f before", rateFault, ratePre)
 	}
+}
+
+// storedMissingLocked are the packets reported stored (by -print) and not
+// delivered; the ledger's lock is held. A seq that no packet was reported
+// stored under is no loss: a commit the card refused took it, and the
+// packets went to the volatile buffer.
+func storedMissingLocked(led *ledger) []key {
+	var out []key
+	for _, k := range led.missingLocked() {
+		if led.stored[k] != nil {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // pollRate is how many of the reading times at fall in the whole seconds
