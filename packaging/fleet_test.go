@@ -12,8 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,7 +78,7 @@ func TestFleet(t *testing.T) {
 	// The peers, on this host: the container shares its network.
 	_, emuAddr := emutest.Serve(t, false, "generic-wind-speed", "generic-wind-speed")
 	broker := testtool.NewMosquitto(t, mosquittoBin)
-	link := newCutLink(t, broker.Addr())
+	link := testtool.NewLink(t, broker.Addr()) // the network between the gateway and its broker, which stays up
 	got := subscribe(t, broker.Addr())
 	metricsAddr := testtool.FreeAddr(t)
 
@@ -267,7 +265,7 @@ uplink:
 		update("2.0.0", true, "delivered")
 		installed("2.0.0")
 
-		link.SetDown(true)
+		link.Set(false)
 		waitSample(t, scrape, "the upstream seen down and packets queued", func(s updategate.Sample) bool {
 			return len(s.Reachable()) == 0 && s.Queued > 5
 		})
@@ -300,7 +298,7 @@ uplink:
 			t.Errorf("dpkg left %v", m)
 		}
 
-		link.SetDown(false)
+		link.Set(true)
 		waitSample(t, scrape, "the buffer drained", func(s updategate.Sample) bool {
 			return len(s.Reachable()) > 0 && s.Queued == 0
 		})
@@ -735,74 +733,6 @@ func (r *received) check(last uint64) (epochs []string, missing []uint64, dups i
 }
 
 func head(s []uint64, n int) []uint64 { return s[:min(n, len(s))] }
-
-// cutLink is the network between the gateway and its broker: a TCP relay
-// that, when down, cuts every connection and refuses new ones. The broker
-// stays up, so every packet it acknowledged reaches the subscriber.
-type cutLink struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]bool
-}
-
-func newCutLink(t *testing.T, target string) *cutLink {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &cutLink{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go l.relay(in)
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done; l.SetDown(true) })
-	return l
-}
-
-func (l *cutLink) Addr() string { return l.ln.Addr().String() }
-
-func (l *cutLink) relay(in net.Conn) {
-	out, err := net.Dial("tcp", l.target)
-	if err != nil {
-		in.Close()
-		return
-	}
-	l.mu.Lock()
-	if l.down {
-		l.mu.Unlock()
-		in.Close()
-		out.Close()
-		return
-	}
-	l.conns[in], l.conns[out] = true, true
-	l.mu.Unlock()
-	go func() { _, _ = io.Copy(out, in); out.Close() }()
-	_, _ = io.Copy(in, out)
-	in.Close()
-}
-
-// SetDown cuts the link (every connection, and new ones) or restores it.
-func (l *cutLink) SetDown(down bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.down = down
-	if down {
-		for c := range l.conns {
-			c.Close()
-		}
-		clear(l.conns)
-	}
-}
 
 func writeFile(t *testing.T, name, content string) {
 	t.Helper()

@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -415,92 +413,13 @@ func check(t *testing.T, f figures, led *ledger, control bool) {
 	}
 }
 
-// link is a TCP relay from a loopback port to a peer (the broker) that the
-// test can take down: an uplink outage, so that packets pile up in the
-// buffer before a cut.
-type link struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	up    bool
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
-}
+// link is the uplink between the gateway and its broker, a
+// testtool.Link, that the test takes down: an uplink outage, so that
+// packets pile up in the buffer before a cut.
+type link struct{ *testtool.Link }
 
 // newLink relays a new loopback port to target until the test ends.
-func newLink(t *testing.T, target string) *link {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &link{ln: ln, target: target, up: true, conns: map[net.Conn]bool{}}
-	k.wg.Add(1)
-	go k.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		k.set(false)
-		k.wg.Wait()
-	})
-	return k
-}
+func newLink(t *testing.T, target string) *link { return &link{testtool.NewLink(t, target)} }
 
-// Addr is the relay's host:port.
-func (k *link) Addr() string { return k.ln.Addr().String() }
-
-// set takes the link up or down; down closes every relayed connection.
-func (k *link) set(up bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.up = up
-	if !up {
-		for c := range k.conns {
-			c.Close()
-		}
-	}
-}
-
-func (k *link) accept() {
-	defer k.wg.Done()
-	for {
-		c, err := k.ln.Accept()
-		if err != nil {
-			return
-		}
-		k.mu.Lock()
-		up := k.up
-		k.mu.Unlock()
-		if !up {
-			c.Close()
-			continue
-		}
-		p, err := net.DialTimeout("tcp", k.target, 5*time.Second)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		k.mu.Lock()
-		if !k.up {
-			k.mu.Unlock()
-			c.Close()
-			p.Close()
-			continue
-		}
-		k.conns[c], k.conns[p] = true, true
-		k.mu.Unlock()
-		k.wg.Add(2)
-		pipe := func(dst, src net.Conn) {
-			defer k.wg.Done()
-			_, _ = io.Copy(dst, src)
-			dst.Close()
-			src.Close()
-			k.mu.Lock()
-			delete(k.conns, dst)
-			delete(k.conns, src)
-			k.mu.Unlock()
-		}
-		go pipe(c, p)
-		go pipe(p, c)
-	}
-}
+// set takes the link up or down.
+func (k *link) set(up bool) { k.Set(up) }
