@@ -1,6 +1,14 @@
 // Package testtool lets tests use real external peers (socat, pymodbus,
 // mbpoll, mosquitto, qemu) and say clearly when one is missing.
 //
+// It is also the one place for the plumbing tests share, so that no test
+// package keeps a copy of its own: building the gateway binary ([Build],
+// [BuildGateway]: tags, cross target, race, release flags), a free
+// loopback address ([FreeAddr], [FreePort]), an HTTP get ([HTTPGet], and
+// [Get] for polling), waiting for a condition ([WaitFor], [Eventually]),
+// a site file of one bus ([SiteFile]), and a TCP relay a test takes down
+// as a network outage ([Link]).
+//
 // Locally a missing tool skips the test with a message naming the Debian
 // package to install. Under CI (CI=true) a missing tool fails the test:
 // CI must install every peer, and a skip there would hide that it did not.
