@@ -32,7 +32,7 @@ type auxStore interface {
 
 // restoreIRLB puts back the irlb strategy's saved model, if there is a
 // usable one, and says where it came from.
-func restoreIRLB(c *config.Config, q auxStore, s *selector.IRLB, log *slog.Logger) {
+func restoreIRLB(c *config.Config, q auxStore, s selector.Trained, log *slog.Logger) {
 	data, err := q.Aux(irlbModelKey)
 	from := "buffer"
 	if err == nil && data == nil {
@@ -58,7 +58,7 @@ func restoreIRLB(c *config.Config, q auxStore, s *selector.IRLB, log *slog.Logge
 // trainIRLB restores the irlb strategy's saved model, then retrains it on
 // the connection history every interval (off the pick path) and saves it
 // in the buffer, until ctx ends.
-func trainIRLB(ctx context.Context, c *config.Config, q auxStore, s *selector.IRLB, interval time.Duration, log *slog.Logger) {
+func trainIRLB(ctx context.Context, c *config.Config, q auxStore, s selector.Trained, interval time.Duration, log *slog.Logger) {
 	restoreIRLB(c, q, s, log)
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -42,7 +42,7 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := selector.NewIRLB(selector.IRLBOptions{})
+	s := newIRLB(t)
 	if s.Model() != nil {
 		t.Fatal("a new irlb strategy already has a model")
 	}
@@ -78,7 +78,7 @@ func TestIRLBUnusableModelSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	s := selector.NewIRLB(selector.IRLBOptions{})
+	s := newIRLB(t)
 	restoreIRLB(&config.Config{Buffer: config.Buffer{Path: path}}, q, s, slog.New(slog.NewTextHandler(&log, nil)))
 	if s.Model() != nil {
 		t.Fatal("an unusable model was restored")
@@ -86,4 +86,19 @@ func TestIRLBUnusableModelSaysWhy(t *testing.T) {
 	if !strings.Contains(log.String(), "unusable") || !strings.Contains(log.String(), "bad model") {
 		t.Errorf("log does not say why the model is unusable: %s", log.String())
 	}
+}
+
+// newIRLB returns a fresh irlb strategy, as the site file's selector: irlb
+// makes it.
+func newIRLB(t *testing.T) selector.Trained {
+	t.Helper()
+	s, err := selector.New("irlb", selector.StrategyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, ok := s.(selector.Trained)
+	if !ok {
+		t.Fatalf("irlb (%T) is not a selector.Trained", s)
+	}
+	return tr
 }

@@ -41,7 +41,7 @@ func Strategy(u *config.Uplink) (selector.Strategy, error) {
 		if err := opt.Validate(); err != nil {
 			return nil, fmt.Errorf("uplink.drf: %w", err)
 		}
-		return selector.NewDRF(opt), nil
+		return selector.New("drf", selector.StrategyOptions{DRF: &opt})
 	}
 	return selector.New(u.Selector, selector.StrategyOptions{})
 }
@@ -86,7 +86,7 @@ func startUplink(c *config.Config, q *cardstore.Store, subs []uplink.Subscriptio
 			return nil, err
 		}
 	}
-	if irlb, ok := strat.(*selector.IRLB); ok {
+	if irlb, ok := strat.(selector.Trained); ok {
 		s.wg.Go(func() { trainIRLB(ctx, c, q, irlb, irlbInterval, log) })
 	}
 	s.dwg.Go(func() { s.delivery.Run(ctx) })

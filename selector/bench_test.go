@@ -84,16 +84,16 @@ var benchPapers = []struct {
 	mk     func() Strategy
 	report bool
 }{
-	{"drf", func() Strategy { return NewDRF(DRFOptions{}) }, false},
-	{"soa", func() Strategy { return NewSOA(SOAOptions{}) }, false},
-	{"load_aware", func() Strategy { return NewLoadAware(LoadAwareOptions{}) }, false},
-	{"load_aware/reported", func() Strategy { return NewLoadAware(LoadAwareOptions{}) }, true},
-	{"cswlc", func() Strategy { return NewCSWLC(CSWLCOptions{}) }, false},
-	{"cswlc/reported", func() Strategy { return NewCSWLC(CSWLCOptions{}) }, true},
-	{"irlb", func() Strategy { return NewIRLB(IRLBOptions{}) }, false},
-	{"irlb/reported", func() Strategy { return NewIRLB(IRLBOptions{}) }, true},
-	{"p2c_ewma+outlier", func() Strategy { return WithOutlier(newP2CEWMA(StrategyOptions{}), OutlierOptions{}) }, false},
-	{"round_robin+outlier", func() Strategy { return WithOutlier(new(roundRobin), OutlierOptions{}) }, false},
+	{"drf", func() Strategy { return newDRF(DRFOptions{}) }, false},
+	{"soa", func() Strategy { return newSOA(soaOptions{}) }, false},
+	{"load_aware", func() Strategy { return newLoadAware(loadAwareOptions{}) }, false},
+	{"load_aware/reported", func() Strategy { return newLoadAware(loadAwareOptions{}) }, true},
+	{"cswlc", func() Strategy { return newCSWLC(cswlcOptions{}) }, false},
+	{"cswlc/reported", func() Strategy { return newCSWLC(cswlcOptions{}) }, true},
+	{"irlb", func() Strategy { return newIRLB(irlbOptions{}) }, false},
+	{"irlb/reported", func() Strategy { return newIRLB(irlbOptions{}) }, true},
+	{"p2c_ewma+outlier", func() Strategy { return withOutlier(newP2CEWMA(StrategyOptions{}), OutlierOptions{}) }, false},
+	{"round_robin+outlier", func() Strategy { return withOutlier(new(roundRobin), OutlierOptions{}) }, false},
 }
 
 // BenchmarkPickPapers is BenchmarkPick and BenchmarkPickParallel for

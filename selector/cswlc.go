@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// CSWLCOptions configures [NewCSWLC]. The zero value is the default; every
+// cswlcOptions configures [newCSWLC]. The zero value is the default; every
 // field says what its zero value means.
-type CSWLCOptions struct {
+type cswlcOptions struct {
 	// K weighs the five capacity factors: CPU speed, memory, disk IO,
 	// network, processes. Default {0.3, 0.2, 0.2, 0.2, 0.1}, the paper's
 	// (its scanned text reads 6.3 for 0.3, a misprint: the five must sum to 1). Negative entries count as 0; the rest
@@ -58,7 +58,7 @@ type CSWLCOptions struct {
 	IgnoreUsage bool
 }
 
-// CSWLC is "cswlc": weighted least connections inside a candidate set that
+// cswlcStrategy is "cswlc": weighted least connections inside a candidate set that
 // a cuckoo search picks from utilisation buckets. Source: Guo, Zhang and
 // He, "Application of load balancing algorithm in smart mine software
 // platform", Industry and Mine Automation 46(5), 2020 (docs/algorithms.md
@@ -105,7 +105,7 @@ type CSWLCOptions struct {
 // candidate that has no fresh report falls back to least_conn over all the
 // candidates (never a guess at its utilisation: the normalisation in 1 is
 // across servers and is not defined with one missing), and counts one in
-// [CSWLC.Fallbacks]. A pick with one candidate picks it, and is not a
+// [cswlcStrategy.Fallbacks]. A pick with one candidate picks it, and is not a
 // fallback.
 //
 // Cost: the recomputation (a cuckoo search of 25 nests × 100 generations
@@ -117,7 +117,7 @@ type CSWLCOptions struct {
 // refresher): other picks do not wait and use the weights published before. Pick itself reads atomics
 // only, takes no lock and does not allocate; a recomputation does not
 // allocate either once its buffers have grown.
-type CSWLC struct {
+type cswlcStrategy struct {
 	k           [5]float64
 	thresholds  []float64
 	tolerance   float64
@@ -146,9 +146,9 @@ type cswlcPublished struct {
 	exp expiries
 }
 
-// NewCSWLC returns a cswlc strategy.
-func NewCSWLC(opt CSWLCOptions) *CSWLC {
-	s := &CSWLC{
+// newCSWLC returns a cswlc strategy.
+func newCSWLC(opt cswlcOptions) *cswlcStrategy {
+	s := &cswlcStrategy{
 		k:           cswlcWeights(opt.K),
 		thresholds:  cswlcThresholds(opt.Thresholds),
 		tolerance:   opt.Tolerance,
@@ -213,14 +213,14 @@ func cswlcThresholds(l []float64) []float64 {
 }
 
 // Name is "cswlc".
-func (*CSWLC) Name() string { return "cswlc" }
+func (*cswlcStrategy) Name() string { return "cswlc" }
 
 // Fallbacks is the number of picks that fell back to least_conn because a
 // candidate had no fresh load report.
-func (s *CSWLC) Fallbacks() uint64 { return s.fallbacks.Load() }
+func (s *cswlcStrategy) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Pick picks as the type's doc describes.
-func (s *CSWLC) Pick(t *Table, skip uint64) (int, bool) {
+func (s *cswlcStrategy) Pick(t *Table, skip uint64) (int, bool) {
 	cand := t.Candidates(skip)
 	if i, ok, done := atMostOne(cand); done {
 		return i, ok
@@ -286,7 +286,7 @@ func cswlcFreshLoad(t *Table, u *upstream, now int64) (Load, int64, bool) {
 
 // recompute computes the candidate set and the weights into p, and carries
 // over the weights of the upstreams without a fresh report.
-func (s *CSWLC) recompute(t *Table, now int64, p *cswlcPublished) {
+func (s *cswlcStrategy) recompute(t *Table, now int64, p *cswlcPublished) {
 	live := t.live.Load()
 	n := t.Len()
 	var loads [MaxUpstreams]Load
@@ -332,7 +332,7 @@ func (s *CSWLC) recompute(t *Table, now int64, p *cswlcPublished) {
 }
 
 // cswlcUtilisation computes, for every upstream in mask, its capacity H
-// and utilisation G from its load, by steps 1 and 2 of [CSWLC]'s doc.
+// and utilisation G from its load, by steps 1 and 2 of [cswlcStrategy]'s doc.
 func cswlcUtilisation(k *[5]float64, loads *[MaxUpstreams]Load, mask uint64, procLimit float64, h, g *[MaxUpstreams]float64) {
 	var maxE, maxM, maxN, maxF float64
 	for m := mask; m != 0; m &= m - 1 {
@@ -380,7 +380,7 @@ func cswlcBucket(g float64, thresholds []float64) int {
 
 // candidates buckets the upstreams of mask by s.g, runs the cuckoo search
 // over the buckets, and returns the candidate set (step 4). s.ref.mu is held.
-func (s *CSWLC) candidates(mask uint64, seed uint64) uint64 {
+func (s *cswlcStrategy) candidates(mask uint64, seed uint64) uint64 {
 	for j := range s.members {
 		s.members[j] = s.members[j][:0]
 	}
@@ -419,13 +419,13 @@ func (s *CSWLC) candidates(mask uint64, seed uint64) uint64 {
 }
 
 // member is the index in bucket s.dims[d] that coordinate x names.
-func (s *CSWLC) member(d int, x float64) int {
+func (s *cswlcStrategy) member(d int, x float64) int {
 	return min(max(int(x), 0), len(s.members[s.dims[d]])-1)
 }
 
 // fitness is the cuckoo search's objective: the sum of the utilisations of
 // the upstreams that x names, one per bucket searched.
-func (s *CSWLC) fitness(x []float64) float64 {
+func (s *cswlcStrategy) fitness(x []float64) float64 {
 	var sum float64
 	for d, xd := range x {
 		sum += s.g[s.members[s.dims[d]][s.member(d, xd)]]

@@ -101,7 +101,7 @@ func TestCSWLCPick(t *testing.T) {
 			tb.Begin(i)
 		}
 	}
-	s := NewCSWLC(CSWLCOptions{})
+	s := newCSWLC(cswlcOptions{})
 	for range 20 {
 		if i, _ := s.Pick(tb, 0); i != 2 {
 			t.Fatalf("picked u%d, want u2", i)
@@ -130,7 +130,7 @@ func TestCSWLCPick(t *testing.T) {
 	}
 
 	// A wide tolerance keeps u3 in the set, and it has nothing in flight.
-	s = NewCSWLC(CSWLCOptions{Tolerance: 0.1})
+	s = newCSWLC(cswlcOptions{Tolerance: 0.1})
 	if i, _ := s.Pick(tb, 0); i != 3 {
 		t.Fatalf("tolerance .1: picked u%d, want u3", i)
 	}
@@ -144,7 +144,7 @@ func TestCSWLCUsage(t *testing.T) {
 	tb, c := newTestTable(2, 1)
 	tb.Report(0, l)
 	tb.Report(1, l)
-	s := NewCSWLC(CSWLCOptions{})
+	s := newCSWLC(cswlcOptions{})
 	s.Pick(tb, 0)
 	feed(tb, c, 0, 3, time.Millisecond, time.Millisecond, nil)
 	feed(tb, c, 1, 1, time.Millisecond, time.Millisecond, nil)
@@ -154,7 +154,7 @@ func TestCSWLCUsage(t *testing.T) {
 	if w0, w1 := math.Float64frombits(s.ref.published().w[0].Load()), math.Float64frombits(s.ref.published().w[1].Load()); !cswlcNear(w0, 3.5) || !cswlcNear(w1, 1.25) {
 		t.Fatalf("W = %v, %v; want 3.5, 1.25", w0, w1)
 	}
-	s = NewCSWLC(CSWLCOptions{IgnoreUsage: true})
+	s = newCSWLC(cswlcOptions{IgnoreUsage: true})
 	s.Pick(tb, 0)
 	if w0 := math.Float64frombits(s.ref.published().w[0].Load()); !cswlcNear(w0, 2) {
 		t.Fatalf("IgnoreUsage: W_0 = %v, want 2", w0)
@@ -171,8 +171,8 @@ type cswlcFallbacker interface {
 // pick as least_conn and count it.
 func TestCSWLCIRLBFallback(t *testing.T) {
 	for _, mk := range []func() cswlcFallbacker{
-		func() cswlcFallbacker { return NewCSWLC(CSWLCOptions{}) },
-		func() cswlcFallbacker { return NewIRLB(IRLBOptions{}) },
+		func() cswlcFallbacker { return newCSWLC(cswlcOptions{}) },
+		func() cswlcFallbacker { return newIRLB(irlbOptions{}) },
 	} {
 		name := mk().Name()
 		// No report at all: least_conn, u1 has the fewest in flight.
@@ -240,7 +240,7 @@ func TestCSWLCIRLBFallback(t *testing.T) {
 // TestCSWLCIRLBNoAlloc checks that Pick does not allocate on the path
 // that uses the reports (the conformance suite has no reports).
 func TestCSWLCIRLBNoAlloc(t *testing.T) {
-	for _, s := range []cswlcFallbacker{NewCSWLC(CSWLCOptions{}), NewIRLB(IRLBOptions{})} {
+	for _, s := range []cswlcFallbacker{newCSWLC(cswlcOptions{}), newIRLB(irlbOptions{})} {
 		tb, c := newTestTable(1, 2, 3, 1, 2, 3, 1, 2)
 		for i := range tb.Len() {
 			tb.Report(i, Load{CPU: float64(i) / 10, Memory: 0.3, Network: 0.2, CPUMHz: 2000 + 100*float64(i), Connections: i})
@@ -268,8 +268,8 @@ func TestCSWLCIRLBNoAlloc(t *testing.T) {
 // with eight deliveries in flight, and without falling back.
 func TestCSWLCIRLBSpread(t *testing.T) {
 	for _, mk := range []func() cswlcFallbacker{
-		func() cswlcFallbacker { return NewCSWLC(CSWLCOptions{}) },
-		func() cswlcFallbacker { return NewIRLB(IRLBOptions{}) },
+		func() cswlcFallbacker { return newCSWLC(cswlcOptions{}) },
+		func() cswlcFallbacker { return newIRLB(irlbOptions{}) },
 	} {
 		for _, depth := range []int{1, 8} {
 			s := mk()

@@ -59,15 +59,19 @@
 // source, and where and why it departs from it. Every strategy passes the
 // conformance suite in package selectortest.
 //
-// # What lives beside it
+// # What callers use
+//
+// [New] and [StrategyOptions] are the only way to a strategy: the concrete
+// strategies are this package's own. A name followed by "+outlier" puts it
+// behind Envoy's outlier ejection ([OutlierOptions]), which reads the
+// table's own counters on the pick path, without the allocation of a
+// [Table.Snapshot]. irlb's strategy is a [Trained]: the daemon trains its
+// model and keeps it in the buffer file.
 //
 // The offline numerics are packages of their own, off the pick path:
 // selector/cuckoo (the cuckoo search cswlc recomputes with and the lab
-// tunes with) and selector/lstm (irlb's predictor, trained by the daemon
-// with [IRLB.Train]). [WithOutlier] (Envoy's outlier ejection around any
-// strategy) stays here: it reads the table's own failure counter,
-// generation and per-upstream statistics on the pick path, without the
-// allocation of a [Table.Snapshot].
+// tunes with), selector/lstm (irlb's predictor) and selector/delphi (drf's
+// expert step, run by gateway delphi).
 //
 // The recomputed strategies (soa, load_aware, drf, ribbon_wrt, cswlc, irlb)
 // share one refresher (refresh.go): one staleness rule, one double buffer.

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// DRF is "drf": the improved dominant-resource-fairness rule of docs/algorithms.md § 000
-// (Ma, Wu, Xia et al., "improved DRF load balancing for smart-agriculture
+// drfStrategy is "drf": the improved dominant-resource-fairness rule of docs/algorithms.md § 000
+// (Ma, Wu, Xia et al., "improved drfStrategy load balancing for smart-agriculture
 // microservices", Jiangsu J. of Agr. Sci. 2020), a
 // client-side Ribbon rule.
 //
@@ -71,7 +71,7 @@ import (
 // clock and does not allocate. Between re-scorings the order is stale, by
 // design of the paper: in-flight counts and failures of the last second
 // are those of the re-scoring instant.
-type DRF struct {
+type drfStrategy struct {
 	w      [drfFactors]float64 // A_f
 	period int64
 	lt     bool // lifetime response-time σ
@@ -140,7 +140,7 @@ func drfFactorsOf(v [drfFactors]float64) DRFFactors {
 	return DRFFactors{Failures: v[0], InFlight: v[1], ConsecutiveFailures: v[2], ResponseTimeStdDev: v[3], Latency: v[4]}
 }
 
-// DRFOptions configures [NewDRF]. The zero value is the default.
+// DRFOptions configures drf ([StrategyOptions].DRF). The zero value is the default.
 type DRFOptions struct {
 	// TR is the resource amount per factor (the servers' total) and N the
 	// demand of the gateway's task per factor, from the Delphi step
@@ -198,10 +198,10 @@ type drfOrder struct {
 	score [MaxUpstreams]atomic.Uint64 // float64 bits of its score
 }
 
-// NewDRF returns a drf strategy. Options that [DRFOptions.Validate] rejects
+// newDRF returns a drf strategy. Options that [DRFOptions.Validate] rejects
 // are taken as their defaults (an invalid amount as 0).
-func NewDRF(opt DRFOptions) *DRF {
-	s := &DRF{period: int64(opt.Period), lt: opt.ResponseTime != DRFWindowed}
+func newDRF(opt DRFOptions) *drfStrategy {
+	s := &drfStrategy{period: int64(opt.Period), lt: opt.ResponseTime != DRFWindowed}
 	if s.period <= 0 {
 		s.period = int64(5 * time.Minute)
 	}
@@ -220,11 +220,11 @@ func NewDRF(opt DRFOptions) *DRF {
 	return s
 }
 
-func (*DRF) Name() string { return "drf" }
+func (*drfStrategy) Name() string { return "drf" }
 
 // Weights returns the weight set A: 1 per factor, DominantWeight on the
 // dominant one.
-func (s *DRF) Weights() DRFFactors { return drfFactorsOf(s.w) }
+func (s *drfStrategy) Weights() DRFFactors { return drfFactorsOf(s.w) }
 
 // drfDominant returns the index of the dominant factor, argmax N_f / TR_f
 // over the factors with TR_f > 0 and N_f > 0 (the first on a tie), or −1
@@ -298,7 +298,7 @@ func drfScore(x *[MaxUpstreams][drfFactors]float64, has *[MaxUpstreams][drfFacto
 	}
 }
 
-func (s *DRF) Pick(t *Table, skip uint64) (int, bool) {
+func (s *drfStrategy) Pick(t *Table, skip uint64) (int, bool) {
 	o := s.ref.get(t, t.lastSeen(), s)
 	cand := t.Candidates(skip)
 	if cand == 0 {
@@ -357,7 +357,7 @@ func drfIntN(t *Table, n int) int {
 }
 
 // recompute scores the live upstreams into o, in order.
-func (s *DRF) recompute(t *Table, now int64, o *drfOrder) {
+func (s *drfStrategy) recompute(t *Table, now int64, o *drfOrder) {
 	live := t.live.Load()
 	var idx [MaxUpstreams]int
 	var x [MaxUpstreams][drfFactors]float64
@@ -390,7 +390,7 @@ func (s *DRF) recompute(t *Table, now int64, o *drfOrder) {
 }
 
 // factors reads the five factors of upstream i at table time now.
-func (s *DRF) factors(t *Table, i int, now int64) (x [drfFactors]float64, has [drfFactors]bool) {
+func (s *drfStrategy) factors(t *Table, i int, now int64) (x [drfFactors]float64, has [drfFactors]bool) {
 	u := t.ups[i].Load()
 	if st := t.slots[i].state.Load(); st>>genShift == u.gen {
 		x[1] = float64(inflight(st))

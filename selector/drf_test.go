@@ -107,10 +107,10 @@ func TestDRFDominantShareAndScoresByHand(t *testing.T) {
 	if d := drfDominant([drfFactors]float64{10, 100, 10, 400, 400}, [drfFactors]float64{1, 5, 1, 20, 20}); d != 0 {
 		t.Fatalf("tie: dominant factor = %d, want 0", d)
 	}
-	if w := NewDRF(DRFOptions{TR: ex.tr, N: ex.n}).Weights(); w != (DRFFactors{1, 1, 1, 12, 1}) {
+	if w := newDRF(DRFOptions{TR: ex.tr, N: ex.n}).Weights(); w != (DRFFactors{1, 1, 1, 12, 1}) {
 		t.Fatalf("weights = %+v, want 12 on rt_stddev only", w)
 	}
-	if w := NewDRF(DRFOptions{}).Weights(); w != (DRFFactors{1, 1, 1, 1, 1}) {
+	if w := newDRF(DRFOptions{}).Weights(); w != (DRFFactors{1, 1, 1, 1, 1}) {
 		t.Fatalf("weights without Delphi = %+v, want all 1", w)
 	}
 
@@ -122,11 +122,11 @@ func TestDRFDominantShareAndScoresByHand(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		s    *DRF
+		s    *drfStrategy
 		want [4]float64
 	}{
-		{"plain", NewDRF(DRFOptions{}), ex.plain},
-		{"x12", NewDRF(DRFOptions{TR: ex.tr, N: ex.n}), ex.drf},
+		{"plain", newDRF(DRFOptions{}), ex.plain},
+		{"x12", newDRF(DRFOptions{TR: ex.tr, N: ex.n}), ex.drf},
 	} {
 		var score [MaxUpstreams]float64
 		drfScore(&x, &has, 4, c.s.w, &score)
@@ -174,7 +174,7 @@ func drfTable(t *testing.T) (*Table, *testClock) {
 
 func TestDRFFactorsFromTable(t *testing.T) {
 	tb, _ := drfTable(t)
-	s := NewDRF(DRFOptions{})
+	s := newDRF(DRFOptions{})
 	now := tb.lastSeen()
 	snap := tb.Snapshot()
 	for j := range 4 {
@@ -190,7 +190,7 @@ func TestDRFFactorsFromTable(t *testing.T) {
 			t.Errorf("%c: factors %v disagree with Snapshot %+v", 'A'+j, x, st)
 		}
 	}
-	w := NewDRF(DRFOptions{ResponseTime: DRFWindowed})
+	w := newDRF(DRFOptions{ResponseTime: DRFWindowed})
 	for j := range 4 {
 		x, _ := w.factors(tb, j, now)
 		if got := time.Duration(x[3] * 1e6); absDur(got-snap[j].LatencyStdDev) > time.Microsecond {
@@ -217,7 +217,7 @@ func TestDRFPicks(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tb, _ := drfTable(t)
-			s := NewDRF(c.opt)
+			s := newDRF(c.opt)
 			const n = 30000
 			got := counts(picks(t, s, tb, n), 4)
 			for j := range 4 {
@@ -238,7 +238,7 @@ func TestDRFDecreasingProbabilities(t *testing.T) {
 		for j := range n {
 			tb.Probe(j, time.Duration(n-j)*time.Millisecond, nil) // the last index is the fastest
 		}
-		s := NewDRF(DRFOptions{})
+		s := newDRF(DRFOptions{})
 		const picks = 60000
 		got := make([]int, n)
 		for range picks {
@@ -265,7 +265,7 @@ func TestDRFDecreasingProbabilities(t *testing.T) {
 
 func TestDRFSkipDownAndTies(t *testing.T) {
 	tb, _ := newTestTable(1, 1, 1, 1, 1)
-	s := NewDRF(DRFOptions{})
+	s := newDRF(DRFOptions{})
 	// No statistics at all: every score is 0, a five-way tie, uniform.
 	got := counts(picks(t, s, tb, 20000), 5)
 	for j, c := range got {
@@ -304,7 +304,7 @@ func TestDRFSkipDownAndTies(t *testing.T) {
 
 func TestDRFPeriod(t *testing.T) {
 	tb, c := newTestTable(1, 1)
-	s := NewDRF(DRFOptions{Period: time.Minute})
+	s := newDRF(DRFOptions{Period: time.Minute})
 	tb.Probe(0, time.Millisecond, nil)
 	tb.Probe(1, 9*time.Millisecond, nil)
 	if got := counts(picks(t, s, tb, 100), 2); got[0] != 100 {
@@ -343,7 +343,7 @@ func TestDRFValidate(t *testing.T) {
 
 func TestDRFNoAlloc(t *testing.T) {
 	tb, _ := drfTable(t)
-	s := NewDRF(DRFOptions{TR: drfExample.tr, N: drfExample.n})
+	s := newDRF(DRFOptions{TR: drfExample.tr, N: drfExample.n})
 	s.Pick(tb, 0)
 	if a := testing.AllocsPerRun(1000, func() { s.Pick(tb, 0); s.Pick(tb, 1) }); a != 0 {
 		t.Fatalf("Pick allocates %.1f times", a)
@@ -372,5 +372,17 @@ func TestDRFFactorsByIndex(t *testing.T) {
 		if f.At(k) != float64(10+k) {
 			t.Fatalf("At(%d) = %v, want %v", k, f.At(k), 10+k)
 		}
+	}
+}
+
+// TestDRFWeightsFromDelphi: the amounts of the Delphi example
+// (selector/delphi's TestDelphiTwoRounds) put the weight on latency, 12.
+func TestDRFWeightsFromDelphi(t *testing.T) {
+	opt := DRFOptions{TR: DRFFactors{InFlight: 107.5, Latency: 152.5}, N: DRFFactors{InFlight: 2, Latency: 10}}
+	if err := opt.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if w := newDRF(opt).Weights(); w != (DRFFactors{1, 1, 1, 1, 12}) {
+		t.Fatalf("drf weights from the Delphi result: %+v, want 12 on latency", w)
 	}
 }

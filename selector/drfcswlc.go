@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// DRFCSWLC is "drf_cswlc", the gateway's own selector: the multi-factor
+// drfCSWLC is "drf_cswlc", the gateway's own selector: the multi-factor
 // weight of DRF (docs/algorithms.md § 000) and the weighted least
 // connections pick of CS-WLC (§ 002), with what production balancers learnt
 // since (docs/algorithms.md, drf_cswlc, says which part comes from where):
@@ -38,7 +38,7 @@ import (
 //
 // Pick reads the published weights, the hot mask and the live in-flight
 // counts; it does not allocate or lock.
-type DRFCSWLC struct {
+type drfCSWLC struct {
 	opt DRFCSWLCOptions
 	ref refresher[dcWeights]
 
@@ -47,7 +47,7 @@ type DRFCSWLC struct {
 	prevBest float64 // the lowest latency at the last recomputation
 }
 
-// DRFCSWLCOptions configures [NewDRFCSWLC]. The zero value is the default;
+// DRFCSWLCOptions configures drf_cswlc ([StrategyOptions].DRFCSWLC). The zero value is the default;
 // the defaults are the lab's tuned constants (docs/selector-lab.md).
 type DRFCSWLCOptions struct {
 	// Interval between recomputations of the weights. Default 250 ms.
@@ -157,10 +157,10 @@ type dcState struct {
 	pending bool  // deliveries were pending at the last recomputation
 }
 
-// NewDRFCSWLC returns a drf_cswlc strategy.
-func NewDRFCSWLC(opt DRFCSWLCOptions) *DRFCSWLC {
+// newDRFCSWLC returns a drf_cswlc strategy.
+func newDRFCSWLC(opt DRFCSWLCOptions) *drfCSWLC {
 	opt.defaults()
-	s := &DRFCSWLC{opt: opt}
+	s := &drfCSWLC{opt: opt}
 	s.ref.init(int64(opt.Interval), true)
 	// Gateways that start together must not recompute together: a shared
 	// rhythm is a shared herd (the lab's S6a).
@@ -168,10 +168,10 @@ func NewDRFCSWLC(opt DRFCSWLCOptions) *DRFCSWLC {
 	return s
 }
 
-func (*DRFCSWLC) Name() string { return "drf_cswlc" }
+func (*drfCSWLC) Name() string { return "drf_cswlc" }
 
 // Pick picks as the type's doc describes.
-func (s *DRFCSWLC) Pick(t *Table, skip uint64) (int, bool) {
+func (s *drfCSWLC) Pick(t *Table, skip uint64) (int, bool) {
 	cand := t.Candidates(skip)
 	if i, ok, done := atMostOne(cand); done {
 		return i, ok
@@ -188,7 +188,7 @@ func (s *DRFCSWLC) Pick(t *Table, skip uint64) (int, bool) {
 
 // scan returns the member of cand with the lowest weighted load; ties go to
 // one of them at random.
-func (s *DRFCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
+func (s *drfCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
 	var ties uint64
 	best := math.Inf(1)
 	for m := cand; m != 0; m &= m - 1 {
@@ -207,13 +207,13 @@ func (s *DRFCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
 }
 
 // load is upstream i's weighted load, as the pick compares it.
-func (s *DRFCSWLC) load(t *Table, p *dcWeights, i int) float64 {
+func (s *drfCSWLC) load(t *Table, p *dcWeights, i int) float64 {
 	n := float64(inflight(t.slots[i].state.Load()))
 	return (n + 1 + math.Float64frombits(p.rep[i].Load())) * math.Float64frombits(p.inv[i].Load())
 }
 
 // recompute computes the weights and the hot mask at table time now.
-func (s *DRFCSWLC) recompute(t *Table, now int64, out *dcWeights) {
+func (s *drfCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 	o := &s.opt
 	n := t.Len()
 	var lat [MaxUpstreams]float64

@@ -16,13 +16,13 @@ func (timeoutErr) Temporary() bool { return true }
 
 // dcTable is four upstreams of equal weight that each answered 20
 // deliveries in 20 ms, and a fresh drf_cswlc.
-func dcTable(t *testing.T, opt DRFCSWLCOptions) (*Table, *testClock, *DRFCSWLC) {
+func dcTable(t *testing.T, opt DRFCSWLCOptions) (*Table, *testClock, *drfCSWLC) {
 	t.Helper()
 	tb, c := newTestTable(1, 1, 1, 1)
 	for i := range 4 {
 		feed(tb, c, i, 20, 20*time.Millisecond, time.Millisecond, nil)
 	}
-	s := NewDRFCSWLC(opt)
+	s := newDRFCSWLC(opt)
 	s.Pick(tb, 0) // it sees them: their warm-up starts
 	tick(tb, c, 10*time.Second)
 	return tb, c, s

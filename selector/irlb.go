@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// IRLBOptions configures [NewIRLB]. The zero value is the default; every
+// irlbOptions configures [newIRLB]. The zero value is the default; every
 // field says what its zero value means.
-type IRLBOptions struct {
+type irlbOptions struct {
 	// Perf is α1, β1, γ1 of P = α1·Cd + β1·Md + γ1·Bd (CPU speed, memory
 	// size, bandwidth). Default {0.3, 0.3, 0.4}: the paper's "CPU and
 	// memory equal, bandwidth slightly larger" (**reading** of its lost
@@ -45,9 +45,9 @@ type IRLBOptions struct {
 	Model lstm.Options
 }
 
-// IRLB is "irlb": identifier-resolution load balancing, a weighted least
+// irlbStrategy is "irlb": identifier-resolution load balancing, a weighted least
 // connections whose weight uses a connection count predicted by an LSTM.
-// Source: Zhang, Cai, Huo, Wang, Huang and Lu, IRLB (docs/algorithms.md
+// Source: Zhang, Cai, Huo, Wang, Huang and Lu, irlbStrategy (docs/algorithms.md
 // § 003). For each upstream S, from its reported [Load]:
 //
 //	P(S)    = α1·Cd + β1·Md + γ1·Bd           0.3, 0.3, 0.4
@@ -78,7 +78,7 @@ type IRLBOptions struct {
 // with the report's time), and the model, when there is one, predicts the
 // next value from the last Window samples ([lstm.Model]: one LSTM layer and a
 // dense output, Z-score inputs, Adam on MSE). Until a model is trained
-// ([IRLB.Train]) or loaded ([IRLB.SetModel]), or while an upstream has
+// ([irlbStrategy.Train]) or loaded ([irlbStrategy.SetModel]), or while an upstream has
 // fewer samples than the window, q_{t+1} = q_t: last-value prediction, and
 // W is the paper's with the prediction term equal to the current count.
 // A negative prediction counts as 0.
@@ -86,12 +86,12 @@ type IRLBOptions struct {
 // Load: a report is fresh for Options.LoadTTL after its At. A pick with a
 // candidate that has no fresh report falls back to least_conn over all the
 // candidates (never a guess at its load: P is normalised across servers and
-// is not defined with one missing), and counts one in [IRLB.Fallbacks]. A
+// is not defined with one missing), and counts one in [irlbStrategy.Fallbacks]. A
 // report that comes after the last recomputation is used from the next one,
 // at most a Period later. A pick with one candidate picks it, and is not a
 // fallback.
 //
-// Cost and ownership: training never runs on the pick path. [IRLB.Train]
+// Cost and ownership: training never runs on the pick path. [irlbStrategy.Train]
 // fits a new model on the recorded history and swaps it in; the caller owns
 // the goroutine that calls it (e.g. every few minutes) and cancels it by
 // ctx. The recomputation (one lock per upstream to copy its load, one
@@ -102,7 +102,7 @@ type IRLBOptions struct {
 // table changed, under TryLock (see refresher): other picks do not wait and
 // use the weights published before. Pick itself reads atomics only, takes no lock
 // and does not allocate.
-type IRLB struct {
+type irlbStrategy struct {
 	perf, load       [3]float64
 	rank             [2]float64
 	epsLoad, epsRank float64
@@ -136,10 +136,10 @@ type irlbHistory struct {
 	pred   float64 // Ĉ, the latest prediction
 }
 
-// NewIRLB returns an irlb strategy, with no model: see [IRLB.Train] and
-// [IRLB.SetModel].
-func NewIRLB(opt IRLBOptions) *IRLB {
-	s := &IRLB{
+// newIRLB returns an irlb strategy, with no model: see [irlbStrategy.Train] and
+// [irlbStrategy.SetModel].
+func newIRLB(opt irlbOptions) *irlbStrategy {
+	s := &irlbStrategy{
 		perf:     irlbCoefficients(opt.Perf, [3]float64{0.3, 0.3, 0.4}),
 		load:     irlbCoefficients(opt.Load, [3]float64{0.3, 0.3, 0.4}),
 		epsLoad:  opt.LoadEpsilon,
@@ -187,20 +187,20 @@ func irlbCoefficients(c, def [3]float64) [3]float64 {
 }
 
 // Name is "irlb".
-func (*IRLB) Name() string { return "irlb" }
+func (*irlbStrategy) Name() string { return "irlb" }
 
 // Fallbacks is the number of picks that fell back to least_conn because a
 // candidate had no fresh load report.
-func (s *IRLB) Fallbacks() uint64 { return s.fallbacks.Load() }
+func (s *irlbStrategy) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Model returns the model in use, nil when there is none. It is for
 // MarshalBinary; do not Fit or UnmarshalBinary it.
-func (s *IRLB) Model() *lstm.Model { return s.model.Load() }
+func (s *irlbStrategy) Model() *lstm.Model { return s.model.Load() }
 
 // SetModel makes m the model, from the next recomputation (e.g. one loaded
 // with [lstm.Model.UnmarshalBinary] at start-up); nil goes back to last-value
 // prediction. m must be trained and is not to be changed afterwards.
-func (s *IRLB) SetModel(m *lstm.Model) error {
+func (s *irlbStrategy) SetModel(m *lstm.Model) error {
 	if m != nil && !m.Trained() {
 		return fmt.Errorf("%w: irlb: the model is not trained", lstm.ErrBadModel)
 	}
@@ -209,14 +209,14 @@ func (s *IRLB) SetModel(m *lstm.Model) error {
 	return nil
 }
 
-// Train fits a new model (IRLBOptions.Model) on the connection counts
+// Train fits a new model (irlbOptions.Model) on the connection counts
 // recorded so far, one series per upstream, and makes it the model from the
 // next recomputation. It blocks for the whole fit, checking ctx between
 // minibatches, and returns [lstm.ErrNotEnoughData] (wrapped) while no
 // upstream has Window + 1 samples. Picks go on meanwhile with the previous
 // model. Call it from a goroutine you own; concurrent calls are safe, and
 // the last to finish wins.
-func (s *IRLB) Train(ctx context.Context) error {
+func (s *irlbStrategy) Train(ctx context.Context) error {
 	var series [][]lstm.Point
 	s.ref.mu.Lock()
 	for i := range s.hist {
@@ -235,7 +235,7 @@ func (s *IRLB) Train(ctx context.Context) error {
 }
 
 // Pick picks as the type's doc describes.
-func (s *IRLB) Pick(t *Table, skip uint64) (int, bool) {
+func (s *irlbStrategy) Pick(t *Table, skip uint64) (int, bool) {
 	cand := t.Candidates(skip)
 	if i, ok, done := atMostOne(cand); done {
 		return i, ok
@@ -268,7 +268,7 @@ func (s *IRLB) Pick(t *Table, skip uint64) (int, bool) {
 
 // recompute records new samples, predicts, and computes the weights into
 // p, carrying over those of the upstreams without a fresh report.
-func (s *IRLB) recompute(t *Table, now int64, p *irlbWeights) {
+func (s *irlbStrategy) recompute(t *Table, now int64, p *irlbWeights) {
 	live := t.live.Load()
 	model := s.model.Load()
 	if model != nil && (s.pred == nil || s.pred.Model() != model) {
@@ -333,7 +333,7 @@ func (hs *irlbHistory) add(p lstm.Point, n int) {
 
 // irlbWeigh computes, for every upstream in mask, a = P / (L + εL) and
 // b = α3·C + β3·Ĉ + εR, so that W = a / (b + in_flight).
-func irlbWeigh(s *IRLB, loads *[MaxUpstreams]Load, mask uint64, a, b *[MaxUpstreams]float64) {
+func irlbWeigh(s *irlbStrategy, loads *[MaxUpstreams]Load, mask uint64, a, b *[MaxUpstreams]float64) {
 	var maxC, maxM, maxB float64
 	for m := mask; m != 0; m &= m - 1 {
 		l := &loads[trailingZeros(m)]

@@ -26,7 +26,7 @@ func TestIRLBArithmetic(t *testing.T) {
 	tb, _ := newTestTable(1, 1)
 	tb.Report(0, Load{CPUMHz: 3200, MemoryMB: 16384, BandwidthMbps: 1000, CPU: 0.5, Memory: 0.5, Network: 0.5, Connections: 10})
 	tb.Report(1, Load{CPUMHz: 1600, MemoryMB: 8192, BandwidthMbps: 1000, CPU: 0.2, Memory: 0.2, Network: 0.2, Connections: 10})
-	s := NewIRLB(IRLBOptions{})
+	s := newIRLB(irlbOptions{})
 	var got []int
 	for range 11 {
 		i, _ := s.Pick(tb, 0)
@@ -45,7 +45,7 @@ func TestIRLBArithmetic(t *testing.T) {
 
 	// Other coefficients: P and L on CPU only, Rank on the current count
 	// only, εL = .1, εR = 2: a0 = 1/.6, a1 = .5/.3, equal; b = 10 + 2 = 12.
-	s = NewIRLB(IRLBOptions{Perf: [3]float64{1}, Load: [3]float64{2}, Rank: [2]float64{1, 0}, LoadEpsilon: 0.1, RankEpsilon: 2})
+	s = newIRLB(irlbOptions{Perf: [3]float64{1}, Load: [3]float64{2}, Rank: [2]float64{1, 0}, LoadEpsilon: 0.1, RankEpsilon: 2})
 	s.Pick(tb, 0)
 	for i, want := range []float64{1 / 0.6, 0.5 / 0.3} {
 		if a, b := math.Float64frombits(s.ref.published().a[i].Load()), math.Float64frombits(s.ref.published().b[i].Load()); !cswlcNear(a, want) || !cswlcNear(b, 12) {
@@ -59,7 +59,7 @@ func TestIRLBArithmetic(t *testing.T) {
 // prediction: b = .5·C + .5·Ĉ + 1.
 func TestIRLBPredicts(t *testing.T) {
 	tb, c := newTestTable(1, 1)
-	s := NewIRLB(IRLBOptions{History: 64, Model: lstm.Options{Hidden: 4, Window: 8, Epochs: 5, Seed: 3}})
+	s := newIRLB(irlbOptions{History: 64, Model: lstm.Options{Hidden: 4, Window: 8, Epochs: 5, Seed: 3}})
 	if err := s.Train(context.Background()); !errors.Is(err, lstm.ErrNotEnoughData) {
 		t.Fatalf("Train with no history: %v", err)
 	}
@@ -109,7 +109,7 @@ func TestIRLBPredicts(t *testing.T) {
 	if err := loaded.UnmarshalBinary(data); err != nil {
 		t.Fatal(err)
 	}
-	s2 := NewIRLB(IRLBOptions{History: 64})
+	s2 := newIRLB(irlbOptions{History: 64})
 	if err := s2.SetModel(&loaded); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// LoadAware is "load_aware": the load-aware replica choice of docs/algorithms.md § 004
+// loadAware is "load_aware": the load-aware replica choice of docs/algorithms.md § 004
 // (HDFS reads of PDM files). Each upstream reports its
 // own load ([Table.Report]); its load is
 //
@@ -25,7 +25,7 @@ import (
 // candidate has no fresh report (none came, or the latest is older than
 // the table's Options.LoadTTL), the strategy does not guess: the whole pick
 // goes to the fallback strategy (LoadAwareOptions.Fallback, least_conn by
-// default) and is counted in [LoadAware.Fallbacks]. So does a pick whose
+// default) and is counted in [loadAware.Fallbacks]. So does a pick whose
 // loads do not average to a finite number (a NaN in a report).
 //
 // Reports are read from the table every LoadAwareOptions.Interval (1 s)
@@ -35,7 +35,7 @@ import (
 // latest time reading (Begin, End, Probe, Report or Snapshot, to the
 // millisecond). Pick does not read the clock, does not allocate and takes
 // no lock.
-type LoadAware struct {
+type loadAware struct {
 	lambda   [3]float64 // disk, CPU, network
 	fallback Strategy
 
@@ -44,8 +44,8 @@ type LoadAware struct {
 	ref refresher[loadAwareSnap]
 }
 
-// LoadAwareOptions configures [NewLoadAware]. The zero value is the default.
-type LoadAwareOptions struct {
+// loadAwareOptions configures [newLoadAware]. The zero value is the default.
+type loadAwareOptions struct {
 	// Lambda weighs disk IO, CPU and network utilisation, in that order
 	// (λ1, λ2, λ3). Default 1/3 each. Negative and non-finite weights count
 	// as 0; the weights are scaled to sum to 1.
@@ -64,9 +64,9 @@ type loadAwareSnap struct {
 	expiry [MaxUpstreams]atomic.Int64  // table time after which the report is stale
 }
 
-// NewLoadAware returns a load_aware strategy.
-func NewLoadAware(opt LoadAwareOptions) *LoadAware {
-	s := &LoadAware{fallback: opt.Fallback}
+// newLoadAware returns a load_aware strategy.
+func newLoadAware(opt loadAwareOptions) *loadAware {
+	s := &loadAware{fallback: opt.Fallback}
 	interval := int64(opt.Interval)
 	if interval <= 0 {
 		interval = int64(time.Second)
@@ -91,18 +91,18 @@ func NewLoadAware(opt LoadAwareOptions) *LoadAware {
 	return s
 }
 
-func (*LoadAware) Name() string { return "load_aware" }
+func (*loadAware) Name() string { return "load_aware" }
 
 // Fallbacks is how many picks went to the fallback strategy because a
 // candidate had no fresh load report.
-func (s *LoadAware) Fallbacks() uint64 { return s.fallbacks.Load() }
+func (s *loadAware) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // load is U for one report.
-func (s *LoadAware) load(l *Load) float64 {
+func (s *loadAware) load(l *Load) float64 {
 	return s.lambda[0]*l.DiskIO + s.lambda[1]*l.CPU + s.lambda[2]*l.Network
 }
 
-func (s *LoadAware) Pick(t *Table, skip uint64) (int, bool) {
+func (s *loadAware) Pick(t *Table, skip uint64) (int, bool) {
 	now := t.lastSeen()
 	sn := s.ref.get(t, now, s)
 	cand := t.Candidates(skip)
@@ -144,13 +144,13 @@ func (s *LoadAware) Pick(t *Table, skip uint64) (int, bool) {
 	return nthBit(rest, t.intN(bits.OnesCount64(rest))), true
 }
 
-func (s *LoadAware) fallBack(t *Table, skip uint64) (int, bool) {
+func (s *loadAware) fallBack(t *Table, skip uint64) (int, bool) {
 	s.fallbacks.Add(1)
 	return s.fallback.Pick(t, skip)
 }
 
 // recompute reads every upstream's latest report into sn.
-func (s *LoadAware) recompute(t *Table, _ int64, sn *loadAwareSnap) {
+func (s *loadAware) recompute(t *Table, _ int64, sn *loadAwareSnap) {
 	var has uint64
 	n := t.Len()
 	for i := range n {

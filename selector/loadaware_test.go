@@ -21,7 +21,7 @@ func TestLoadAwareFilterByHand(t *testing.T) {
 	} {
 		tb.Report(i, l)
 	}
-	s := NewLoadAware(LoadAwareOptions{})
+	s := newLoadAware(loadAwareOptions{})
 	got := counts(picks(t, s, tb, 10000), 4)
 	if got[0] != 0 || got[3] != 0 || !near(float64(got[1])/10000, 0.5, 0.03) {
 		t.Fatalf("picks %v, want u1 and u2 only, half each", got)
@@ -43,7 +43,7 @@ func TestLoadAwareFilterByHand(t *testing.T) {
 	// λ = (0.5, 0.3, 0.2), given as 5, 3, 2:
 	//   u0: 0.45 + 0.18 + 0.06 = 0.69; u1: 0.3; u2: 0.09; u3: 0.6;
 	//   average 1.68/4 = 0.42: u1 and u2.
-	w := NewLoadAware(LoadAwareOptions{Lambda: [3]float64{5, 3, 2}})
+	w := newLoadAware(loadAwareOptions{Lambda: [3]float64{5, 3, 2}})
 	if l := w.lambda; !near(l[0], 0.5, 1e-12) || !near(l[1], 0.3, 1e-12) || !near(l[2], 0.2, 1e-12) {
 		t.Fatalf("λ = %v, want 0.5, 0.3, 0.2", l)
 	}
@@ -58,7 +58,7 @@ func TestLoadAwareFilterByHand(t *testing.T) {
 
 func TestLoadAwareFallback(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1)
-	s := NewLoadAware(LoadAwareOptions{}) // LoadTTL is the table's default, 30 s
+	s := newLoadAware(loadAwareOptions{}) // LoadTTL is the table's default, 30 s
 	if s.fallback.Name() != "least_conn" {
 		t.Fatalf("default fallback %q, want least_conn", s.fallback.Name())
 	}
@@ -104,7 +104,7 @@ func TestLoadAwareFallback(t *testing.T) {
 		t.Fatalf("stale reports: picked u%d, Fallbacks %d; want u2 (least_conn), 11", i, s.Fallbacks())
 	}
 	// A custom fallback is used and counted the same way.
-	r := NewLoadAware(LoadAwareOptions{Fallback: new(roundRobin)})
+	r := newLoadAware(loadAwareOptions{Fallback: new(roundRobin)})
 	if got := letters(picks(t, r, tb, 4)); got != "abca" || r.Fallbacks() != 4 {
 		t.Fatalf("round_robin fallback: %s, %d fallbacks; want abca, 4", got, r.Fallbacks())
 	}
@@ -115,7 +115,7 @@ func TestLoadAwareNoAlloc(t *testing.T) {
 	for i := range 4 {
 		tb.Report(i, Load{CPU: float64(i) / 4})
 	}
-	s := NewLoadAware(LoadAwareOptions{})
+	s := newLoadAware(loadAwareOptions{})
 	s.Pick(tb, 0)
 	if a := testing.AllocsPerRun(1000, func() { s.Pick(tb, 0) }); a != 0 {
 		t.Fatalf("Pick allocates %.1f times", a)

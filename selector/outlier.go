@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Outlier is the shared outlier-ejection layer: [WithOutlier] puts it in
+// outlier is the shared outlier-ejection layer: [withOutlier] puts it in
 // front of any strategy, so that every strategy can be measured both bare
 // and behind the same health layer (Ribbon's and Finagle's rules each
 // relied on a breaker of their own; selector-anchors.md § 2). It follows
@@ -51,7 +51,7 @@ import (
 // returns at the first pick after its ejection ended (Envoy waits for its
 // next sweep); between those, a pick costs a few atomic loads and the
 // inner strategy's pick. Pick does not allocate.
-type Outlier struct {
+type outlier struct {
 	inner       Strategy
 	consecutive uint64
 	base        int64
@@ -81,7 +81,8 @@ type outlierHost struct {
 	since   int64     // table time from which backoff decays (last return, or last decay)
 }
 
-// OutlierOptions configures [WithOutlier]. The zero value is the default
+// OutlierOptions configures the outlier ejection of a strategy named with
+// "+outlier" (see [New]). The zero value is the default
 // (Envoy's defaults).
 type OutlierOptions struct {
 	// Consecutive is how many consecutive failures eject an upstream.
@@ -104,10 +105,10 @@ type OutlierOptions struct {
 	PanicPercent int
 }
 
-// WithOutlier returns s behind the outlier-ejection layer. Its Name is
+// withOutlier returns s behind the outlier-ejection layer. Its Name is
 // s.Name() + "+outlier". Use it, like s, with one table.
-func WithOutlier(s Strategy, opt OutlierOptions) *Outlier {
-	o := &Outlier{
+func withOutlier(s Strategy, opt OutlierOptions) *outlier {
+	o := &outlier{
 		inner:       s,
 		consecutive: uint64(max(opt.Consecutive, 0)),
 		base:        int64(opt.BaseEjection),
@@ -145,9 +146,9 @@ func WithOutlier(s Strategy, opt OutlierOptions) *Outlier {
 	return o
 }
 
-func (o *Outlier) Name() string { return o.inner.Name() + "+outlier" }
+func (o *outlier) Name() string { return o.inner.Name() + "+outlier" }
 
-func (o *Outlier) Pick(t *Table, skip uint64) (int, bool) {
+func (o *outlier) Pick(t *Table, skip uint64) (int, bool) {
 	now := t.lastSeen()
 	if t.fail.Load() != o.seenFail.Load() || now >= o.nextDue.Load() || t.gen.Load() != o.seenGen.Load() {
 		o.sweep(t, now)
@@ -174,7 +175,7 @@ func (o *Outlier) Pick(t *Table, skip uint64) (int, bool) {
 // sweep returns the upstreams whose ejection ended and ejects those whose
 // consecutive failures reached the threshold, unless another goroutine is
 // at it (the pick then goes on with the ejections as they are).
-func (o *Outlier) sweep(t *Table, now int64) {
+func (o *outlier) sweep(t *Table, now int64) {
 	if !o.mu.TryLock() {
 		return
 	}

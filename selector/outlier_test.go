@@ -19,7 +19,7 @@ func at(tb *Table, c *testClock, d time.Duration) {
 
 func TestOutlierEjectionAndBackoff(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1, 1)
-	o := WithOutlier(new(roundRobin), OutlierOptions{})
+	o := withOutlier(new(roundRobin), OutlierOptions{})
 	if o.Name() != "round_robin+outlier" {
 		t.Fatalf("Name %q", o.Name())
 	}
@@ -82,7 +82,7 @@ func TestOutlierMaxEjectionCap(t *testing.T) {
 	// capped at 300 s (Envoy: the multiplier stops growing once
 	// base·b ≥ max + base, at b = 11).
 	tb, c := newTestTable(1, 1, 1, 1)
-	o := WithOutlier(new(roundRobin), OutlierOptions{})
+	o := withOutlier(new(roundRobin), OutlierOptions{})
 	var now time.Duration
 	var got []time.Duration
 	for range 12 {
@@ -108,7 +108,7 @@ func TestOutlierMaxEjectionCap(t *testing.T) {
 func TestOutlierMaxEjectionPercent(t *testing.T) {
 	// Ten upstreams, 10%: one at a time; the second overflows.
 	tb, c := newTestTable(1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
-	o := WithOutlier(new(roundRobin), OutlierOptions{})
+	o := withOutlier(new(roundRobin), OutlierOptions{})
 	fail(tb, c, 2, 5)
 	fail(tb, c, 7, 5)
 	o.Pick(tb, 0)
@@ -117,7 +117,7 @@ func TestOutlierMaxEjectionPercent(t *testing.T) {
 	}
 	// 20%: both.
 	tb, c = newTestTable(1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
-	o = WithOutlier(new(roundRobin), OutlierOptions{MaxEjectionPercent: 20})
+	o = withOutlier(new(roundRobin), OutlierOptions{MaxEjectionPercent: 20})
 	fail(tb, c, 2, 5)
 	fail(tb, c, 7, 5)
 	fail(tb, c, 8, 5)
@@ -127,7 +127,7 @@ func TestOutlierMaxEjectionPercent(t *testing.T) {
 	}
 	// Three upstreams, 10% is a third of one: one may be ejected anyway.
 	tb, c = newTestTable(1, 1, 1)
-	o = WithOutlier(new(roundRobin), OutlierOptions{})
+	o = withOutlier(new(roundRobin), OutlierOptions{})
 	fail(tb, c, 0, 5)
 	fail(tb, c, 1, 5)
 	o.Pick(tb, 0)
@@ -138,7 +138,7 @@ func TestOutlierMaxEjectionPercent(t *testing.T) {
 
 func TestOutlierPanicThreshold(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1, 1)
-	o := WithOutlier(new(roundRobin), OutlierOptions{MaxEjectionPercent: 100})
+	o := withOutlier(new(roundRobin), OutlierOptions{MaxEjectionPercent: 100})
 	fail(tb, c, 0, 5)
 	fail(tb, c, 1, 5)
 	// 2 of 4 healthy: 50% is not below 50%, ejections hold.
@@ -160,7 +160,7 @@ func TestOutlierPanicThreshold(t *testing.T) {
 	// Panic threshold disabled: ejections hold down to one healthy
 	// upstream, and the inner strategy is asked with it alone.
 	tb, c = newTestTable(1, 1, 1, 1)
-	o = WithOutlier(new(roundRobin), OutlierOptions{MaxEjectionPercent: 100, PanicPercent: -1})
+	o = withOutlier(new(roundRobin), OutlierOptions{MaxEjectionPercent: 100, PanicPercent: -1})
 	fail(tb, c, 0, 5)
 	fail(tb, c, 1, 5)
 	fail(tb, c, 2, 5)
@@ -171,7 +171,7 @@ func TestOutlierPanicThreshold(t *testing.T) {
 
 func TestOutlierRetryFallsBackToEjected(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1)
-	o := WithOutlier(new(roundRobin), OutlierOptions{})
+	o := withOutlier(new(roundRobin), OutlierOptions{})
 	fail(tb, c, 1, 5)
 	o.Pick(tb, 0)
 	if o.ejected.Load() != 1<<1 {
@@ -188,7 +188,7 @@ func TestOutlierRetryFallsBackToEjected(t *testing.T) {
 
 func TestOutlierRetiredAndReused(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1)
-	o := WithOutlier(new(roundRobin), OutlierOptions{})
+	o := withOutlier(new(roundRobin), OutlierOptions{})
 	fail(tb, c, 1, 5)
 	o.Pick(tb, 0)
 	tb.Retire(1)
@@ -204,7 +204,7 @@ func TestOutlierRetiredAndReused(t *testing.T) {
 
 func TestOutlierNoAlloc(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1, 1)
-	o := WithOutlier(newP2CEWMA(StrategyOptions{}), OutlierOptions{})
+	o := withOutlier(newP2CEWMA(StrategyOptions{}), OutlierOptions{})
 	fail(tb, c, 1, 5)
 	o.Pick(tb, 0)
 	if a := testing.AllocsPerRun(1000, func() { o.Pick(tb, 0) }); a != 0 {

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Prequal is "prequal": the hot-cold lexicographic rule of Google's Prequal
+// prequal is "prequal": the hot-cold lexicographic rule of Google's prequal
 // (Wydrowski, Kleinberg, Rumble, Archer, "Load is not what you should
-// balance: Introducing Prequal", NSDI 2024; docs/algorithms.md, Prequal),
+// balance: Introducing prequal", NSDI 2024; docs/algorithms.md, prequal),
 // an anchor to measure the other strategies against. It keeps a pool of
 // recent probes, each a server's requests in flight (RIF) and latency, and
 // picks from the pool:
@@ -24,7 +24,7 @@ import (
 // probes (in the pool and candidates of this pick), the pick is uniform
 // among the candidates, as in the paper.
 //
-// Probes. Prequal's clients probe random servers asynchronously, about 3
+// Probes. prequal's clients probe random servers asynchronously, about 3
 // per query, and the server answers with its RIF and latency. A gateway
 // asks its table instead: at every pick, 3 upstreams drawn uniformly (with
 // replacement) among those up are probed, and a probe carries what the
@@ -33,7 +33,7 @@ import (
 //   - latency: the median of the upstream's latest delivery latencies
 //     (Table.End, failed or not; the table's window, Options.Window, at most
 //     its latest 64), else its latest probe round-trip (Table.Probe), else 0
-//     (nothing known: tried first, as p2c_ewma's DefaultRTT). Prequal's
+//     (nothing known: tried first, as p2c_ewma's DefaultRTT). prequal's
 //     servers report the median latency of their recent queries at about
 //     the current RIF; the table does not record RIF per delivery, so the
 //     median is over all of them. The median, not the EWMA: it is the
@@ -47,11 +47,11 @@ import (
 // Taking only the table's events (delivery ends, probe round-trips) as
 // probes would close a loop: only a picked upstream ends deliveries, so
 // the pool would hold the upstreams already chosen and starve the others.
-// Drawing the probed upstreams at random is what Prequal's sampling is,
+// Drawing the probed upstreams at random is what prequal's sampling is,
 // and a read of the table costs nothing.
 //
 // Constants the paper leaves open or that do not carry over, and what is
-// used (PrequalOptions changes them):
+// used (prequalOptions changes them):
 //
 //   - Q_RIF = 2^−0.25 ≈ 0.84, the paper's default. The quantile is
 //     interpolated between order statistics (R's type 7): with the
@@ -85,7 +85,7 @@ import (
 // the pool (scans of at most 16 probes, as weighted_round_robin scans its
 // peers), reads the time as the table's latest reading, and does not
 // allocate.
-type Prequal struct {
+type prequal struct {
 	qrif   float64
 	maxAge int64 // ns
 	size   int   // pool capacity
@@ -103,8 +103,8 @@ type Prequal struct {
 	removeWorst bool // the next removal takes the worst, not the oldest
 }
 
-// PrequalOptions configures [NewPrequal]. The zero value is the default.
-type PrequalOptions struct {
+// prequalOptions configures [newPrequal]. The zero value is the default.
+type prequalOptions struct {
 	// QRIF is the RIF quantile above which a probe is hot. Default 0.84
 	// (2^−0.25); a negative value means 0 (every probe above the lowest RIF
 	// is hot: RIF first, latency between equal RIFs). Values above 1 mean 1.
@@ -146,9 +146,9 @@ type prequalObsUp struct {
 	lat, conns, until, repAt atomic.Int64
 }
 
-// NewPrequal returns a prequal strategy.
-func NewPrequal(opt PrequalOptions) *Prequal {
-	s := &Prequal{qrif: opt.QRIF, maxAge: int64(opt.MaxAge), size: opt.Pool, reuse: 16}
+// newPrequal returns a prequal strategy.
+func newPrequal(opt prequalOptions) *prequal {
+	s := &prequal{qrif: opt.QRIF, maxAge: int64(opt.MaxAge), size: opt.Pool, reuse: 16}
 	switch {
 	case s.qrif == 0:
 		s.qrif = math.Exp2(-0.25)
@@ -171,9 +171,9 @@ func NewPrequal(opt PrequalOptions) *Prequal {
 	return s
 }
 
-func (*Prequal) Name() string { return "prequal" }
+func (*prequal) Name() string { return "prequal" }
 
-func (s *Prequal) Pick(t *Table, skip uint64) (int, bool) {
+func (s *prequal) Pick(t *Table, skip uint64) (int, bool) {
 	now := t.lastSeen()
 	obs := s.ref.get(t, now, s)
 	live := t.Candidates(0)
@@ -230,7 +230,7 @@ func (s *Prequal) Pick(t *Table, skip uint64) (int, bool) {
 
 // probe puts a probe of upstream i at table time now into the pool; s.mu
 // is held.
-func (s *Prequal) probe(t *Table, i int, obs *prequalObs, now int64) {
+func (s *prequal) probe(t *Table, i int, obs *prequalObs, now int64) {
 	o, p, u := &obs.up[i], &s.probes[i], t.ups[i].Load()
 	np := prequalProbe{at: now, lat: o.lat.Load(), conns: o.conns.Load(), until: o.until.Load(), repAt: o.repAt.Load()}
 	if np.lat == 0 {
@@ -245,7 +245,7 @@ func (s *Prequal) probe(t *Table, i int, obs *prequalObs, now int64) {
 }
 
 // rif is the RIF of probe i at table time now; s.mu is held.
-func (s *Prequal) rif(t *Table, i int, now int64) int64 {
+func (s *prequal) rif(t *Table, i int, now int64) int64 {
 	if p := &s.probes[i]; p.conns >= 0 && p.until >= now {
 		if s.bumpRep[i] == p.repAt {
 			return p.conns + s.bumps[i]
@@ -257,7 +257,7 @@ func (s *Prequal) rif(t *Table, i int, now int64) int64 {
 
 // threshold is the Q_RIF quantile of the RIFs of the pool, interpolated
 // between order statistics; s.mu is held.
-func (s *Prequal) threshold(t *Table, now int64) float64 {
+func (s *prequal) threshold(t *Table, now int64) float64 {
 	var r [MaxUpstreams]int64
 	k := 0
 	for m := s.pool; m != 0; m &= m - 1 {
@@ -288,7 +288,7 @@ func quantile(x []int64, q float64) float64 {
 }
 
 // choose applies the hot-cold rule to the probes of usable; s.mu is held.
-func (s *Prequal) choose(t *Table, now int64, usable uint64) int {
+func (s *prequal) choose(t *Table, now int64, usable uint64) int {
 	th := s.threshold(t, now)
 	var coldTies, hotTies uint64
 	bestLat, bestRIF := int64(math.MaxInt64), int64(math.MaxInt64)
@@ -322,7 +322,7 @@ func (s *Prequal) choose(t *Table, now int64, usable uint64) int {
 
 // oldest is the pool's oldest probe, ties broken at random (a fixed order
 // would favour some upstreams); the pool is not empty and s.mu is held.
-func (s *Prequal) oldest(t *Table) int {
+func (s *prequal) oldest(t *Table) int {
 	var ties uint64
 	at := int64(math.MaxInt64)
 	for m := s.pool; m != 0; m &= m - 1 {
@@ -339,7 +339,7 @@ func (s *Prequal) oldest(t *Table) int {
 
 // remove drops one probe, the oldest and the worst in turn; the pool is not
 // empty and s.mu is held.
-func (s *Prequal) remove(t *Table, now int64) {
+func (s *prequal) remove(t *Table, now int64) {
 	s.removeWorst = !s.removeWorst
 	if !s.removeWorst {
 		s.pool &^= 1 << s.worst(t, now)
@@ -350,7 +350,7 @@ func (s *Prequal) remove(t *Table, now int64) {
 
 // worst is the pool's worst probe: the hot one of highest RIF or, when none
 // is hot, the one of highest latency, ties broken at random; s.mu is held.
-func (s *Prequal) worst(t *Table, now int64) int {
+func (s *prequal) worst(t *Table, now int64) int {
 	th := s.threshold(t, now)
 	var ties uint64
 	hot, key := false, int64(math.MinInt64)
@@ -382,7 +382,7 @@ func pickTie(t *Table, ties uint64) int {
 
 // recompute publishes the latency median of every upstream that had a
 // delivery end since the last one, and every upstream's load report.
-func (s *Prequal) recompute(t *Table, now int64, w *prequalObs) {
+func (s *prequal) recompute(t *Table, now int64, w *prequalObs) {
 	prev := s.ref.published()
 	if prev != w {
 		w.owner, w.requests = prev.owner, prev.requests

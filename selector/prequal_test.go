@@ -30,7 +30,7 @@ func TestPrequalQuantile(t *testing.T) {
 // prequalPool returns a table of upstreams with the given delivery
 // latencies (ms, 8 deliveries each) and in-flight counts, and a prequal
 // strategy whose pool holds a probe of every upstream.
-func prequalPool(t *testing.T, opt PrequalOptions, lat []int, inflight []int) (*Table, *Prequal, int64) {
+func prequalPool(t *testing.T, opt prequalOptions, lat []int, inflight []int) (*Table, *prequal, int64) {
 	t.Helper()
 	w := make([]int, len(lat))
 	tb, c := newTestTable(w...)
@@ -40,7 +40,7 @@ func prequalPool(t *testing.T, opt PrequalOptions, lat []int, inflight []int) (*
 			tb.Begin(i)
 		}
 	}
-	s := NewPrequal(opt)
+	s := newPrequal(opt)
 	now := tb.lastSeen()
 	obs := s.ref.get(tb, now, s)
 	for i := range lat {
@@ -56,25 +56,25 @@ func TestPrequalHotCold(t *testing.T) {
 	all := func(n int) uint64 { return 1<<n - 1 }
 	for _, c := range []struct {
 		name     string
-		opt      PrequalOptions
+		opt      prequalOptions
 		lat      []int // ms
 		inflight []int
 		usable   uint64
 		want     int
 	}{
 		// RIFs 0 0 0 0: nothing hot, the lowest latency wins.
-		{"cold: lowest latency", PrequalOptions{}, []int{30, 10, 20, 40}, []int{0, 0, 0, 0}, all(4), 1},
+		{"cold: lowest latency", prequalOptions{}, []int{30, 10, 20, 40}, []int{0, 0, 0, 0}, all(4), 1},
 		// RIFs 5 0 0 0: threshold 2.6, u0 (the fastest) is hot.
-		{"the fastest is hot", PrequalOptions{}, []int{10, 20, 30, 40}, []int{5, 0, 0, 0}, all(4), 1},
+		{"the fastest is hot", prequalOptions{}, []int{10, 20, 30, 40}, []int{5, 0, 0, 0}, all(4), 1},
 		// RIFs 1 0 0 0: threshold 0.52, u0 hot at one in flight.
-		{"one in flight is hot", PrequalOptions{}, []int{10, 20, 30, 40}, []int{1, 0, 0, 0}, all(4), 1},
+		{"one in flight is hot", prequalOptions{}, []int{10, 20, 30, 40}, []int{1, 0, 0, 0}, all(4), 1},
 		// RIFs 2 2 2 2: none above the quantile, latency decides.
-		{"equal RIFs", PrequalOptions{}, []int{40, 30, 20, 10}, []int{2, 2, 2, 2}, all(4), 3},
+		{"equal RIFs", prequalOptions{}, []int{40, 30, 20, 10}, []int{2, 2, 2, 2}, all(4), 3},
 		// Q_RIF 0: threshold = lowest RIF (0, u0, not usable); u1–u3 all
 		// hot: the lowest RIF wins whatever its latency.
-		{"all hot: lowest RIF", PrequalOptions{QRIF: -1}, []int{10, 10, 20, 40}, []int{0, 3, 4, 1}, 0b1110, 3},
+		{"all hot: lowest RIF", prequalOptions{QRIF: -1}, []int{10, 10, 20, 40}, []int{0, 3, 4, 1}, 0b1110, 3},
 		// RIFs 0 0 3 0 over 4, the cold ones' latency is what counts.
-		{"hot one is skipped", PrequalOptions{}, []int{50, 40, 5, 45}, []int{0, 0, 3, 0}, all(4), 1},
+		{"hot one is skipped", prequalOptions{}, []int{50, 40, 5, 45}, []int{0, 0, 3, 0}, all(4), 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tb, s, now := prequalPool(t, c.opt, c.lat, c.inflight)
@@ -87,7 +87,7 @@ func TestPrequalHotCold(t *testing.T) {
 
 // TestPrequalTiesAtRandom checks that equal probes share the picks.
 func TestPrequalTiesAtRandom(t *testing.T) {
-	tb, s, now := prequalPool(t, PrequalOptions{}, []int{10, 10, 10, 30}, []int{0, 0, 0, 0})
+	tb, s, now := prequalPool(t, prequalOptions{}, []int{10, 10, 10, 30}, []int{0, 0, 0, 0})
 	var n [4]int
 	for range 3000 {
 		n[s.choose(tb, now, 0b1111)]++
@@ -106,7 +106,7 @@ func TestPrequalTiesAtRandom(t *testing.T) {
 // RIF, bumped by one for each pick of a probe of that report, and that a
 // newer report starts afresh.
 func TestPrequalReportedRIF(t *testing.T) {
-	tb, s, _ := prequalPool(t, PrequalOptions{}, []int{10, 20}, []int{0, 0})
+	tb, s, _ := prequalPool(t, prequalOptions{}, []int{10, 20}, []int{0, 0})
 	tb.Report(0, Load{Connections: 7})
 	tb.Report(1, Load{Connections: 7})
 	for range 3 {
@@ -148,7 +148,7 @@ func TestPrequalSinkhole(t *testing.T) {
 	feed(tb, c, 0, 8, 20*time.Millisecond, time.Millisecond, nil)
 	feed(tb, c, 1, 8, 30*time.Millisecond, time.Millisecond, nil)
 	feed(tb, c, 2, 8, time.Millisecond, time.Millisecond, errors.New("refused by the application"))
-	s := NewPrequal(PrequalOptions{})
+	s := newPrequal(prequalOptions{})
 	var n [3]int
 	for range 300 {
 		i, _ := s.Pick(tb, 0)
@@ -161,7 +161,7 @@ func TestPrequalSinkhole(t *testing.T) {
 
 func TestPrequalPickNoAlloc(t *testing.T) {
 	tb := benchTable(16, 1)
-	s := NewPrequal(PrequalOptions{})
+	s := newPrequal(prequalOptions{})
 	s.Pick(tb, 0)
 	if a := testing.AllocsPerRun(1000, func() { s.Pick(tb, 1<<3) }); a != 0 {
 		t.Fatalf("Pick allocates %.1f times per call", a)
@@ -178,7 +178,7 @@ func BenchmarkPrequalPick(b *testing.B) {
 				name = "reported"
 			}
 			b.Run(name+"/n="+string(rune('0'+n/10))+string(rune('0'+n%10)), func(b *testing.B) {
-				tb, s := benchTable(n, 0), NewPrequal(PrequalOptions{})
+				tb, s := benchTable(n, 0), newPrequal(prequalOptions{})
 				if report {
 					for i := range n {
 						tb.Report(i, Load{Connections: i % 5})

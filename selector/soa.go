@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// SOA is "soa": the weight of docs/algorithms.md § 001 (Chen, Ye, "a SOA-based service
+// soaStrategy is "soa": the weight of docs/algorithms.md § 001 (Chen, Ye, "a soaStrategy-based service
 // management middleware for cloud platforms", Microcomputer Applications
 // 32(7), 2016), where a monitor centre scores the
 // providers, a registry pushes the weights and consumers call the best one
@@ -41,7 +41,7 @@ import (
 // latency, m + σ) ascending; exact ties are broken uniformly at random.
 // With no delivery yet, t = 0 and WH = 1: a new upstream is tried first.
 //
-// Weights pushed by a registry ([SOA.SetRegistryWeights], by upstream name,
+// Weights pushed by a registry ([soaStrategy.SetRegistryWeights], by upstream name,
 // the paper's W from a monitor centre that sees every consumer) are used
 // when present: when every candidate of a pick has one, the highest pushed
 // weight wins and the local key above breaks ties; when any candidate has
@@ -56,7 +56,7 @@ import (
 // after a registry push, by the first pick that finds the table's latest
 // time reading past the due time. Pick does not read the clock, does not
 // allocate and takes no lock.
-type SOA struct {
+type soaStrategy struct {
 	window  int64   // OverloadWindow, ns
 	tref    float64 // ns
 	timeout float64 // ns
@@ -65,8 +65,8 @@ type SOA struct {
 	ref refresher[soaKeys]
 }
 
-// SOAOptions configures [NewSOA]. The zero value is the default.
-type SOAOptions struct {
+// soaOptions configures [newSOA]. The zero value is the default.
+type soaOptions struct {
 	// Interval is how often WY', WT and WH are recomputed. Default 1 s.
 	Interval time.Duration
 	// OverloadWindow is how recent a timeout makes an upstream overloaded
@@ -95,9 +95,9 @@ const (
 	soaMaxCount = 1<<48 - 1
 )
 
-// NewSOA returns an soa strategy.
-func NewSOA(opt SOAOptions) *SOA {
-	s := &SOA{
+// newSOA returns an soa strategy.
+func newSOA(opt soaOptions) *soaStrategy {
+	s := &soaStrategy{
 		window:  int64(opt.OverloadWindow),
 		tref:    float64(opt.LatencyRef),
 		timeout: float64(opt.Timeout),
@@ -119,12 +119,12 @@ func NewSOA(opt SOAOptions) *SOA {
 	return s
 }
 
-func (*SOA) Name() string { return "soa" }
+func (*soaStrategy) Name() string { return "soa" }
 
 // SetRegistryWeights replaces the weights the registry pushed, by upstream
 // name (higher is better); nil or empty clears them. NaN and infinite
 // weights are ignored. The next pick uses them.
-func (s *SOA) SetRegistryWeights(w map[string]float64) {
+func (s *soaStrategy) SetRegistryWeights(w map[string]float64) {
 	c := make(map[string]float64, len(w))
 	for name, v := range w {
 		if !math.IsNaN(v) && !math.IsInf(v, 0) {
@@ -135,7 +135,7 @@ func (s *SOA) SetRegistryWeights(w map[string]float64) {
 	s.ref.expire()
 }
 
-func (s *SOA) Pick(t *Table, skip uint64) (int, bool) {
+func (s *soaStrategy) Pick(t *Table, skip uint64) (int, bool) {
 	k := s.ref.get(t, t.lastSeen(), s)
 	cand := t.Candidates(skip)
 	if cand == 0 {
@@ -208,7 +208,7 @@ func soaHistory(ring []int64, next, n int, timeout float64) (mean, sd float64) {
 
 // factors computes WY', WT and WH of upstream u at table time now, and WN
 // for n in flight; u.mu is held.
-func (s *SOA) factors(t *Table, u *upstream, n int64, now int64) soaFactors {
+func (s *soaStrategy) factors(t *Table, u *upstream, n int64, now int64) soaFactors {
 	var f soaFactors
 	f.WY = 1
 	if !u.lastTimeout.IsZero() && int64(u.lastTimeout.Sub(t.epoch)) >= now-s.window {
@@ -226,7 +226,7 @@ func (s *SOA) factors(t *Table, u *upstream, n int64, now int64) soaFactors {
 }
 
 // recompute computes the cached factors into k.
-func (s *SOA) recompute(t *Table, now int64, k *soaKeys) {
+func (s *soaStrategy) recompute(t *Table, now int64, k *soaKeys) {
 	var reg map[string]float64
 	if p := s.reg.Load(); p != nil {
 		reg = *p

@@ -34,7 +34,7 @@ func TestSOAHistoryByHand(t *testing.T) {
 
 func TestSOAFactorsByHand(t *testing.T) {
 	tb, c := newTestTable(1)
-	s := NewSOA(SOAOptions{LatencyRef: 100 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	s := newSOA(soaOptions{LatencyRef: 100 * time.Millisecond, Timeout: 100 * time.Millisecond})
 	for _, l := range []time.Duration{10, 20, 30} {
 		feed(tb, c, 0, 1, l*time.Millisecond, time.Second, nil)
 	}
@@ -122,7 +122,7 @@ func TestSOALexicographic(t *testing.T) {
 			for _, st := range tc.steps {
 				st(tb, c)
 			}
-			s := NewSOA(SOAOptions{})
+			s := newSOA(soaOptions{})
 			if got := counts(picks(t, s, tb, 50), 2); got[tc.want] != 50 {
 				t.Fatalf("picks %v, want all u%d", got, tc.want)
 			}
@@ -132,7 +132,7 @@ func TestSOALexicographic(t *testing.T) {
 
 func TestSOATiesAndRegistry(t *testing.T) {
 	tb, c := newTestTable(1, 1, 1)
-	s := NewSOA(SOAOptions{})
+	s := newSOA(soaOptions{})
 	// Alike: ties at random.
 	got := counts(picks(t, s, tb, 3000), 3)
 	for _, n := range got {
@@ -178,7 +178,7 @@ func TestSOATiesAndRegistry(t *testing.T) {
 
 func TestSOAInFlightIsLive(t *testing.T) {
 	tb, c := newTestTable(1, 1)
-	s := NewSOA(SOAOptions{Interval: time.Hour})
+	s := newSOA(soaOptions{Interval: time.Hour})
 	feed(tb, c, 0, 1, time.Millisecond, 0, nil)
 	feed(tb, c, 1, 1, 2*time.Millisecond, 0, nil)
 	// Between refreshes, every pick that begins a delivery moves WN.

@@ -1,6 +1,8 @@
 package selector
 
 import (
+	"context"
+	"fieldlink/selector/lstm"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -42,6 +44,32 @@ type StrategyOptions struct {
 	// WeightInterval is how often ribbon_wrt recomputes its weights. Default
 	// 30 s, Ribbon's serverWeightTaskTimerInterval.
 	WeightInterval time.Duration
+
+	// DRF configures drf (uplink.drf in the site file; check it with
+	// [DRFOptions.Validate] first). Nil: its defaults.
+	DRF *DRFOptions
+
+	// DRFCSWLC configures drf_cswlc's constants (the lab tunes them). Nil:
+	// its defaults.
+	DRFCSWLC *DRFCSWLCOptions
+
+	// Outlier configures the outlier ejection of a name ending in
+	// "+outlier" (see [New]). The zero value is Envoy's defaults.
+	Outlier OutlierOptions
+}
+
+// Trained is a strategy with a model that its owner trains from its own
+// history and keeps across restarts: irlb. The daemon finds it with a type
+// assertion on the strategy [New] returned.
+type Trained interface {
+	Strategy
+	// Train fits a new model on the history recorded so far and makes it
+	// the model; it blocks for the whole fit and checks ctx as it goes.
+	Train(ctx context.Context) error
+	// Model returns the model in use, nil when there is none.
+	Model() *lstm.Model
+	// SetModel makes m, a trained model, the model (one loaded at start-up).
+	SetModel(m *lstm.Model) error
 }
 
 // strategies maps config names to constructors; opt has its defaults filled.
@@ -53,19 +81,39 @@ var strategies = map[string]func(opt StrategyOptions) Strategy{
 	"p2c_ewma":             newP2CEWMA,
 	"ribbon_wrt":           newRibbonWRT,
 	// The source papers' strategies (see docs/algorithms.md and each file).
-	"drf":        func(StrategyOptions) Strategy { return NewDRF(DRFOptions{}) },
-	"soa":        func(StrategyOptions) Strategy { return NewSOA(SOAOptions{}) },
-	"load_aware": func(StrategyOptions) Strategy { return NewLoadAware(LoadAwareOptions{Fallback: leastConn{}}) },
-	"cswlc":      func(StrategyOptions) Strategy { return NewCSWLC(CSWLCOptions{}) },
-	"irlb":       func(StrategyOptions) Strategy { return NewIRLB(IRLBOptions{}) },
+	"drf": func(opt StrategyOptions) Strategy {
+		if opt.DRF != nil {
+			return newDRF(*opt.DRF)
+		}
+		return newDRF(DRFOptions{})
+	},
+	"soa":        func(StrategyOptions) Strategy { return newSOA(soaOptions{}) },
+	"load_aware": func(StrategyOptions) Strategy { return newLoadAware(loadAwareOptions{Fallback: leastConn{}}) },
+	"cswlc":      func(StrategyOptions) Strategy { return newCSWLC(cswlcOptions{}) },
+	"irlb":       func(StrategyOptions) Strategy { return newIRLB(irlbOptions{}) },
 	// An anchor: Google's Prequal (docs/algorithms.md, Anchors).
-	"prequal": func(StrategyOptions) Strategy { return NewPrequal(PrequalOptions{}) },
+	"prequal": func(StrategyOptions) Strategy { return newPrequal(prequalOptions{}) },
 	// The gateway's own: the papers' structure with the anchors' lessons.
-	"drf_cswlc": func(StrategyOptions) Strategy { return NewDRFCSWLC(DRFCSWLCOptions{}) },
+	"drf_cswlc": func(opt StrategyOptions) Strategy {
+		if opt.DRFCSWLC != nil {
+			return newDRFCSWLC(*opt.DRFCSWLC)
+		}
+		return newDRFCSWLC(DRFCSWLCOptions{})
+	},
 }
 
-// New returns a fresh strategy by its config name (see [Names]).
+// New returns a fresh strategy by its config name (see [Names]), tuned by
+// opt. A name followed by "+outlier" (not a config name: the lab's and the
+// tests') puts the strategy behind Envoy's outlier ejection, tuned by
+// opt.Outlier.
 func New(name string, opt StrategyOptions) (Strategy, error) {
+	if inner, ok := strings.CutSuffix(name, "+outlier"); ok {
+		s, err := New(inner, opt)
+		if err != nil {
+			return nil, err
+		}
+		return withOutlier(s, opt.Outlier), nil
+	}
 	mk, ok := strategies[name]
 	if !ok {
 		return nil, fmt.Errorf("%w %q (valid: %s)", ErrUnknownStrategy, name, strings.Join(Names(), ", "))

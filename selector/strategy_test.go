@@ -416,3 +416,46 @@ func TestRibbonWRTRefreshAndFallback(t *testing.T) {
 		t.Fatalf("u2 down: %v, want 90%%:10%%:0", got)
 	}
 }
+
+// TestNewTakesTheOptions: New hands each strategy its options, puts a
+// "+outlier" name behind the outlier layer with opt.Outlier, and gives the
+// one strategy with a model as a Trained.
+func TestNewTakesTheOptions(t *testing.T) {
+	drfOpt := DRFOptions{TR: DRFFactors{InFlight: 107.5, Latency: 152.5}, N: DRFFactors{InFlight: 2, Latency: 10}}
+	s, err := New("drf", StrategyOptions{DRF: &drfOpt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.(*drfStrategy).Weights(); w != newDRF(drfOpt).Weights() || w == newDRF(DRFOptions{}).Weights() {
+		t.Errorf("drf from New with options weighs %+v, want %+v", w, newDRF(drfOpt).Weights())
+	}
+
+	tuned := DRFCSWLCOptions{Decay: 1234 * time.Millisecond}
+	if s, err = New("drf_cswlc", StrategyOptions{DRFCSWLC: &tuned}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.(*drfCSWLC).opt.Decay; got != tuned.Decay {
+		t.Errorf("drf_cswlc from New has decay %v, want %v", got, tuned.Decay)
+	}
+
+	if s, err = New("p2c_ewma+outlier", StrategyOptions{Outlier: OutlierOptions{Consecutive: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	o, ok := s.(*outlier)
+	if !ok || o.consecutive != 1 || o.inner.Name() != "p2c_ewma" {
+		t.Errorf("p2c_ewma+outlier from New: %T %+v", s, s)
+	}
+	if _, err := New("nope+outlier", StrategyOptions{}); !errors.Is(err, ErrUnknownStrategy) {
+		t.Errorf("nope+outlier: %v, want ErrUnknownStrategy", err)
+	}
+
+	for _, name := range Names() {
+		s, err := New(name, StrategyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, trained := s.(Trained); trained != (name == "irlb") {
+			t.Errorf("%s: Trained %v", name, trained)
+		}
+	}
+}

@@ -98,9 +98,7 @@ func TestDelphiTwoRounds(t *testing.T) {
 	if err := opt.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if w := selector.NewDRF(opt).Weights(); w != (selector.DRFFactors{Failures: 1, InFlight: 1, ConsecutiveFailures: 1, ResponseTimeStdDev: 1, Latency: 12}) {
-		t.Fatalf("drf weights from the Delphi result: %+v, want 12 on latency", w)
-	}
+	// drf's weights from these amounts: selector's TestDRFWeightsFromDelphi.
 }
 
 func delphiEqual(a, b Result) bool {

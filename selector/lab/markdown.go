@@ -199,7 +199,7 @@ func (r *Report) Markdown(svgDir string) []byte {
 	w("## Not modelled\n\n")
 	w("- The uplink's batches and windows (a packet is its own batch, and a gateway has no limit on attempts in flight), `Retry-After`, dead letters, and cancellation on shutdown.\n")
 	w("- In S8, rebalancing (a broker asking clients to move, or clients reconnecting on purpose), MQTT's keep-alive timing of a dead connection (the drop is seen at once) and per-message acknowledgements beyond one queue per broker.\n")
-	w("- `irlb` runs without a trained model (last-value prediction, as it does until `IRLB.Train` is called); `drf` with its default TR and N and its 5-minute refresh, which does not come round again within a run.\n")
+	w("- `irlb` runs without a trained model (last-value prediction, as it does until its `Train` is called: `selector.Trained`); `drf` with its default TR and N and its 5-minute refresh, which does not come round again within a run.\n")
 	w("- Load reports older than the table's `LoadTTL` (30 s, as in S6g's 60 s) are not shown to strategies, which then fall back (to least connections).\n")
 	w("- Run time: `gateway lab` runs 20 seeds by default, spread over GOMAXPROCS goroutines (the output does not depend on how many); most of the time is `cswlc` with 500 gateways (its cuckoo search runs on every gateway every second), which is why S6 runs for 35 s and S12 for 45 s, not 60. `make lab-quick` runs one seed of everything and writes the report to a temporary file.\n")
 	return b.Bytes()

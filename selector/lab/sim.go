@@ -18,8 +18,8 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func (c *clock) now() time.Time { return epoch.Add(time.Duration(c.ns)) }
 
 // NewStrategy returns a strategy by name: any of selector.Names(), or one
-// of them followed by "+outlier" for it behind selector.WithOutlier with
-// Envoy's defaults, or "drf_cswlc:knob=value;…" for drf_cswlc with some of
+// of them followed by "+outlier" for it behind the outlier ejection with
+// Envoy's defaults (see selector.New), or "drf_cswlc:knob=value;…" for drf_cswlc with some of
 // its constants set (see knobs; durations in milliseconds).
 func NewStrategy(name string) (selector.Strategy, error) {
 	if spec, ok := strings.CutPrefix(name, "drf_cswlc:"); ok {
@@ -27,19 +27,12 @@ func NewStrategy(name string) (selector.Strategy, error) {
 		if err != nil {
 			return nil, err
 		}
-		return selector.NewDRFCSWLC(o), nil
+		return selector.New("drf_cswlc", selector.StrategyOptions{DRFCSWLC: &o})
 	}
 	if name == "drf/5s" {
 		// The paper re-scores every 5 minutes, longer than a lab run: this
 		// variant re-scores every 5 s so that its factors get a say.
-		return selector.NewDRF(selector.DRFOptions{Period: 5 * time.Second}), nil
-	}
-	if inner, ok := strings.CutSuffix(name, "+outlier"); ok {
-		s, err := selector.New(inner, selector.StrategyOptions{})
-		if err != nil {
-			return nil, err
-		}
-		return selector.WithOutlier(s, selector.OutlierOptions{}), nil
+		return selector.New("drf", selector.StrategyOptions{DRF: &selector.DRFOptions{Period: 5 * time.Second}})
 	}
 	return selector.New(name, selector.StrategyOptions{})
 }

@@ -324,10 +324,12 @@ func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult
 	}()
 
 	table := selector.NewTable(selector.Options{})
-	var strat selector.Strategy
-	if plan.drf != nil && strategy == "drf_cswlc" {
-		strat = selector.NewDRFCSWLC(*plan.drf)
-	} else if strat, err = selector.New(strategy, selector.StrategyOptions{}); err != nil {
+	var opt selector.StrategyOptions
+	if strategy == "drf_cswlc" {
+		opt.DRFCSWLC = plan.drf // nil: the defaults
+	}
+	strat, err := selector.New(strategy, opt)
+	if err != nil {
 		t.Fatal(err)
 	}
 	n := plan.arrivals()
