@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	gm "github.com/goburrow/modbus"
-
 	"fieldlink/internal/words"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
@@ -163,31 +161,20 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		ep, _ := modbus.ParseURL(u)
 		fmt.Fprintf(stderr, "scanning %s (%s), %d slave ids...\n", u, ep.LineSettings(), len(ids))
-		garbled := 0
-		for _, id := range ids {
-			if ctx.Err() != nil {
-				client.Close()
-				return stopped(u, id)
+		res, at, err := sensors.Scan(ctx, client, ids, area, uint16(*address), func(a sensors.Answer) {
+			if a.Exception == nil {
+				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered a read of %s %d\n", a.Slave, u, ep.LineSettings(), area, *address)
+			} else {
+				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered with exception %d (%v)\n", a.Slave, u, ep.LineSettings(), a.Exception.ExceptionCode, a.Err)
 			}
-			_, err := client.Read(ctx, id, area.FunctionCode(), uint16(*address), 1)
-			if ctx.Err() != nil {
-				client.Close()
-				return stopped(u, id)
-			}
-			var mbErr *gm.ModbusError
-			switch {
-			case err == nil:
-				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered a read of %s %d\n", id, u, ep.LineSettings(), area, *address)
-				found++
-				frag.slaves = append(frag.slaves, id)
-			case errors.As(err, &mbErr):
-				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered with exception %d (%v)\n", id, u, ep.LineSettings(), mbErr.ExceptionCode, err)
-				found++
-				frag.slaves = append(frag.slaves, id)
-			case errors.Is(err, modbus.ErrCRC), errors.Is(err, modbus.ErrUnexpectedReply), errors.Is(err, modbus.ErrShortFrame):
-				garbled++
-			}
+			found++
+			frag.slaves = append(frag.slaves, a.Slave)
+		})
+		if err != nil {
+			client.Close()
+			return stopped(u, at)
 		}
+		garbled := res.Garbled
 		if *identify {
 			for _, id := range frag.slaves {
 				who, err := sensors.Identify(ctx, client, id, set)
