@@ -157,7 +157,7 @@ func fileHash(file string) string {
 // statusSources adds the status page's own sources to src.
 func (g *Agent) statusSources(src *metrics.Sources) {
 	src.Points = func(now time.Time) []sensors.Point { return g.Sensors().Points(now) }
-	src.Site = g.siteInfo
+	src.Identity = g.identity
 	if g.q != nil {
 		dir := filepath.Dir(g.Config().Buffer.Path)
 		src.Disk = func() (metrics.DiskSpace, bool) { return status.Disk(dir) }
@@ -166,9 +166,9 @@ func (g *Agent) statusSources(src *metrics.Sources) {
 	// whether it is enabled and its latest commands.
 }
 
-// siteInfo is who the gateway is, and whether its site file on disk is
+// identity is who the gateway is, and whether its site file on disk is
 // the one in force.
-func (g *Agent) siteInfo() metrics.SiteInfo {
+func (g *Agent) identity() metrics.Identity {
 	c := g.Config()
 	st := &g.status
 	st.mu.Lock()
@@ -179,7 +179,7 @@ func (g *Agent) siteInfo() metrics.SiteInfo {
 		reload = &r
 	}
 	st.mu.Unlock()
-	si := metrics.SiteInfo{
+	si := metrics.Identity{
 		SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Location: c.Location, Version: Version,
 		Started: st.started, ConfigFile: c.File, ConfigSHA256: hash, LastReload: reload,
 	}

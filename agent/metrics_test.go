@@ -37,7 +37,7 @@ func TestStatusSiteFileAndReloads(t *testing.T) {
 	}
 	defer g.Stop()
 	src := g.Sources()
-	si := src.Site()
+	si := src.Identity()
 	if si.SiteID != "M1" || si.GatewayID != "gw-agent" || si.Started.IsZero() || si.ConfigFile != c.File ||
 		si.ConfigSHA256 != sha(t, c.File) || si.OnDiskSHA256 != si.ConfigSHA256 || si.LastReload != nil {
 		t.Fatalf("site info at the start: %+v", si)
@@ -60,7 +60,7 @@ func TestStatusSiteFileAndReloads(t *testing.T) {
 	if err := os.WriteFile(c.File, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	si = src.Site()
+	si = src.Identity()
 	if si.OnDiskSHA256 != sha(t, c.File) || si.OnDiskSHA256 == si.ConfigSHA256 {
 		t.Errorf("after an edit: in force %s, on disk %s", si.ConfigSHA256, si.OnDiskSHA256)
 	}
@@ -73,7 +73,7 @@ func TestStatusSiteFileAndReloads(t *testing.T) {
 	if err := g.Reload(c2); err != nil {
 		t.Fatal(err)
 	}
-	si = src.Site()
+	si = src.Identity()
 	if si.ConfigSHA256 != sha(t, c.File) || si.OnDiskSHA256 != si.ConfigSHA256 || si.LastReload == nil || si.LastReload.Err != "" {
 		t.Errorf("after a reload: %+v (reload %+v)", si, si.LastReload)
 	}
@@ -87,7 +87,7 @@ func TestStatusSiteFileAndReloads(t *testing.T) {
 	if err := g.Reload(c3); !errors.Is(err, ErrRestartNeeded) {
 		t.Fatalf("reload of another buffer: %v", err)
 	}
-	si = src.Site()
+	si = src.Identity()
 	if si.LastReload == nil || !strings.Contains(si.LastReload.Err, "restart") || si.ConfigSHA256 != sha(t, c.File) {
 		t.Errorf("after a refused reload: %+v (reload %+v)", si, si.LastReload)
 	}
@@ -172,7 +172,7 @@ func TestStatusNoDiskWithoutBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Stop()
-	if src := g.Sources(); src.Disk != nil || src.Points == nil || src.Site == nil {
-		t.Errorf("sources without an uplink: disk %v, points %v, site %v", src.Disk != nil, src.Points != nil, src.Site != nil)
+	if src := g.Sources(); src.Disk != nil || src.Points == nil || src.Identity == nil {
+		t.Errorf("sources without an uplink: disk %v, points %v, site %v", src.Disk != nil, src.Points != nil, src.Identity != nil)
 	}
 }

@@ -71,8 +71,8 @@ type Sources struct {
 	// Points returns the last reading of every point, in the order of
 	// Devices ([sensors.Poller.Points]).
 	Points func(now time.Time) []sensors.Point
-	// Site says who the gateway is and what it runs.
-	Site func() SiteInfo
+	// Identity says who the gateway is and what it runs.
+	Identity func() Identity
 	// Disk returns the space of the file system that holds the buffer;
 	// ok is false when it cannot be read.
 	Disk func() (d DiskSpace, ok bool)
@@ -96,8 +96,8 @@ type Durability struct {
 	Volatile int
 }
 
-// SiteInfo is who a gateway is and what it runs.
-type SiteInfo struct {
+// Identity is who a gateway is and what it runs.
+type Identity struct {
 	SiteID, GatewayID string
 	// Location is the site's time zone, for the times the page shows.
 	Location *time.Location

@@ -30,7 +30,7 @@ type fake struct {
 	busy      map[string]time.Duration
 	delivered map[string]uint64
 	ups       []selector.Stats
-	site      metrics.SiteInfo
+	site      metrics.Identity
 	downlink  *metrics.DownlinkStatus
 	buf       buffer.Stats
 	durable   *metrics.Durability // nil: no durability source
@@ -69,7 +69,7 @@ func (f *fake) sources() metrics.Sources {
 		},
 		Upstreams: func() []selector.Stats { return f.ups },
 		Selector:  func() string { return "drf_cswlc" },
-		Site:      func() metrics.SiteInfo { return f.site },
+		Identity:  func() metrics.Identity { return f.site },
 		Disk:      func() (metrics.DiskSpace, bool) { return metrics.DiskSpace{Free: 5 << 30, Total: 8 << 30}, true },
 	}
 	if f.downlink != nil {
@@ -104,7 +104,7 @@ func newFake() *fake {
 			{Name: "mqtt://one:1883", Up: true, Samples: 3, LatencyMean: 40 * time.Millisecond},
 			{Name: "mqtt://two:1883", ConsecutiveFailures: 2, LastFailure: t0.Add(-time.Second), LastTimeout: t0.Add(-time.Second)},
 		},
-		site: metrics.SiteInfo{SiteID: "M1", GatewayID: "gw-1", Version: "v1.2.3", Started: t0.Add(-time.Hour),
+		site: metrics.Identity{SiteID: "M1", GatewayID: "gw-1", Version: "v1.2.3", Started: t0.Add(-time.Hour),
 			ConfigFile: "/etc/fieldlink/site.yaml", ConfigSHA256: strings.Repeat("ab", 32), OnDiskSHA256: strings.Repeat("ab", 32)},
 	}
 }

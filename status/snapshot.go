@@ -270,8 +270,8 @@ type Command struct {
 func (s *Server) build(now time.Time) *Snapshot {
 	src := s.src
 	snap := &Snapshot{Generated: now.UTC(), Clock: s.clock(now)}
-	if src.Site != nil {
-		snap.Site = identity(src.Site(), now)
+	if src.Identity != nil {
+		snap.Site = identity(src.Identity(), now)
 	}
 	var devs []sensors.DeviceStatus
 	if src.Devices != nil {
@@ -331,7 +331,7 @@ func (s *Server) build(now time.Time) *Snapshot {
 	return snap
 }
 
-func identity(si metrics.SiteInfo, now time.Time) Identity {
+func identity(si metrics.Identity, now time.Time) Identity {
 	st := Identity{
 		ID: si.SiteID, Gateway: si.GatewayID, Version: si.Version, Started: si.Started.UTC(), loc: si.Location,
 		Config: Config{File: si.ConfigFile, SHA256: si.ConfigSHA256, OnDiskSHA256: text(si.OnDiskSHA256), OnDiskError: text(si.OnDiskError)},

@@ -38,7 +38,7 @@ buses:
 		t.Fatal(err)
 	}
 	reload(g, file, testtool.Logger(t))
-	r := g.Sources().Site().LastReload
+	r := g.Sources().Identity().LastReload
 	if r == nil {
 		t.Fatal("a refused reload is recorded nowhere: last_reload is nil")
 	}
