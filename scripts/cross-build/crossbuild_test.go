@@ -28,7 +28,7 @@ func TestCrossBuildAndQemu(t *testing.T) {
 	testtool.Require(t, "qemu-aarch64-static", "qemu-user-static")
 	dist := t.TempDir()
 	env := append(os.Environ(), "DIST="+dist, "VERSION=crosstest", "COMMIT=crosstest", "REPRO=cached",
-		"TEST_PKGS=./sensors/... ./buffer/ ./selector/", "DEMO_FOR=8s")
+		"TEST_PKGS=./sensors/... ./buffer/ ./selector/ ./selector/cuckoo/ ./selector/lstm/ ./selector/delphi/", "DEMO_FOR=8s")
 	run := func(script string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join("scripts", "cross-build", script))
