@@ -27,7 +27,7 @@ import (
 //	ms/commit              wall time per transaction
 //	drained/s              records leased and acked per second (BenchmarkDrain)
 //
-// The ratio the issue asks for is BenchmarkAppend/always/group=100 over
+// Group commit's gain is the ratio of BenchmarkAppend/always/group=100 over
 // BenchmarkAppend/always/commit=each, in appends/s. group=11 is the demo
 // site: one commit per poll cycle of eleven packets.
 
