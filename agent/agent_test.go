@@ -36,17 +36,22 @@ func emulate(t *testing.T, names ...string) string {
 // with the uplink section given, and loads it.
 func site(t *testing.T, addr, uplink string) *config.Config {
 	t.Helper()
-	dir := t.TempDir()
-	src := fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-agent}
-buffer: {path: buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: b
-    url: tcp://%s
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}
-%s`, addr, uplink)
+	return loadSiteFile(t, t.TempDir(), mineSite("gw-agent", addr, uplink).String())
+}
+
+// mineSite is the agent tests' mine: one methane sensor at addr polled
+// every 100ms by gateway, then the sections given (uplink, remote_config).
+func mineSite(gateway, addr, sections string) testtool.SiteFile {
+	return testtool.SiteFile{
+		Site: `{id: "M1", id_field: MineId}`, Gateway: gateway, Buffer: "buf.db", Metrics: "off", Bus: "tcp://" + addr,
+		Devices: []string{"{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}"},
+		Extra:   sections,
+	}
+}
+
+// loadSiteFile writes src as dir/site.yaml and loads it.
+func loadSiteFile(t *testing.T, dir, src string) *config.Config {
+	t.Helper()
 	file := filepath.Join(dir, "site.yaml")
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)

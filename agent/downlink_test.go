@@ -516,14 +516,7 @@ func TestCommandPendingAtRestartNeverRuns(t *testing.T) {
 // its log kept (and shown if the test fails), and stops it at the end.
 func startSiteFile(t *testing.T, dir, src string) (*config.Config, *Agent, *testtool.SyncBuffer) {
 	t.Helper()
-	file := filepath.Join(dir, "site.yaml")
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := config.Load(file, profiles)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadSiteFile(t, dir, src)
 	log := &testtool.SyncBuffer{}
 	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {

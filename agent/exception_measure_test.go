@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"fieldlink/config"
 	"fieldlink/packet"
 )
 
@@ -69,14 +67,7 @@ buses:
     url: tcp://%s
     timeout: 300ms
     devices:`+fmt.Sprintf(farmDevices, args...), up.URL+"/ingest", addr)
-		file := filepath.Join(dir, "site.yaml")
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c, err := config.Load(file, profiles)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := loadSiteFile(t, dir, src)
 		var mu sync.Mutex
 		var polled, stored, jsonBytes int
 		byDevice := map[string]int{}

@@ -64,29 +64,13 @@ func TestBundleWithWrongCredentialsIsReverted(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	site := fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-fleet}
-buffer: {path: buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: b
-    url: tcp://%s
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}
-uplink:
+	site := mineSite("gw-fleet", emulate(t, "generic-mine-methane"), fmt.Sprintf(`uplink:
   probe: {interval: 200ms, timeout: 100ms}
   upstreams:
     - {url: %q, username: gw, password_file: right.pass}
 remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
-`, emulate(t, "generic-mine-methane"), b.URL(), srv.URL)
-	file := filepath.Join(dir, "site.yaml")
-	if err := os.WriteFile(file, []byte(site), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	local, err := config.Load(file, profiles)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, b.URL(), srv.URL)).String()
+	local := loadSiteFile(t, dir, site)
 	c, st, err := fleet.Startup(local, profiles)
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"fieldlink/config"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
@@ -38,14 +35,7 @@ buses:
         points: [{point: CH4, name: Methane}]
       - {name: ch4-9, profile: generic-mine-methane, slave: 9, interval: 1s}
 `, on, addr)
-		file := filepath.Join(dir, "site.yaml")
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c, err := config.Load(file, profiles)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := loadSiteFile(t, dir, src)
 		got := make(chan *packet.Packet, 1)
 		g, err := Start(c, Options{OnPacket: func(p *packet.Packet) {
 			testtool.ValidPacket(t, p.AppendJSON(nil, c.Packet.Values))
