@@ -18,6 +18,17 @@ import (
 	"fieldlink/uplink"
 )
 
+// platformSubscribe subscribes the platform to topic at QoS 1 and hands
+// each message's topic and a copy of its payload to f.
+func platformSubscribe(t *testing.T, host *platform, topic string, f func(topic string, payload []byte)) {
+	t.Helper()
+	if tok := host.c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
+		f(m.Topic(), append([]byte(nil), m.Payload()...))
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("platform: subscribe %s: %v", topic, tok.Error())
+	}
+}
+
 // TestSparkplugDCMD runs a gateway whose upstream is a Sparkplug B node on
 // a real mosquitto, with an emulated valve: Tahu decodes its DBIRTH, and
 // DCMDs encoded by Tahu, by name and by alias, go through the downlink's
@@ -32,13 +43,11 @@ func TestSparkplugDCMD(t *testing.T) {
 	var mu sync.Mutex
 	births := map[string][]byte{}
 	host := newPlatform(t, b.Addr())
-	if tok := host.c.Subscribe("spBv1.0/farm/DBIRTH/#", 1, func(_ paho.Client, m paho.Message) {
+	platformSubscribe(t, host, "spBv1.0/farm/DBIRTH/#", func(topic string, payload []byte) {
 		mu.Lock()
-		births[m.Topic()] = append([]byte(nil), m.Payload()...)
+		births[topic] = payload
 		mu.Unlock()
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatal(tok.Error())
-	}
+	})
 
 	dir := t.TempDir()
 	src := `site: {id: "001"}
@@ -190,13 +199,11 @@ func TestSparkplugPrimaryHostKeepsPackets(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var msgs []msg
-	if tok := host.c.Subscribe("spBv1.0/farm/+/gw-sp/#", 1, func(_ paho.Client, m paho.Message) {
+	platformSubscribe(t, host, "spBv1.0/farm/+/gw-sp/#", func(topic string, payload []byte) {
 		mu.Lock()
-		msgs = append(msgs, msg{m.Topic(), append([]byte(nil), m.Payload()...)})
+		msgs = append(msgs, msg{topic, payload})
 		mu.Unlock()
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatal(tok.Error())
-	}
+	})
 
 	dir := t.TempDir()
 	src := `site: {id: "001"}
