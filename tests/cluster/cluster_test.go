@@ -85,6 +85,10 @@ func TestCluster(t *testing.T) {
 			begin: func() { links[1].blackHole(true) }, end: func() { links[1].blackHole(false) }},
 		{name: "slow-200ms", hold: hold, faulty: []int{0},
 			begin: func() { links[0].slow(200 * time.Millisecond) }, end: func() { links[0].slow(0) }},
+		// Every packet the slow node gets misses the 1 s mark: the selector
+		// must keep traffic off it, and send to it again once it is fast.
+		{name: "slow-1200ms", hold: hold, faulty: []int{1},
+			begin: func() { links[1].slow(1200 * time.Millisecond) }, end: func() { links[1].slow(0) }},
 		{name: "cluster-down", hold: outage, faulty: []int{0, 1, 2},
 			begin: func() {
 				for i := range nodes {
@@ -124,6 +128,24 @@ func TestCluster(t *testing.T) {
 		after := deliveredOrFail(t, gw)
 		t1 := time.Now()
 		ph.end()
+		// When the healed node is sent a packet again (one faulty node
+		// only): polled from the gateway's metrics.
+		backCh := make(chan time.Duration, 1)
+		go func() {
+			if len(ph.faulty) != 1 {
+				backCh <- -1
+				return
+			}
+			name := "mqtt://" + upstreams[ph.faulty[0]]
+			for time.Since(t1) < 30*time.Second {
+				if d, err := gw.delivered(); err == nil && d[name] > after[name] {
+					backCh <- time.Since(t1)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			backCh <- -1
+		}()
 		healthy := make(chan time.Time, 1)
 		go func() { // when the cluster is whole again, for the log
 			for !settled(nodes[:]) && time.Since(t1) < catchUpLimit {
@@ -140,9 +162,15 @@ func TestCluster(t *testing.T) {
 			back = a.Sub(t1)
 		}
 		share := faultyShare(before, after, upstreams, ph.faulty)
-		line := fmt.Sprintf("cluster %s: hold=%s stored=%d lost=%d duplicates=%d longest_silence_s=%.1f first_after_heal_s=%.1f caught_up_s=%.1f faulty_share=%s delivered=%s",
+		faultyBack := "n/a"
+		if d := <-backCh; d >= 0 {
+			faultyBack = fmt.Sprintf("%.1f", d.Seconds())
+		} else if len(ph.faulty) == 1 {
+			faultyBack = "never(30s)"
+		}
+		line := fmt.Sprintf("cluster %s: hold=%s stored=%d lost=%d duplicates=%d longest_silence_s=%.1f first_after_heal_s=%.1f caught_up_s=%.1f faulty_share=%s faulty_back_s=%s fault_received_within_1s=%.2f%% delivered=%s",
 			ph.name, ph.hold, w.stored, w.lost, w.duplicates, silence.Seconds(), back.Seconds(), caught.Sub(t1).Seconds(), share,
-			perNode(before, after, upstreams, nodes))
+			faultyBack, 100*led.within(t0, t1, time.Second), perNode(before, after, upstreams, nodes))
 		t.Log(line)
 		t.Logf("%s: cluster settled %.1f s after the heal", ph.name, (<-healthy).Sub(t1).Seconds())
 		lines = append(lines, line)

@@ -198,3 +198,25 @@ func (l *ledger) totals() totals {
 	}
 	return t
 }
+
+// within is the share of the packets stored in (from, to] that the
+// subscriber received within d of their storing: an upper bound of their
+// PUBACK's wait, which comes before.
+func (l *ledger) within(from, to time.Time, d time.Duration) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, ok := 0, 0
+	for k, at := range l.printed {
+		if !at.After(from) || at.After(to) {
+			continue
+		}
+		n++
+		if r := l.recv[k]; r != nil && r.first.Sub(at) <= d {
+			ok++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(ok) / float64(n)
+}
