@@ -114,14 +114,14 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 	if g.opt.OpenSensors == nil {
 		g.opt.OpenSensors = OpenSensors
 	}
-	site, err := g.opt.OpenSensors(c, g.log)
+	sens, err := g.opt.OpenSensors(c, g.log)
 	if err != nil {
 		return nil, err
 	}
-	p := &parts{cfg: c, sensors: site}
+	p := &parts{cfg: c, sensors: sens}
 	if c.Uplink != nil {
 		if g.q, err = openStore(c, g.log); err != nil {
-			site.Close()
+			sens.Close()
 			return nil, err
 		}
 		if g.q.Card() == nil {
@@ -129,13 +129,13 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			// keep a command from running twice, so none runs.
 			g.log.Error("commands from the platform are refused until the gateway restarts on a card that works: their ledger is on the card")
 		} else if err := g.startDownlink(c); err != nil {
-			site.Close()
+			sens.Close()
 			_ = g.q.Close()
 			return nil, err
 		}
 		g.cur.Store(p) // the downlink's commands reach the site through it
 		if p.up, err = startUplink(c, g.q, g.subscriptions(c), g.sparkplug(), g.log); err != nil {
-			site.Close()
+			sens.Close()
 			_ = g.q.Close()
 			return nil, err
 		}
@@ -152,7 +152,7 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 	g.cur.Store(p)
 	g.status.loaded(c)
 	g.pollBase, g.stopAll = context.WithCancel(context.Background())
-	g.startPolling(site)
+	g.startPolling(sens)
 	return g, nil
 }
 
@@ -195,14 +195,14 @@ func (g *Agent) emit(p *packet.Packet, x *exceptions) {
 	}
 }
 
-// startPolling polls site until stopPolling; g.mu is held or the gateway
+// startPolling polls sens until stopPolling; g.mu is held or the gateway
 // is starting.
-func (g *Agent) startPolling(site *Sensors) {
+func (g *Agent) startPolling(sens *Sensors) {
 	ctx, cancel := context.WithCancel(g.pollBase)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		site.Run(ctx, func(p *packet.Packet) { g.emit(p, site.exceptions) })
+		sens.Run(ctx, func(p *packet.Packet) { g.emit(p, sens.exceptions) })
 	}()
 	g.pollCancel, g.pollDone = cancel, done
 }

@@ -177,17 +177,17 @@ func Write(ctx context.Context, c *config.Config, cmd downlink.Command, log *slo
 			log.Error("gateway write: the buffer's files stay root's", "err", err)
 		}
 	}()
-	site, err := OpenSensors(c, log)
+	sens, err := OpenSensors(c, log)
 	if err != nil {
 		return downlink.Result{}, err
 	}
-	defer site.Close()
-	return writeOnce(ctx, c, q, site, cmd, log)
+	defer sens.Close()
+	return writeOnce(ctx, c, q, sens, cmd, log)
 }
 
 // writeOnce runs one local command on a site that is not running, with the
 // buffer file's ledger.
-func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Sensors, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
+func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, sens *Sensors, cmd downlink.Command, log *slog.Logger) (downlink.Result, error) {
 	ledger, err := downlink.OpenLedger(q, downlink.LedgerOptions{})
 	if err != nil {
 		return downlink.Result{}, fmt.Errorf("downlink: %w", err)
@@ -197,9 +197,9 @@ func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, site *Se
 	cmd.IssuedAt = downlink.NewTimestamp(time.Now())
 	var stored error
 	e := downlink.NewEngine(c, downlink.Options{
-		Points: site, Ledger: ledger, Errors: commandErrors, Log: log,
+		Points: sens, Ledger: ledger, Errors: commandErrors, Log: log,
 		Emit: func(p *packet.Packet) {
-			site.Stamp(p)
+			sens.Stamp(p)
 			_, stored = q.Append(ctx, p)
 		},
 	})
