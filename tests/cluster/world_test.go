@@ -202,19 +202,7 @@ func subscribe(t *testing.T, led *ledger, brokers ...string) paho.Client {
 }
 
 // buildGateway builds cmd/gateway into a temporary directory.
-func buildGateway(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go") // go test puts its own toolchain first in PATH
-	if err != nil {
-		t.Fatalf("no go command to build the gateway with: %v", err)
-	}
-	out := filepath.Join(t.TempDir(), "gateway")
-	cmd := exec.Command(goBin, "build", "-o", out, "fieldlink/cmd/gateway")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build fieldlink/cmd/gateway: %v\n%s", err, b)
-	}
-	return out
-}
+func buildGateway(t *testing.T) string { return testtool.BuildGateway(t) }
 
 // siteFile writes the site: the emulated bus, the buffer, the metrics
 // listener (the test reads each upstream's deliveries there) and the three

@@ -172,13 +172,7 @@ func guestInitWith(t *testing.T, from, tail string) string {
 // static, for the guest.
 func buildGuestTool(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "fieldlink/tests/powercut/"+name)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", name, err, out)
-	}
-	return bin
+	return testtool.Build{Package: "fieldlink/tests/powercut/" + name, GOARCH: "amd64", Static: true, Release: true}.Run(t)
 }
 
 // writeInitramfs writes the guest's root, an uncompressed newc cpio
