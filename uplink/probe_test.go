@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -343,4 +344,55 @@ func TestMQTTProberOneLossIsNotADenial(t *testing.T) {
 	if p.Denied() {
 		t.Error("denied, though no two probes in a row lost the connection")
 	}
+}
+
+// A publish probe that failed, or answered far slower than the best so
+// far, says the broker is in trouble; small swings do not.
+func TestProberTroubled(t *testing.T) {
+	p := &Prober{}
+	for i, c := range []struct {
+		rtt  time.Duration
+		err  error
+		want bool
+	}{
+		{2 * time.Millisecond, nil, false},
+		{5 * time.Millisecond, nil, false}, // 2.5× the best: a swing
+		{1200 * time.Millisecond, nil, true},
+		{150 * time.Millisecond, nil, true}, // past 4× and 100 ms more
+		{0, errors.New("no PUBACK"), true},
+		{90 * time.Millisecond, nil, false}, // within 100 ms of the best
+		{time.Millisecond, nil, false},      // a new best
+		{80 * time.Millisecond, nil, false},
+		{120 * time.Millisecond, nil, true},
+	} {
+		if got := p.troubled(c.rtt, c.err); got != c.want {
+			t.Errorf("%d: %v, %v: troubled %v, want %v", i, c.rtt, c.err, got, c.want)
+		}
+	}
+}
+
+// While a broker's acks do not come, its publish probe runs again soon,
+// not an interval later, so that its recovery is seen at once.
+func TestMQTTProberProbesATroubledBrokerOften(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	relay := mqttStartRelay(t, b.Addr())
+	m, _ := mqttRun(t, MQTTConfig{URL: relay.url()})
+	mqttWaitConnected(t, m, true)
+	var failed, ok atomic.Int64
+	p := NewMQTTProber(m, "fl-probe/s1/gw1", time.Hour, 100*time.Millisecond, func(_ time.Duration, err error) {
+		if err != nil {
+			failed.Add(1)
+		} else {
+			ok.Add(1)
+		}
+	})
+	p.troubledEvery = 20 * time.Millisecond
+	relay.swallow.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testtool.WaitFor(t, 10*time.Second, "three failed probes, an hour's interval notwithstanding", func() bool { return failed.Load() >= 3 })
+	relay.swallow.Store(false)
+	testtool.WaitFor(t, 10*time.Second, "a probe answered once the acks come again", func() bool { return ok.Load() >= 1 })
 }
