@@ -168,30 +168,35 @@ fuzz:
 ## POWER_BUNDLE_CUTS, default 20, and POWER_BUNDLE_CONFIRM_CUTS, default 1, at remote-configuration
 ## bundles applied, on probation and confirmed), and in a qemu VM booting Debian's kernel, cut by SIGKILL of qemu
 ## with the guest's dirty pages unwritten (POWER_VM_CUTS, default 5), and booted in 1970 and an hour
-## behind with its clock synchronised and stepped (TestVMClock); each level again with the
+## behind with its clock synchronised and stepped (TestVMClock), and a dying SD card (docs/sdcard.md:
+## EIO, read-only, full and slow on the lossy filesystem, and POWER_SDCARD_VM, default readonly, or
+## all, in the VM, on device-mapper targets under ext4); each level again with the
 ## buffer's fsync off, which must lose packets. Ends with one figures line per level: cuts, packets
 ## stored, lost, reused, salvages. Needs root, qemu-system-x86, busybox-static, fuse3, mosquitto;
-## Debian's kernel is unpacked once into ~/.cache/fieldlink/powercut. About 5 minutes.
+## Debian's kernel is unpacked once into ~/.cache/fieldlink/powercut. About 6 minutes.
 POWER_LOSSY_CUTS ?= 200
 POWER_LOSSY_FULL_CUTS ?= 20
 POWER_VM_CUTS ?= 5
 POWER_COMMAND_CUTS ?= 100
 POWER_BUNDLE_CUTS ?= 20
 POWER_BUNDLE_CONFIRM_CUTS ?= 1
+POWER_SDCARD_VM ?= readonly
 POWER_RUN ?= .
 power-check:
 	@POWERCUT_LOSSY_CUTS=$(POWER_LOSSY_CUTS) POWERCUT_LOSSY_FULL_CUTS=$(POWER_LOSSY_FULL_CUTS) POWERCUT_VM_CUTS=$(POWER_VM_CUTS) \
 	POWERCUT_COMMAND_CUTS=$(POWER_COMMAND_CUTS) POWERCUT_BUNDLE_CUTS=$(POWER_BUNDLE_CUTS) POWERCUT_BUNDLE_CONFIRM_CUTS=$(POWER_BUNDLE_CONFIRM_CUTS) \
+	POWERCUT_SDCARD_VM=$(POWER_SDCARD_VM) \
 	$(GO) test -count=1 -tags powercut -v -run '$(POWER_RUN)' -timeout 120m ./tests/powercut/ > .power-check.log 2>&1; rc=$$?; \
 	grep -E '^\s*(--- |ok|FAIL|PASS)' .power-check.log; \
 	if [ $$rc -ne 0 ]; then tail -200 .power-check.log; fi; \
-	grep -oE 'powercut [a-z-]+: cuts=.*' .power-check.log; exit $$rc
+	grep -oE 'powercut [a-z-]+: cuts=.*' .power-check.log; grep -oE '^powercut sdcard[a-z-]* [a-z]+: .*' .power-check.log; exit $$rc
 
 ## power-check-long: make power-check with 2,000 cuts on the lossy filesystem (200 with the
-## buffer full, 1,000 at commands, 200 at bundles and 5 at their confirmation) and 100 in the VM: about half an hour on 2 cores
+## buffer full, 1,000 at commands, 200 at bundles and 5 at their confirmation) and 100 in the VM, and
+## every dying SD card in the VM: about half an hour on 2 cores
 power-check-long:
 	@$(MAKE) --no-print-directory power-check POWER_LOSSY_CUTS=2000 POWER_LOSSY_FULL_CUTS=200 POWER_VM_CUTS=100 POWER_COMMAND_CUTS=1000 \
-		POWER_BUNDLE_CUTS=200 POWER_BUNDLE_CONFIRM_CUTS=5
+		POWER_BUNDLE_CUTS=200 POWER_BUNDLE_CONFIRM_CUTS=5 POWER_SDCARD_VM=all
 
 ## cluster-check: the gateway as a process against three clustered nats-server nodes (Debian's, with
 ## JetStream, MQTT on each, the MQTT streams on all three) through toxiproxy, and a platform subscriber

@@ -74,9 +74,8 @@ func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, r
 		t.Fatalf("nothing delivered in 30 s")
 	}
 
-	// A backlog on the card: the uplink is down for 1.5 s.
+	// A backlog on the card: the uplink is down for 2 s.
 	uplink.set(false)
-	time.Sleep(1500 * time.Millisecond)
 	beganAt := time.Now()
 	time.Sleep(2 * time.Second)
 
@@ -113,23 +112,10 @@ func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, r
 		t.Fatalf("not durable again within 90 s of the card's recovery")
 	}
 	back := time.Since(clearedAt)
-	lostKeys := func() []key { return storedMissingLocked(led) }
-	if !led.waitUntil(60*time.Second, func() bool { return len(lostKeys()) == 0 }) {
-		led.mu.Lock()
-		t.Errorf("packets stored and never delivered: %v", lostKeys())
-		led.mu.Unlock()
-	}
-	led.mu.Lock()
-	lost, gaps := len(lostKeys()), len(led.missingLocked())-len(lostKeys())
-	led.mu.Unlock()
+	caughtUp(t, led, &polled, clearedAt)
+	lost, gaps, stored := settle(t, led)
 	led.mu.Lock()
 	ratePre, rateFault := pollRate(polled, beganAt, faultAt), pollRate(polled, faultAt, clearedAt)
-	led.mu.Unlock()
-	led.mu.Lock()
-	stored := 0
-	for range led.stored {
-		stored++
-	}
 	led.mu.Unlock()
 	line := fmt.Sprintf("powercut sdcard %s: %d readings delivered during the fault, %.1f s back to durable operation, %d packets lost of %d stored (%d seqs skipped by refused commits); wind-1 polled %.1f times/s before the fault, %.1f during it",
 		name, during, back.Seconds(), lost, stored, gaps, ratePre, rateFault)
@@ -138,6 +124,22 @@ func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, r
 	if !restart && rateFault < ratePre/2 {
 		t.Errorf("polling slowed by the card: wind-1 polled %.1f times/s during the fault, %.1f before", rateFault, ratePre)
 	}
+}
+
+// settle waits up to a minute until every packet reported stored was
+// delivered, and returns, as they stood then, how many were not (lost),
+// the seqs skipped by refused commits (gaps) and how many were stored.
+func settle(t *testing.T, led *ledger) (lost, gaps, stored int) {
+	t.Helper()
+	var missing []key
+	if !led.waitUntil(time.Minute, func() bool {
+		missing = storedMissingLocked(led)
+		lost, gaps, stored = len(missing), len(led.missingLocked())-len(missing), len(led.stored)
+		return lost == 0
+	}) {
+		t.Errorf("packets stored and never delivered: %v", missing)
+	}
+	return lost, gaps, stored
 }
 
 // storedMissingLocked are the packets reported stored (by -print) and not
@@ -152,6 +154,24 @@ func storedMissingLocked(led *ledger) []key {
 		}
 	}
 	return out
+}
+
+// caughtUp waits until a reading taken a second after until is stored:
+// appends are stored in order, so every reading before until is in
+// *polled by then (a slow card's last commits end after it recovered).
+func caughtUp(t *testing.T, led *ledger, polled *[]time.Time, until time.Time) {
+	t.Helper()
+	after := until.Truncate(time.Second).Add(time.Second)
+	if !led.waitUntil(time.Minute, func() bool {
+		for _, at := range *polled {
+			if !at.Before(after) {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Errorf("no reading of %s or later stored within a minute", after.Format(time.TimeOnly))
+	}
 }
 
 // pollRate is how many of the reading times at fall in the whole seconds
