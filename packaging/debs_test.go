@@ -280,6 +280,7 @@ func TestUnitHardening(t *testing.T) {
 		"User=fieldlink", "SupplementaryGroups=dialout",
 		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
 		"ReadWritePaths=/var/lib/fieldlink", "DevicePolicy=closed", "DeviceAllow=char-ttyUSB rw",
+		"RuntimeDirectory=fieldlink", "RuntimeDirectoryPreserve=yes",
 		"CapabilityBoundingSet=", "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
 		"MemoryDenyWriteExecute=yes", "RestrictNamespaces=yes", "ProtectProc=invisible", "Environment=FIELDLINK_LOG_FORMAT=journal",
 	} {
