@@ -242,7 +242,8 @@ func TestAuxSalvage(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := mustRead(t, path)
-	clear(data[:2*4096]) // both meta pages: salvage
+	m, _ := parseMeta(data)
+	clear(data[:2*m.pageSize]) // both meta pages: salvage
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -276,6 +276,10 @@ func (b *Buffer) boltOptions(f *os.File) *bolt.Options {
 		// of its own where a fault on a bad page cannot be recovered.
 		NoFreelistSync: b.opt.noFreelistSync,
 		MaxSize:        b.opt.maxFileSize,
+		PageSize:       pageSize,
+	}
+	if b.opt.pageSize > 0 {
+		o.PageSize = b.opt.pageSize
 	}
 	if f != nil {
 		o.OpenFile = func(string, int, os.FileMode) (*os.File, error) { return f, nil }

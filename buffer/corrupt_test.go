@@ -338,7 +338,7 @@ func leafPages(t testing.TB, data []byte) []int {
 	var offs []int
 	for off := 2 * ps; off+ps <= len(data) && uint64(off/ps) < m.pgid; off += ps {
 		p := rawPage(data[off : off+ps])
-		if p.id() != uint64(off/ps) || p.flags() != leafPageFlag || p.count() < 10 {
+		if p.id() != uint64(off/ps) || p.flags() != leafPageFlag || p.count() < 2 {
 			continue
 		}
 		if _, k, _, err := p.leaf(0); err == nil && len(k) == keySize {

@@ -132,6 +132,21 @@ func TestDiskFull(t *testing.T) {
 			t.Fatal("empty after reopen")
 		}
 	})
+	t.Run("maxsize/acklater", func(t *testing.T) {
+		// The gateway's way: the acks ride on the next commit, which is
+		// an append's. On a full file they commit first, alone, in the
+		// reserve, and the append then fits in the pages they freed.
+		b, _ := newT(t, Options{maxFileSize: 1 << 20})
+		diskFullCycle(t, b, func() {
+			recs := all(t, b)
+			if err := b.AckLater(seqsOf(recs[:len(recs)*3/4])...); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Append(context.Background(), testPacket("after-acks", false)); err != nil {
+				t.Fatalf("the append after the acks: %v", err)
+			}
+		})
+	})
 }
 
 // diskFullCycle appends until the disk is full, checks that nothing durable

@@ -122,6 +122,23 @@ const (
 	maxDead      = 10000
 	maxDeadBytes = 16 << 20
 
+	// pageSize is bbolt's page size for new files (and compacted ones).
+	// Every commit rewrites whole pages: the leaf that takes the cycle's
+	// packets, the leaf that loses the acked ones, the branch and bucket
+	// pages above them, the state's page, the freelist and the meta page.
+	// At 4 KiB (bbolt's default, the OS page) a cycle of 10 small packets
+	// wrote 7.7 times their bytes; at 1 KiB it writes 3.9 times (see
+	// docs/footprint.md). A file keeps the page size it was created with
+	// (bbolt reads it from the meta page).
+	pageSize = 1024
+
+	// reserveBytes is the room a commit that frees space (acks, evictions,
+	// dead-letter drops: no new record) may use beyond the bound that
+	// appends stop at, so that on a full file the acks still commit: bbolt
+	// writes the new leaf, branch and freelist pages before it frees the
+	// old ones. See writer.bound.
+	reserveBytes = 64 << 10
+
 	// laterDelay is the longest AckLater's deletions wait for a commit to
 	// ride on before they get one of their own: longer than the poll
 	// intervals sites use, so that on a steady flow they always ride.
@@ -200,6 +217,7 @@ type Options struct {
 
 	// Test hooks.
 	maxFileSize    int                    // bbolt's MaxSize: disk-full tests where mounts are refused
+	pageSize       int                    // bbolt's page size for new files, when not zero (old files' tests)
 	failCommit     func() error           // a non-nil result abandons the commit with that error
 	noFreelistSync bool                   // measure bbolt's NoFreelistSync
 	deadMax        int64                  // maxDead, when not zero

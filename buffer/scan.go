@@ -31,7 +31,9 @@ func scanRecords(r io.ReaderAt, size int64, fn func(k, v []byte) error) (scanRes
 	if valid > 0 {
 		res.pageSizes = []int64{int64(m.pageSize)}
 	} else {
-		res.pageSizes = []int64{int64(os.Getpagesize()), 4096, 16384, 65536}
+		// The page size of new files (pageSize), of files written before it
+		// (bbolt's default: the OS page), and the OS pages of other machines.
+		res.pageSizes = []int64{pageSize, int64(os.Getpagesize()), 4096, 16384, 65536}
 		slices.Sort(res.pageSizes)
 		res.pageSizes = slices.Compact(res.pageSizes)
 	}

@@ -126,6 +126,7 @@ type writer struct {
 	retryDead  []deadBatch // dead letters whose commit failed
 	held       []held      // Interval appends answered, not yet committed (after a failed commit)
 	degraded   bool        // the last commit failed: commit every batch at once until one succeeds
+	full       bool        // the last commit failed on a full disk: deletions commit first, alone
 	fatal      error
 	failedAt   time.Time // last failure logged, to log a failing disk once a minute
 	dirty      bool      // records deleted since compaction was last considered
@@ -308,6 +309,9 @@ func (w *writer) batch(first *request) (closed bool) {
 		w.refuse(first)
 		return false
 	}
+	if w.full && (w.retrying() || len(w.laterAcks) > 0) {
+		w.freeFirst()
+	}
 	t, err := w.begin()
 	if err != nil {
 		w.failBegin(first, err)
@@ -435,6 +439,25 @@ func (w *writer) apply(t *wtx, r *request, interval bool) {
 	t.waiting = append(t.waiting, r)
 }
 
+// freeFirst commits the deletions of failed commits (acks, AckLater's,
+// dead letters) in a transaction of their own, before the next appends, when
+// the last commit found the disk full: with no record in it, it may use the
+// reserve (see bound), and the pages it frees make room for the appends.
+func (w *writer) freeFirst() {
+	t, err := w.begin()
+	if err != nil {
+		w.failBegin(nil, err)
+		return
+	}
+	_ = w.contain(func() error { w.applyDeletes(t); return nil })
+	if w.fatal != nil {
+		_ = w.contain(func() error { return t.tx.Rollback() })
+		w.finish(t, w.fatal)
+		return
+	}
+	w.finish(t, w.commit(t))
+}
+
 // applyRetries puts back the answered Interval appends and deletes the
 // acks whose transaction failed.
 func (w *writer) applyRetries(t *wtx) {
@@ -442,6 +465,12 @@ func (w *writer) applyRetries(t *wtx) {
 		w.putHeld(t, h)
 	}
 	w.held = nil
+	w.applyDeletes(t)
+}
+
+// applyDeletes deletes the acks and AckLater's seqs of failed or earlier
+// commits and dead-letters the failed dead letters.
+func (w *writer) applyDeletes(t *wtx) {
 	for _, seq := range w.retryAcks {
 		t.ack(seq)
 	}
@@ -458,8 +487,24 @@ func (w *writer) applyRetries(t *wtx) {
 	w.retryDead = nil
 }
 
+// bound sets bbolt's size limit for t, where the file has one (the
+// disk-full tests' maxFileSize): a transaction that appends stops
+// reserveBytes short of it, one that only deletes may use them all. bbolt
+// writes a transaction's new pages before the old ones are free (and the
+// freelist with them), so without the reserve a full file could not commit
+// the acks that would free it.
+func (w *writer) bound(t *wtx) {
+	if max := w.b.opt.maxFileSize; max > 0 {
+		if t.records > 0 {
+			max -= reserveBytes
+		}
+		w.b.db.MaxSize = max
+	}
+}
+
 // commit writes the state into t and commits it.
 func (w *writer) commit(t *wtx) error {
+	w.bound(t)
 	return w.contain(func() error {
 		st := &t.st
 		st.seq = t.seqB.Sequence()
@@ -521,7 +566,7 @@ func (w *writer) finish(t *wtx, err error) error {
 			b.log.Warn("buffer: dropped the oldest dead letters to stay within the bound",
 				"path", b.path, "dropped", t.dropped, "kept", t.st.deadN)
 		}
-		w.degraded, w.failedAt = false, time.Time{}
+		w.degraded, w.full, w.failedAt = false, false, time.Time{}
 		w.dirty = w.dirty || t.deletes > 0
 		b.forget(t)
 		for _, r := range t.waiting {
@@ -559,6 +604,7 @@ func (w *writer) finish(t *wtx, err error) error {
 	// next transaction.
 	w.held = append(w.held, t.held...)
 	w.degraded = true
+	w.full = errors.Is(err, ErrDiskFull)
 	if now := time.Now(); now.Sub(w.failedAt) > time.Minute {
 		b.log.Error("buffer: commit failed; appends fail until it succeeds", "path", b.path, "err", err)
 		w.failedAt = now
