@@ -26,6 +26,19 @@
 // cycle's packets can be appended in one call with [Buffer.AppendAll]. bbolt
 // fsyncs twice per commit; the buffer never turns that off.
 //
+// A commit writes whole pages: the leaf that takes the cycle's records, the
+// leaf that loses the acked ones, the branch and bucket pages above them,
+// the state's page, the freelist and the meta page. New files (and compacted
+// ones) take 1 KiB pages, not bbolt's 4 KiB, which halves what a small
+// cycle writes (10 packets of a 20-register device: 3.9 times their bytes,
+// was 7.7; see docs/footprint.md); a file made before keeps its page size
+// until a compaction rewrites it. With pages that small, a full file needs
+// room to commit the acks that would free it (bbolt writes the new pages
+// before the old ones are free): where the file has a bound, appends stop
+// short of it by a reserve that only a transaction without records may use,
+// and after a commit failed on a full disk the pending acks commit first,
+// alone, before the next appends.
+//
 // IMPORTANT: an EIO from a write or an fsync is fatal ([ErrFatal]): the
 // kernel may have dropped the dirty pages, and a retried fsync would report
 // success. The caller must close the buffer and Open it again, or exit and
