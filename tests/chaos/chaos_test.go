@@ -144,9 +144,9 @@ func TestChaos(t *testing.T) {
 		case s.skipped != "":
 			note = " skipped: " + s.skipped
 		case s.f.kind == diskfull && s.bit:
-			note = " (appends refused)"
+			note = " (appends refused, or kept in memory: not durable)"
 		case s.f.kind == diskfull:
-			note = " (appends never refused)"
+			note = " (the full disk never bit)"
 		}
 		t.Logf("fault %v: %s..%s%s", s.f, s.start.Format("15:04:05.000"), s.end.Format("15:04:05.000"), note)
 	}
@@ -195,8 +195,15 @@ func TestChaos(t *testing.T) {
 	for _, p := range a.problems {
 		t.Errorf("%s %s", p, replay)
 	}
-	if a.epochs != 1 {
-		t.Errorf("packets of %d buffer epochs: the buffer was salvaged (found corrupt) during the run %s", a.epochs, replay)
+	// One epoch, the card's; and the volatile buffer's once the full disk
+	// made the gateway keep its readings in memory (the salvage counter is
+	// checked below as well).
+	epochs := 1
+	if w.gw.full.Load() > 0 {
+		epochs = 2
+	}
+	if a.epochs > epochs {
+		t.Errorf("packets of %d buffer epochs (want %d): the buffer was salvaged (found corrupt) during the run %s", a.epochs, epochs, replay)
 	}
 	for _, name := range []string{"evicted (max_bytes)", "evicted (max_age)", "rejected (full)", "corrupt records"} {
 		if v := stats[name]; v != "0" {
@@ -210,8 +217,12 @@ func TestChaos(t *testing.T) {
 	for _, s := range spans {
 		bit = bit || s.bit
 	}
-	if w.disk != nil && (!bit || a.refused == 0) {
-		t.Errorf("the full disk never refused an append (refused=%d): the diskfull fault did not bite %s", a.refused, replay)
+	// A full card refuses appends, or, since the gateway keeps its live
+	// readings in a volatile buffer meanwhile (internal/cardstore), says
+	// so; refused (seqs a refused commit took) is no longer sure to be
+	// above zero.
+	if w.disk != nil && !bit {
+		t.Errorf("the full disk never bit: the gateway neither stopped appending nor said its buffer is not durable (refused=%d) %s", a.refused, replay)
 	}
 	for _, k := range avail {
 		if counts[k] == 0 {

@@ -282,15 +282,19 @@ func (in *injector) done() []span {
 
 // waitAppendsStop waits until the gateway has logged ENOSPC and printed
 // no packet for a second while the same process ran (its appends are
-// refused), or until limit.
+// refused), or said that its buffer is not durable because the card is
+// full (it goes on into its volatile buffer in memory), or until limit.
 func (in *injector) waitAppendsStop(limit time.Duration) bool {
 	const quiet = time.Second
 	deadline := time.Now().Add(limit)
 	g := in.w.gw
-	enospc := g.enospc.Load()
+	enospc, full := g.enospc.Load(), g.full.Load()
 	last, inst, since := in.w.led.produced(), g.current(), time.Now()
 	for time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
+		if g.full.Load() > full {
+			return true
+		}
 		if n, i := in.w.led.produced(), g.current(); n != last || i != inst {
 			last, inst, since = n, i, time.Now()
 			continue

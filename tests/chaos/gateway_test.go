@@ -38,6 +38,9 @@ type gateway struct {
 	done  chan struct{}
 
 	enospc atomic.Int64 // stderr writes that mention ENOSPC, over every instance
+	// full is the stderr writes that say the buffer went on in memory
+	// because the card (the tmpfs) is full, over every instance.
+	full atomic.Int64
 
 	mu         sync.Mutex
 	instances  int
@@ -101,7 +104,7 @@ func (g *gateway) start() (*instance, error) {
 	}
 	in := &instance{n: n, cmd: cmd, up: make(chan struct{}), exited: make(chan struct{}), tail: &tailBuffer{max: 8 << 10}}
 	fmt.Fprintf(g.log, "=== gateway instance %d started at %s\n", n, time.Now().Format("15:04:05.000"))
-	cmd.Stderr = io.MultiWriter(g.log, in.tail, enospcCounter{&g.enospc})
+	cmd.Stderr = io.MultiWriter(g.log, in.tail, enospcCounter{&g.enospc}, fullCounter{&g.full})
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
@@ -310,6 +313,17 @@ func (g *gateway) current() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.instances
+}
+
+// fullCounter counts the writes that say the buffer is not durable
+// because the card is full (internal/cardstore): each is one log line.
+type fullCounter struct{ n *atomic.Int64 }
+
+func (c fullCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("buffer not durable: the card is full")) {
+		c.n.Add(1)
+	}
+	return len(p), nil
 }
 
 // enospcCounter counts the writes that mention ENOSPC: the gateway logs
