@@ -309,7 +309,7 @@ func (w *writer) batch(first *request) (closed bool) {
 		w.refuse(first)
 		return false
 	}
-	if w.full && (w.retrying() || len(w.laterAcks) > 0) {
+	if w.full && len(w.retryAcks)+len(w.retryDead)+len(w.laterAcks) > 0 {
 		w.freeFirst()
 	}
 	t, err := w.begin()
