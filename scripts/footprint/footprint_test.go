@@ -178,6 +178,13 @@ func TestCheckPacket(t *testing.T) {
 	if err != nil || a.Seq != 7 || a.Device != deviceName(3) {
 		t.Fatalf("good packet: %+v, %v\n%s", a, err, enc)
 	}
+	// On a machine whose clock is not synchronised the gateway marks its
+	// packets; they are the same packets.
+	unsynced := good()
+	unsynced.ClockUnsynced = true
+	if _, err := checkPacket(unsynced.AppendJSON(nil, packet.Strings), ourGateway, deviceName(3), 10, registers, false); err != nil {
+		t.Errorf("a packet marked ClockUnsynced: %v", err)
+	}
 	bad := map[string][]byte{
 		"other gateway":   good().AppendJSON(nil, packet.Strings),
 		"numbers":         numbers.AppendJSON(nil, packet.Numbers),
