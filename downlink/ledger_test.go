@@ -391,7 +391,7 @@ func TestSalvagedFileRefusesOlderCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clear(data[:2*4096]) // both bbolt meta pages: the buffer salvages the file
+	clear(data[:2*4096]) // both bbolt meta pages and more (pages are 1 KiB or 4 KiB): the buffer salvages the file
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
