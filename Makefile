@@ -188,7 +188,7 @@ power-check:
 	POWERCUT_SDCARD_VM=$(POWER_SDCARD_VM) \
 	$(GO) test -count=1 -tags powercut -v -run '$(POWER_RUN)' -timeout 120m ./tests/powercut/ > .power-check.log 2>&1; rc=$$?; \
 	grep -E '^\s*(--- |ok|FAIL|PASS)' .power-check.log; \
-	if [ $$rc -ne 0 ]; then tail -200 .power-check.log; fi; \
+	if [ $$rc -ne 0 ]; then tail -200 .power-check.log; echo '--- what the tests logged:'; grep -E '^\s+[a-z_]+_test\.go:[0-9]+:' .power-check.log | tail -80; fi; \
 	grep -oE 'powercut [a-z-]+: cuts=.*' .power-check.log; grep -oE '^powercut sdcard[a-z-]* [a-z]+: .*' .power-check.log; exit $$rc
 
 ## power-check-long: make power-check with 2,000 cuts on the lossy filesystem (200 with the
@@ -209,7 +209,7 @@ CLUSTER_RUN ?= .
 cluster-check:
 	@$(GO) test -count=1 -tags cluster -v -run '$(CLUSTER_RUN)' -timeout 20m ./tests/cluster/ > .cluster-check.log 2>&1; rc=$$?; \
 	grep -E '^\s*(--- |ok|FAIL|PASS)' .cluster-check.log; \
-	if [ $$rc -ne 0 ]; then tail -200 .cluster-check.log; fi; \
+	if [ $$rc -ne 0 ]; then tail -200 .cluster-check.log; echo '--- what the tests logged:'; grep -E '^\s+[a-z_]+_test\.go:[0-9]+:' .cluster-check.log | tail -80; fi; \
 	grep -E '^cluster [a-z0-9_ -]+:' .cluster-check.log; exit $$rc
 
 ## cluster-check-long: make cluster-check with every fault held a minute (about 9 minutes)
