@@ -48,7 +48,7 @@ func TestChaos(t *testing.T) {
 	led := newLedger(gatewayID, upstreams)
 	w := &world{led: led}
 	w.links = startBrokers(t, mosq, led)
-	w.reg = startRegistry(t, "mqtt://"+w.links[1].addr(), "mqtt://"+w.links[2].addr())
+	w.reg = startRegistry(t, "mqtt://"+w.links[1].Addr(), "mqtt://"+w.links[2].Addr())
 	emu, steady, flaky := startEmulator(t, seed)
 	w.emu = emu
 
@@ -63,7 +63,7 @@ func TestChaos(t *testing.T) {
 		diskNote = "skipped(" + why + ")"
 		t.Logf("no tmpfs for the buffer (%s): the diskfull fault is skipped; under CI=true this fails", why)
 	}
-	site := siteFile(t, dir, steady, flaky, filepath.Join(bufDir, "buffer.db"), w.links[0].addr(), w.reg.url, window)
+	site := siteFile(t, dir, steady, flaky, filepath.Join(bufDir, "buffer.db"), w.links[0].Addr(), w.reg.url, window)
 	if out, err := gatewayCmd(bin, "check", "-c", site); err != nil {
 		t.Fatalf("the generated site file does not pass gateway check: %v\n%s", err, out)
 	}

@@ -170,11 +170,11 @@ func (in *injector) inject(ctx context.Context, f fault) {
 	switch f.kind {
 	case outage1, outage2, outage3:
 		for _, i := range f.links {
-			w.links[i].down()
+			w.links[i].Down()
 		}
 		hold(ctx, f.dur)
 		for _, i := range f.links {
-			w.links[i].up()
+			w.links[i].Up()
 		}
 	case latency, reset, squeeze:
 		name := toxicName(f.kind)
@@ -189,11 +189,11 @@ func (in *injector) inject(ctx context.Context, f fault) {
 			js = fmt.Sprintf(`{"name":%q,"type":"bandwidth","stream":"upstream","attributes":{"rate":%d}}`, name, f.rateKB)
 		}
 		for _, i := range f.links {
-			w.links[i].addToxic(js)
+			w.links[i].AddToxic(js)
 		}
 		hold(ctx, f.dur)
 		for _, i := range f.links {
-			w.links[i].removeToxic(name)
+			w.links[i].RemoveToxic(name)
 		}
 	case kill9:
 		at, ok := w.gw.kill9(f.dur)
@@ -224,11 +224,11 @@ func (in *injector) inject(ctx context.Context, f fault) {
 		// is held down until the appends stop, then comes back while the
 		// disk stays full (acks must commit too).
 		for i := range w.links {
-			w.links[i].down()
+			w.links[i].Down()
 		}
 		s.bit = in.waitAppendsStop(45 * time.Second)
 		for i := range w.links {
-			w.links[i].up()
+			w.links[i].Up()
 		}
 		hold(ctx, f.dur)
 		w.disk.free()

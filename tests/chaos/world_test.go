@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,24 +9,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/rs/zerolog"
-
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
 )
 
 // world is everything the gateway talks to, and the gateway itself.
 type world struct {
-	links [3]*link
+	links [3]*brokertest.Proxy
 	reg   *registryServer
 	disk  *disk // nil when no tmpfs could be mounted
 	gw    *gateway
@@ -81,107 +76,23 @@ func startEmulator(t *testing.T, seed int64) (emu *emulator.Emulator, steady, fl
 	return emu, testtool.ServeLoopback(t, emu.ServeTCP), testtool.ServeLoopback(t, emu.ServeTCP)
 }
 
-// link is one toxiproxy proxy between the gateway and a broker.
-type link struct {
-	t    *testing.T
-	name string
-	p    *toxiproxy.Proxy
-
-	mu    sync.Mutex
-	downs int // outages holding it down; the proxy runs when 0
-}
-
-func newLink(t *testing.T, name, upstream string) *link {
-	t.Helper()
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatalf("toxiproxy %s: %v", name, err)
-	}
-	l := &link{t: t, name: name, p: p}
-	t.Cleanup(func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.downs == 0 {
-			p.Stop()
-		}
-	})
-	return l
-}
-
-func (l *link) addr() string { return l.p.Listen }
-
-// down stops the proxy (refusing connections, cutting the ones it carries)
-// unless another outage holds it down already.
-func (l *link) down() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.downs++
-	if l.downs == 1 {
-		l.p.Stop()
-	}
-}
-
-// up ends one outage; the proxy listens again on its port when none is left.
-func (l *link) up() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.downs--
-	if l.downs > 0 {
-		return
-	}
-	var err error
-	for range 50 {
-		if err = l.p.Start(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	l.t.Errorf("toxiproxy %s: listen again on %s: %v", l.name, l.p.Listen, err)
-}
-
-func (l *link) addToxic(js string) {
-	if _, err := l.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		l.t.Errorf("toxiproxy %s: add toxic %s: %v", l.name, js, err)
-	}
-}
-
-func (l *link) removeToxic(name string) {
-	if err := l.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
-		l.t.Errorf("toxiproxy %s: remove toxic %s: %v", l.name, name, err)
-	}
-}
-
 // subscribe connects a subscriber straight to broker addr (not through its
-// link), subscribed to fieldlink/# at QoS 1, until the test ends. A lost
+// proxy), subscribed to fieldlink/# at QoS 1, until the test ends. A lost
 // connection is a problem of the run: it would lose receipts.
 func subscribe(t *testing.T, addr string, i int, led *ledger) {
 	t.Helper()
-	o := paho.NewClientOptions()
-	o.AddBroker("tcp://" + addr)
-	o.SetClientID(fmt.Sprintf("chaos-subscriber-%c", 'A'+i))
-	o.SetCleanSession(true)
-	o.SetAutoReconnect(false)
-	o.SetConnectRetry(false)
-	o.SetConnectTimeout(10 * time.Second)
-	o.SetOrderMatters(false)
-	var stopping atomic.Bool
-	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
-		if !stopping.Load() {
+	brokertest.Subscribe(t, brokertest.Options{
+		Name:      fmt.Sprintf("subscriber %c", 'A'+i),
+		ID:        fmt.Sprintf("chaos-subscriber-%c", 'A'+i),
+		Brokers:   []string{addr},
+		Unordered: true,
+		Quiesce:   100,
+		Lost: func(err error) {
 			led.problem("subscriber of broker %c lost its connection: %v", 'A'+i, err)
-		}
+		},
+	}, "fieldlink/#", func(topic string, payload []byte) {
+		led.received(i, topic, payload, time.Now())
 	})
-	cl := paho.NewClient(o)
-	if tok := cl.Connect(); !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber %c: connect: %v", 'A'+i, tok.Error())
-	}
-	t.Cleanup(func() { stopping.Store(true); cl.Disconnect(100) })
-	tok := cl.Subscribe("fieldlink/#", 1, func(_ paho.Client, m paho.Message) {
-		led.received(i, m.Topic(), m.Payload(), time.Now())
-	})
-	if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber %c: subscribe: %v", 'A'+i, tok.Error())
-	}
 }
 
 // registryServer is the upstream registry: it lists upstreams, unless an
@@ -390,14 +301,14 @@ uplink:
 }
 
 // startBrokers starts three mosquitto brokers, a subscriber on each and a
-// link in front of each.
-func startBrokers(t *testing.T, mosq string, led *ledger) [3]*link {
+// proxy in front of each.
+func startBrokers(t *testing.T, mosq string, led *ledger) [3]*brokertest.Proxy {
 	t.Helper()
-	var links [3]*link
+	var links [3]*brokertest.Proxy
 	for i := range links {
 		addr := testtool.StartMosquitto(t, mosq)
 		subscribe(t, addr, i, led)
-		links[i] = newLink(t, string(rune('A'+i)), addr)
+		links[i] = brokertest.NewProxy(t, string(rune('A'+i)), addr)
 	}
 	return links
 }
