@@ -337,3 +337,40 @@ func TestAuxCommitsAtOnce(t *testing.T) {
 		t.Fatalf("after reopen: aux %q, %d records (seq %d)", v, b.Len(), seq)
 	}
 }
+
+// TestAux checks the aux bucket: absent, set, replaced, kept across a
+// reopen without the file being taken for a damaged one, and bounded.
+func TestAux(t *testing.T) {
+	for _, d := range []Durability{Always, Interval} {
+		t.Run(d.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "buffer.db")
+			b, err := Open(path, Options{Durability: d, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := b.Aux("irlb.model"); err != nil || v != nil {
+				t.Fatalf("Aux before any PutAux = %q, %v; want nil, nil", v, err)
+			}
+			mustAppend(t, b, testPacket("a", false))
+			for _, v := range []string{"first", "second"} {
+				if err := b.PutAux("irlb.model", []byte(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.PutAux("big", make([]byte, MaxAuxSize+1)); err == nil {
+				t.Error("PutAux took a value over MaxAuxSize")
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mustBeSound(t, path)
+			b = openT(t, path, Options{Durability: d})
+			if st := b.Stats(); st.Salvages != 0 || b.Len() != 1 {
+				t.Fatalf("reopen: %d salvages, %d records; want 0 and 1", st.Salvages, b.Len())
+			}
+			if v, err := b.Aux("irlb.model"); err != nil || string(v) != "second" {
+				t.Fatalf("Aux after reopen = %q, %v; want \"second\"", v, err)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -218,4 +219,67 @@ var errENOSPC = fmt.Errorf("write: %w", syscall.ENOSPC)
 // eioAt is an fsync of the file at path failing with EIO.
 func eioAt(path string) error {
 	return &os.PathError{Op: "fdatasync", Path: path, Err: syscall.EIO}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// flipAll flips the byte at offset off within every copy of marker in the
+// file (stale copies in freed pages included).
+func flipAll(t testing.TB, path string, marker []byte, off int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(data[i:], marker)
+		if j < 0 {
+			break
+		}
+		data[i+j+off] ^= 0x20
+		i += j + len(marker)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("%q not in %s", marker, path)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileSize(t testing.TB, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// recordSizeOf is what a packet like p counts against MaxBytes (while
+// seqs have one or two digits).
+func recordSizeOf(t testing.TB, p *packet.Packet) int64 {
+	t.Helper()
+	return int64(keySize + headerSize + len(wantJSON(p, 10, "01234567", 0)))
+}
+
+// devices returns the DeviceIds of recs.
+func devices(t testing.TB, recs []Record) []string {
+	t.Helper()
+	s := make([]string, len(recs))
+	for i, r := range recs {
+		s[i] = deviceOf(t, r)
+	}
+	return s
+}
+
+// ids2 returns prefix+"%02d" for i in [from, to).
+func ids2(prefix string, from, to int) []string {
+	var s []string
+	for i := from; i < to; i++ {
+		s = append(s, fmt.Sprintf("%s%02d", prefix, i))
+	}
+	return s
 }
