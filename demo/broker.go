@@ -16,8 +16,8 @@ import (
 )
 
 // demoLoad is what a demo broker says about itself in its load reports
-// (the wire format of uplink.ParseLoad): a resting level that the packets it
-// receives push up.
+// (the JSON object uplink reads from an upstream's load URL or topic): a
+// resting level that the packets it receives push up.
 type demoLoad struct {
 	CPU, Memory, DiskIO, Network float64
 	Processes                    int

@@ -13,8 +13,8 @@
 // the [selector.Table]'s statistics (latency, failures, load, requests in
 // flight), skipping upstreams that are down, resting or whose window is full.
 // Each upstream is a [Sender]: [MQTTSender] publishes one record per send at
-// QoS 1 and succeeds on its PUBACK ([MQTT.Publish]); [HTTPSender] posts a batch
-// as a JSON array and succeeds on a 2xx ([HTTP.Post]), the batch named by an
+// QoS 1 and succeeds on its PUBACK; [HTTPSender] posts a batch as a JSON
+// array and succeeds on a 2xx, the batch named by an
 // Idempotency-Key so that the platform can drop a resend; with
 // [EncodingInfluxLine] it writes the batch to InfluxDB as line protocol
 // instead, where a point written twice is stored once.
@@ -46,7 +46,8 @@
 // which marks the upstream up or down ([MQTTSender] is up while connected,
 // and [MQTT.Kick] reconnects at once when a probe answers again). Servers
 // report their load on a retained MQTT topic ([MQTTConfig.OnLoad]) or an HTTP
-// endpoint (polled by the pool), read by [ParseLoad] into [selector.Table.Report].
+// endpoint (polled by the pool), read as a [selector.Load] into
+// [selector.Table.Report].
 // A [Pool] owns the upstreams and what runs for each (publisher, probe, load
 // source): it registers each in the table and the delivery loop, knows each by
 // its credential-free name ([UpstreamName]), and closes them at Stop. A

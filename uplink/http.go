@@ -21,7 +21,7 @@ import (
 
 // Defaults and bounds of the HTTP publisher.
 const (
-	// defaultHTTPTimeout bounds one [HTTP.Post] whose ctx has no deadline.
+	// defaultHTTPTimeout bounds one post whose ctx has no deadline.
 	defaultHTTPTimeout = 10 * time.Second
 
 	// httpExcerptLen is how much of a response body an [httpError] quotes.
@@ -34,7 +34,7 @@ const (
 	httpMaxRetryAfter = 24 * time.Hour
 )
 
-// errInvalidPacket is returned by [HTTP.Post] when a packet of the batch is
+// errInvalidPacket is returned by post when a packet of the batch is
 // not valid JSON. Nothing is sent; resending will not make the packet valid,
 // so [HTTPSender.Send] counts it as refused.
 var errInvalidPacket = errors.New("uplink: packet is not valid JSON")
@@ -53,17 +53,18 @@ type HTTPConfig struct {
 	// warning.
 	TLS *tls.Config
 
-	// Timeout bounds one Post whose ctx has no deadline: zero means
-	// 10 s. A deadline on ctx always wins, even a longer one.
+	// Timeout bounds one post (a request and its answer) whose ctx has no
+	// deadline: zero means 10 s. A deadline on ctx always wins, even a
+	// longer one.
 	Timeout time.Duration
 
 	// Header is added to every request (e.g. Authorization: Bearer …).
-	// Content-Type and Idempotency-Key are Post's and override it. Header
+	// Content-Type and Idempotency-Key are the publisher's and override it. Header
 	// values are never logged, and are blanked out of response excerpts.
 	Header http.Header
 
 	// Encoding is how packets are posted: "" or [EncodingJSON] as JSON,
-	// [EncodingInfluxLine] as InfluxDB line protocol (see [HTTP.Post]).
+	// [EncodingInfluxLine] as InfluxDB line protocol (see docs/influx.md).
 	Encoding Encoding
 
 	// Token, if set, is sent as "Authorization: Bearer <token>", or
@@ -77,17 +78,17 @@ type HTTPConfig struct {
 	// out of the response excerpts that errors quote.
 	Username, Password string
 
-	// Logger gets one Debug line per Post (no header values, no bodies), an
-	// Info "http upstream reached" when a Post first gets a 2xx answer and
+	// Logger gets one Debug line per post (no header values, no bodies), an
+	// Info "http upstream reached" when a post first gets a 2xx answer and
 	// again after one that got no answer or a 5xx (as MQTT logs "mqtt
 	// connected" on each connect), and a Warn at construction if TLS
 	// verification is off. nil discards.
 	Logger *slog.Logger
 
 	// GatewayID and Epoch name the gateway and its buffer's epoch in the
-	// Idempotency-Key (see [HTTP.Post]). Both are required, printable
-	// ASCII: without the epoch, a rebuilt buffer would reuse keys and the
-	// platform would drop new packets as replays.
+	// Idempotency-Key (<gateway>:<epoch>:<firstSeq>-<lastSeq>). Both are
+	// required, printable ASCII: without the epoch, a rebuilt buffer would
+	// reuse keys and the platform would drop new packets as replays.
 	GatewayID, Epoch string
 }
 
@@ -99,7 +100,7 @@ type HTTPConfig struct {
 //
 // Each HTTP has its own connection pool (one [http.Transport]): connections
 // are kept alive and reused (up to 4 idle, 90 s), response bodies are drained
-// so that they can be; at most 8 connections are open at once, further Posts
+// so that they can be; at most 8 connections are open at once, further posts
 // wait for one (bounded by their ctx). HTTP/2 is used when the server offers
 // it. HTTPS_PROXY, HTTP_PROXY and NO_PROXY are honoured. Redirects are not
 // followed: a 3xx is an error.
@@ -120,7 +121,7 @@ type HTTP struct {
 	transport *http.Transport
 	client    *http.Client
 	log       *slog.Logger
-	reached   atomic.Bool // the last Post got an answer that was not 5xx
+	reached   atomic.Bool // the last post got an answer that was not 5xx
 }
 
 // NewHTTP checks cfg and returns a publisher. It does no I/O.
@@ -190,13 +191,13 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 func (h *HTTP) Name() string { return h.name }
 
 // Close closes the idle connections of the publisher's pool. Posts still in
-// flight finish; a Post after Close opens a new connection.
+// flight finish; a post after Close opens a new connection.
 func (h *HTTP) Close() error {
 	h.transport.CloseIdleConnections()
 	return nil
 }
 
-// Post sends one packet or a batch and reports whether the upstream took it.
+// post sends one packet or a batch and reports whether the upstream took it.
 //
 // Body: with one packet, the packet's JSON as it is; with several, a JSON
 // array of them in order, "[p1,p2,…]". Content-Type is application/json.
@@ -217,11 +218,11 @@ func (h *HTTP) Close() error {
 // must be resent whole (a server may answer 422 to the same key with another
 // payload, and 422 is permanent).
 //
-// Post returns nil on a 2xx answer and only then. Otherwise the error
+// post returns nil on a 2xx answer and only then. Otherwise the error
 // names the URL (without credentials), the status and an excerpt of the
 // response body, and its Retry-After if any. When ctx has no
 // deadline, the config's Timeout bounds the whole exchange.
-func (h *HTTP) Post(ctx context.Context, seqs []uint64, batch [][]byte) error {
+func (h *HTTP) post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	if len(batch) == 0 {
 		return fmt.Errorf("uplink: http %s: empty batch", h.name)
 	}

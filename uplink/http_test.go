@@ -117,7 +117,7 @@ func TestHTTPPostSingle(t *testing.T) {
 		Username: "gw", Password: "pw",
 	})
 	p := httpTestPacket(42)
-	if err := h.Post(context.Background(), []uint64{42}, [][]byte{p}); err != nil {
+	if err := h.post(context.Background(), []uint64{42}, [][]byte{p}); err != nil {
 		t.Fatalf("Post: %v", err)
 	}
 	reqs := srv.seen()
@@ -150,7 +150,7 @@ func TestHTTPPostBatch(t *testing.T) {
 	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {})
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
 	batch := [][]byte{httpTestPacket(5), httpTestPacket(6), httpTestPacket(7)}
-	if err := h.Post(context.Background(), []uint64{5, 6, 7}, batch); err != nil {
+	if err := h.post(context.Background(), []uint64{5, 6, 7}, batch); err != nil {
 		t.Fatalf("Post: %v", err)
 	}
 	r := srv.seen()[0]
@@ -185,7 +185,7 @@ func TestHTTPClientError(t *testing.T) {
 				io.WriteString(w, body)
 			})
 			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/in?token=abc123"})
-			err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			if IsRetryable(err) {
 				t.Fatalf("%v: retryable", err)
 			}
@@ -236,7 +236,7 @@ func TestHTTPRetryableStatus(t *testing.T) {
 				io.WriteString(w, "try later")
 			})
 			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
-			err := h.Post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), httpTestPacket(2)})
+			err := h.post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), httpTestPacket(2)})
 			if !IsRetryable(err) || refusesPackets(err) {
 				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 			}
@@ -295,7 +295,7 @@ func TestHTTPConnectionReset(t *testing.T) {
 				c.Close()
 			})
 			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
-			err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			if err == nil || !IsRetryable(err) || refusesPackets(err) {
 				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 			}
@@ -309,7 +309,7 @@ func TestHTTPConnectionReset(t *testing.T) {
 func TestHTTPConnectionRefused(t *testing.T) {
 	addr := testtool.FreeAddr(t) // nothing listens there
 	h := httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/in"})
-	err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+	err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 	if !IsRetryable(err) || refusesPackets(err) {
 		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 	}
@@ -329,7 +329,7 @@ func httpTestPostWithin(t *testing.T, ctx context.Context, h *HTTP, limit time.D
 	done := make(chan result, 1)
 	start := time.Now()
 	go func() {
-		err := h.Post(ctx, []uint64{1}, [][]byte{httpTestPacket(1)})
+		err := h.post(ctx, []uint64{1}, [][]byte{httpTestPacket(1)})
 		done <- result{err, time.Since(start)}
 	}()
 	select {
@@ -389,7 +389,7 @@ func TestHTTPContextCancel(t *testing.T) {
 
 	// Already cancelled: nothing is sent.
 	n := len(srv.seen())
-	if err := h.Post(ctx, []uint64{2}, [][]byte{httpTestPacket(2)}); !errors.Is(err, context.Canceled) {
+	if err := h.post(ctx, []uint64{2}, [][]byte{httpTestPacket(2)}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Post with a done ctx: %v", err)
 	}
 	if len(srv.seen()) != n {
@@ -416,7 +416,7 @@ func TestHTTPKeepAlive(t *testing.T) {
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
 	const posts = 24
 	for i := range posts {
-		_ = h.Post(context.Background(), []uint64{uint64(i)}, [][]byte{httpTestPacket(i)})
+		_ = h.post(context.Background(), []uint64{uint64(i)}, [][]byte{httpTestPacket(i)})
 	}
 	if got := len(srv.seen()); got != posts {
 		t.Fatalf("server saw %d requests, want %d", got, posts)
@@ -461,7 +461,7 @@ func TestHTTPTLS(t *testing.T) {
 	good.AddCert(srv.Certificate())
 
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, TLS: &tls.Config{RootCAs: good}})
-	if err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)}); err != nil {
+	if err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)}); err != nil {
 		t.Fatalf("Post over TLS with the server's CA: %v", err)
 	}
 
@@ -472,7 +472,7 @@ func TestHTTPTLS(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, TLS: cfg})
-			err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			if err == nil {
 				t.Fatal("Post succeeded with a CA that did not sign the server's certificate")
 			}
@@ -536,7 +536,7 @@ func TestHTTPSecretsNeverShown(t *testing.T) {
 		if name := h.Name(); strings.Contains(name, password) || strings.Contains(name, user) {
 			t.Errorf("Name() = %q shows credentials", name)
 		}
-		errs = append(errs, h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)}))
+		errs = append(errs, h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)}))
 		h.Close()
 	}
 	var nerr int
@@ -570,7 +570,7 @@ func TestHTTPSecretsNeverShown(t *testing.T) {
 func TestHTTPInvalidPacket(t *testing.T) {
 	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {})
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
-	err := h.Post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), []byte(`{"DataHead":`)})
+	err := h.post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), []byte(`{"DataHead":`)})
 	if !errors.Is(err, errInvalidPacket) || !refusesPackets(err) {
 		t.Errorf("error %v, want errInvalidPacket, permanent", err)
 	}
@@ -584,7 +584,7 @@ func TestHTTPInvalidPacket(t *testing.T) {
 		{nil, nil},
 		{[]uint64{1}, [][]byte{httpTestPacket(1), httpTestPacket(2)}},
 	} {
-		if err := h.Post(context.Background(), tc.seqs, tc.batch); err == nil || refusesPackets(err) || IsRetryable(err) {
+		if err := h.post(context.Background(), tc.seqs, tc.batch); err == nil || refusesPackets(err) || IsRetryable(err) {
 			t.Errorf("Post(%v, %d packets) = %v", tc.seqs, len(tc.batch), err)
 		}
 	}
@@ -600,7 +600,7 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 		}
 	})
 	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/old"})
-	err := h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+	err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 	var he *httpError
 	if !errors.As(err, &he) || he.StatusCode != http.StatusPermanentRedirect {
 		t.Fatalf("error %v, want the 308", err)
@@ -697,7 +697,7 @@ func TestHTTPSRefusesBadServerCertificates(t *testing.T) {
 			}
 			url := "https://" + tc.host + ":" + strings.Split(srv.Listener.Addr().String(), ":")[1]
 			h := httpTestPublisher(t, HTTPConfig{URL: url, TLS: cfg})
-			err = h.Post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
+			err = h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			var cve *tls.CertificateVerificationError
 			if !errors.As(err, &cve) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Post error = %v, want a certificate verification error saying %q", err, tc.want)
@@ -895,7 +895,7 @@ func TestHTTPLogsReached(t *testing.T) {
 		want int
 	}{{false, 1}, {false, 1}, {true, 1}, {false, 2}} {
 		fail.Store(step.fail)
-		err := h.Post(context.Background(), []uint64{uint64(i + 1)}, [][]byte{httpTestPacket(i + 1)})
+		err := h.post(context.Background(), []uint64{uint64(i + 1)}, [][]byte{httpTestPacket(i + 1)})
 		if (err != nil) != step.fail {
 			t.Fatalf("post %d: %v", i, err)
 		}

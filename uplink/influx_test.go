@@ -186,7 +186,7 @@ func TestInfluxV2RequestForm(t *testing.T) {
 	p1 := influxPacket(1, packet.Field{Name: "Rainfall", Value: packet.Float(0.5, 1)})
 	p2 := influxPacket(2, packet.Field{Name: "Rainfall", Value: packet.Float(0.75, 2)})
 	p2.At = p2.At.Add(time.Minute)
-	err := h.Post(context.Background(), []uint64{1, 2}, [][]byte{p1.AppendJSON(nil, packet.Strings), p2.AppendJSON(nil, packet.Strings)})
+	err := h.post(context.Background(), []uint64{1, 2}, [][]byte{p1.AppendJSON(nil, packet.Strings), p2.AppendJSON(nil, packet.Strings)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestHTTPTokenAndHeaders(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	p := influxPacket(1, packet.Field{Name: "Rainfall", Value: packet.Float(0.5, 1)})
-	err := h.Post(context.Background(), []uint64{1}, [][]byte{p.AppendJSON(nil, packet.Strings)})
+	err := h.post(context.Background(), []uint64{1}, [][]byte{p.AppendJSON(nil, packet.Strings)})
 	var he *httpError
 	if !errors.As(err, &he) || he.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("err = %v, want a 503", err)

@@ -175,7 +175,7 @@ func TestInfluxDBStoresEveryReading(t *testing.T) {
 	}
 	h := httpTestPublisher(t, HTTPConfig{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
 	for range 2 { // at least once: the second write is a resend
-		if err := h.Post(context.Background(), seqs, batch); err != nil {
+		if err := h.post(context.Background(), seqs, batch); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -331,7 +331,7 @@ func TestInfluxDBReadsBackRandomNames(t *testing.T) {
 	h := httpTestPublisher(t, HTTPConfig{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
 	for i := 0; i < len(batch); i += 50 {
 		j := min(i+50, len(batch))
-		if err := h.Post(context.Background(), seqs[i:j], batch[i:j]); err != nil {
+		if err := h.post(context.Background(), seqs[i:j], batch[i:j]); err != nil {
 			t.Fatal(err)
 		}
 	}

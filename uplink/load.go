@@ -45,7 +45,7 @@ var loadFields = [...]loadField{
 	{"cpu_mhz", loadCapacity}, {"memory_mb", loadCapacity}, {"bandwidth_mbps", loadCapacity},
 }
 
-// ParseLoad reads a server's load report (from an HTTP load endpoint, an
+// parseLoad reads a server's load report (from an HTTP load endpoint, an
 // upstream's load URL the pool polls, or an MQTT retained load topic)
 // received at now. The report is one JSON object:
 //
@@ -79,7 +79,7 @@ var loadFields = [...]loadField{
 // forever. A ts in the past ages the report, as it should (a retained MQTT
 // message may be hours old); note that a gateway clock far behind (a board
 // without a real-time clock before NTP) makes old reports look new.
-func ParseLoad(data []byte, now time.Time) (selector.Load, error) {
+func parseLoad(data []byte, now time.Time) (selector.Load, error) {
 	var l selector.Load
 	if len(data) > loadMaxBytes {
 		return l, fmt.Errorf("uplink: load report: %d bytes, more than %d", len(data), loadMaxBytes)
@@ -188,7 +188,7 @@ func loadSet(l *selector.Load, key string, v float64) {
 }
 
 // loadPoller polls an upstream's HTTP load endpoint on an interval and hands
-// each report, read by [ParseLoad], to a callback: the HTTP half of the
+// each report, read by parseLoad, to a callback: the HTTP half of the
 // server-reported load (the MQTT half reads a retained topic). Expiry of
 // stale reports is the selector's ([selector.Options].LoadTTL).
 type loadPoller struct {
@@ -207,7 +207,7 @@ type loadPoller struct {
 // 10 s, timeout ≤ 0 5 s; tlsCfg is for https
 // (nil: system roots). report receives, from [loadPoller.Run]'s goroutine and
 // one call at a time, each report or the error of a failed poll (a zero Load).
-// The answer must be a 2xx with a body ParseLoad accepts; its Content-Type is
+// The answer must be a 2xx with a body parseLoad accepts; its Content-Type is
 // not checked.
 func newLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.Config, report func(selector.Load, error)) (*loadPoller, error) {
 	u, err := httpParseURL(loadURL)
@@ -253,7 +253,7 @@ func (p *loadPoller) Poll(ctx context.Context) (selector.Load, error) {
 	if err != nil {
 		return selector.Load{}, err // it names the load URL
 	}
-	l, err := ParseLoad(body, time.Now())
+	l, err := parseLoad(body, time.Now())
 	if err != nil {
 		return selector.Load{}, fmt.Errorf("%w (from %s)", err, p.name)
 	}

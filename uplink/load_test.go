@@ -65,16 +65,16 @@ func TestLoadParse(t *testing.T) {
 		{"zero counts", loadTestWith("connections", "0"), func() selector.Load { l := want; l.Connections = 0; return l }()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseLoad([]byte(tc.in), loadTestNow)
+			got, err := parseLoad([]byte(tc.in), loadTestNow)
 			if err != nil {
-				t.Fatalf("ParseLoad(%s): %v", tc.in, err)
+				t.Fatalf("parseLoad(%s): %v", tc.in, err)
 			}
 			if !got.At.Equal(tc.want.At) {
 				t.Errorf("At = %v, want %v", got.At, tc.want.At)
 			}
 			got.At, tc.want.At = time.Time{}, time.Time{}
 			if got != tc.want {
-				t.Errorf("ParseLoad = %+v\nwant %+v", got, tc.want)
+				t.Errorf("parseLoad = %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}
@@ -120,9 +120,9 @@ func TestLoadParseErrors(t *testing.T) {
 		{"too large", `{"pad":"` + strings.Repeat("x", loadMaxBytes) + `"}`, []string{"more than"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := ParseLoad([]byte(tc.in), loadTestNow)
+			l, err := parseLoad([]byte(tc.in), loadTestNow)
 			if err == nil {
-				t.Fatalf("ParseLoad(%.80s) = %+v, want an error", tc.in, l)
+				t.Fatalf("parseLoad(%.80s) = %+v, want an error", tc.in, l)
 			}
 			if l != (selector.Load{}) {
 				t.Errorf("a refused report returned %+v", l)
@@ -151,7 +151,7 @@ func FuzzParseLoad(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		l, err := ParseLoad(data, loadTestNow)
+		l, err := parseLoad(data, loadTestNow)
 		if err != nil {
 			if l != (selector.Load{}) {
 				t.Fatalf("error %v with a non-zero Load %+v", err, l)
@@ -161,11 +161,11 @@ func FuzzParseLoad(f *testing.F) {
 		// The standard library must agree: valid JSON, and the same values
 		// under the same (exact) keys.
 		if !json.Valid(data) {
-			t.Fatalf("ParseLoad accepted invalid JSON %q", data)
+			t.Fatalf("parseLoad accepted invalid JSON %q", data)
 		}
 		var m map[string]any
 		if err := json.Unmarshal(data, &m); err != nil {
-			t.Fatalf("encoding/json refuses what ParseLoad accepted: %v", err)
+			t.Fatalf("encoding/json refuses what parseLoad accepted: %v", err)
 		}
 		for key, got := range map[string]float64{
 			"cpu": l.CPU, "memory": l.Memory, "disk_io": l.DiskIO, "network": l.Network,
@@ -173,7 +173,7 @@ func FuzzParseLoad(f *testing.F) {
 			"cpu_mhz": l.CPUMHz, "memory_mb": l.MemoryMB, "bandwidth_mbps": l.BandwidthMbps,
 		} {
 			if v, ok := m[key].(float64); !ok || v != got {
-				t.Fatalf("%s: ParseLoad %v, encoding/json %v", key, got, m[key])
+				t.Fatalf("%s: parseLoad %v, encoding/json %v", key, got, m[key])
 			}
 		}
 		for _, v := range []float64{l.CPU, l.Memory, l.DiskIO, l.Network} {

@@ -10,12 +10,12 @@ import (
 	"time"
 )
 
-// Errors returned by [MQTT.Publish]. Whatever the error, the broker did not
+// Errors returned by MQTT's publish. Whatever the error, the broker did not
 // acknowledge the packet: keep it in the buffer and send it again later.
 var (
 	// errMQTTNotConnected: there is no connection to the broker at the
 	// moment (Run not started, connecting, or backing off after a failure).
-	// Publish returns it at once; the message names the last failure.
+	// publish returns it at once; the message names the last failure.
 	errMQTTNotConnected = errors.New("not connected")
 	// errMQTTConnLost: the connection ended before the broker's PUBACK for
 	// the packet arrived. The broker may or may not have the packet.
@@ -48,7 +48,7 @@ const mqttStallAge = 2 * time.Second
 var mqttClientSeq atomic.Uint64
 
 // MQTT is one MQTT upstream: a broker connection kept up by Run, and
-// Publish, which returns nil only once the broker's PUBACK for the packet
+// publish, which returns nil only once the broker's PUBACK for the packet
 // arrived.
 //
 // IMPORTANT: the PUBACK is real because of how connections are made.
@@ -61,9 +61,9 @@ var mqttClientSeq atomic.Uint64
 // delivery loop, at most Window duplicates per drop.
 //
 // Each connection has one goroutine, its pump, that hands packets to paho
-// and answers Publish's callers, in order, as PUBACKs come in; callers
+// and answers publish's callers, in order, as PUBACKs come in; callers
 // wait on their answer or on the loss of the connection, whichever comes
-// first. Publish, Connected, Name and Window are safe for concurrent use.
+// first. publish, Connected, Name and Window are safe for concurrent use.
 type MQTT struct {
 	cfg        MQTTConfig
 	name       string // the URL, for logs and errors
@@ -110,7 +110,7 @@ func (m *MQTT) Window() int { return m.cfg.Window }
 func (m *MQTT) String() string { return "MQTT(" + m.name + ")" }
 
 // Connected reports whether a connection is up and announced "online".
-// Once it turns false, Publish fails at once, not connected, until Run
+// Once it turns false, publish fails at once, not connected, until Run
 // has made a new connection.
 func (m *MQTT) Connected() bool { return m.conn() != nil }
 
@@ -128,7 +128,7 @@ func (m *MQTT) conn() *mqttConn {
 	}
 }
 
-// Publish sends payload on the topic made from the template, topicVars
+// publish sends payload on the topic made from the template, topicVars
 // (data_type, device) and Vars. At QoS 1 it returns nil only when the
 // broker's PUBACK for this packet arrived; otherwise an error saying that
 // there is no connection (returned at once), that the connection was lost
@@ -139,11 +139,11 @@ func (m *MQTT) conn() *mqttConn {
 //
 // At most Window publishes are in flight on a connection; more callers
 // wait for a slot (or ctx, or the loss of the connection). To pipeline,
-// call Publish from up to Window goroutines. A caller whose ctx ends
+// call publish from up to Window goroutines. A caller whose ctx ends
 // returns at once, but its packet keeps its slot until its PUBACK or the
 // end of the connection. payload is sent as it is, not copied: do not
 // modify it after the call, even after an error.
-func (m *MQTT) Publish(ctx context.Context, topicVars map[string]string, payload []byte) error {
+func (m *MQTT) publish(ctx context.Context, topicVars map[string]string, payload []byte) error {
 	topic, err := m.topic.render(topicVars)
 	if err != nil {
 		return mqttTopicError{fmt.Errorf("uplink: mqtt %s: %w", m.name, err)}

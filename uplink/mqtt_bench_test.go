@@ -36,7 +36,7 @@ func mqttBenchOurs(b *testing.B, m *MQTT, n int) time.Duration {
 	for range mqttBenchWindow {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
-				if err := m.Publish(context.Background(), vars, mqttBenchPayload); err != nil {
+				if err := m.publish(context.Background(), vars, mqttBenchPayload); err != nil {
 					b.Error(err)
 					return
 				}

@@ -83,7 +83,7 @@ func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 				for ctx.Err() == nil {
 					var err error
 					if tc.packets {
-						err = m.Publish(ctx, map[string]string{"data_type": "Gas"}, []byte("p"))
+						err = m.publish(ctx, map[string]string{"data_type": "Gas"}, []byte("p"))
 					} else {
 						pctx, pcancel := context.WithTimeout(ctx, 20*time.Millisecond)
 						err = m.PublishTo(pctx, "fl-probe/s1/gw1", nil, false)

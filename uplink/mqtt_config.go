@@ -52,7 +52,7 @@ type MQTTConfig struct {
 	ClientID string
 	// Topic is the template of data topics, default
 	// "fieldlink/{site}/{gateway}/{data_type}". {data_type} and {device}
-	// are replaced by the values Publish is given for each packet; any
+	// are replaced by each packet's own values; any
 	// other {name} by Vars[name], once, in NewMQTT. Values may not be empty
 	// nor contain '/', '+', '#' or NUL.
 	Topic string
@@ -60,7 +60,7 @@ type MQTTConfig struct {
 	// what 0 means here, since 0 is the zero value; set AtMostOnce for QoS 0.
 	// 2 is not supported.
 	QoS byte
-	// AtMostOnce publishes data at QoS 0. Publish then returns nil as soon
+	// AtMostOnce publishes data at QoS 0. A publish then counts as done as soon
 	// as the packet is written to the socket: that is no acknowledgement,
 	// and a packet can be lost with the connection (or with the broker).
 	AtMostOnce bool

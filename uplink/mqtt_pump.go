@@ -39,7 +39,7 @@ type mqttInflight struct {
 
 // pump is the one goroutine of a connection that calls paho's Publish for
 // the requests and gives each its outcome, in order, freeing its slot.
-// Calling paho from here rather than from Publish's callers matters:
+// Calling paho from here rather than from publish's callers matters:
 // paho's Publish can block for up to its write timeout when the
 // connection drops under it, and callers must learn of the loss at once.
 // The oldest packet without its PUBACK after PublishTimeout has the
@@ -156,7 +156,7 @@ func mqttTokenDone(tok paho.Token) bool {
 // Under the options connect sets, a publish token completes with no error
 // only on its PUBACK (or, at QoS 0, once written); losing the connection
 // fails it. Its errors do not name the upstream: they end up in a log line
-// that does, or in the last error that [MQTT.Publish]'s error quotes.
+// that does, or in the last error that publish's error quotes.
 func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()

@@ -159,7 +159,7 @@ func TestMQTTTopicTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = m.Publish(context.Background(), map[string]string{"data_type": "a/b"}, nil)
+	err = m.publish(context.Background(), map[string]string{"data_type": "a/b"}, nil)
 	var perm interface{ Permanent() bool }
 	if !errors.As(err, &perm) || !perm.Permanent() {
 		t.Errorf("Publish with a bad topic = %v, want a permanent error", err)
@@ -181,7 +181,7 @@ func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = m.Publish(context.Background(), map[string]string{"data_type": "x"}, []byte("p"))
+	err = m.publish(context.Background(), map[string]string{"data_type": "x"}, []byte("p"))
 	if !errors.Is(err, errMQTTNotConnected) {
 		t.Fatalf("Publish = %v, want ErrMQTTNotConnected", err)
 	}
@@ -208,7 +208,7 @@ func TestMQTTPipelined(t *testing.T) {
 			for i := range each {
 				payload := fmt.Sprintf(`{"w":%d,"i":%d}`, w, i)
 				dev := fmt.Sprintf("dev-%d", w%5)
-				if err := m.Publish(ctx, map[string]string{"data_type": "gas", "device": dev}, []byte(payload)); err != nil {
+				if err := m.publish(ctx, map[string]string{"data_type": "gas", "device": dev}, []byte(payload)); err != nil {
 					failed.Add(1)
 					t.Errorf("Publish %s: %v", payload, err)
 				}
@@ -257,7 +257,7 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 	for i := range n {
 		go func() {
 			p := fmt.Sprintf("packet-%d", i)
-			results <- result{p, m.Publish(context.Background(), map[string]string{"data_type": "t"}, []byte(p))}
+			results <- result{p, m.publish(context.Background(), map[string]string{"data_type": "t"}, []byte(p))}
 		}()
 	}
 	testtool.WaitFor(t, 10*time.Second, "the broker to get a window of packets", func() bool { return sub.count() >= window })
@@ -315,7 +315,7 @@ func TestMQTTAckTimeout(t *testing.T) {
 	mqttWaitConnected(t, m, true)
 	relay.swallow.Store(true)
 	start := time.Now()
-	err := m.Publish(context.Background(), map[string]string{"data_type": "t"}, []byte("lost"))
+	err := m.publish(context.Background(), map[string]string{"data_type": "t"}, []byte("lost"))
 	if !errors.Is(err, errMQTTAckTimeout) {
 		t.Fatalf("Publish = %v, want ErrMQTTAckTimeout", err)
 	}
@@ -324,7 +324,7 @@ func TestMQTTAckTimeout(t *testing.T) {
 	}
 	relay.swallow.Store(false)
 	testtool.WaitFor(t, 10*time.Second, "a working new connection", func() bool {
-		return m.Publish(context.Background(), map[string]string{"data_type": "t"}, []byte("ok")) == nil
+		return m.publish(context.Background(), map[string]string{"data_type": "t"}, []byte("ok")) == nil
 	})
 }
 
@@ -344,7 +344,7 @@ func TestMQTTBrokerKilled(t *testing.T) {
 	for w := range 32 {
 		wg.Go(func() {
 			for i := 0; i < 100000; i++ {
-				err := m.Publish(context.Background(), map[string]string{"data_type": "k"}, fmt.Appendf(nil, "%d-%d", w, i))
+				err := m.publish(context.Background(), map[string]string{"data_type": "k"}, fmt.Appendf(nil, "%d-%d", w, i))
 				switch {
 				case err == nil:
 					acked.Add(1)
@@ -389,19 +389,19 @@ func TestMQTTReconnect(t *testing.T) {
 	m, _ := mqttRun(t, MQTTConfig{URL: b.URL()})
 	mqttWaitConnected(t, m, true)
 	vars := map[string]string{"data_type": "r"}
-	if err := m.Publish(context.Background(), vars, []byte("before")); err != nil {
+	if err := m.publish(context.Background(), vars, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
 	b.Kill()
 	mqttWaitConnected(t, m, false)
-	err := m.Publish(context.Background(), vars, []byte("during"))
+	err := m.publish(context.Background(), vars, []byte("during"))
 	if !errors.Is(err, errMQTTNotConnected) {
 		t.Fatalf("Publish with the broker down = %v, want ErrMQTTNotConnected", err)
 	}
 	t.Logf("with the broker down: %v", err)
 	b.Start()
 	mqttWaitConnected(t, m, true)
-	if err := m.Publish(context.Background(), vars, []byte("after")); err != nil {
+	if err := m.publish(context.Background(), vars, []byte("after")); err != nil {
 		t.Fatalf("Publish after the broker came back: %v", err)
 	}
 }
@@ -479,7 +479,7 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 				}
 			}
 			mqttWaitConnected(t, m, true)
-			if err := m.Publish(context.Background(), map[string]string{"data_type": "r"}, []byte("first")); err != nil {
+			if err := m.publish(context.Background(), map[string]string{"data_type": "r"}, []byte("first")); err != nil {
 				t.Fatal(err)
 			}
 			upTo("first")
@@ -488,7 +488,7 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 			mqttWaitConnected(t, m, false)
 			relay.refuse.Store(false)
 			mqttWaitConnected(t, m, true)
-			if err := m.Publish(context.Background(), map[string]string{"data_type": "r"}, []byte("second")); err != nil {
+			if err := m.publish(context.Background(), map[string]string{"data_type": "r"}, []byte("second")); err != nil {
 				t.Fatal(err)
 			}
 			upTo("second")
@@ -562,7 +562,7 @@ func TestMQTTCredentials(t *testing.T) {
 		m, stop := mqttRun(t, cfg)
 		var err error
 		testtool.WaitFor(t, 10*time.Second, "a connect error", func() bool {
-			err = m.Publish(context.Background(), vars, []byte("x"))
+			err = m.publish(context.Background(), vars, []byte("x"))
 			return err != nil && strings.Contains(err.Error(), "last error")
 		})
 		stop()
@@ -579,7 +579,7 @@ func TestMQTTCredentials(t *testing.T) {
 	t.Run("right password", func(t *testing.T) {
 		m, stop := mqttRun(t, MQTTConfig{URL: b.URL(), Username: user, Password: secret, Logger: logger})
 		mqttWaitConnected(t, m, true)
-		if err := m.Publish(context.Background(), vars, []byte("x")); err != nil {
+		if err := m.publish(context.Background(), vars, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 		stop()
@@ -601,7 +601,7 @@ func TestMQTTAtMostOnce(t *testing.T) {
 	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), AtMostOnce: true})
 	mqttWaitConnected(t, m, true)
 	for i := range 100 {
-		if err := m.Publish(context.Background(), map[string]string{"data_type": "q0"}, fmt.Appendf(nil, "%d", i)); err != nil {
+		if err := m.publish(context.Background(), map[string]string{"data_type": "q0"}, fmt.Appendf(nil, "%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -675,7 +675,7 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 	for w := range 32 {
 		wg.Go(func() {
 			for i := 0; i < 100000; i++ {
-				if err := m.Publish(context.Background(), map[string]string{"data_type": "s"}, fmt.Appendf(nil, "%d-%d", w, i)); err != nil {
+				if err := m.publish(context.Background(), map[string]string{"data_type": "s"}, fmt.Appendf(nil, "%d-%d", w, i)); err != nil {
 					if !errors.Is(err, errMQTTNotConnected) && !errors.Is(err, errMQTTConnLost) {
 						t.Errorf("Publish: %v", err)
 					}

@@ -243,7 +243,7 @@ func TestMQTTTLS(t *testing.T) {
 			ctx := context.Background()
 			if tt.wantOK {
 				mqttWaitConnected(t, m, true)
-				if err := m.Publish(ctx, map[string]string{"data_type": "tls"}, []byte("x")); err != nil {
+				if err := m.publish(ctx, map[string]string{"data_type": "tls"}, []byte("x")); err != nil {
 					t.Fatalf("Publish: %v", err)
 				}
 				return
@@ -251,7 +251,7 @@ func TestMQTTTLS(t *testing.T) {
 			// Refused: Publish fails at once, and says why once Run has tried.
 			var err error
 			testtool.WaitFor(t, 10*time.Second, "a connect error", func() bool {
-				err = m.Publish(ctx, map[string]string{"data_type": "tls"}, []byte("x"))
+				err = m.publish(ctx, map[string]string{"data_type": "tls"}, []byte("x"))
 				return err != nil && strings.Contains(err.Error(), "last error")
 			})
 			if !errors.Is(err, errMQTTNotConnected) || !strings.Contains(err.Error(), tt.errHas) {

@@ -68,7 +68,7 @@ type PoolConfig struct {
 	// ProbeTopic is where the latency probes of MQTT upstreams publish
 	// (QoS 1, not retained, an empty payload: [NewMQTTProber]), a topic
 	// template whose only variables are {site} and {gateway} (from Vars);
-	// "" means [DefaultProbeTopic], [ProbeTopicOff] TCP connects. Kept to
+	// "" means [DefaultProbeTopic], "off" TCP connects. Kept to
 	// TCP connects whatever it says: Sparkplug B upstreams (their topic
 	// namespace has no room for a probe topic) and upstreams with a
 	// ProbeURL of their own.
@@ -116,7 +116,7 @@ type member struct {
 	mqtt   *MQTT
 	cancel context.CancelFunc
 	timer  *time.Timer // retiring: closes it when its grace is over
-	// gone is set at Retire: its probes and load reports stop feeding the
+	// gone is set at retire: its probes and load reports stop feeding the
 	// table, whose index may go to another upstream.
 	gone atomic.Bool
 
@@ -368,7 +368,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 // [PoolConfig.ProbeTopic]: "" for TCP connects.
 func poolProbeTopic(tmpl string, vars map[string]string) (string, error) {
 	switch tmpl {
-	case ProbeTopicOff:
+	case probeTopicOff:
 		return "", nil
 	case "":
 		tmpl = DefaultProbeTopic
@@ -381,7 +381,7 @@ func (p *Pool) report(name string, idx int, payload []byte) {
 	if idx < 0 || len(payload) == 0 {
 		return
 	}
-	l, err := ParseLoad(payload, time.Now())
+	l, err := parseLoad(payload, time.Now())
 	if err != nil {
 		p.log.Warn("bad load report", "upstream", name, "err", err)
 		return
@@ -389,10 +389,10 @@ func (p *Pool) report(name string, idx int, payload []byte) {
 	p.cfg.Table.Report(idx, l)
 }
 
-// Retire stops picking the named upstream at once and closes its
+// retire stops picking the named upstream at once and closes its
 // connection after grace, so that deliveries in flight can finish. It
 // reports whether the pool had it.
-func (p *Pool) Retire(name string, grace time.Duration) bool {
+func (p *Pool) retire(name string, grace time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m, ok := p.live[name]
@@ -432,9 +432,9 @@ func (p *Pool) closeMember(m *member) {
 	}
 }
 
-// Names returns the live upstreams' names and who added each ("site" or
+// names returns the live upstreams' names and who added each ("site" or
 // "registry").
-func (p *Pool) Names() map[string]string {
+func (p *Pool) names() map[string]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make(map[string]string, len(p.live))

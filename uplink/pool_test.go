@@ -72,7 +72,7 @@ func TestReconcileKnowsUpstreamsByName(t *testing.T) {
 	if st.Retired {
 		t.Errorf("a registry list without it retired the site upstream")
 	}
-	if names := p.Names(); names[base+"/api"] != "site" || names[other] != "registry" {
+	if names := p.names(); names[base+"/api"] != "site" || names[other] != "registry" {
 		t.Errorf("pool names = %v", names)
 	}
 }
@@ -95,7 +95,7 @@ func TestReconcileWeights(t *testing.T) {
 	if st := statsByName(table)[u]; !st.Retired {
 		t.Errorf("weight 0 did not drain the upstream: %+v", st)
 	}
-	if _, ok := p.Names()[u]; !ok {
+	if _, ok := p.names()[u]; !ok {
 		t.Errorf("a drained upstream left the pool; it should stay connected")
 	}
 	p.Reconcile([]RegistryUpstream{{URL: u, Weight: 1}}, tmpl, time.Hour)
@@ -118,7 +118,7 @@ func TestRetireClosesAfterGrace(t *testing.T) {
 	ma, mb := p.live[a], p.live[b]
 	p.mu.Unlock()
 	ctxA := memberDone(ma)
-	if !p.Retire(a, 0) || !p.Retire(b, time.Hour) {
+	if !p.retire(a, 0) || !p.retire(b, time.Hour) {
 		t.Fatal("Retire did not find a pool upstream")
 	}
 	if !statsByName(table)[a].Retired {
@@ -174,10 +174,10 @@ func TestAddBeyondTheCapIsAnError(t *testing.T) {
 	}
 	_, err := p.Add(UpstreamConfig{URL: srv + "/one-too-many"})
 	if err == nil {
-		t.Fatalf("the 65th live upstream was accepted (table %d, pool %d)", table.Len(), len(p.Names()))
+		t.Fatalf("the 65th live upstream was accepted (table %d, pool %d)", table.Len(), len(p.names()))
 	}
-	if table.Len() != selector.MaxUpstreams || len(p.Names()) != selector.MaxUpstreams {
-		t.Errorf("table %d, pool %d upstreams after a refused add", table.Len(), len(p.Names()))
+	if table.Len() != selector.MaxUpstreams || len(p.names()) != selector.MaxUpstreams {
+		t.Errorf("table %d, pool %d upstreams after a refused add", table.Len(), len(p.names()))
 	}
 }
 
@@ -285,7 +285,7 @@ func TestPoolProbesWithTCPWhenTold(t *testing.T) {
 		name, topic string
 		up          func(url string) UpstreamConfig
 	}{
-		{"probe_topic off", ProbeTopicOff, func(url string) UpstreamConfig { return UpstreamConfig{URL: url} }},
+		{"probe_topic off", probeTopicOff, func(url string) UpstreamConfig { return UpstreamConfig{URL: url} }},
 		{"sparkplug", "", func(url string) UpstreamConfig {
 			return UpstreamConfig{URL: url, Sparkplug: &SparkplugConfig{GroupID: "farm", EdgeNode: "gw1"}}
 		}},

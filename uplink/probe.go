@@ -28,9 +28,9 @@ const (
 	// with one rule (fieldlink-probe/#). {gateway} keeps each gateway's
 	// probes apart.
 	DefaultProbeTopic = "fieldlink-probe/{site}/{gateway}"
-	// ProbeTopicOff as [PoolConfig.ProbeTopic] probes MQTT upstreams with
+	// probeTopicOff as [PoolConfig.ProbeTopic] probes MQTT upstreams with
 	// TCP connects.
-	ProbeTopicOff = "off"
+	probeTopicOff = "off"
 )
 
 // mqttProbeDeniedLosses is how many probe publishes in a row must lose
@@ -66,7 +66,7 @@ const mqttProbeDeniedLosses = 2
 //     apart: their PUBACK still times the broker's answer.
 //
 // Every probe has the timeout given to [NewProber] (unless the ctx of
-// [Prober.Probe] has a deadline). A Prober is safe for concurrent use.
+// the probe has a deadline). A Prober is safe for concurrent use.
 type Prober struct {
 	target   string
 	name     string // target for errors, without credentials or query
@@ -199,14 +199,14 @@ func (p *Prober) troubled(rtt time.Duration, err error) bool {
 	return rtt > max(4*p.mqttBest, p.mqttBest+100*time.Millisecond)
 }
 
-// Probe runs one probe and returns its round trip, or 0 and an error. When
+// probeOnce runs one probe and returns its round trip, or 0 and an error. When
 // ctx has no deadline, the prober's timeout applies.
-func (p *Prober) Probe(ctx context.Context) (time.Duration, error) {
+func (p *Prober) probeOnce(ctx context.Context) (time.Duration, error) {
 	rtt, _, err := p.probe(ctx)
 	return rtt, err
 }
 
-// probe is Probe, and says whether it was an MQTT publish.
+// probe is probeOnce, and also says whether it was an MQTT publish.
 func (p *Prober) probe(ctx context.Context) (rtt time.Duration, viaMQTT bool, err error) {
 	if p.badURL != nil {
 		return 0, false, fmt.Errorf("uplink: probe: %w", p.badURL)
@@ -220,7 +220,7 @@ func (p *Prober) probe(ctx context.Context) (rtt time.Duration, viaMQTT bool, er
 		rtt, err = p.probeHTTP(ctx)
 		return rtt, false, err
 	}
-	if p.mqtt != nil && !p.Denied() && p.mqtt.Connected() {
+	if p.mqtt != nil && !p.denied() && p.mqtt.Connected() {
 		rtt, err = p.probeMQTT(ctx)
 		return rtt, true, err
 	}
@@ -293,9 +293,9 @@ func (p *Prober) noteMQTT(err error, closedByBroker bool) {
 		"upstream", p.mqtt.name, "topic", p.mqttTopic, "err", err)
 }
 
-// Denied reports whether an MQTT prober took its topic for denied by the
+// denied reports whether an MQTT prober took its topic for denied by the
 // broker and probes with TCP connects (see [Prober]).
-func (p *Prober) Denied() bool {
+func (p *Prober) denied() bool {
 	p.mqttMu.Lock()
 	defer p.mqttMu.Unlock()
 	return p.mqttDenied

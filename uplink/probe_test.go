@@ -38,7 +38,7 @@ func probeTestListener(t *testing.T) string {
 func TestProbeTCP(t *testing.T) {
 	p := NewProber(probeTestListener(t), time.Second, time.Second, nil, nil)
 	for range 3 {
-		rtt, err := p.Probe(context.Background())
+		rtt, err := p.probeOnce(context.Background())
 		if err != nil {
 			t.Fatalf("Probe: %v", err)
 		}
@@ -51,7 +51,7 @@ func TestProbeTCP(t *testing.T) {
 func TestProbeTCPRefused(t *testing.T) {
 	addr := testtool.FreeAddr(t)
 	p := NewProber(addr, time.Second, time.Second, nil, nil)
-	rtt, err := p.Probe(context.Background())
+	rtt, err := p.probeOnce(context.Background())
 	if err == nil {
 		t.Fatal("probe of a closed port succeeded")
 	}
@@ -73,7 +73,7 @@ func TestProbeHTTP(t *testing.T) {
 	})
 	p := NewProber(srv.URL+"/health", time.Second, time.Second, nil, nil)
 	for range 3 {
-		rtt, err := p.Probe(context.Background())
+		rtt, err := p.probeOnce(context.Background())
 		if err != nil || rtt <= 0 || rtt > time.Second {
 			t.Fatalf("Probe of a healthy URL: %v, %v", rtt, err)
 		}
@@ -82,7 +82,7 @@ func TestProbeHTTP(t *testing.T) {
 		t.Errorf("3 probes used %d connections, want 1", n)
 	}
 	status.Store(500)
-	rtt, err := p.Probe(context.Background())
+	rtt, err := p.probeOnce(context.Background())
 	if err == nil || rtt != 0 || !strings.Contains(err.Error(), "500") {
 		t.Errorf("Probe of a 500: %v, %v", rtt, err)
 	}
@@ -95,10 +95,10 @@ func TestProbeHTTPS(t *testing.T) {
 	srv := httpTestNewServer(t, true, func(w http.ResponseWriter, r *http.Request) {})
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	if _, err := NewProber(srv.URL, time.Second, time.Second, &tls.Config{RootCAs: pool}, nil).Probe(context.Background()); err != nil {
+	if _, err := NewProber(srv.URL, time.Second, time.Second, &tls.Config{RootCAs: pool}, nil).probeOnce(context.Background()); err != nil {
 		t.Errorf("https probe with the server's CA: %v", err)
 	}
-	if _, err := NewProber(srv.URL, time.Second, time.Second, nil, nil).Probe(context.Background()); err == nil {
+	if _, err := NewProber(srv.URL, time.Second, time.Second, nil, nil).probeOnce(context.Background()); err == nil {
 		t.Error("https probe verified against the system roots succeeded")
 	}
 }
@@ -109,7 +109,7 @@ func TestProbeHTTPTimeout(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	p := NewProber(srv.URL, time.Second, timeout, nil, nil)
 	start := time.Now()
-	_, err := p.Probe(context.Background())
+	_, err := p.probeOnce(context.Background())
 	if elapsed := time.Since(start); err == nil || elapsed < timeout || elapsed > timeout+time.Second {
 		t.Errorf("Probe of a silent server: %v after %v", err, elapsed)
 	}
@@ -117,11 +117,11 @@ func TestProbeHTTPTimeout(t *testing.T) {
 
 func TestProbeBadTarget(t *testing.T) {
 	p := NewProber("http://h:port/", time.Second, time.Second, nil, nil)
-	if _, err := p.Probe(context.Background()); err == nil {
+	if _, err := p.probeOnce(context.Background()); err == nil {
 		t.Error("probe of a bad URL succeeded")
 	}
 	p = NewProber("no-port", time.Second, time.Second, nil, nil)
-	if _, err := p.Probe(context.Background()); err == nil {
+	if _, err := p.probeOnce(context.Background()); err == nil {
 		t.Error("probe of a target without port succeeded")
 	}
 }
@@ -260,18 +260,18 @@ func TestMQTTProber(t *testing.T) {
 	m, stop := mqttRun(t, MQTTConfig{URL: b.URL()})
 	mqttWaitConnected(t, m, true)
 	p := NewMQTTProber(m, "fl/probe", time.Second, 5*time.Second, nil)
-	if rtt, err := p.Probe(context.Background()); err != nil || rtt <= 0 {
+	if rtt, err := p.probeOnce(context.Background()); err != nil || rtt <= 0 {
 		t.Fatalf("probe over the connection: %v, %v", rtt, err)
 	}
 	testtool.WaitFor(t, 10*time.Second, "the probe's publish reaches a subscriber", func() bool { return sub.count() == 1 })
 
 	stop()
 	mqttWaitConnected(t, m, false)
-	if rtt, err := p.Probe(context.Background()); err != nil || rtt <= 0 {
+	if rtt, err := p.probeOnce(context.Background()); err != nil || rtt <= 0 {
 		t.Errorf("probe with the connection down, the broker up: %v, %v", rtt, err)
 	}
 	b.Kill()
-	if _, err := p.Probe(context.Background()); err == nil {
+	if _, err := p.probeOnce(context.Background()); err == nil {
 		t.Error("probe with the broker gone: no error")
 	}
 	if n := sub.count(); n != 1 {
@@ -294,19 +294,19 @@ func TestMQTTProberDeniedFallsBackToTCP(t *testing.T) {
 	p := NewMQTTProber(m, topic, time.Second, 5*time.Second, nil)
 	for i := range mqttProbeDeniedLosses {
 		mqttWaitConnected(t, m, true)
-		if p.Denied() {
+		if p.denied() {
 			t.Fatalf("denied after %d probes, want after %d", i, mqttProbeDeniedLosses)
 		}
-		if _, err := p.Probe(context.Background()); err == nil {
+		if _, err := p.probeOnce(context.Background()); err == nil {
 			t.Fatalf("probe %d: the relay closed the connection under it, yet no error", i+1)
 		}
 	}
-	if !p.Denied() {
+	if !p.denied() {
 		t.Fatalf("not denied after %d probes that each lost the connection (%d cut)", mqttProbeDeniedLosses, relay.cutsOnTopic.Load())
 	}
 	mqttWaitConnected(t, m, true)
 	for i := range 3 {
-		if rtt, err := p.Probe(context.Background()); err != nil || rtt <= 0 {
+		if rtt, err := p.probeOnce(context.Background()); err != nil || rtt <= 0 {
 			t.Fatalf("probe %d after the fallback: %v, %v", i+1, rtt, err)
 		}
 	}
@@ -332,16 +332,16 @@ func TestMQTTProberOneLossIsNotADenial(t *testing.T) {
 	for range 2 * mqttProbeDeniedLosses {
 		mqttWaitConnected(t, m, true)
 		relay.cutOn.Store(&topic)
-		if _, err := p.Probe(context.Background()); err == nil {
+		if _, err := p.probeOnce(context.Background()); err == nil {
 			t.Fatal("the relay closed the connection under the probe, yet no error")
 		}
 		relay.cutOn.Store(nil)
 		mqttWaitConnected(t, m, true)
-		if _, err := p.Probe(context.Background()); err != nil {
+		if _, err := p.probeOnce(context.Background()); err != nil {
 			t.Fatalf("probe through a healthy link: %v", err)
 		}
 	}
-	if p.Denied() {
+	if p.denied() {
 		t.Error("denied, though no two probes in a row lost the connection")
 	}
 }

@@ -32,10 +32,10 @@ func (p *Pool) Reconcile(list []RegistryUpstream, template func(RegistryUpstream
 			want[name] = true
 		}
 	}
-	owners := p.Names()
+	owners := p.names()
 	for name, owner := range owners {
 		if owner == "registry" && !want[name] {
-			p.Retire(name, grace)
+			p.retire(name, grace)
 		}
 	}
 	for i, ru := range list {

@@ -189,8 +189,8 @@ type RegistryConfig struct {
 // Eureka/ZooKeeper registry of docs/algorithms.md § 001: consumers cache the providers and
 // keep calling them when the registry is down). The list in use is the last
 // good one: a refresh that fails — registry down, an error status, a body
-// that is not a valid list — changes nothing, and is returned by
-// [Registry.Refresh] and logged by [Registry.Run].
+// that is not a valid list — changes nothing, and is logged by
+// [Registry.Run].
 //
 // On start, [Registry.Seed] puts back the list persisted from the last run,
 // so that a gateway restarted without network still knows its upstreams.
@@ -261,8 +261,8 @@ func (r *Registry) Name() string { return r.name }
 // Seed starts the registry from a list kept from an earlier run (the
 // persisted [Registry.Raw], as [LoadRegistryList] reads it back). The list
 // is checked as a fetched one is. Seed changes nothing once a fetch has succeeded:
-// the fetched list is newer. After Seed, [Registry.Upstreams] returns the list
-// with a zero fetch time, and Raw its JSON encoding.
+// the fetched list is newer. After Seed the list is in use with a zero fetch
+// time, and [Registry.Raw] returns its JSON encoding.
 func (r *Registry) Seed(list []RegistryUpstream) error {
 	if err := registryCheckList(list); err != nil {
 		return err
@@ -283,10 +283,10 @@ func (r *Registry) Seed(list []RegistryUpstream) error {
 	return nil
 }
 
-// Upstreams returns a copy of the list in use and when it was last fetched
+// upstreams returns a copy of the list in use and when it was last fetched
 // (or confirmed by a 304); the time is zero when the list only comes from
 // [Registry.Seed], and the list is nil when there is none yet.
-func (r *Registry) Upstreams() ([]RegistryUpstream, time.Time) {
+func (r *Registry) upstreams() ([]RegistryUpstream, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.list), r.fetched
@@ -300,11 +300,11 @@ func (r *Registry) Raw() []byte {
 	return bytes.Clone(r.raw)
 }
 
-// Refresh fetches the list once. On success the list, its time and Raw are
+// refresh fetches the list once. On success the list, its time and Raw are
 // updated, and OnChange is called if the list changed. On failure nothing
 // changes and the error says why. When ctx has no deadline, the config's
 // Timeout applies.
-func (r *Registry) Refresh(ctx context.Context) error {
+func (r *Registry) refresh(ctx context.Context) error {
 	r.refreshMu.Lock()
 	defer r.refreshMu.Unlock()
 	if _, ok := ctx.Deadline(); !ok {
@@ -361,7 +361,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 func (r *Registry) Run(ctx context.Context) {
 	defer r.transport.CloseIdleConnections()
 	probeEvery(ctx, r.interval, func(ctx context.Context) {
-		if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+		if err := r.refresh(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("uplink: registry refresh failed", "registry", r.name, "err", err)
 		}
 	})

@@ -200,14 +200,14 @@ func TestRegistryRefresh(t *testing.T) {
 	var changes [][]RegistryUpstream
 	r := registryTestNew(t, srv.URL+"/upstreams", func(l []RegistryUpstream) { changes = append(changes, l) })
 
-	if list, at := r.Upstreams(); list != nil || !at.IsZero() || r.Raw() != nil {
+	if list, at := r.upstreams(); list != nil || !at.IsZero() || r.Raw() != nil {
 		t.Fatalf("a new Registry has %v, %v, %q", list, at, r.Raw())
 	}
 	before := time.Now()
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatalf("Refresh: %v", err)
 	}
-	list, at := r.Upstreams()
+	list, at := r.upstreams()
 	if !reflect.DeepEqual(list, registryTestWant) || at.Before(before) || at.After(time.Now()) {
 		t.Errorf("Upstreams = %+v, %v", list, at)
 	}
@@ -221,7 +221,7 @@ func TestRegistryRefresh(t *testing.T) {
 	// Same list in another order: no change.
 	reordered := `{"upstreams":[{"url":"https://ingest-2/api/packets","weight":1},{"url":"mqtts://ingest-1:8883","weight":2}]}`
 	srv.set(200, reordered, "")
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if len(changes) != 1 {
@@ -231,11 +231,11 @@ func TestRegistryRefresh(t *testing.T) {
 	// A new weight and a new upstream: picked up.
 	changed := `{"upstreams":[{"url":"mqtts://ingest-1:8883","weight":5},{"url":"https://ingest-3/api/packets"}]}`
 	srv.set(200, changed, "")
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	want := []RegistryUpstream{{URL: "mqtts://ingest-1:8883", Weight: 5}, {URL: "https://ingest-3/api/packets", Weight: 1}}
-	if list, _ := r.Upstreams(); !reflect.DeepEqual(list, want) {
+	if list, _ := r.upstreams(); !reflect.DeepEqual(list, want) {
 		t.Errorf("after the change: %+v", list)
 	}
 	if len(changes) != 2 || !reflect.DeepEqual(changes[1], want) || string(r.Raw()) != changed {
@@ -243,9 +243,9 @@ func TestRegistryRefresh(t *testing.T) {
 	}
 
 	// The returned slices are copies.
-	list, _ = r.Upstreams()
+	list, _ = r.upstreams()
 	list[0].URL = "mqtt://mutated"
-	if again, _ := r.Upstreams(); again[0].URL == "mqtt://mutated" {
+	if again, _ := r.upstreams(); again[0].URL == "mqtt://mutated" {
 		t.Error("Upstreams returned the registry's own slice")
 	}
 }
@@ -254,10 +254,10 @@ func TestRegistryKeepsLastGood(t *testing.T) {
 	srv := registryTestNewServer(t, registryTestList)
 	var changes atomic.Int32
 	r := registryTestNew(t, srv.URL, func([]RegistryUpstream) { changes.Add(1) })
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_, good := r.Upstreams()
+	_, good := r.upstreams()
 
 	for _, tc := range []struct {
 		name, body, want string
@@ -271,11 +271,11 @@ func TestRegistryKeepsLastGood(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv.set(tc.status, tc.body, "")
-			err := r.Refresh(context.Background())
+			err := r.refresh(context.Background())
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Refresh: %v, want an error saying %q", err, tc.want)
 			}
-			list, at := r.Upstreams()
+			list, at := r.upstreams()
 			if !reflect.DeepEqual(list, registryTestWant) || !at.Equal(good) || string(r.Raw()) != registryTestList {
 				t.Errorf("after a bad answer: %+v, %v, %s", list, at, r.Raw())
 			}
@@ -283,11 +283,11 @@ func TestRegistryKeepsLastGood(t *testing.T) {
 	}
 
 	srv.Close() // registry down
-	err := r.Refresh(context.Background())
+	err := r.refresh(context.Background())
 	if err == nil || !IsRetryable(err) {
 		t.Errorf("Refresh of a closed registry: %v", err)
 	}
-	if list, at := r.Upstreams(); !reflect.DeepEqual(list, registryTestWant) || !at.Equal(good) {
+	if list, at := r.upstreams(); !reflect.DeepEqual(list, registryTestWant) || !at.Equal(good) {
 		t.Errorf("registry down: %+v, %v", list, at)
 	}
 	if n := changes.Load(); n != 1 {
@@ -304,7 +304,7 @@ func TestRegistrySeed(t *testing.T) {
 	if err := r.Seed(persisted); err != nil {
 		t.Fatalf("Seed: %v", err)
 	}
-	list, at := r.Upstreams()
+	list, at := r.upstreams()
 	if !reflect.DeepEqual(list, persisted) || !at.IsZero() {
 		t.Errorf("after Seed: %+v, %v", list, at)
 	}
@@ -317,21 +317,21 @@ func TestRegistrySeed(t *testing.T) {
 	}
 	// Registry down: the seeded list stays.
 	srv.set(503, "", "")
-	if err := r.Refresh(context.Background()); err == nil {
+	if err := r.refresh(context.Background()); err == nil {
 		t.Fatal("Refresh of a 503 succeeded")
 	}
-	if list, _ := r.Upstreams(); !reflect.DeepEqual(list, persisted) {
+	if list, _ := r.upstreams(); !reflect.DeepEqual(list, persisted) {
 		t.Errorf("seeded list lost: %+v", list)
 	}
 	// The first fetch replaces it, and a later Seed changes nothing.
 	srv.set(200, registryTestList, "")
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Seed(persisted); err != nil {
 		t.Fatal(err)
 	}
-	if list, _ := r.Upstreams(); !reflect.DeepEqual(list, registryTestWant) || changes.Load() != 1 {
+	if list, _ := r.upstreams(); !reflect.DeepEqual(list, registryTestWant) || changes.Load() != 1 {
 		t.Errorf("after fetch and a late Seed: %+v, %d changes", list, changes.Load())
 	}
 
@@ -346,7 +346,7 @@ func TestRegistrySeed(t *testing.T) {
 		if err := r2.Seed(bad); err == nil {
 			t.Errorf("Seed(%+v) accepted", bad)
 		}
-		if list, _ := r2.Upstreams(); list != nil {
+		if list, _ := r2.upstreams(); list != nil {
 			t.Errorf("a refused Seed left %+v", list)
 		}
 	}
@@ -357,15 +357,15 @@ func TestRegistryETag(t *testing.T) {
 	srv.set(200, registryTestList, `"v1"`)
 	var changes atomic.Int32
 	r := registryTestNew(t, srv.URL, func([]RegistryUpstream) { changes.Add(1) })
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_, first := r.Upstreams()
+	_, first := r.upstreams()
 	time.Sleep(5 * time.Millisecond) // let the clock move for the fetch time
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatalf("Refresh answered 304: %v", err)
 	}
-	list, second := r.Upstreams()
+	list, second := r.upstreams()
 	if srv.notMod.Load() != 1 || !second.After(first) || !reflect.DeepEqual(list, registryTestWant) || changes.Load() != 1 {
 		t.Errorf("304: %d not-modified, times %v → %v, list %+v, %d changes", srv.notMod.Load(), first, second, list, changes.Load())
 	}
@@ -415,7 +415,7 @@ func TestRegistryRun(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-	if list, _ := r.Upstreams(); len(list) != 1 || list[0].URL != "mqtt://new:1883" {
+	if list, _ := r.upstreams(); len(list) != 1 || list[0].URL != "mqtt://new:1883" {
 		t.Errorf("after garbage: %+v", list)
 	}
 }
@@ -438,7 +438,7 @@ func TestRegistryConfig(t *testing.T) {
 	if strings.Contains(r.Name(), "s3cr3t") || strings.Contains(r.Name(), "key=k") {
 		t.Errorf("Name() = %q", r.Name())
 	}
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	req := http.Request{Header: srv.seen()[0].Header}
@@ -452,7 +452,7 @@ func TestRegistryConfig(t *testing.T) {
 func TestRegistryRefusesMoreThanMaxUpstreams(t *testing.T) {
 	srv := registryTestNewServer(t, registryTestList)
 	r := registryTestNew(t, srv.URL, nil)
-	if err := r.Refresh(context.Background()); err != nil {
+	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
@@ -465,12 +465,12 @@ func TestRegistryRefusesMoreThanMaxUpstreams(t *testing.T) {
 	}
 	b.WriteString(`]}`)
 	srv.set(200, b.String(), "")
-	err := r.Refresh(context.Background())
+	err := r.refresh(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "registry answered 100 upstreams, more than the 64 a gateway takes") ||
 		!strings.Contains(err.Error(), "keeping the last good list") {
 		t.Fatalf("Refresh of 100 upstreams: %v, want it refused", err)
 	}
-	if list, _ := r.Upstreams(); !reflect.DeepEqual(list, registryTestWant) {
+	if list, _ := r.upstreams(); !reflect.DeepEqual(list, registryTestWant) {
 		t.Fatalf("after a refused answer: %+v, want the last good list", list)
 	}
 }

@@ -58,7 +58,7 @@ func (s *MQTTSender) Name() string { return s.m.Name() }
 // Send publishes each record and waits for its PUBACK.
 func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
 	for _, r := range batch {
-		if err := s.m.Publish(ctx, s.topicVars(r.Data), r.Data); err != nil {
+		if err := s.m.publish(ctx, s.topicVars(r.Data), r.Data); err != nil {
 			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
 		}
 	}
@@ -122,7 +122,7 @@ func (s *HTTPSender) Send(ctx context.Context, batch []buffer.Record) error {
 	for i, r := range batch {
 		seqs[i], data[i] = r.Seq, r.Data
 	}
-	err := s.h.Post(ctx, seqs, data)
+	err := s.h.post(ctx, seqs, data)
 	switch {
 	case err == nil:
 		return nil

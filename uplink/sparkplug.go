@@ -102,7 +102,7 @@ type spDevice struct {
 	name    string
 	metrics []SparkplugMetric
 	alias   []uint64
-	// The aliases of the packet's dedupe key, PacketSeq and PacketEpoch.
+	// The aliases of the packet's dedupe key, PacketSeq and packetEpoch.
 	seqAlias, epochAlias uint64
 	byName               map[string]int
 	byAlias              map[uint64]int
@@ -163,8 +163,8 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 		if _, dup := sd.byName[PacketSeq]; dup {
 			return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the packet's own metric", d.Name, PacketSeq)
 		}
-		if _, dup := sd.byName[PacketEpoch]; dup {
-			return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the packet's own metric", d.Name, PacketEpoch)
+		if _, dup := sd.byName[packetEpoch]; dup {
+			return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the packet's own metric", d.Name, packetEpoch)
 		}
 		sd.seqAlias, sd.epochAlias = alias, alias+1
 		alias += 2
@@ -172,13 +172,13 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 	return s, nil
 }
 
-// PacketSeq and PacketEpoch are the metrics of every device that carry a
+// PacketSeq and packetEpoch are the metrics of every device that carry a
 // packet's Seq and Epoch in its DDATA: with the edge node, the same dedupe
 // key as a JSON packet's GatewayId, Epoch and Seq. In a DBIRTH they are
 // null.
 const (
 	PacketSeq   = "Packet/Seq"
-	PacketEpoch = "Packet/Epoch"
+	packetEpoch = "Packet/Epoch"
 )
 
 func (s *sparkplugSession) stamp() uint64 { return uint64(s.now().UnixMilli()) }
@@ -424,7 +424,7 @@ func (s *sparkplugSession) dbirth(c *mqttConn, d *spDevice) paho.Token {
 	}
 	p.Metrics = append(p.Metrics,
 		sparkplug.Metric{Name: PacketSeq, Alias: d.seqAlias, HasAlias: true, Type: sparkplug.UInt64, Timestamp: p.Timestamp, Null: true},
-		sparkplug.Metric{Name: PacketEpoch, Alias: d.epochAlias, HasAlias: true, Type: sparkplug.String, Timestamp: p.Timestamp, Null: true})
+		sparkplug.Metric{Name: packetEpoch, Alias: d.epochAlias, HasAlias: true, Type: sparkplug.String, Timestamp: p.Timestamp, Null: true})
 	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DBIRTH, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
 }
 

@@ -181,7 +181,7 @@ func TestSparkplugSession(t *testing.T) {
 		pa := map[string]uint64{"rain-1": 6, "gas-1": 8}[dev]
 		p.Metrics = append(p.Metrics,
 			sparkplug.Metric{Name: PacketSeq, Alias: pa, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
-			sparkplug.Metric{Name: PacketEpoch, Alias: pa + 1, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
+			sparkplug.Metric{Name: packetEpoch, Alias: pa + 1, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
 		wants = append(wants, spWant{"spBv1.0/farm/DBIRTH/gw1/" + dev, p})
 	}
 
@@ -369,7 +369,7 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 	}
 	dbirth.Metrics = append(dbirth.Metrics,
 		sparkplug.Metric{Name: PacketSeq, Alias: 3, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
-		sparkplug.Metric{Name: PacketEpoch, Alias: 4, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
+		sparkplug.Metric{Name: packetEpoch, Alias: 4, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
 	wants := []spWant{
 		{"spBv1.0/farm/NBIRTH/gw1", nbirth(0)},
 		{"spBv1.0/farm/DBIRTH/gw1/gas-1", dbirth},

@@ -160,9 +160,9 @@ func ExpandTopic(tmpl string, vars map[string]string) (string, error) {
 func CheckStatusTopic(tmpl string) error { return checkSiteTopic(tmpl, statusTopicOff) }
 
 // CheckProbeTopic reports whether tmpl can be a [PoolConfig.ProbeTopic]
-// (uplink.probe_topic): empty (the default), [ProbeTopicOff], or a topic
+// (uplink.probe_topic): empty (the default), "off", or a topic
 // whose only {names} are {site} and {gateway}.
-func CheckProbeTopic(tmpl string) error { return checkSiteTopic(tmpl, ProbeTopicOff) }
+func CheckProbeTopic(tmpl string) error { return checkSiteTopic(tmpl, probeTopicOff) }
 
 // checkSiteTopic checks a topic template that a gateway fills with
 // {site} and {gateway} alone; "" and off are allowed.
