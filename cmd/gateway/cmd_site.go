@@ -13,13 +13,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 
 	"fieldlink/agent"
 	"fieldlink/config"
-	"fieldlink/fleet"
-	"fieldlink/internal/sdnotify"
 	"fieldlink/internal/words"
 	"fieldlink/packet"
 	"fieldlink/sensors"
@@ -197,108 +194,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	// With remote_config, start from the last known-good bundle, never
-	// waiting for the configuration server.
-	c, remote, err := fleet.Startup(local, loadProfiles)
-	if err != nil {
-		log.Error("remote configuration", "err", err)
-	}
-	opt := agent.Options{Logger: log}
-	if *printAll || c.Uplink == nil {
-		enc := c.Packet.Values
-		var mu sync.Mutex
-		buf := make([]byte, 0, 1024)
-		opt.OnPacket = func(p *packet.Packet) {
-			mu.Lock()
-			defer mu.Unlock()
-			buf = append(p.AppendJSON(buf[:0], enc), '\n')
-			_, _ = stdout.Write(buf)
-		}
-	}
+	opt := agent.ServeOptions{File: *file, Profiles: loadProfiles, Logger: log, Print: *printAll, Stdout: stdout, Reload: hup}
 	agent.Version = version + " (" + commit + ")"
-	g, err := agent.Start(c, opt)
-	if err != nil {
-		return err
-	}
-	stopMetrics := agent.ServeMetrics(c, g.Sources(), log)
-	defer stopMetrics()
-	if q := g.Store(); q != nil {
-		log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
-			"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
-	} else {
-		log.Info("gateway running without an uplink: packets go to stdout", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount())
-	}
-	if local.RemoteConfig != nil {
-		if err := g.StartRemote(local, remote, loadProfiles); err != nil {
-			_ = g.Stop()
-			return err
-		}
-	}
-	stopWatchdog := watchdog(ctx, func() bool { return g.Fatal() == nil })
-	_ = sdnotify.Ready()
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-g.Failed():
-			break loop
-		case <-hup:
-			reload(g, *file, log)
-		}
-	}
-	_ = sdnotify.Stopping()
-	stopWatchdog()
-	err = g.Stop()
-	stored, failed := g.Counts()
-	if q := g.Store(); q != nil {
-		log.Info("gateway stopped", "queued", q.Len(), "buffered", stored, "not_buffered", failed)
-	} else {
-		log.Info("gateway stopped")
-	}
-	if err != nil {
-		// An fsync failed: the kernel may have dropped the data; only a
-		// restart (by systemd) can be trusted.
-		return fmt.Errorf("buffer failed, exiting for a restart: %w", err)
-	}
-	return nil
-}
-
-// reload loads the site file again and applies it; a file with errors, or
-// one the gateway refuses, leaves the running configuration in force.
-func reload(g *agent.Agent, file string, log *slog.Logger) {
-	log = log.With("component", "reload", "file", file)
-	_ = sdnotify.Notify("RELOADING=1")
-	defer func() { _ = sdnotify.Ready() }()
-	c, err := config.Load(file, loadProfiles)
-	if err != nil {
-		log.Error("site file refused; the running configuration stays in force")
-		for _, line := range strings.Split(err.Error(), "\n") {
-			log.Error("site file error", "error", line)
-		}
-		g.ReloadRefused(err)
-		return
-	}
-	for _, w := range c.Warnings {
-		log.Warn("site file warning", "warning", w)
-	}
-	if err := g.ReloadLocal(c, loadProfiles); err != nil {
-		log.Error("site file refused; the running configuration stays in force", "err", err)
-		// Agent.Reload records its own refusals; one that never
-		// reached it (the remote configuration's manager refusing the
-		// file) is recorded here.
-		g.ReloadRefused(err)
-	}
-}
-
-// watchdog feeds systemd's watchdog (WatchdogSec in the unit) while healthy
-// says so (nil: always); the returned function stops it and waits. A hung
-// gateway stops feeding it and systemd restarts it.
-func watchdog(ctx context.Context, healthy func() bool) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); sdnotify.RunWatchdog(ctx, healthy) }()
-	return func() { cancel(); <-done }
+	return agent.Serve(ctx, local, opt)
 }
 
 // maker names a profile's device: its manufacturer, then its model, once
