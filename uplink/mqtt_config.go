@@ -172,7 +172,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		cfg.StatusTopic = DefaultStatusTopic
 	}
 	if cfg.StatusTopic != statusTopicOff {
-		if m.status, err = mqttStatusTopic(cfg.StatusTopic, cfg.Vars); err != nil {
+		if m.status, err = ExpandTopic(cfg.StatusTopic, cfg.Vars); err != nil {
 			return fail("status topic %q: %v", cfg.StatusTopic, err)
 		}
 	}
@@ -190,14 +190,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		if sub.Handle == nil {
 			return fail("subscription %q has no handler", sub.Topic)
 		}
-		t, err := mqttParseTemplate(sub.Topic)
-		if err == nil {
-			t, err = t.bind(cfg.Vars)
-		}
-		var topic string
-		if err == nil {
-			topic, err = t.render(nil)
-		}
+		topic, err := ExpandTopic(sub.Topic, cfg.Vars)
 		if err != nil {
 			return fail("subscription topic: %v", err)
 		}

@@ -373,7 +373,7 @@ func poolProbeTopic(tmpl string, vars map[string]string) (string, error) {
 	case "":
 		tmpl = DefaultProbeTopic
 	}
-	return mqttStatusTopic(tmpl, vars)
+	return ExpandTopic(tmpl, vars)
 }
 
 // report applies a load report received over MQTT.

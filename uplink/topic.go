@@ -170,18 +170,6 @@ func checkSiteTopic(tmpl, off string) error {
 	if tmpl == "" || tmpl == off {
 		return nil
 	}
-	_, err := mqttStatusTopic(tmpl, map[string]string{"site": "s", "gateway": "g"})
+	_, err := ExpandTopic(tmpl, map[string]string{"site": "s", "gateway": "g"})
 	return err
-}
-
-// mqttStatusTopic is the status topic template tmpl filled from vars.
-func mqttStatusTopic(tmpl string, vars map[string]string) (string, error) {
-	t, err := mqttParseTemplate(tmpl)
-	if err == nil {
-		t, err = t.bind(vars)
-	}
-	if err != nil {
-		return "", err
-	}
-	return t.render(nil)
 }
