@@ -13,62 +13,6 @@ import (
 	"fieldlink/selector"
 )
 
-// Buffer is the durable buffer as the delivery loop uses it.
-type Buffer interface {
-	// Next leases up to max records, alarms first; they are not handed out
-	// again until released.
-	Next(max int) ([]buffer.Record, error)
-	// Ack deletes delivered records.
-	Ack(seqs ...uint64) error
-	// Release returns undelivered records to the queue.
-	Release(seqs ...uint64)
-	// Wait blocks until an unleased record exists.
-	Wait(ctx context.Context) error
-}
-
-// DeadLetters takes records that an upstream refused for good (see
-// [HTTPSender.Send] for which answers those are), so that one poison packet
-// cannot block the queue.
-type DeadLetters interface {
-	DeadLetter(reason string, seqs ...uint64) error
-}
-
-// Sender delivers batches to one upstream.
-type Sender interface {
-	// Name identifies the upstream in logs and metrics (no credentials).
-	Name() string
-	// Send returns nil only once the upstream acknowledged every record
-	// of the batch (an MQTT PUBACK for each, an HTTP 2xx for the batch).
-	// An error with a method Permanent() bool that returns true says that
-	// the upstream refuses the packets themselves: the loop resends the
-	// batch one record at a time and dead-letters each record refused
-	// alone. An error with a method RetryAfter() time.Duration asks that
-	// the upstream get no send before that wait (at most 5 minutes).
-	// Any other error is the upstream's failure: the records are tried
-	// elsewhere or go back to the buffer.
-	Send(ctx context.Context, batch []buffer.Record) error
-	// MaxBatch is how many records one Send may carry.
-	MaxBatch() int
-	// Window is how many Sends may be in flight at once.
-	Window() int
-	// Up reports whether the upstream can be tried now (connected, or its
-	// latest probe answered).
-	Up() bool
-}
-
-// permanent marks an error that says the upstream refuses the packets
-// themselves, so that resending them cannot help.
-type permanent interface{ Permanent() bool }
-
-// retryAfter marks an error by which the upstream asks not to be sent to
-// before a wait has passed.
-type retryAfter interface{ RetryAfter() time.Duration }
-
-// maxRetryAfter caps the wait an upstream may ask for: a longer one is more
-// likely a server's mistake than a plan, and the other upstreams, or this one
-// after 5 minutes, can take the records meanwhile.
-const maxRetryAfter = 5 * time.Minute
-
 // DeliveryOptions tune the loop; zero values are the defaults.
 type DeliveryOptions struct {
 	// Attempts is how many upstreams one batch is tried on before it goes
@@ -81,73 +25,6 @@ type DeliveryOptions struct {
 	// DeadLetters receives permanently refused records; nil acks them
 	// after logging (they are counted either way).
 	DeadLetters DeadLetters
-}
-
-// UpstreamCounters are one upstream's delivery counters.
-type UpstreamCounters struct {
-	Name      string
-	Picked    uint64 // batches sent to it
-	Delivered uint64 // records it acknowledged
-	Failed    uint64 // batches that failed on it
-	// LastError is the upstream's latest failure in words: a
-	// delivery that failed, or a connection that failed or ended (its
-	// sender's LastError, for MQTT and for HTTP's probes); "" if none
-	// since it was added. LastErrorAt is when.
-	LastError   string
-	LastErrorAt time.Time
-}
-
-// lastErrorer is a [Sender] that keeps its latest connection error in
-// words.
-type lastErrorer interface {
-	LastError() (string, time.Time)
-}
-
-// DeliveryStats are the loop's counters.
-type DeliveryStats struct {
-	Delivered, Retried, DeadLettered, Released uint64
-	InFlight                                   int64
-	// LastDelivered is when an upstream last acknowledged a batch; zero
-	// before the first.
-	LastDelivered time.Time
-	Upstreams     []UpstreamCounters
-}
-
-type slot struct {
-	sender                    Sender
-	free                      chan struct{} // one token per free window place
-	picked, delivered, failed atomic.Uint64
-	// An upstream that is up (it answers probes) but fails deliveries (a
-	// 401, a TLS handshake it refuses, a broker that drops every publish)
-	// is not picked until coolUntil (Unix ns): 100 ms after its first
-	// failure in a row, doubling up to DeliveryOptions.Backoff. Without it
-	// the loop would lease, send and release as fast as the upstream can
-	// refuse.
-	failRun   atomic.Int64
-	coolUntil atomic.Int64
-	lastErr   lastErr // the latest failed delivery
-}
-
-// cooling reports whether s is resting after failures at now (Unix ns).
-func (s *slot) cooling(now int64) bool { return now < s.coolUntil.Load() }
-
-// rest records a failed delivery on s and rests it.
-func (s *slot) rest(maxWait time.Duration) {
-	n := s.failRun.Add(1)
-	wait := min(100*time.Millisecond<<min(n-1, 16), maxWait)
-	s.coolFor(jitter(wait))
-}
-
-// coolFor has s picked no sooner than wait from now; a rest already longer
-// stands.
-func (s *slot) coolFor(wait time.Duration) {
-	t := time.Now().Add(wait).UnixNano()
-	for {
-		cur := s.coolUntil.Load()
-		if cur >= t || s.coolUntil.CompareAndSwap(cur, t) {
-			return
-		}
-	}
 }
 
 // Delivery moves packets from the buffer to the upstreams: Next, Pick,
@@ -201,38 +78,6 @@ func (d *Delivery) Add(idx int, s Sender) {
 	d.slots[idx] = sl
 }
 
-func (d *Delivery) slot(i int) *slot {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if i < len(d.slots) {
-		return d.slots[i]
-	}
-	return nil
-}
-
-// Stats returns the loop's counters.
-func (d *Delivery) Stats() DeliveryStats {
-	st := DeliveryStats{Delivered: d.delivered.Load(), Retried: d.retried.Load(), DeadLettered: d.dead.Load(),
-		Released: d.released.Load(), InFlight: d.inflight.Load()}
-	if ns := d.lastDelivered.Load(); ns != 0 {
-		st.LastDelivered = time.Unix(0, ns)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, s := range d.slots {
-		if s != nil {
-			u := UpstreamCounters{Name: s.sender.Name(), Picked: s.picked.Load(), Delivered: s.delivered.Load(), Failed: s.failed.Load()}
-			u.LastError, u.LastErrorAt = s.lastErr.get()
-			if le, ok := s.sender.(lastErrorer); ok {
-				text, at := le.LastError()
-				u.LastError, u.LastErrorAt = newer(u.LastError, u.LastErrorAt, text, at)
-			}
-			st.Upstreams = append(st.Upstreams, u)
-		}
-	}
-	return st
-}
-
 // refreshUp copies every sender's Up into the table, so that strategies
 // never pick an upstream that cannot be tried.
 func (d *Delivery) refreshUp() {
@@ -243,35 +88,6 @@ func (d *Delivery) refreshUp() {
 		if s != nil {
 			d.table.SetUp(i, s.sender.Up())
 		}
-	}
-}
-
-// acquire picks an upstream with a free window place, skipping skip.
-func (d *Delivery) acquire(skip uint64) (int, *slot, bool) {
-	for {
-		i, ok := d.strat.Pick(d.table, skip)
-		if !ok {
-			return 0, nil, false
-		}
-		s := d.slot(i)
-		if s == nil || s.cooling(time.Now().UnixNano()) {
-			skip |= 1 << i
-			continue
-		}
-		select {
-		case <-s.free:
-			return i, s, true
-		default:
-			skip |= 1 << i // window full: try another
-		}
-	}
-}
-
-func (d *Delivery) release(s *slot) {
-	s.free <- struct{}{}
-	select {
-	case d.freed <- struct{}{}:
-	default:
 	}
 }
 
@@ -394,13 +210,6 @@ func (d *Delivery) ackLoop() {
 	}
 }
 
-// laterAcker is a Buffer whose deletions can ride on its next write instead
-// of costing one of their own ([buffer.Buffer.AckLater]): a crash before
-// that write only sends the packets again, which at-least-once allows.
-type laterAcker interface {
-	AckLater(seqs ...uint64) error
-}
-
 // maxPlaces bounds the sends one buffer read starts.
 const maxPlaces = 64
 
@@ -482,21 +291,6 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 	}
 	d.released.Add(uint64(len(recs)))
 	d.q.Release(seqs...)
-}
-
-// acquireSlot waits for a window place on s and reports whether it took
-// one; once ctx has ended it takes none, so that no send starts during
-// shutdown (and none gives back a place it did not take).
-func (d *Delivery) acquireSlot(ctx context.Context, s *slot) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	select {
-	case <-s.free:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func (d *Delivery) deadLetter(s *slot, seqs []uint64, err error) {
