@@ -52,7 +52,7 @@ func TestCluster(t *testing.T) {
 	var upstreams []string
 	for i, n := range nodes {
 		links[i] = newLink(t, n.name, n.mqttAddr())
-		upstreams = append(upstreams, links[i].addr())
+		upstreams = append(upstreams, links[i].Addr())
 	}
 	metricsPort := testtool.FreePort(t)
 	site := siteFile(t, t.TempDir(), startEmulator(t), metricsPort, upstreams)
@@ -64,12 +64,12 @@ func TestCluster(t *testing.T) {
 	})
 
 	kill := func(i int) {
-		links[i].stop()
+		links[i].Down()
 		nodes[i].kill()
 	}
 	restart := func(i int) {
 		nodes[i].start()
-		links[i].start()
+		links[i].Up()
 	}
 	var leader int
 	phases := []phase{

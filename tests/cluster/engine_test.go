@@ -11,38 +11,29 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 )
 
 // mqttClient connects a paho client with id to addr (no automatic
 // reconnect); lost, when not nil, is closed when the connection is lost.
 func mqttClient(t *testing.T, addr, id string, clean bool, lost chan struct{}) (paho.Client, error) {
 	t.Helper()
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetProtocolVersion(4)
-	o.SetCleanSession(clean).SetAutoReconnect(false).SetConnectRetry(false)
-	o.SetConnectTimeout(5 * time.Second).SetKeepAlive(5 * time.Second)
 	var once sync.Once
-	o.SetConnectionLostHandler(func(paho.Client, error) {
-		if lost != nil {
-			once.Do(func() { close(lost) })
-		}
+	c, err := brokertest.Dial(brokertest.Options{
+		ID: id, Brokers: []string{addr}, Persistent: !clean,
+		ConnectTimeout: 5 * time.Second, KeepAlive: 5 * time.Second, Wait: 10 * time.Second, Quiesce: 50,
+		Lost: func(error) {
+			if lost != nil {
+				once.Do(func() { close(lost) })
+			}
+		},
 	})
-	cl := paho.NewClient(o)
-	tok := cl.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, errTimeout
+	if err != nil {
+		return nil, err // "no answer within 10s" when the node did not answer
 	}
-	if err := tok.Error(); err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { cl.Disconnect(50) })
-	return cl, nil
+	t.Cleanup(c.Close)
+	return c.Paho(), nil
 }
-
-type timeoutError struct{}
-
-func (timeoutError) Error() string { return "no answer within 10s" }
-
-var errTimeout = timeoutError{}
 
 // TestEngine checks, on Debian's nats-server, the facts docs/cluster.md
 // states about its MQTT: what a PUBACK means, and what a lost majority and

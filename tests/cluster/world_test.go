@@ -4,7 +4,6 @@ package cluster
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,17 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/rs/zerolog"
-
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/sensors/emulator"
 	"fieldlink/sensors/profile"
 )
@@ -72,74 +67,12 @@ func startEmulatorOf(t *testing.T, devices []device) string {
 
 // link is the toxiproxy proxy between the gateway and one node's MQTT
 // listener: a killed node's port refuses connections (the proxy is
-// stopped), a black hole and a slow node are toxics on it.
-type link struct {
-	t    *testing.T
-	name string
-	p    *toxiproxy.Proxy
-
-	mu   sync.Mutex
-	down bool
-}
+// down), a black hole and a slow node are toxics on it.
+type link struct{ *brokertest.Proxy }
 
 func newLink(t *testing.T, name, upstream string) *link {
 	t.Helper()
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatalf("toxiproxy %s: %v", name, err)
-	}
-	l := &link{t: t, name: name, p: p}
-	t.Cleanup(func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if !l.down {
-			p.Stop()
-		}
-	})
-	return l
-}
-
-func (l *link) addr() string { return l.p.Listen }
-
-// stop closes the proxy's listener and the connections it carries.
-func (l *link) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.down {
-		l.down = true
-		l.p.Stop()
-	}
-}
-
-// start listens again on the proxy's port.
-func (l *link) start() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.down {
-		return
-	}
-	var err error
-	for range 50 { // the port may take a moment to be free again
-		if err = l.p.Start(); err == nil {
-			l.down = false
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	l.t.Errorf("toxiproxy %s: listen again on %s: %v", l.name, l.p.Listen, err)
-}
-
-func (l *link) addToxic(js string) {
-	if _, err := l.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		l.t.Errorf("toxiproxy %s: add toxic %s: %v", l.name, js, err)
-	}
-}
-
-func (l *link) removeToxic(name string) {
-	if err := l.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
-		l.t.Errorf("toxiproxy %s: remove toxic %s: %v", l.name, name, err)
-	}
+	return &link{brokertest.NewProxy(t, name, upstream)}
 }
 
 // blackHole makes the link swallow every byte both ways and hold its
@@ -148,9 +81,9 @@ func (l *link) blackHole(on bool) {
 	for _, dir := range []string{"upstream", "downstream"} {
 		name := "blackhole-" + dir
 		if on {
-			l.addToxic(fmt.Sprintf(`{"name":%q,"type":"timeout","stream":%q,"attributes":{"timeout":0}}`, name, dir))
+			l.AddToxic(fmt.Sprintf(`{"name":%q,"type":"timeout","stream":%q,"attributes":{"timeout":0}}`, name, dir))
 		} else {
-			l.removeToxic(name)
+			l.RemoveToxic(name)
 		}
 	}
 }
@@ -159,9 +92,9 @@ func (l *link) blackHole(on bool) {
 // PUBACKs) by d.
 func (l *link) slow(d time.Duration) {
 	if d > 0 {
-		l.addToxic(fmt.Sprintf(`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds()))
+		l.AddToxic(fmt.Sprintf(`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds()))
 	} else {
-		l.removeToxic("slow")
+		l.RemoveToxic("slow")
 	}
 }
 
@@ -171,34 +104,20 @@ func (l *link) slow(d time.Duration) {
 // to brokers[0] and, when that node goes away, to the next that answers;
 // paho reconnects by itself and the session, kept by the cluster, brings
 // what was published meanwhile.
-func subscribe(t *testing.T, led *ledger, brokers ...string) paho.Client {
+func subscribe(t *testing.T, led *ledger, brokers ...string) {
 	t.Helper()
-	o := paho.NewClientOptions()
-	for _, b := range brokers {
-		o.AddBroker("tcp://" + b)
-	}
-	o.SetClientID("fieldlink-cluster-platform")
-	o.SetProtocolVersion(4)
-	o.SetCleanSession(false)
-	o.SetAutoReconnect(true)
-	o.SetConnectRetry(true)
-	o.SetMaxReconnectInterval(time.Second)
-	o.SetConnectTimeout(3 * time.Second)
-	o.SetKeepAlive(5 * time.Second)
-	o.SetOrderMatters(true)
-	handle := func(_ paho.Client, m paho.Message) { led.received(m.Topic(), m.Payload(), time.Now()) }
-	o.SetDefaultPublishHandler(handle)
-	o.SetOnConnectHandler(func(paho.Client) { led.subscriberConnected() })
-	cl := paho.NewClient(o)
-	if tok := cl.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { cl.Disconnect(100) })
-	tok := cl.Subscribe("fieldlink/#", 1, handle)
-	if !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: subscribe: %v", tok.Error())
-	}
-	return cl
+	brokertest.Subscribe(t, brokertest.Options{
+		ID:                   "fieldlink-cluster-platform",
+		Brokers:              brokers,
+		Persistent:           true,
+		Reconnect:            true,
+		MaxReconnectInterval: time.Second,
+		ConnectTimeout:       3 * time.Second,
+		KeepAlive:            5 * time.Second,
+		Wait:                 20 * time.Second,
+		Quiesce:              100,
+		Connected:            led.subscriberConnected,
+	}, "fieldlink/#", func(topic string, payload []byte) { led.received(topic, payload, time.Now()) })
 }
 
 // buildGateway builds cmd/gateway into a temporary directory.
