@@ -3,18 +3,12 @@ package uplink
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -38,59 +32,6 @@ const (
 // not valid JSON. Nothing is sent; resending will not make the packet valid,
 // so [HTTPSender.Send] counts it as refused.
 var errInvalidPacket = errors.New("uplink: packet is not valid JSON")
-
-// HTTPConfig configures an [HTTP] publisher. Every field but URL, GatewayID
-// and Epoch may be left zero.
-type HTTPConfig struct {
-	// URL is the ingest endpoint, http:// or https://. Credentials written
-	// in it (https://user:pass@host/…) are used for basic auth when
-	// Username is empty; errors and logs never show them, nor the query.
-	URL string
-
-	// TLS configures https. nil verifies the server against the system's
-	// roots; a config is cloned, and verifies by default too (set RootCAs
-	// for a private CA). InsecureSkipVerify is honoured but logged as a
-	// warning.
-	TLS *tls.Config
-
-	// Timeout bounds one post (a request and its answer) whose ctx has no
-	// deadline: zero means 10 s. A deadline on ctx always wins, even a
-	// longer one.
-	Timeout time.Duration
-
-	// Header is added to every request (e.g. Authorization: Bearer …).
-	// Content-Type and Idempotency-Key are the publisher's and override it. Header
-	// values are never logged, and are blanked out of response excerpts.
-	Header http.Header
-
-	// Encoding is how packets are posted: "" or [EncodingJSON] as JSON,
-	// [EncodingInfluxLine] as InfluxDB line protocol (see docs/influx.md).
-	Encoding Encoding
-
-	// Token, if set, is sent as "Authorization: Bearer <token>", or
-	// "Authorization: Token <token>" with [EncodingInfluxLine], as InfluxDB
-	// wants it. It is never logged, and cannot go with basic auth or an
-	// Authorization in Header.
-	Token string
-
-	// Username and Password, if Username is set, are sent as basic auth.
-	// The password never appears in an error or a log line, and is blanked
-	// out of the response excerpts that errors quote.
-	Username, Password string
-
-	// Logger gets one Debug line per post (no header values, no bodies), an
-	// Info "http upstream reached" when a post first gets a 2xx answer and
-	// again after one that got no answer or a 5xx (as MQTT logs "mqtt
-	// connected" on each connect), and a Warn at construction if TLS
-	// verification is off. nil discards.
-	Logger *slog.Logger
-
-	// GatewayID and Epoch name the gateway and its buffer's epoch in the
-	// Idempotency-Key (<gateway>:<epoch>:<firstSeq>-<lastSeq>). Both are
-	// required, printable ASCII: without the epoch, a rebuilt buffer would
-	// reuse keys and the platform would drop new packets as replays.
-	GatewayID, Epoch string
-}
 
 // HTTP publishes packets to one HTTP(S) ingest endpoint by POST. A 2xx answer
 // acknowledges the packets; every other outcome is an error (one naming
@@ -122,68 +63,6 @@ type HTTP struct {
 	client    *http.Client
 	log       *slog.Logger
 	reached   atomic.Bool // the last post got an answer that was not 5xx
-}
-
-// NewHTTP checks cfg and returns a publisher. It does no I/O.
-func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
-	u, err := httpParseURL(cfg.URL)
-	if err != nil {
-		return nil, fmt.Errorf("uplink: http: %w", err)
-	}
-	name := httpRedactURL(u)
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("uplink: http %s: negative timeout %v", name, cfg.Timeout)
-	}
-	if err := httpCheckKeyPart("GatewayID", cfg.GatewayID); err != nil {
-		return nil, fmt.Errorf("uplink: http %s: %w", name, err)
-	}
-	if err := httpCheckKeyPart("Epoch", cfg.Epoch); err != nil {
-		return nil, fmt.Errorf("uplink: http %s: %w", name, err)
-	}
-	user, pass := cfg.Username, cfg.Password
-	if user == "" && u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
-	}
-	if strings.Contains(user, ":") {
-		return nil, fmt.Errorf("uplink: http %s: basic-auth user name contains ':'", name)
-	}
-	h := &HTTP{
-		name:    name,
-		header:  cfg.Header.Clone(),
-		timeout: cfg.Timeout,
-		gateway: cfg.GatewayID,
-		epoch:   cfg.Epoch,
-		log:     cfg.Logger,
-	}
-	if h.header == nil {
-		h.header = make(http.Header)
-	}
-	if h.timeout == 0 {
-		h.timeout = defaultHTTPTimeout
-	}
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
-	if user != "" {
-		token := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
-		h.header.Set("Authorization", "Basic "+token)
-		h.secrets = append(h.secrets, token)
-		if pass != "" {
-			h.secrets = append(h.secrets, pass)
-		}
-	}
-	if err := h.setEncoding(cfg, u); err != nil {
-		return nil, fmt.Errorf("uplink: http %s: %w", name, err)
-	}
-	u.User = nil
-	h.url = u.String()
-	h.transport = httpNewTransport(cfg.TLS)
-	h.client = httpNewClient(h.transport)
-	if cfg.TLS != nil && cfg.TLS.InsecureSkipVerify {
-		h.log.Warn("uplink: http: TLS server verification is OFF", "upstream", name)
-	}
-	return h, nil
 }
 
 // Name returns the upstream's URL without credentials and without its query,
@@ -295,52 +174,6 @@ func idempotencyKey(gateway, epoch string, first, last uint64) string {
 	return string(b)
 }
 
-// httpError is the error of an HTTP exchange with an upstream that did not end
-// in a 2xx: either an answer with another status (StatusCode != 0) or no
-// usable answer at all (Err != nil: refused, reset, timeout, TLS, …).
-type httpError struct {
-	Method     string        // POST for a publish, GET for probes, load and registry
-	URL        string        // the upstream, without credentials or query
-	StatusCode int           // 0 when no answer came
-	Status     string        // e.g. "503 Service Unavailable"
-	Body       string        // up to 200 bytes of the answer's body, secrets blanked
-	RetryAfter time.Duration // the answer's Retry-After, 0 if none (a hint, ≤ 24h)
-	Err        error         // why no answer came; nil when StatusCode != 0
-}
-
-func (e *httpError) Error() string {
-	var b strings.Builder
-	b.WriteString("uplink: http ")
-	b.WriteString(e.Method)
-	b.WriteByte(' ')
-	b.WriteString(e.URL)
-	b.WriteString(": ")
-	if e.StatusCode == 0 {
-		if e.Err != nil {
-			b.WriteString(e.Err.Error())
-		} else {
-			b.WriteString("no answer")
-		}
-		return b.String()
-	}
-	if e.Status != "" {
-		b.WriteString(e.Status)
-	} else {
-		b.WriteString(strconv.Itoa(e.StatusCode))
-	}
-	if e.RetryAfter > 0 {
-		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
-	}
-	if e.Body != "" {
-		b.WriteString(": ")
-		b.WriteString(strconv.Quote(e.Body))
-	}
-	return b.String()
-}
-
-// Unwrap returns the transport error, if any.
-func (e *httpError) Unwrap() error { return e.Err }
-
 // httpBatchBody returns the body of a POST: the packet itself, or a JSON
 // array of the packets.
 func httpBatchBody(seqs []uint64, batch [][]byte) ([]byte, error) {
@@ -365,47 +198,6 @@ func httpBatchBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 	return append(body, ']'), nil
 }
 
-// httpCheckResponse consumes resp's body so that its connection can be
-// reused, and returns nil for a 2xx or an *httpError with an excerpt.
-func httpCheckResponse(method, name string, resp *http.Response, secrets []string) *httpError {
-	defer resp.Body.Close()
-	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
-		return nil
-	}
-	head := make([]byte, httpExcerptLen)
-	n, _ := io.ReadFull(resp.Body, head)
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
-	return &httpError{
-		Method:     method,
-		URL:        name,
-		StatusCode: resp.StatusCode,
-		Status:     resp.Status,
-		Body:       httpExcerpt(head[:n], secrets),
-		RetryAfter: httpParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-	}
-}
-
-// httpParseRetryAfter reads delta-seconds or an HTTP date; 0 when absent,
-// unreadable or past; capped at httpMaxRetryAfter.
-func httpParseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if strings.Trim(v, "0123456789") == "" { // delta-seconds
-		secs, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || secs > uint64(httpMaxRetryAfter/time.Second) {
-			return httpMaxRetryAfter // only a range error is possible
-		}
-		d = time.Duration(secs) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = t.Sub(now)
-	}
-	return max(0, min(d, httpMaxRetryAfter))
-}
-
 // httpCheckKeyPart requires a non-empty printable-ASCII string, which a
 // header carries unchanged.
 func httpCheckKeyPart(field, v string) error {
@@ -418,110 +210,4 @@ func httpCheckKeyPart(field, v string) error {
 		}
 	}
 	return nil
-}
-
-// httpParseURL parses an http(s) URL; its errors, without a prefix, never
-// show the URL's userinfo or query.
-func httpParseURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("bad URL: %w", httpUnwrapURLError(err))
-	}
-	u.Scheme = strings.ToLower(u.Scheme)
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%s: scheme must be http or https", httpRedactURL(u))
-	}
-	if u.Hostname() == "" {
-		return nil, fmt.Errorf("%s: no host", httpRedactURL(u))
-	}
-	return u, nil
-}
-
-// httpBasicAuthFromURL returns a copy of header (nil: a new one) with basic
-// auth from u's userinfo, unless header already has an Authorization, and
-// removes the userinfo from u.
-func httpBasicAuthFromURL(u *url.URL, header http.Header) http.Header {
-	header = header.Clone()
-	if header == nil {
-		header = make(http.Header)
-	}
-	if u.User != nil {
-		if header.Get("Authorization") == "" {
-			pass, _ := u.User.Password()
-			token := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
-			header.Set("Authorization", "Basic "+token)
-		}
-		u.User = nil
-	}
-	return header
-}
-
-// httpNewTransport returns a transport with a small keep-alive pool for one
-// upstream: a gateway talks to each upstream over a few connections at most.
-func httpNewTransport(tlsCfg *tls.Config) *http.Transport {
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
-		TLSClientConfig:       tlsCfg.Clone(),
-		TLSHandshakeTimeout:   10 * time.Second,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4,
-		MaxIdleConnsPerHost:   4,
-		MaxConnsPerHost:       8,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
-}
-
-// httpNewClient returns a client that does not follow redirects: a POST
-// redirected elsewhere is a configuration error to see, not to follow (and
-// credentials must not travel to another host).
-func httpNewClient(t *http.Transport) *http.Client {
-	return &http.Client{
-		Transport: t,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
-}
-
-// httpGet does a GET of rawURL (already checked) with header, and returns
-// the answer and its body, at most limit bytes (more is an error). Non-2xx
-// answers are *httpError, except the statuses listed in pass, which are
-// returned with their (empty) body.
-func httpGet(ctx context.Context, client *http.Client, rawURL, name string, header http.Header, limit int64, pass ...int) (*http.Response, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
-	if err != nil {
-		return nil, nil, &httpError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	if req.Header.Get("Accept") == "" {
-		req.Header.Set("Accept", "application/json")
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, nil, &httpError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
-	}
-	for _, code := range pass {
-		if resp.StatusCode == code {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
-			resp.Body.Close()
-			return resp, nil, nil
-		}
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp, nil, httpCheckResponse(http.MethodGet, name, resp, nil)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return resp, nil, &httpError{Method: http.MethodGet, URL: name, Err: fmt.Errorf("reading the answer: %w", err)}
-	}
-	if int64(len(body)) > limit {
-		return resp, nil, fmt.Errorf("uplink: http GET %s: answer longer than %d bytes", name, limit)
-	}
-	return resp, body, nil
 }
