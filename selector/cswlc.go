@@ -3,7 +3,6 @@ package selector
 import (
 	"fieldlink/selector/cuckoo"
 	"math"
-	"math/bits"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -255,10 +254,7 @@ func cswlcPickMin(t *Table, set uint64, w *[MaxUpstreams]atomic.Uint64) (int, bo
 			ties |= 1 << i
 		}
 	}
-	if ties&(ties-1) != 0 {
-		return nthBit(ties, t.intN(bits.OnesCount64(ties))), true
-	}
-	return trailingZeros(ties), true
+	return pickTie(t, ties), true
 }
 
 // cswlcPositive returns w, or the smallest positive float64 when w is not

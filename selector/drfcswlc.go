@@ -200,10 +200,7 @@ func (s *drfCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
 			ties |= 1 << i
 		}
 	}
-	if ties&(ties-1) != 0 {
-		return nthBit(ties, t.intN(bits.OnesCount64(ties)))
-	}
-	return trailingZeros(ties)
+	return pickTie(t, ties)
 }
 
 // load is upstream i's weighted load, as the pick compares it.

@@ -5,7 +5,6 @@ import (
 	"fieldlink/selector/lstm"
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -260,10 +259,7 @@ func (s *irlbStrategy) Pick(t *Table, skip uint64) (int, bool) {
 	if ties == 0 { // every W NaN: cannot happen with finite reports
 		return leastConn{}.Pick(t, skip)
 	}
-	if ties&(ties-1) != 0 {
-		return nthBit(ties, t.intN(bits.OnesCount64(ties))), true
-	}
-	return trailingZeros(ties), true
+	return pickTie(t, ties), true
 }
 
 // recompute records new samples, predicts, and computes the weights into

@@ -1,7 +1,5 @@
 package selector
 
-import "math/bits"
-
 // leastConn is "least_conn": the candidate with the fewest deliveries in
 // flight per unit of weight, in_flight_i / weight_i, compared by
 // cross-multiplication as nginx's least_conn
@@ -33,8 +31,5 @@ func (leastConn) Pick(t *Table, skip uint64) (int, bool) {
 			ties |= 1 << i
 		}
 	}
-	if ties&(ties-1) != 0 {
-		return nthBit(ties, t.intN(bits.OnesCount64(ties))), true
-	}
-	return trailingZeros(ties), true
+	return pickTie(t, ties), true
 }

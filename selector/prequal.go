@@ -372,14 +372,6 @@ func (s *prequal) worst(t *Table, now int64) int {
 	return pickTie(t, ties)
 }
 
-// pickTie returns one index of the non-empty mask ties, uniformly.
-func pickTie(t *Table, ties uint64) int {
-	if ties&(ties-1) != 0 {
-		return nthBit(ties, t.intN(bits.OnesCount64(ties)))
-	}
-	return trailingZeros(ties)
-}
-
 // recompute publishes the latency median of every upstream that had a
 // delivery end since the last one, and every upstream's load report.
 func (s *prequal) recompute(t *Table, now int64, w *prequalObs) {

@@ -2,7 +2,6 @@ package selector
 
 import (
 	"math"
-	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -166,10 +165,7 @@ func (s *soaStrategy) Pick(t *Table, skip uint64) (int, bool) {
 			ties |= 1 << i
 		}
 	}
-	if ties&(ties-1) != 0 {
-		return nthBit(ties, t.intN(bits.OnesCount64(ties))), true
-	}
-	return trailingZeros(ties), true
+	return pickTie(t, ties), true
 }
 
 // soaFactors are the four factors of one upstream, and what orders WH.

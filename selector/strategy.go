@@ -146,6 +146,14 @@ func nthBit(m uint64, k int) int {
 	return bits.TrailingZeros64(m)
 }
 
+// pickTie returns one index of the non-empty mask ties, uniformly.
+func pickTie(t *Table, ties uint64) int {
+	if ties&(ties-1) != 0 {
+		return nthBit(ties, t.intN(bits.OnesCount64(ties)))
+	}
+	return trailingZeros(ties)
+}
+
 // atMostOne decides a pick with no candidate or one: done is false when
 // cand has two or more, and the strategy must choose.
 func atMostOne(cand uint64) (i int, ok, done bool) {
