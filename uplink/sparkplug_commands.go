@@ -1,0 +1,157 @@
+package uplink
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"fieldlink/sparkplug"
+)
+
+// hostState applies a STATE message of the primary host (JSON
+// {"online": bool, "timestamp": ms}, retained): one older than the
+// latest valid one is ignored; online births the node on the current
+// connection; offline, once the host was online on this connection, ends
+// the connection (the broker publishes the NDEATH will), and Run connects
+// again and waits for the host. (The retained offline STATE that a new
+// connection finds only keeps the node waiting.)
+func (s *sparkplugSession) hostState(ctx context.Context, payload []byte) {
+	var st struct {
+		Online    *bool   `json:"online"`
+		Timestamp *uint64 `json:"timestamp"`
+	}
+	if err := json.Unmarshal(payload, &st); err != nil || st.Online == nil || st.Timestamp == nil {
+		s.log.Warn("Sparkplug STATE of the primary host unreadable: ignored", "upstream", s.m.name, "host", s.cfg.PrimaryHost, "err", err)
+		return
+	}
+	s.mu.Lock()
+	if *st.Timestamp < s.hostTS {
+		s.mu.Unlock()
+		s.log.Info("Sparkplug STATE older than the latest: ignored", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		return
+	}
+	s.hostTS = *st.Timestamp
+	was := s.hostOnline
+	s.hostOnline = *st.Online
+	c := s.conn
+	if *st.Online && !was {
+		s.hostSince = time.Now()
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	switch {
+	case *st.Online && !was:
+		s.log.Info("Sparkplug primary host online: births, then what was kept", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		if err := s.births(ctx, c); err != nil {
+			s.log.Warn("births failed", "upstream", s.m.name, "err", err)
+		}
+	case !*st.Online && was:
+		s.log.Warn("Sparkplug primary host offline: disconnecting; data waits in the buffer", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		c.drop(fmt.Errorf("primary host %s offline", s.cfg.PrimaryHost))
+	}
+}
+
+// onMessage runs on paho's router goroutine: it must not block.
+func (s *sparkplugSession) onMessage(_ paho.Client, msg paho.Message) {
+	in := spIncoming{payload: append([]byte(nil), msg.Payload()...)}
+	if s.cfg.PrimaryHost != "" && msg.Topic() == sparkplug.StateTopic(s.cfg.PrimaryHost) {
+		in.state = true // retained, as it should be
+	} else if msg.Retained() {
+		s.log.Warn("retained Sparkplug command dropped: commands are never run late", "upstream", s.m.name, "topic", msg.Topic())
+		return
+	}
+	if dev, ok := strings.CutPrefix(msg.Topic(), s.dcmd); ok {
+		in.device = dev
+	}
+	select {
+	case s.cmds <- in:
+	default:
+		s.log.Warn("Sparkplug command dropped: too many waiting", "upstream", s.m.name, "topic", msg.Topic(), "waiting", subscriptionQueue)
+	}
+}
+
+// run handles NCMD, DCMD and STATE, and follows the devices' health,
+// until ctx ends; [MQTT.Run] owns it.
+func (s *sparkplugSession) run(ctx context.Context) {
+	var tick <-chan time.Time
+	if s.cfg.Online != nil {
+		every := s.cfg.OnlineEvery
+		if every <= 0 {
+			every = time.Second
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case in := <-s.cmds:
+			s.handle(ctx, in)
+		case <-tick:
+			for dev, on := range s.cfg.Online() {
+				if err := s.setOnline(ctx, dev, on); err != nil {
+					s.log.Warn("Sparkplug device state not published", "upstream", s.m.name, "device", dev, "online", on, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
+	if in.state {
+		s.hostState(ctx, in.payload)
+		return
+	}
+	p, err := sparkplug.Unmarshal(in.payload)
+	if err != nil {
+		s.log.Warn("Sparkplug command refused", "upstream", s.m.name, "device", in.device, "err", err)
+		return
+	}
+	if in.device == "" {
+		m, ok := p.Metric(sparkplug.Rebirth)
+		if b, isBool := m.Value.Bool(); !ok || !isBool || !b {
+			s.log.Warn("NCMD without a true Node Control/Rebirth ignored", "upstream", s.m.name)
+			return
+		}
+		s.mu.Lock()
+		c := s.born
+		s.mu.Unlock()
+		if c == nil || c != s.m.conn() {
+			return // not born on this connection: it births when it may
+		}
+		if err := s.births(ctx, c); err != nil {
+			s.log.Warn("rebirth failed", "upstream", s.m.name, "err", err)
+		}
+		return
+	}
+	d := s.devs[in.device]
+	if d == nil {
+		s.log.Warn("DCMD for an unknown device refused", "upstream", s.m.name, "device", in.device)
+		return
+	}
+	cmd := SparkplugCommand{Device: d.name, Seq: p.Seq, At: p.Timestamp, Metrics: p.Metrics, Payload: in.payload}
+	for i := range cmd.Metrics {
+		m := &cmd.Metrics[i]
+		if m.Name == "" && m.HasAlias {
+			if j, ok := d.byAlias[m.Alias]; ok {
+				m.Name = d.metrics[j].Name
+			}
+		}
+		if j, ok := d.byName[m.Name]; ok && m.Type == 0 {
+			m.Type = d.metrics[j].Type
+		}
+	}
+	if s.cfg.OnCommand == nil {
+		s.log.Warn("DCMD refused: no command handler", "upstream", s.m.name, "device", in.device)
+		return
+	}
+	s.cfg.OnCommand(ctx, cmd)
+}

@@ -1,0 +1,69 @@
+package uplink
+
+import (
+	"context"
+	"time"
+
+	"fieldlink/sparkplug"
+)
+
+// SparkplugConfig makes an MQTT upstream a Sparkplug B 3.0 edge node: the
+// gateway is the node, each device of the site a Sparkplug device.
+type SparkplugConfig struct {
+	// GroupID and EdgeNode name the node in its topics,
+	// spBv1.0/<group>/<type>/<edge node>[/<device>]. Neither may be empty
+	// nor hold '/', '+' or '#'.
+	GroupID, EdgeNode string
+	// PrimaryHost is the primary host application's id, or empty.
+	PrimaryHost string
+	// Devices are the node's devices, in the order of the site file;
+	// aliases are numbered from 1 across them in that order.
+	Devices []SparkplugDevice
+	// OnCommand runs a DCMD's metrics for device (see [SparkplugCommand]);
+	// nil refuses every DCMD (logged).
+	OnCommand func(ctx context.Context, cmd SparkplugCommand)
+	// Online reports whether each device answers (false: offline); the
+	// node asks every OnlineEvery (default 1s) and publishes a DDEATH or a
+	// DBIRTH for each change (see [Sparkplug.SetOnline]). nil: every
+	// device is online.
+	Online      func() map[string]bool
+	OnlineEvery time.Duration
+	// Now is the clock of payload timestamps; nil means time.Now.
+	Now func() time.Time
+}
+
+// SparkplugDevice is one device and the metrics its DBIRTH declares.
+type SparkplugDevice struct {
+	Name    string
+	Metrics []SparkplugMetric
+}
+
+// SparkplugMetric is one metric of a device: a point of its profile.
+type SparkplugMetric struct {
+	Name string
+	Type sparkplug.DataType
+	Unit string // engineering units, the DBIRTH's "engUnit" property; may be empty
+}
+
+// SparkplugCommand is one DCMD as it arrived: its device, and its metrics
+// with their names filled in from their aliases.
+type SparkplugCommand struct {
+	Device  string
+	Seq     uint64 // the payload's seq, as the host sent it
+	At      uint64 // the payload's timestamp
+	Metrics []sparkplug.Metric
+	Payload []byte // the message as it arrived
+}
+
+// PacketSeq and packetEpoch are the metrics of every device that carry a
+// packet's Seq and Epoch in its DDATA: with the edge node, the same dedupe
+// key as a JSON packet's GatewayId, Epoch and Seq. In a DBIRTH they are
+// null.
+const (
+	PacketSeq   = "Packet/Seq"
+	packetEpoch = "Packet/Epoch"
+)
+
+// EncodingSparkplugB is the encoding of an MQTT upstream that is a
+// Sparkplug B edge node (see [SparkplugConfig]).
+const EncodingSparkplugB Encoding = "sparkplug_b"

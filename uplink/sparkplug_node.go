@@ -1,0 +1,117 @@
+package uplink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"fieldlink/buffer"
+	"fieldlink/packet"
+)
+
+// sparkplugNode is the delivery loop's sender for a sparkplugNode B upstream: each
+// record, a packet of one device, goes out as a DDATA by alias, and leaves
+// the buffer once the DDATA of every record of its batch was acknowledged.
+// A record with no field that is a metric of its device (a command's
+// record) leaves the buffer unsent.
+type sparkplugNode struct {
+	s      *sparkplugSession
+	window int
+}
+
+// Name implements Sender.
+func (sp *sparkplugNode) Name() string { return sp.s.m.Name() }
+
+// MaxBatch implements Sender: a batch's records are published in order,
+// pipelined, up to the upstream's window.
+func (sp *sparkplugNode) MaxBatch() int { return sp.window }
+
+// Window implements Sender: one batch at a time, so that the packets go
+// out in the buffer's order (oldest first, after an outage), as
+// store-and-forward wants; concurrent batches would race for the seq.
+func (sp *sparkplugNode) Window() int { return 1 }
+
+// Up implements Sender: connected, births sent (with a primary host: it
+// is online). While it is not, the packets wait in the buffer.
+func (sp *sparkplugNode) Up() bool {
+	s := sp.s
+	c := s.m.conn()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return c != nil && c == s.born
+}
+
+// LastError is the broker connection's latest failure.
+func (sp *sparkplugNode) LastError() (string, time.Time) { return sp.s.m.LastError() }
+
+// MQTT is the upstream's connection.
+func (sp *sparkplugNode) MQTT() *MQTT { return sp.s.m }
+
+// Send publishes the records as DDATA, in order, pipelined, and returns
+// nil once the broker acknowledged every one. A record that is no packet,
+// or a packet of a device that is not the node's, fails the batch at once
+// with a permanent error, before anything is published.
+func (sp *sparkplugNode) Send(ctx context.Context, batch []buffer.Record) error {
+	s := sp.s
+	pks := make([]*packet.Packet, len(batch))
+	for i, r := range batch {
+		pk, err := packet.Decode(r.Data)
+		if err == nil && s.devs[pk.DeviceID] == nil {
+			err = fmt.Errorf("device %q is not one of the node's", pk.DeviceID)
+		}
+		if err != nil {
+			return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: publish seq %d: %w", s.m.name, r.Seq, err)}
+		}
+		pks[i] = pk
+	}
+	s.mu.Lock()
+	c := s.m.conn()
+	if c == nil || c != s.born {
+		s.mu.Unlock()
+		return s.m.notConnected()
+	}
+	toks := make([]paho.Token, len(pks))
+	for i, pk := range pks {
+		toks[i] = s.ddata(c, s.devs[pk.DeviceID], pk)
+	}
+	s.mu.Unlock()
+	for i, tok := range toks {
+		if tok == nil {
+			continue
+		}
+		if err := s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout); err != nil {
+			return fmt.Errorf("uplink: mqtt %s: publish seq %d: %w", s.m.name, batch[i].Seq, err)
+		}
+	}
+	return nil
+}
+
+// SetOnline tells the node that device went offline (a DDEATH is
+// published, its last values are forgotten: they are stale) or came back
+// (a DBIRTH, its metrics null until a reading arrives). A repeated state
+// publishes nothing. Without a connection the state is kept for the next
+// births.
+func (sp *sparkplugNode) SetOnline(ctx context.Context, device string, online bool) error {
+	return sp.s.setOnline(ctx, device, online)
+}
+
+// newSparkplug makes m a Sparkplug B edge node ([SparkplugConfig]) and
+// returns its sender. Call it before m's Run.
+func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, error) {
+	if m.running.Load() {
+		return nil, errors.New("uplink: sparkplug: the MQTT upstream already runs")
+	}
+	s, err := newSparkplugSession(cfg, m.log)
+	if err != nil {
+		return nil, fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
+	}
+	s.m = m
+	m.session = s
+	if window <= 0 {
+		window = m.Window()
+	}
+	return &sparkplugNode{s: s, window: window}, nil
+}
