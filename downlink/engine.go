@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -79,13 +78,6 @@ type Options struct {
 	Publish func(Result)
 	Now     func() time.Time
 	Log     *slog.Logger
-}
-
-// point is a writable point of a device, as the site file allows it.
-type point struct {
-	device string
-	reg    *profile.Register
-	rule   config.Writable
 }
 
 // Engine runs commands: it checks each against the site file's rules,
@@ -345,158 +337,6 @@ func (e *Engine) untimely(cmd Command, now time.Time) (Status, string) {
 		return StatusRejected, fmt.Sprintf("issued_at %s is %s ahead of the gateway's clock", cmd.IssuedAt, issued.Sub(now).Round(time.Second))
 	}
 	return "", ""
-}
-
-// value checks a command's value against the point's rules and returns it
-// as a number (coils: 0 or 1).
-func (p *point) value(v Value) (float64, error) {
-	isBool := p.reg.Area.IsBit() || p.reg.Type == profile.Bool
-	if b, ok := v.Bool(); ok {
-		if !isBool {
-			return 0, fmt.Errorf("takes a number, not %s", v)
-		}
-		if b {
-			return 1, nil
-		}
-		return 0, nil
-	}
-	f, ok := v.Float()
-	if !ok || isBool {
-		return 0, fmt.Errorf("takes true or false, not %s", v)
-	}
-	r := p.rule
-	if r.Min != nil && f < *r.Min {
-		return 0, fmt.Errorf("%v is below min %v", f, *r.Min)
-	}
-	if r.Max != nil && f > *r.Max {
-		return 0, fmt.Errorf("%v is above max %v", f, *r.Max)
-	}
-	if r.Step > 0 {
-		base := 0.0
-		if r.Min != nil {
-			base = *r.Min
-		}
-		n := (f - base) / r.Step
-		if math.Abs(n-math.Round(n)) > 1e-9*math.Max(1, math.Abs(n)) {
-			return 0, fmt.Errorf("%v is not %v plus a whole number of steps of %v", f, base, r.Step)
-		}
-	}
-	return f, nil
-}
-
-// matches reports whether a read-back agrees with the value written:
-// within one step (or one raw unit, for an integer register).
-func (p *point) matches(rb packet.Value, v float64) bool {
-	got, ok := rb.Float64()
-	if rb.Kind() == packet.KindBool {
-		got, ok = 0, true
-		if rb.String() == "True" {
-			got = 1
-		}
-	}
-	if !ok {
-		return false
-	}
-	tol := p.rule.Step
-	if tol == 0 {
-		switch p.reg.Type {
-		case profile.Float32:
-			tol = math.Abs(v) * 1e-6
-		case profile.Float64:
-			tol = math.Abs(v) * 1e-12
-		default:
-			tol = math.Abs(p.reg.ScaleOr1()) * 1e-6 // exact, but for the binary fraction
-		}
-	}
-	return math.Abs(got-v) <= tol
-}
-
-// interlocked returns why an interlock denies the write, "" when none does.
-func (e *Engine) interlocked(p *point, now time.Time) string {
-	for _, il := range p.rule.Interlock {
-		pt, ok := e.opt.Points.Latest(il.Device, il.Point, now)
-		if !ok || pt.At.IsZero() {
-			return fmt.Sprintf("%s.%s has no reading", il.Device, il.Point)
-		}
-		if age := now.Sub(pt.At); age > il.MaxAge || pt.Quality == sensors.Bad {
-			return fmt.Sprintf("%s.%s was read %s ago (max_age %v): too old to rely on", il.Device, il.Point, age.Round(time.Second), il.MaxAge)
-		}
-		f, ok := pt.Value.Float64()
-		if pt.Value.Kind() == packet.KindBool {
-			f, ok = 0, true
-			if pt.Value.String() == "True" {
-				f = 1
-			}
-		}
-		if !ok {
-			return fmt.Sprintf("%s.%s is not a number (%s)", il.Device, il.Point, pt.Value)
-		}
-		if il.Above != nil && !(f > *il.Above) {
-			return fmt.Sprintf("%s.%s is %v, not above %v", il.Device, il.Point, pt.Value, *il.Above)
-		}
-		if il.Below != nil && !(f < *il.Below) {
-			return fmt.Sprintf("%s.%s is %v, not below %v", il.Device, il.Point, pt.Value, *il.Below)
-		}
-	}
-	return ""
-}
-
-// refused audits and reports a command refused before its id was kept;
-// buffered sends its record upstream too.
-func (e *Engine) refused(cmd *Command, res Result, buffered bool) {
-	if err := e.opt.Ledger.Refused(cmd, res); err != nil {
-		e.opt.Log.Error("refused command not recorded in the audit log", "id", res.ID, "err", err)
-	}
-	e.report(cmd, res, buffered)
-}
-
-// report publishes, counts and (for a command with an id kept) buffers a
-// result, and logs it for the technician.
-func (e *Engine) report(cmd *Command, res Result, buffered bool) {
-	e.mu.Lock()
-	e.counts[res.Status]++
-	rec := Recent{Result: res}
-	if cmd != nil {
-		rec.Device, rec.Point = cmd.Device, cmd.Point
-	}
-	e.recent = append(e.recent, rec)
-	if len(e.recent) > recentKept {
-		e.recent = e.recent[1:]
-	}
-	e.mu.Unlock()
-	args := []any{"id", res.ID, "status", res.Status}
-	if cmd != nil {
-		args = append(args, "device", cmd.Device, "point", cmd.Point, "value", cmd.Value.String(), "actor", cmd.Actor)
-	}
-	if res.Reason != "" {
-		args = append(args, "reason", res.Reason)
-	}
-	level := slog.LevelInfo
-	if res.Status != StatusDone {
-		level = slog.LevelWarn
-	}
-	e.opt.Log.Log(context.Background(), level, "command", args...)
-	if e.opt.Publish != nil {
-		e.opt.Publish(res)
-	}
-	if buffered && cmd != nil && e.opt.Emit != nil {
-		e.opt.Emit(recordOf(cmd, res))
-	}
-}
-
-// recordOf is the packet that carries a command and its outcome upstream,
-// through the buffer, so the platform's record survives outages.
-func recordOf(cmd *Command, res Result) *packet.Packet {
-	f := []packet.Field{
-		{Name: "CommandId", Value: packet.String(cmd.ID)},
-		{Name: "Point", Value: packet.String(cmd.Point)},
-		{Name: "Value", Value: packet.String(cmd.Value.String())},
-		{Name: "Status", Value: packet.String(string(res.Status))},
-		{Name: "Readback", Value: packet.String(res.Readback.String())},
-		{Name: "Actor", Value: packet.String(cmd.Actor)},
-		{Name: "Reason", Value: packet.String(res.Reason)},
-	}
-	return &packet.Packet{At: res.At, DeviceID: cmd.Device, DataType: commandDataType, Fields: f}
 }
 
 // fromPacket turns a read-back into a result value.
