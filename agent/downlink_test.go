@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/config"
 	"fieldlink/downlink"
 	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/internal/testtool/emutest"
 	"fieldlink/sensors/emulator"
 )
@@ -52,7 +51,7 @@ func (f *frameLog) of(slave byte) []string {
 // platform is the platform's side of one broker: it publishes commands
 // and collects results and Command packets.
 type platform struct {
-	c       paho.Client
+	c       *brokertest.Client
 	mu      sync.Mutex
 	results []downlink.Result
 	records []string
@@ -60,18 +59,9 @@ type platform struct {
 
 func newPlatform(t *testing.T, addr string) *platform {
 	t.Helper()
-	p := &platform{}
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("platform-%d", time.Now().UnixNano())).
-		SetCleanSession(true).SetAutoReconnect(false).SetProtocolVersion(4)
-	p.c = paho.NewClient(o)
-	if tok := p.c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("platform: connect %s: %v", addr, tok.Error())
-	}
-	t.Cleanup(func() { p.c.Disconnect(0) })
+	p := &platform{c: brokertest.NewClient(t, brokertest.Options{Name: "platform", Brokers: []string{addr}, Wait: 10 * time.Second})}
 	sub := func(topic string, f func([]byte)) {
-		if tok := p.c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) { f(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("platform: subscribe %s: %v", topic, tok.Error())
-		}
+		p.c.Subscribe(t, topic, func(_ string, payload []byte) { f(payload) })
 	}
 	sub("fieldlink/001/gw-dl/cmd/result", func(b []byte) {
 		var r downlink.Result
@@ -93,9 +83,7 @@ func newPlatform(t *testing.T, addr string) *platform {
 
 func (p *platform) send(t *testing.T, cmd string, retained bool) {
 	t.Helper()
-	if tok := p.c.Publish("fieldlink/001/gw-dl/cmd", 1, retained, cmd); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("platform: publish: %v", tok.Error())
-	}
+	p.c.Publish(t, "fieldlink/001/gw-dl/cmd", []byte(cmd), retained)
 }
 
 // result waits for the result of id.
@@ -217,29 +205,7 @@ func retained(t *testing.T, addr, topic string) string { return retainedWith(add
 
 // retainedWith is retained as user (none when empty).
 func retainedWith(addr, topic, user, pw string) string {
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("ret-%d", time.Now().UnixNano())).
-		SetCleanSession(true).SetAutoReconnect(false)
-	if user != "" {
-		o.SetUsername(user).SetPassword(pw)
-	}
-	c := paho.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		return ""
-	}
-	defer c.Disconnect(0)
-	got := make(chan string, 1)
-	c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
-		select {
-		case got <- string(m.Payload()):
-		default:
-		}
-	})
-	select {
-	case s := <-got:
-		return s
-	case <-time.After(300 * time.Millisecond):
-		return ""
-	}
+	return brokertest.Retained(brokertest.Options{Brokers: []string{addr}, Username: user, Password: pw}, topic)
 }
 
 func command(id, device, point, value string, issued time.Time, extra string) string {

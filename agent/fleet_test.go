@@ -17,12 +17,11 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/config"
 	"fieldlink/fleet"
 	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/packet"
 )
 
@@ -78,23 +77,18 @@ remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
 	// Count what reaches the broker: every packet, by its Seq.
 	seqs := map[uint64]bool{}
 	var smu sync.Mutex
-	o := paho.NewClientOptions().AddBroker("tcp://" + b.Addr()).SetClientID("platform").SetUsername("gw").SetPassword("right-Pa55").
-		SetCleanSession(true).SetAutoReconnect(false)
-	sub := paho.NewClient(o)
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatal(tok.Error())
-	}
-	defer sub.Disconnect(0)
-	sub.Subscribe("fieldlink/#", 1, func(_ paho.Client, m paho.Message) {
-		// Beside the packets: the retained status and the configuration's
-		// state reports. Whatever reads as a packet must follow the schema.
-		if p, err := packet.Decode(m.Payload()); err == nil && p.Seq > 0 {
-			testtool.ValidPacket(t, m.Payload())
-			smu.Lock()
-			seqs[p.Seq] = true
-			smu.Unlock()
-		}
-	}).WaitTimeout(10 * time.Second)
+	sub := brokertest.Subscribe(t, brokertest.Options{ID: "platform", Brokers: []string{b.Addr()}, Username: "gw", Password: "right-Pa55", Wait: 10 * time.Second},
+		"fieldlink/#", func(_ string, payload []byte) {
+			// Beside the packets: the retained status and the configuration's
+			// state reports. Whatever reads as a packet must follow the schema.
+			if p, err := packet.Decode(payload); err == nil && p.Seq > 0 {
+				testtool.ValidPacket(t, payload)
+				smu.Lock()
+				seqs[p.Seq] = true
+				smu.Unlock()
+			}
+		})
+	defer sub.Close()
 
 	log := &testtool.SyncBuffer{}
 	g, err := Start(c, Options{Logger: slog.New(slog.NewTextHandler(log, nil))})

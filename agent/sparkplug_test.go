@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/downlink"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/emutest"
@@ -22,11 +20,9 @@ import (
 // each message's topic and a copy of its payload to f.
 func platformSubscribe(t *testing.T, host *platform, topic string, f func(topic string, payload []byte)) {
 	t.Helper()
-	if tok := host.c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
-		f(m.Topic(), append([]byte(nil), m.Payload()...))
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("platform: subscribe %s: %v", topic, tok.Error())
-	}
+	host.c.Subscribe(t, topic, func(topic string, payload []byte) {
+		f(topic, append([]byte(nil), payload...))
+	})
 }
 
 // TestSparkplugDCMD runs a gateway whose upstream is a Sparkplug B node on
@@ -109,9 +105,7 @@ downlink: {enabled: true, allow_unsigned: true}
 	)
 	publish := func(p []byte) {
 		t.Helper()
-		if tok := host.c.Publish("spBv1.0/farm/DCMD/gw-dl/valve-1", 1, false, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatal(tok.Error())
-		}
+		host.c.Publish(t, "spBv1.0/farm/DCMD/gw-dl/valve-1", p, false)
 	}
 	open, err := sparkplugCommand(uplink.SparkplugCommand{Device: "valve-1", At: uint64(now), Payload: dcmds[0]}, 0,
 		sparkplug.Metric{Name: "ValveOpen", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(true)})
@@ -188,9 +182,7 @@ func TestSparkplugPrimaryHostKeepsPackets(t *testing.T) {
 	state := func(online bool) {
 		t.Helper()
 		p := fmt.Sprintf(`{"online":%v,"timestamp":%d}`, online, time.Now().UnixMilli())
-		if tok := host.c.Publish("spBv1.0/STATE/scada", 1, true, p); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatal(tok.Error())
-		}
+		host.c.Publish(t, "spBv1.0/STATE/scada", []byte(p), true)
 	}
 	state(false)
 	type msg struct {

@@ -25,9 +25,8 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/internal/testtool/emutest"
 	"fieldlink/internal/updategate"
 	"fieldlink/packet"
@@ -684,28 +683,20 @@ type received struct {
 func subscribe(t *testing.T, addr string) *received {
 	t.Helper()
 	r := &received{got: map[string]map[uint64]int{}}
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("fleet-check").SetCleanSession(true)
-	cl := paho.NewClient(o)
-	if tok := cl.Connect(); !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { cl.Disconnect(100) })
-	tok := cl.Subscribe("fieldlink/#", 1, func(_ paho.Client, m paho.Message) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		p, err := packet.Decode(m.Payload())
-		if err != nil {
-			r.bad = append(r.bad, fmt.Sprintf("%s: %v", m.Payload(), err))
-			return
-		}
-		if r.got[p.Epoch] == nil {
-			r.got[p.Epoch] = map[uint64]int{}
-		}
-		r.got[p.Epoch][p.Seq]++
-	})
-	if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: subscribe: %v", tok.Error())
-	}
+	brokertest.Subscribe(t, brokertest.Options{ID: "fleet-check", Brokers: []string{addr}, Reconnect: true, Quiesce: 100},
+		"fieldlink/#", func(_ string, payload []byte) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			p, err := packet.Decode(payload)
+			if err != nil {
+				r.bad = append(r.bad, fmt.Sprintf("%s: %v", payload, err))
+				return
+			}
+			if r.got[p.Epoch] == nil {
+				r.got[p.Epoch] = map[uint64]int{}
+			}
+			r.got[p.Epoch][p.Seq]++
+		})
 	return r
 }
 

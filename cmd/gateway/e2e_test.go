@@ -21,14 +21,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/buffer"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/packet"
 )
 
@@ -81,12 +79,12 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 	_, emuAddr := serve(t, false, "generic-wind-speed", "renke-rs-ws-n01", "generic-tipping-bucket-rain", "dfrobot-sen0644")
 	names := []string{"A", "B", "C"}
 	led := newE2ELedger(len(names))
-	links := make([]e2eFaultLink, len(names))
+	links := make([]*brokertest.Proxy, len(names))
 	var ups []string
 	for i, name := range names {
 		broker := testtool.StartMosquitto(t, mosq)
 		e2eSubscribe(t, broker, name, func(topic string, payload []byte) { led.received(i, topic, payload) }, led.problem)
-		links[i] = e2eNewFaultLink(t, name, broker)
+		links[i] = brokertest.NewProxy(t, name, broker)
 		ups = append(ups, "mqtt://"+links[i].Addr())
 	}
 	dir := t.TempDir()
@@ -140,7 +138,7 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 
 	// 2. Latency on A: its share of new packets drops.
 	at := time.Now()
-	links[0].AddLatency(200 * time.Millisecond)
+	links[0].AddToxic(`{"name":"latency_downstream","type":"latency","stream":"downstream","attributes":{"latency":200}}`)
 	lo2 := cutAt(at)
 	hi2 := produce("packets during the latency phase", lo2, 2*phasePackets)
 	delivered("latency on A", lo2, hi2, 0, 1, 2)
@@ -152,11 +150,11 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 	if b == 0 || c == 0 {
 		t.Errorf("B and C should share the traffic A lost: B %d, C %d", b, c)
 	}
-	links[0].RemoveToxics()
+	links[0].Reset()
 
 	// 3. B's link cut: A and C take everything, B gets nothing new.
 	at = time.Now()
-	links[1].Disable()
+	links[1].Down()
 	lo3 := cutAt(at)
 	hi3 := produce("packets during B's outage", lo3, phasePackets)
 	delivered("B down", lo3, hi3, 0, 2)
@@ -169,8 +167,8 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 	// shows no queue depth (its bbolt file is locked), so the depth is
 	// what was stored and not delivered.
 	at = time.Now()
-	links[0].Disable()
-	links[2].Disable()
+	links[0].Down()
+	links[2].Down()
 	lo4 := cutAt(at)
 	hi4 := produce("packets during the total outage", lo4, phasePackets)
 	if n := led.receiptsAfter(lo4); n != 0 {
@@ -181,7 +179,7 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 	// 5. Recovery: the backlog drains.
 	at = time.Now()
 	for _, l := range links {
-		l.Enable()
+		l.Up()
 	}
 	hi5 := led.maxStored()
 	delivered("recovery", 0, hi5, 0, 1, 2)
@@ -755,43 +753,18 @@ func (w *e2eLineWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// e2eSubscribe connects a paho client straight to the broker at addr and
-// subscribes to fieldlink/# at QoS 1; every message goes to got.
+// e2eSubscribe connects a subscriber straight to the broker at addr,
+// subscribed to fieldlink/# at QoS 1; every message goes to got, a lost
+// connection to problem.
 func e2eSubscribe(t *testing.T, addr, name string, got func(topic string, payload []byte), problem func(string)) {
 	t.Helper()
-	o := paho.NewClientOptions()
-	o.AddBroker("tcp://" + addr)
-	o.SetClientID("e2e-subscriber-" + name)
-	o.SetCleanSession(true)
-	o.SetAutoReconnect(false)
-	o.SetConnectRetry(false)
-	o.SetConnectTimeout(10 * time.Second)
-	var stopping atomic.Bool
-	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
-		if !stopping.Load() {
+	brokertest.Subscribe(t, brokertest.Options{
+		Name:    "subscriber " + name,
+		ID:      "e2e-subscriber-" + name,
+		Brokers: []string{addr},
+		Quiesce: 100,
+		Lost: func(err error) {
 			problem(fmt.Sprintf("subscriber of broker %s lost its connection: %v", name, err))
-		}
-	})
-	cl := paho.NewClient(o)
-	if tok := cl.Connect(); !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber %s: connect: %v", name, tok.Error())
-	}
-	t.Cleanup(func() { stopping.Store(true); cl.Disconnect(100) })
-	tok := cl.Subscribe("fieldlink/#", 1, func(_ paho.Client, m paho.Message) { got(m.Topic(), m.Payload()) })
-	if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber %s: subscribe: %v", name, tok.Error())
-	}
-}
-
-// e2eFaultLink is what the end-to-end test does to the link between the
-// gateway and one broker, in toxiproxy's terms: a latency toxic on the
-// downstream (broker to gateway), removing the toxics, and disabling and
-// enabling the proxy (disabled, it refuses connections and has cut every
-// link it carried).
-type e2eFaultLink interface {
-	Addr() string // host:port for the gateway
-	AddLatency(d time.Duration)
-	RemoveToxics()
-	Disable()
-	Enable()
+		},
+	}, "fieldlink/#", got)
 }
