@@ -1,0 +1,85 @@
+package uplink
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestMQTTTopicTemplate(t *testing.T) {
+	vars := map[string]string{"site": "farm-7", "gateway": "gw1", "slash": "a/b", "data_type": "ignored"}
+	tests := []struct {
+		tmpl    string
+		pub     map[string]string
+		want    string
+		wantErr string // from bind or render
+	}{
+		{"fieldlink/{site}/{gateway}/{data_type}", map[string]string{"data_type": "rain"}, "fieldlink/farm-7/gw1/rain", ""},
+		{"x/{site}/{device}/{data_type}", map[string]string{"data_type": "gas", "device": "ch4-1"}, "x/farm-7/ch4-1/gas", ""},
+		{"{data_type}", map[string]string{"data_type": "a"}, "a", ""},
+		{"plain/topic", nil, "plain/topic", ""},
+		{"t/{site}", map[string]string{"site": "not-per-packet"}, "t/farm-7", ""},
+		{"t/{device}", map[string]string{"data_type": "x"}, "", "{device} has no value in the packet"},
+		{"t/{device}", map[string]string{"device": ""}, "", "{device} has no value"},
+		{"t/{device}", map[string]string{"device": "a/b"}, "", "not allowed"},
+		{"t/{device}", map[string]string{"device": "a+"}, "", "not allowed"},
+		{"t/{device}", map[string]string{"device": "#"}, "", "not allowed"},
+		{"t/{farm}", nil, "", "{farm} has no value in vars"},
+		{"t/{slash}", nil, "", "not allowed"},
+	}
+	for _, tt := range tests {
+		tp, err := mqttParseTemplate(tt.tmpl)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.tmpl, err)
+		}
+		tp, err = tp.bind(vars, "data_type", "device")
+		got := ""
+		if err == nil {
+			got, err = tp.render(tt.pub)
+		}
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q %v: err = %v, want %q", tt.tmpl, tt.pub, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%q %v = %q, %v; want %q", tt.tmpl, tt.pub, got, err, tt.want)
+		}
+	}
+	m, err := NewMQTT(MQTTConfig{URL: "mqtt://h", Vars: vars})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.publish(context.Background(), map[string]string{"data_type": "a/b"}, nil)
+	var perm interface{ Permanent() bool }
+	if !errors.As(err, &perm) || !perm.Permanent() {
+		t.Errorf("Publish with a bad topic = %v, want a permanent error", err)
+	}
+	if m.Window() != DefaultWindow {
+		t.Errorf("Window() = %d", m.Window())
+	}
+	for _, bad := range []string{"", "a/{}", "a/}", "a/{b{c}}", "a/#", "a\x00"} {
+		if _, err := mqttParseTemplate(bad); err == nil {
+			t.Errorf("template %q accepted", bad)
+		}
+	}
+}
+
+func BenchmarkMQTTTopic(b *testing.B) {
+	tp, err := mqttParseTemplate(DefaultTopic)
+	if err == nil {
+		tp, err = tp.bind(mqttVars, "data_type", "device")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	pv := map[string]string{"data_type": "gas", "device": "ch4-1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tp.render(pv); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
