@@ -64,7 +64,7 @@ func drain(b *testing.B, q *buffer.Buffer, m *MQTT) time.Duration {
 }
 
 // BenchmarkDeliveryLoopQoS1 is the whole delivery path, buffer → Next →
-// Pick → Publish → PUBACK → Ack, to one local mosquitto at QoS 1, against
+// Pick → publish → PUBACK → Ack, to one local mosquitto at QoS 1, against
 // paho alone publishing the same number of packets pipelined to the same
 // broker in the same run. Reports both rates, their ratio (target ≥ 0.8)
 // and the drain rate over the demo site's ingest rate (target ≥ 10).

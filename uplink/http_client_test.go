@@ -55,7 +55,7 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	}
 }
 
-// httpTestPostWithin posts one packet and fails the test if Post has not
+// httpTestPostWithin posts one packet and fails the test if post has not
 // returned within limit (the post is then left to the test's cleanup).
 func httpTestPostWithin(t *testing.T, ctx context.Context, h *HTTP, limit time.Duration) (time.Duration, error) {
 	t.Helper()

@@ -12,7 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
-// The delivery figure: MQTT.Publish through its window against paho alone
+// The delivery figure: MQTT's publish through its window against paho alone
 // with the same window of pipelined tokens, to a local mosquitto, the same
 // ~200-byte payload, QoS 1. The ratio of their msgs/s has a target of 0.8
 // or more. BenchmarkMQTTvsPahoQoS1 measures both on one broker in

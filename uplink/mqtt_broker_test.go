@@ -323,7 +323,7 @@ func (r *mqttRelay) pumpDown(up, down net.Conn) {
 			continue
 		}
 		// Count a PUBACK before the client can see it, so that a test that
-		// reads the count after Publish returned never finds it behind;
+		// reads the count after publish returned never finds it behind;
 		// uncount it if it never got out.
 		puback := pkt[0]>>4 == 4
 		if puback {

@@ -20,7 +20,7 @@ import (
 	"fieldlink/internal/testtool"
 )
 
-// TestMQTTReconnect stops the broker, checks Publish fails fast, starts it
+// TestMQTTReconnect stops the broker, checks publish fails fast, starts it
 // again on the same port and checks Run reconnects by itself.
 func TestMQTTReconnect(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
@@ -256,7 +256,7 @@ func TestMQTTRunStops(t *testing.T) {
 }
 
 // TestMQTTStopWhilePublishing ends Run under a stream of pipelined
-// publishes: it returns promptly, every Publish returns, and no more of
+// publishes: it returns promptly, every publish returns, and no more of
 // them returned nil than PUBACKs reached the upstream.
 func TestMQTTStopWhilePublishing(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
@@ -337,7 +337,7 @@ func (pendingToken) Error() error                   { return nil }
 
 // TestMQTTConnectErrorNamesTheUpstreamOnce: a connect that fails while it
 // announces itself (subscribing, publishing "online") becomes the last
-// error that Publish quotes; the upstream's URL must appear once, not once
+// error that publish quotes; the upstream's URL must appear once, not once
 // per layer.
 func TestMQTTConnectErrorNamesTheUpstreamOnce(t *testing.T) {
 	m := &MQTT{name: "mqtt://broker.example:1883"}

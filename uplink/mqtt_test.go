@@ -14,7 +14,7 @@ import (
 )
 
 func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
-	// An hour's publish timeout: a Publish that waited for it instead of
+	// An hour's publish timeout: a publish that waited for it instead of
 	// failing at once would hang the test.
 	m, err := NewMQTT(MQTTConfig{URL: "mqtt://127.0.0.1:1", Vars: mqttVars, PublishTimeout: time.Hour})
 	if err != nil {
@@ -72,10 +72,10 @@ func TestMQTTPipelined(t *testing.T) {
 	}
 }
 
-// TestMQTTNoPUBACKNoSuccess is the proof that a nil from Publish means a
+// TestMQTTNoPUBACKNoSuccess is the proof that a nil from publish means a
 // PUBACK: a relay swallows everything the broker sends back, so the
 // broker gets the packets (a subscriber sees them) but no PUBACK reaches
-// the upstream; then the relay cuts the link. Every Publish must fail, and
+// the upstream; then the relay cuts the link. Every publish must fail, and
 // quickly, not by timeout. It also checks the window: with Window 8, only
 // 8 packets leave while no PUBACK comes back.
 func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
@@ -145,7 +145,7 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 }
 
 // TestMQTTAckTimeout: when PUBACKs stop coming on a link that stays up,
-// Publish fails after PublishTimeout, the connection is made again, and
+// publish fails after PublishTimeout, the connection is made again, and
 // publishing works on the new one.
 func TestMQTTAckTimeout(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
@@ -168,7 +168,7 @@ func TestMQTTAckTimeout(t *testing.T) {
 }
 
 // TestMQTTBrokerKilled kills mosquitto (SIGKILL) in the middle of a stream
-// of pipelined publishes: every Publish returns, none hangs, and no more
+// of pipelined publishes: every publish returns, none hangs, and no more
 // of them return nil than PUBACKs reached the upstream.
 func TestMQTTBrokerKilled(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})

@@ -248,7 +248,7 @@ func TestMQTTTLS(t *testing.T) {
 				}
 				return
 			}
-			// Refused: Publish fails at once, and says why once Run has tried.
+			// Refused: publish fails at once, and says why once Run has tried.
 			var err error
 			testtool.WaitFor(t, 10*time.Second, "a connect error", func() bool {
 				err = m.publish(ctx, map[string]string{"data_type": "tls"}, []byte("x"))

@@ -12,7 +12,7 @@ import (
 	"fieldlink/packet"
 )
 
-// sparkplugNode is the delivery loop's sender for a sparkplugNode B upstream: each
+// sparkplugNode is the delivery loop's sender for a Sparkplug B upstream: each
 // record, a packet of one device, goes out as a DDATA by alias, and leaves
 // the buffer once the DDATA of every record of its batch was acknowledged.
 // A record with no field that is a metric of its device (a command's
