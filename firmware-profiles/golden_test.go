@@ -5,10 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/sensors/lineproto"
 	"fieldlink/sensors/profile"
 )
@@ -23,24 +23,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 func TestGolden(t *testing.T) {
 	for name, p := range load(t) {
 		t.Run(name, func(t *testing.T) {
-			got := render(p)
-			path := filepath.Join("testdata", name+".golden")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs (run go test -update if the change is intended):\n--- got\n%s--- want\n%s", path, got, want)
-			}
+			testtool.Golden(t, filepath.Join("testdata", name+".golden"), render(p), *update)
 		})
 	}
 }

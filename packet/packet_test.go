@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	_ "time/tzdata" // the binary embeds the zone database too; tests must not depend on the host's
 
+	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 )
 
@@ -161,20 +161,7 @@ func TestGolden(t *testing.T) {
 			if !json.Valid(got) {
 				t.Errorf("invalid JSON: %s", got)
 			}
-			path := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("output differs from %s (go test -update rewrites it)\ngot:  %s\nwant: %s", path, got, want)
-			}
+			testtool.Golden(t, filepath.Join("testdata", tc.name+".golden"), got, *update)
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -176,24 +175,7 @@ func golden(t *testing.T, name string, p *packet.Packet) {
 	p.At = fixed
 	loc, _ := time.LoadLocation("Asia/Shanghai")
 	(&packet.Stamper{IDField: "FarmId", SiteID: "001", GatewayID: "gw-01", Loc: loc}).Stamp(p)
-	got := string(p.AppendJSON(nil, packet.Strings)) + "\n"
-	file := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (run go test ./sensors -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s:\n got  %s want %s", file, got, want)
-	}
+	testtool.Golden(t, filepath.Join("testdata", name+".golden"), append(p.AppendJSON(nil, packet.Strings), '\n'), *update)
 }
 
 // A dead device is backed off and marked offline, and does not stop its bus
