@@ -35,7 +35,9 @@
 // regenerates docs/selector-lab.md.
 //
 // The files follow the concepts: queue.go is the event queue, model.go the
-// simulated upstreams and gateways (what each event does), measure.go what
-// a [Trial] measures, sim.go the run that ties them together, scenario.go
-// the scenarios, report.go and markdown.go the report.
+// packets, their attempts and what each event does, server.go the
+// simulated upstreams, gateway.go the simulated gateways' delivery loops,
+// measure.go what a [Trial] measures, sim.go the run that ties them
+// together, scenario.go the scenarios, report.go and markdown.go the
+// report.
 package lab
