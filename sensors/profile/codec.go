@@ -27,21 +27,9 @@ func canonical(dst, wire []byte, o Order) {
 	}
 }
 
-// wire is the inverse of canonical.
-func wire(dst, canon []byte, o Order) {
-	n := len(canon)
-	for w := 0; w < n/2; w++ {
-		dstW := w
-		if o == CDAB || o == DCBA {
-			dstW = n/2 - 1 - w
-		}
-		hi, lo := canon[2*w], canon[2*w+1]
-		if o == BADC || o == DCBA {
-			hi, lo = lo, hi
-		}
-		dst[2*dstW], dst[2*dstW+1] = hi, lo
-	}
-}
+// wire is the inverse of canonical, which is canonical itself: reversing
+// the words and swapping the bytes of each word each undo themselves.
+func wire(dst, canon []byte, o Order) { canonical(dst, canon, o) }
 
 // Raw decodes the register from its wire bytes (2·Words() bytes, as read)
 // into the raw number before scale and offset. ok is false for bool and
