@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/fleet"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
 )
@@ -91,28 +90,19 @@ func (r *stateReports) has(serial int, state string) bool {
 func subscribeReports(t *testing.T, broker string, led *ledger) *stateReports {
 	t.Helper()
 	r := &stateReports{seen: map[string]bool{}}
-	o := paho.NewClientOptions().AddBroker("tcp://" + broker).SetClientID("powercut-fleet").
-		SetCleanSession(true).SetAutoReconnect(false).SetProtocolVersion(4)
-	c := paho.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("fleet: connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(0) })
-	tok := c.Subscribe("fieldlink/POWER/"+gatewayID+"/config/state", 1, func(_ paho.Client, m paho.Message) {
+	c := brokertest.NewClient(t, brokertest.Options{Name: "fleet", ID: "powercut-fleet", Brokers: []string{broker}, Wait: 10 * time.Second})
+	c.Subscribe(t, "fieldlink/POWER/"+gatewayID+"/config/state", func(_ string, payload []byte) {
 		var rep struct {
 			Serial uint64 `json:"serial"`
 			State  string `json:"state"`
 		}
-		if json.Unmarshal(m.Payload(), &rep) == nil {
+		if json.Unmarshal(payload, &rep) == nil {
 			r.mu.Lock()
 			r.seen[fmt.Sprint(rep.Serial, " ", rep.State)] = true
 			r.mu.Unlock()
 			led.poke()
 		}
 	})
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("fleet: subscribe: %v", tok.Error())
-	}
 	return r
 }
 

@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/downlink"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/internal/testtool/emutest"
 	"fieldlink/sensors/emulator"
 )
@@ -117,7 +116,7 @@ func (c *cmdLog) written(v int32) []int {
 // cmdPlatform is the platform: it publishes commands straight to the
 // broker and collects their results and the gateway's "online".
 type cmdPlatform struct {
-	c       paho.Client
+	c       *brokertest.Client
 	topic   string
 	led     *ledger // poked at every message, for its waiters
 	mu      sync.Mutex
@@ -130,17 +129,9 @@ func newCmdPlatform(t *testing.T, broker string, led *ledger) *cmdPlatform {
 	t.Helper()
 	base := "fieldlink/POWER/" + gatewayID
 	p := &cmdPlatform{topic: base + "/cmd", led: led, results: map[string][]time.Time{}, last: map[string]downlink.Result{}}
-	o := paho.NewClientOptions().AddBroker("tcp://" + broker).SetClientID("powercut-platform").
-		SetCleanSession(true).SetAutoReconnect(false).SetProtocolVersion(4)
-	p.c = paho.NewClient(o)
-	if tok := p.c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("platform: connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { p.c.Disconnect(0) })
+	p.c = brokertest.NewClient(t, brokertest.Options{Name: "platform", ID: "powercut-platform", Brokers: []string{broker}, Wait: 10 * time.Second})
 	sub := func(topic string, f func([]byte)) {
-		if tok := p.c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) { f(m.Payload()); led.poke() }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("platform: subscribe %s: %v", topic, tok.Error())
-		}
+		p.c.Subscribe(t, topic, func(_ string, payload []byte) { f(payload); led.poke() })
 	}
 	sub(base+"/cmd/result", func(b []byte) {
 		var r downlink.Result
@@ -165,9 +156,7 @@ func newCmdPlatform(t *testing.T, broker string, led *ledger) *cmdPlatform {
 
 func (p *cmdPlatform) send(t *testing.T, payload string) {
 	t.Helper()
-	if tok := p.c.Publish(p.topic, 1, false, payload); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("platform: publish: %v", tok.Error())
-	}
+	p.c.Publish(t, p.topic, []byte(payload), false)
 }
 
 // onlineSince reports whether the gateway said "online" at or after since

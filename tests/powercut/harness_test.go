@@ -13,13 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/packet"
 )
 
@@ -343,42 +341,28 @@ func (f figures) String() string {
 // the test ends.
 func subscribe(t *testing.T, addr string, led *ledger) {
 	t.Helper()
-	o := paho.NewClientOptions()
-	o.AddBroker("tcp://" + addr)
-	o.SetClientID("powercut-subscriber")
-	o.SetCleanSession(true)
-	o.SetAutoReconnect(false)
-	o.SetConnectRetry(false)
-	o.SetConnectTimeout(10 * time.Second)
-	o.SetOrderMatters(false)
-	var stopping atomic.Bool
-	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
-		if !stopping.Load() {
+	brokertest.Subscribe(t, brokertest.Options{
+		ID:        "powercut-subscriber",
+		Brokers:   []string{addr},
+		Unordered: true,
+		Quiesce:   100,
+		Lost: func(err error) {
 			led.mu.Lock()
 			led.problemLocked("the subscriber lost its connection: %v", err)
 			led.mu.Unlock()
-		}
-	})
-	cl := paho.NewClient(o)
-	if tok := cl.Connect(); !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { stopping.Store(true); cl.Disconnect(100) })
-	tok := cl.Subscribe("fieldlink/#", 1, func(_ paho.Client, m paho.Message) {
-		if strings.HasSuffix(m.Topic(), "/status") {
+		},
+	}, "fieldlink/#", func(topic string, payload []byte) {
+		if strings.HasSuffix(topic, "/status") {
 			return // the gateway's retained online/offline
 		}
-		if strings.HasSuffix(m.Topic(), "/cmd") || strings.HasSuffix(m.Topic(), "/cmd/result") {
+		if strings.HasSuffix(topic, "/cmd") || strings.HasSuffix(topic, "/cmd/result") {
 			return // the platform's commands and their results (commands_test.go)
 		}
-		if strings.HasSuffix(m.Topic(), "/config/state") {
+		if strings.HasSuffix(topic, "/config/state") {
 			return // the remote configuration's reports (bundles_test.go)
 		}
-		led.take(m.Payload(), true)
+		led.take(payload, true)
 	})
-	if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: subscribe: %v", tok.Error())
-	}
 }
 
 // check fails the test on what the figures show: for the real run, any
