@@ -63,7 +63,7 @@ var mqttClientSeq atomic.Uint64
 // Each connection has one goroutine, its pump, that hands packets to paho
 // and answers publish's callers, in order, as PUBACKs come in; callers
 // wait on their answer or on the loss of the connection, whichever comes
-// first. publish, Connected, Name and Window are safe for concurrent use.
+// first. publish, Connected, Name and window are safe for concurrent use.
 type MQTT struct {
 	cfg        MQTTConfig
 	name       string // the URL, for logs and errors
@@ -103,8 +103,8 @@ func (m *MQTT) Kick() {
 // credentials.
 func (m *MQTT) Name() string { return m.name }
 
-// Window is the most publishes in flight at once (MQTTConfig.Window).
-func (m *MQTT) Window() int { return m.cfg.Window }
+// window is the most publishes in flight at once (MQTTConfig.Window).
+func (m *MQTT) window() int { return m.cfg.Window }
 
 // String is Name, so that printing an MQTT cannot show its password.
 func (m *MQTT) String() string { return "MQTT(" + m.name + ")" }

@@ -25,7 +25,7 @@ func TestMQTTClientIDInUseElsewhere(t *testing.T) {
 	testtool.WaitFor(t, 30*time.Second, "the log to say another client uses the id", func() bool {
 		return strings.Contains(bufA.String(), words)
 	})
-	if text, at := a.LastError(); !strings.HasPrefix(text, words) || !strings.Contains(text, id) || at.IsZero() {
+	if text, at := a.lastError(); !strings.HasPrefix(text, words) || !strings.Contains(text, id) || at.IsZero() {
 		t.Errorf("last error %q at %v: want it to say %q and name the id", text, at, words)
 	}
 
@@ -38,7 +38,7 @@ func TestMQTTClientIDInUseElsewhere(t *testing.T) {
 	mqttWaitConnected(t, c, false)
 	b2.Start()
 	mqttWaitConnected(t, c, true)
-	if text, _ := c.LastError(); text == "" || strings.Contains(text, words) {
+	if text, _ := c.lastError(); text == "" || strings.Contains(text, words) {
 		t.Errorf("a broker restarted: last error %q", text)
 	}
 }

@@ -17,8 +17,8 @@ func TestMQTTNewConfig(t *testing.T) {
 			if m.addr != "broker.example:1883" || m.Name() != "mqtt://broker.example:1883" {
 				t.Errorf("addr %q name %q", m.addr, m.Name())
 			}
-			if m.qos != 1 || m.Window() != 64 || m.status != "fieldlink/s1/gw1/status" {
-				t.Errorf("qos %d window %d status %q", m.qos, m.Window(), m.status)
+			if m.qos != 1 || m.window() != 64 || m.status != "fieldlink/s1/gw1/status" {
+				t.Errorf("qos %d window %d status %q", m.qos, m.window(), m.status)
 			}
 			if !strings.HasPrefix(m.cfg.ClientID, "fieldlink-gw1-") {
 				t.Errorf("client id %q", m.cfg.ClientID)
@@ -48,8 +48,8 @@ func TestMQTTNewConfig(t *testing.T) {
 			}
 		}},
 		{name: "explicit client id and window", cfg: MQTTConfig{URL: "mqtt://h", ClientID: "me", Window: 7}, check: func(t *testing.T, m *MQTT) {
-			if m.cfg.ClientID != "me" || m.Window() != 7 {
-				t.Errorf("client id %q window %d", m.cfg.ClientID, m.Window())
+			if m.cfg.ClientID != "me" || m.window() != 7 {
+				t.Errorf("client id %q window %d", m.cfg.ClientID, m.window())
 			}
 		}},
 		{name: "tcp alias refused", cfg: MQTTConfig{URL: "tcp://h:1883"}, wantErr: "write mqtt://"},

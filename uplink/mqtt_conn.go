@@ -25,11 +25,11 @@ func (m *MQTT) setLastErr(err error) {
 	m.lastErr.Store(&err)
 }
 
-// LastError is the latest reason a connection to the broker failed or
+// lastError is the latest reason a connection to the broker failed or
 // ended, in words, and when; "" before the first. It stays
 // after the connection is made again: the status page shows it beside
 // the time. Safe for concurrent use.
-func (m *MQTT) LastError() (string, time.Time) { return m.noted.get() }
+func (m *MQTT) lastError() (string, time.Time) { return m.noted.get() }
 
 // acceptedErr is a failure of [MQTT.connect] after the broker accepted
 // the connection (its CONNACK came): the link was up, if briefly. stalled

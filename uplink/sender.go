@@ -47,7 +47,7 @@ func (s *MQTTSender) topicVars(data []byte) map[string]string {
 // flight; window ≤ 0 means m's own [MQTTConfig.Window].
 func NewMQTTSender(m *MQTT, window int) *MQTTSender {
 	if window <= 0 {
-		window = m.Window()
+		window = m.window()
 	}
 	return &MQTTSender{m: m, window: window}
 }
@@ -74,8 +74,9 @@ func (s *MQTTSender) Window() int { return s.window }
 // Up implements Sender: connected.
 func (s *MQTTSender) Up() bool { return s.m.Connected() }
 
-// LastError is the broker connection's latest failure ([MQTT.LastError]).
-func (s *MQTTSender) LastError() (string, time.Time) { return s.m.LastError() }
+// LastError is the latest reason the broker connection failed or ended,
+// in words, and when; it stays after a reconnect.
+func (s *MQTTSender) LastError() (string, time.Time) { return s.m.lastError() }
 
 // HTTPSender adapts an HTTP publisher to the delivery loop: one POST per
 // batch.

@@ -45,7 +45,7 @@ func (sp *sparkplugNode) Up() bool {
 }
 
 // LastError is the broker connection's latest failure.
-func (sp *sparkplugNode) LastError() (string, time.Time) { return sp.s.m.LastError() }
+func (sp *sparkplugNode) LastError() (string, time.Time) { return sp.s.m.lastError() }
 
 // MQTT is the upstream's connection.
 func (sp *sparkplugNode) MQTT() *MQTT { return sp.s.m }
@@ -111,7 +111,7 @@ func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, err
 	s.m = m
 	m.session = s
 	if window <= 0 {
-		window = m.Window()
+		window = m.window()
 	}
 	return &sparkplugNode{s: s, window: window}, nil
 }

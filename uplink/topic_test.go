@@ -57,8 +57,8 @@ func TestMQTTTopicTemplate(t *testing.T) {
 	if !errors.As(err, &perm) || !perm.Permanent() {
 		t.Errorf("Publish with a bad topic = %v, want a permanent error", err)
 	}
-	if m.Window() != DefaultWindow {
-		t.Errorf("Window() = %d", m.Window())
+	if m.window() != DefaultWindow {
+		t.Errorf("window() = %d", m.window())
 	}
 	for _, bad := range []string{"", "a/{}", "a/}", "a/{b{c}}", "a/#", "a\x00"} {
 		if _, err := mqttParseTemplate(bad); err == nil {
