@@ -13,11 +13,10 @@ import (
 	"testing"
 	"time"
 
-	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/brokertest"
+	"fieldlink/internal/testtool/emutest"
 	"fieldlink/sensors/emulator"
-	"fieldlink/sensors/profile"
 )
 
 // world is everything the gateway talks to, and the gateway itself.
@@ -53,23 +52,21 @@ var flakyFaults = emulator.Faults{Drop: 0.25, Exception: 0.1, Turnaround: 5 * ti
 // bus's and the flaky device's, until the test ends.
 func startEmulator(t *testing.T, seed int64) (emu *emulator.Emulator, steady, flaky string) {
 	t.Helper()
-	set, err := profile.Load(firmwareprofiles.FS, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var devs []emulator.Device
+	var names []string
 	for _, d := range emulatorDevices {
-		p := set[d.profile]
-		if p == nil {
-			t.Fatalf("no firmware profile %q", d.profile)
-		}
-		dev := emulator.Device{Slave: d.slave, Profile: p, Faults: emulator.Faults{Turnaround: 2 * time.Millisecond}}
-		if d.flaky {
-			dev.Faults = flakyFaults
-		}
-		devs = append(devs, dev)
+		names = append(names, d.profile)
 	}
-	emu, err = emulator.New(devs, emulator.Options{Seed: seed})
+	devs := emutest.Devices(t, names...) // slaves 1, 2, … in order
+	for i, d := range emulatorDevices {
+		if devs[i].Slave != d.slave {
+			t.Fatalf("device %s: slave %d, want %d (the emulator numbers them in order)", d.name, d.slave, devs[i].Slave)
+		}
+		devs[i].Faults = emulator.Faults{Turnaround: 2 * time.Millisecond}
+		if d.flaky {
+			devs[i].Faults = flakyFaults
+		}
+	}
+	emu, err := emulator.New(devs, emulator.Options{Seed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}
