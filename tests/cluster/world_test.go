@@ -16,11 +16,9 @@ import (
 	"testing"
 	"time"
 
-	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/brokertest"
-	"fieldlink/sensors/emulator"
-	"fieldlink/sensors/profile"
+	"fieldlink/internal/testtool/emutest"
 )
 
 // gatewayID is the test site's gateway id.
@@ -43,26 +41,19 @@ var devices = []device{
 // startEmulator serves the devices on a loopback Modbus TCP listener.
 func startEmulator(t *testing.T) string { return startEmulatorOf(t, devices) }
 
-// startEmulatorOf serves devices on a loopback Modbus TCP listener.
+// startEmulatorOf serves devices, slaves 1, 2, … in order, on a loopback
+// Modbus TCP listener.
 func startEmulatorOf(t *testing.T, devices []device) string {
 	t.Helper()
-	set, err := profile.Load(firmwareprofiles.FS, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var devs []emulator.Device
-	for _, d := range devices {
-		p := set[d.profile]
-		if p == nil {
-			t.Fatalf("no firmware profile %q", d.profile)
+	var names []string
+	for i, d := range devices {
+		if int(d.slave) != i+1 {
+			t.Fatalf("device %s: slave %d, want %d (the emulator numbers them in order)", d.name, d.slave, i+1)
 		}
-		devs = append(devs, emulator.Device{Slave: d.slave, Profile: p})
+		names = append(names, d.profile)
 	}
-	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testtool.ServeLoopback(t, emu.ServeTCP)
+	_, addr := emutest.Serve(t, false, names...)
+	return addr
 }
 
 // link is the toxiproxy proxy between the gateway and one node's MQTT
