@@ -44,8 +44,10 @@ const (
 var hostileCases = []struct {
 	name string
 	b    behaviour
-	// timeout of the bus; the drip needs one long enough for a byte or two
-	// to arrive, to show that they do not push the deadline back.
+	// timeout of the bus; the drip needs one long enough for two bytes to
+	// arrive (at 0 and 900 ms, with 600 ms to spare on a busy machine) and
+	// short enough that the third (at 1.8 s) would arrive only if they
+	// pushed the deadline back.
 	timeout time.Duration
 	// rtuErr, tcpErr: what the bad device's error must say.
 	rtuErr, tcpErr string
@@ -56,7 +58,7 @@ var hostileCases = []struct {
 	// An endless stream of random bytes can hold a frame that parses up to
 	// its CRC: the error is then the CRC's, not the busy line's.
 	{"endless stream", endless, 500 * time.Millisecond, "modbus:", "stale transaction id"},
-	{"slow drip", drip, time.Second, "got 2 of 3 bytes", "got 2 bytes of a reply"},
+	{"slow drip", drip, 1500 * time.Millisecond, "got 2 of 3 bytes", "got 2 bytes of a reply"},
 }
 
 // hostile decides what slave 2 does with each request, and owns the
