@@ -62,34 +62,6 @@ func secs(c Censored) string {
 	return fmt.Sprintf("%.1f s", c.Mean)
 }
 
-// times formats a ratio.
-func times(x float64) string {
-	if math.IsNaN(x) {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f×", x)
-}
-
-// ms formats seconds as milliseconds.
-func ms(s float64) string {
-	switch {
-	case math.IsNaN(s):
-		return "–"
-	case s >= 1:
-		return fmt.Sprintf("%.2f s", s)
-	case s >= 0.1:
-		return fmt.Sprintf("%.0f ms", s*1e3)
-	}
-	return fmt.Sprintf("%.1f ms", s*1e3)
-}
-
-func pct(x float64, digits int) string {
-	if math.IsNaN(x) {
-		return "–"
-	}
-	return fmt.Sprintf("%.*f%%", digits, 100*x)
-}
-
 // Markdown renders the report; svgDir is the charts' directory relative to
 // the document ("lab").
 func (r *Report) Markdown(svgDir string) []byte {
@@ -160,24 +132,24 @@ func (r *Report) Markdown(svgDir string) []byte {
 			w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range res.Cells {
 				w("| `%s` | %s | %s [%s, %s] | %s | %s | %s | %s | %s | %s | %s | %.3f | %s | %.0f |\n", c.Strategy,
-					ms(c.P50.Mean), ms(c.P99.Mean), ms(c.P99.Lo), ms(c.P99.Hi), ms(c.P999.Mean), pct(c.Success.Mean, 2), pct(c.Success10s.Mean, 2), pct(c.FirstSuccess.Mean, 2),
-					times(c.PlaceBefore.Mean), secs(c.Reconnect), secs(c.Balanced), c.PlaceJain.Mean, times(c.PlaceMax.Mean), c.Overloaded.Mean)
+					Seconds(c.P50.Mean), Seconds(c.P99.Mean), Seconds(c.P99.Lo), Seconds(c.P99.Hi), Seconds(c.P999.Mean), Percent(c.Success.Mean, 2), Percent(c.Success10s.Mean, 2), Percent(c.FirstSuccess.Mean, 2),
+					Ratio(c.PlaceBefore.Mean), secs(c.Reconnect), secs(c.Balanced), c.PlaceJain.Mean, Ratio(c.PlaceMax.Mean), c.Overloaded.Mean)
 			}
 		case sc.Faulty >= 0 && sc.Servers[sc.Faulty].JoinAt > 0:
 			w("| strategy | p50 | p99 [95%% CI] | p99.9 | mean | success | 1st try | first use | peak | settle | p99 after join | osc |\n")
 			w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range res.Cells {
 				w("| `%s` | %s | %s [%s, %s] | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", c.Strategy,
-					ms(c.P50.Mean), ms(c.P99.Mean), ms(c.P99.Lo), ms(c.P99.Hi), ms(c.P999.Mean), ms(c.Mean.Mean), pct(c.Success.Mean, 2), pct(c.FirstSuccess.Mean, 2),
-					secs(c.JoinRamp), times(c.JoinPeak.Mean), secs(c.JoinSettle), ms(c.JoinP99.Mean), 100*c.Osc.Mean)
+					Seconds(c.P50.Mean), Seconds(c.P99.Mean), Seconds(c.P99.Lo), Seconds(c.P99.Hi), Seconds(c.P999.Mean), Seconds(c.Mean.Mean), Percent(c.Success.Mean, 2), Percent(c.FirstSuccess.Mean, 2),
+					secs(c.JoinRamp), Ratio(c.JoinPeak.Mean), secs(c.JoinSettle), Seconds(c.JoinP99.Mean), 100*c.Osc.Mean)
 			}
 		case len(sc.outages()) > 0:
 			w("| strategy | p50 | p99 [95%% CI] | p99.9 | mean | success | ≤10 s | ≤1 s | 1st try | retried | faulty share | Jain | settle after fault | settle after recovery | osc |\n")
 			w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range res.Cells {
 				w("| `%s` | %s | %s [%s, %s] | %s | %s | %s | %s | %s | %s | %s | %s | %.3f | %s | %s | %.2f |\n", c.Strategy,
-					ms(c.P50.Mean), ms(c.P99.Mean), ms(c.P99.Lo), ms(c.P99.Hi), ms(c.P999.Mean), ms(c.Mean.Mean),
-					pct(c.Success.Mean, 2), pct(c.Success10s.Mean, 2), pct(c.Success1s.Mean, 2), pct(c.FirstSuccess.Mean, 2), pct(c.Retried.Mean, 2), pct(c.FaultyShare.Mean, 1), c.Jain.Mean,
+					Seconds(c.P50.Mean), Seconds(c.P99.Mean), Seconds(c.P99.Lo), Seconds(c.P99.Hi), Seconds(c.P999.Mean), Seconds(c.Mean.Mean),
+					Percent(c.Success.Mean, 2), Percent(c.Success10s.Mean, 2), Percent(c.Success1s.Mean, 2), Percent(c.FirstSuccess.Mean, 2), Percent(c.Retried.Mean, 2), Percent(c.FaultyShare.Mean, 1), c.Jain.Mean,
 					secs(c.SettleFault), secs(c.SettleRecovery), 100*c.Osc.Mean)
 			}
 		default:
@@ -185,8 +157,8 @@ func (r *Report) Markdown(svgDir string) []byte {
 			w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range res.Cells {
 				w("| `%s` | %s | %s [%s, %s] | %s | %s | %s | %s | %s | %s | %s | %.3f | %.2f |\n", c.Strategy,
-					ms(c.P50.Mean), ms(c.P99.Mean), ms(c.P99.Lo), ms(c.P99.Hi), ms(c.P999.Mean), ms(c.Mean.Mean),
-					pct(c.Success.Mean, 2), pct(c.Success10s.Mean, 2), pct(c.Success1s.Mean, 2), pct(c.FirstSuccess.Mean, 2), pct(c.Retried.Mean, 2), c.Jain.Mean, 100*c.Osc.Mean)
+					Seconds(c.P50.Mean), Seconds(c.P99.Mean), Seconds(c.P99.Lo), Seconds(c.P99.Hi), Seconds(c.P999.Mean), Seconds(c.Mean.Mean),
+					Percent(c.Success.Mean, 2), Percent(c.Success10s.Mean, 2), Percent(c.Success1s.Mean, 2), Percent(c.FirstSuccess.Mean, 2), Percent(c.Retried.Mean, 2), c.Jain.Mean, 100*c.Osc.Mean)
 			}
 		}
 		w("\n")
@@ -272,8 +244,8 @@ func (r *Report) aside(w func(string, ...any), name, strategy string) bool {
 			}
 		}
 		w("- %s: `%s` ends with max/mean %s of connections per unit of capacity (balanced after: %s), p99 %s, success %s; the most even placement is `%s`'s, %s (p99 %s, success %s).\n",
-			name, strategy, times(c.PlaceMax.Mean), secs(c.Balanced), ms(c.P99.Mean), pct(c.Success.Mean, 2),
-			best.Strategy, times(best.PlaceMax.Mean), ms(best.P99.Mean), pct(best.Success.Mean, 2))
+			name, strategy, Ratio(c.PlaceMax.Mean), secs(c.Balanced), Seconds(c.P99.Mean), Percent(c.Success.Mean, 2),
+			best.Strategy, Ratio(best.PlaceMax.Mean), Seconds(best.P99.Mean), Percent(best.Success.Mean, 2))
 	case sc.Faulty >= 0 && sc.Servers[sc.Faulty].JoinAt > 0:
 		for k := range res.Cells {
 			if res.Cells[k].P99.Mean < best.P99.Mean {
@@ -281,7 +253,7 @@ func (r *Report) aside(w func(string, ...any), name, strategy string) bool {
 			}
 		}
 		w("- %s: `%s` has p99 %s (p99 after the join %s, first use %s, peak %s its capacity share); the best p99 there is `%s`'s, %s.\n",
-			name, strategy, ms(c.P99.Mean), ms(c.JoinP99.Mean), secs(c.JoinRamp), times(c.JoinPeak.Mean), best.Strategy, ms(best.P99.Mean))
+			name, strategy, Seconds(c.P99.Mean), Seconds(c.JoinP99.Mean), secs(c.JoinRamp), Ratio(c.JoinPeak.Mean), best.Strategy, Seconds(best.P99.Mean))
 	case sc.hasFault(Sinkhole):
 		for k := range res.Cells {
 			if res.Cells[k].FaultyShare.Mean < best.FaultyShare.Mean {
@@ -289,7 +261,7 @@ func (r *Report) aside(w func(string, ...any), name, strategy string) bool {
 			}
 		}
 		w("- %s: `%s` sent %s of its attempts to the sinkhole during the fault (first try succeeded for %s of the packets), p99 %s; the least is `%s`'s, %s.\n",
-			name, strategy, pct(c.FaultyShare.Mean, 1), pct(c.FirstSuccess.Mean, 2), ms(c.P99.Mean), best.Strategy, pct(best.FaultyShare.Mean, 1))
+			name, strategy, Percent(c.FaultyShare.Mean, 1), Percent(c.FirstSuccess.Mean, 2), Seconds(c.P99.Mean), best.Strategy, Percent(best.FaultyShare.Mean, 1))
 	default:
 		return false
 	}
@@ -391,7 +363,7 @@ func percentileSVG(res Result) []byte {
 	for _, t := range []float64{1e-3, 1e-2, 1e-1, 1, 10, 30} {
 		xt := x(t)
 		w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", xt, top-5, xt, height-40)
-		w(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", xt, height-25, ms(t))
+		w(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", xt, height-25, Seconds(t))
 	}
 	for k, c := range res.Cells {
 		y := top + row*float64(k) + row/2

@@ -152,7 +152,7 @@ var metrics = []metric{
 		loop:  func(s summary) float64 { return s.mean },
 		sim:   func(tr lab.Trial) float64 { return tr.Mean },
 		clear: func(lo, hi float64) bool { return hi >= 2*lo },
-		show:  showSeconds,
+		show:  lab.Seconds,
 	},
 	{
 		name: "p99",
@@ -160,14 +160,14 @@ var metrics = []metric{
 		sim:  func(tr lab.Trial) float64 { return tr.P99 },
 		// Shown, not asserted: see the package doc.
 		clear: func(lo, hi float64) bool { return hi >= 2*lo },
-		show:  showSeconds,
+		show:  lab.Seconds,
 	},
 	{
 		name: "faulty share", asserted: true,
 		loop:  func(s summary) float64 { return s.share },
 		sim:   func(tr lab.Trial) float64 { return tr.FaultyShare },
 		clear: func(lo, hi float64) bool { return hi >= 2*lo && hi-lo >= 0.03 },
-		show:  showShare,
+		show:  func(x float64) string { return lab.Percent(x, 1) },
 	},
 	{
 		// The joiner's peak share over its fair share. Shown, not
@@ -177,34 +177,8 @@ var metrics = []metric{
 		loop:  func(s summary) float64 { return s.joinPeak },
 		sim:   func(tr lab.Trial) float64 { return tr.JoinPeak },
 		clear: func(lo, hi float64) bool { return hi >= 1.5*lo && hi-lo >= 0.3 },
-		show:  func(x float64) string { return showTimes(x) },
+		show:  lab.Ratio,
 	},
-}
-
-func showTimes(x float64) string {
-	if math.IsNaN(x) {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f×", x)
-}
-
-func showSeconds(s float64) string {
-	switch {
-	case math.IsNaN(s):
-		return "–"
-	case s >= 1:
-		return fmt.Sprintf("%.2f s", s)
-	case s >= 0.1:
-		return fmt.Sprintf("%.0f ms", s*1000)
-	}
-	return fmt.Sprintf("%.1f ms", s*1000)
-}
-
-func showShare(x float64) string {
-	if math.IsNaN(x) {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f%%", 100*x)
 }
 
 // simResults are the lab's trials by scenario, strategy and seed.
@@ -560,8 +534,8 @@ func writeScenario(w *strings.Builder, sc scenario, md mode, sim map[string][]la
 		}
 		s := summarise(flatten(loop[st]), sc.faulty, len(sc.base))
 		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", st,
-			showSeconds(meanOf(mean)), showSeconds(s.mean), showSeconds(meanOf(p99)), showSeconds(s.p99), showSeconds(s.p50),
-			showShare(meanOf(share)), showShare(s.share), s.n, showSeconds(s.appendP99))
+			lab.Seconds(meanOf(mean)), lab.Seconds(s.mean), lab.Seconds(meanOf(p99)), lab.Seconds(s.p99), lab.Seconds(s.p50),
+			lab.Percent(meanOf(share), 1), lab.Percent(s.share, 1), s.n, lab.Seconds(s.appendP99))
 	}
 	fmt.Fprintf(w, "\n| metric | pair | lab | loopback | verdict |\n|---|---|---|---|---|\n")
 	for _, c := range cs {
