@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -81,5 +82,27 @@ func TestLogFormatJournal(t *testing.T) {
 	log.Info("no journal")
 	if !strings.Contains(b.String(), `"msg":"no journal"`) {
 		t.Errorf("journal without a socket: %q", b.String())
+	}
+}
+
+func TestLogFormats(t *testing.T) {
+	var b bytes.Buffer
+	l, err := newLoggerFormat(&b, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("device not answering", "device", "ch4-1")
+	if !json.Valid(bytes.TrimSpace(b.Bytes())) || !strings.Contains(b.String(), `"device":"ch4-1"`) {
+		t.Fatalf("json log: %s", b.String())
+	}
+	t.Setenv("INVOCATION_ID", "abc")
+	b.Reset()
+	l, _ = newLogger(&b, "info")
+	l.Info("x")
+	if !strings.HasPrefix(b.String(), "{") {
+		t.Fatalf("under systemd the log should be JSON: %s", b.String())
+	}
+	if _, err := newLoggerFormat(&b, "info", "xml"); err == nil {
+		t.Fatal("xml accepted")
 	}
 }
