@@ -81,14 +81,14 @@ func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, r
 
 	lfs.SetFault(fault)
 	faultAt := time.Now()
-	if !waitFor(20*time.Second, func() bool { return strings.Contains(log.String(), says) }) {
+	if !testtool.Eventually(20*time.Second, 50*time.Millisecond, func() bool { return strings.Contains(log.String(), says) }) {
 		t.Fatalf("the gateway did not say %q within 20 s of the fault", says)
 	}
 	if restart {
 		// A restart on the still faulty card starts, not durable.
 		g.kill(t)
 		g = startProcess(t, bin, site, env, led, &log, 2)
-		if !waitFor(20*time.Second, func() bool { return strings.Count(log.String(), says) >= 2 }) {
+		if !testtool.Eventually(20*time.Second, 50*time.Millisecond, func() bool { return strings.Count(log.String(), says) >= 2 }) {
 			t.Fatalf("the gateway restarted on the faulty card did not say %q within 20 s", says)
 		}
 	}
@@ -108,7 +108,7 @@ func runSDCard(t *testing.T, bin, mosq, name string, fault Fault, says string, r
 
 	lfs.SetFault(Fault{})
 	clearedAt := time.Now()
-	if !waitFor(90*time.Second, func() bool { return strings.Contains(log.String(), "buffer durable again") }) {
+	if !testtool.Eventually(90*time.Second, 50*time.Millisecond, func() bool { return strings.Contains(log.String(), "buffer durable again") }) {
 		t.Fatalf("not durable again within 90 s of the card's recovery")
 	}
 	back := time.Since(clearedAt)
@@ -188,18 +188,6 @@ func pollRate(at []time.Time, from, to time.Time) float64 {
 		}
 	}
 	return float64(n) / hi.Sub(lo).Seconds()
-}
-
-// waitFor polls cond every 50 ms until it holds or limit passes.
-func waitFor(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return cond()
 }
 
 func btoi(b bool) int {

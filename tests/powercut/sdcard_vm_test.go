@@ -174,7 +174,7 @@ func runVMSDCard(t *testing.T, s vmSetup, dmctl string, f sdFault) {
 		t.Helper()
 		before := strings.Count(console(), answer)
 		fmt.Fprintln(w, o)
-		if !waitFor(2*time.Minute, func() bool { return strings.Count(console(), answer) > before || v.gone.Load() }) || v.gone.Load() {
+		if !testtool.Eventually(2*time.Minute, 50*time.Millisecond, func() bool { return strings.Count(console(), answer) > before || v.gone.Load() }) || v.gone.Load() {
 			t.Fatalf("order %q: no %q within 2 minutes (qemu exited: %v); console:\n%s", o, answer, v.gone.Load(), tail(console(), 4000))
 		}
 		if strings.Contains(console(), "powercut: dm error") {
@@ -204,7 +204,7 @@ func runVMSDCard(t *testing.T, s vmSetup, dmctl string, f sdFault) {
 	for _, o := range f.fail {
 		order(o, answer(o))
 	}
-	if !waitFor(time.Minute, func() bool { return strings.Contains(console(), f.says) || v.gone.Load() }) {
+	if !testtool.Eventually(time.Minute, 50*time.Millisecond, func() bool { return strings.Contains(console(), f.says) || v.gone.Load() }) {
 		t.Fatalf("the gateway did not say %q within a minute of the fault; console:\n%s", f.says, tail(console(), 4000))
 	}
 	if f.restart {
@@ -216,7 +216,7 @@ func runVMSDCard(t *testing.T, s vmSetup, dmctl string, f sdFault) {
 		}
 		said := strings.Count(console(), ro)
 		order("kill", answer("kill"))
-		if !waitFor(time.Minute, func() bool { return strings.Count(console(), ro) > said }) {
+		if !testtool.Eventually(time.Minute, 50*time.Millisecond, func() bool { return strings.Count(console(), ro) > said }) {
 			t.Fatalf("the gateway restarted on the read-only card did not say %q within a minute; console:\n%s", ro, tail(console(), 4000))
 		}
 	}
@@ -245,7 +245,7 @@ func runVMSDCard(t *testing.T, s vmSetup, dmctl string, f sdFault) {
 		if !led.waitUntil(time.Minute, func() bool { return v.printed.Load() > n+3 }) {
 			t.Fatalf("nothing stored within a minute of the remount")
 		}
-	} else if !waitFor(3*time.Minute, func() bool { return strings.Contains(console(), "buffer durable again") }) {
+	} else if !testtool.Eventually(3*time.Minute, 50*time.Millisecond, func() bool { return strings.Contains(console(), "buffer durable again") }) {
 		t.Fatalf("not durable again within 3 minutes of the card's recovery; console:\n%s", tail(console(), 4000))
 	}
 	back := time.Since(clearedAt)
