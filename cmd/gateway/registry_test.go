@@ -32,22 +32,11 @@ func TestRegistryUpstreamsSurviveRegistryOutage(t *testing.T) {
 	}))
 	_, addr := serve(t, false, "generic-mine-methane")
 	dir := t.TempDir()
-	site := filepath.Join(dir, "site.yaml")
-	src := fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-reg}
-buffer: {path: buf.db}
-buses:
-  - name: b
-    url: tcp://%s
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}
-uplink:
-  probe: {interval: 200ms, timeout: 100ms}
-  registry: {url: %q, refresh: 1s}
-`, addr, reg.URL)
-	if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	site := testtool.SiteFile{
+		Site: `{id: "M1", id_field: MineId}`, Gateway: "gw-reg", Buffer: "buf.db", Bus: "tcp://" + addr,
+		Devices: []string{"{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}"},
+		Uplink:  []string{"probe: {interval: 200ms, timeout: 100ms}", fmt.Sprintf("registry: {url: %q, refresh: 1s}", reg.URL)},
+	}.Write(t, dir)
 	run := func(until func() bool) string {
 		ctx, cancel := context.WithCancel(context.Background())
 		var errb testtool.SyncBuffer

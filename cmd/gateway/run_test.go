@@ -65,14 +65,10 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "200000")
 	t.Setenv("WATCHDOG_PID", fmt.Sprint(os.Getpid()))
 	_, addr := serve(t, false, "generic-mine-methane")
-	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-s}
-metrics: {listen: "off"}
-buses:
-  - name: b
-    url: tcp://%s
-    devices: [{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}]
-`, addr))
+	site := testtool.SiteFile{
+		Site: `{id: "M1", id_field: MineId}`, Gateway: "gw-s", Metrics: "off", Bus: "tcp://" + addr,
+		Devices: []string{"{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}"},
+	}.Write(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, io.Discard) }()

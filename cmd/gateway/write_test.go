@@ -2,16 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"fieldlink/agent"
 	"fieldlink/config"
 	"fieldlink/downlink"
+	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/emutest"
 )
 
@@ -19,24 +17,11 @@ func valveSite(t *testing.T) string {
 	t.Helper()
 	_, addr := emutest.Serve(t, false, "generic-irrigation-valve")
 	dir := t.TempDir()
-	site := filepath.Join(dir, "site.yaml")
-	src := fmt.Sprintf(`site: {id: "001"}
-gateway: {id: gw-w}
-buffer: {path: buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: field
-    url: tcp://%s
-    devices:
-      - name: valve-1
-        profile: generic-irrigation-valve
-        slave: 1
-        writable: [{point: Setpoint, min: 0, max: 50}, {point: ValveOpen}]
-uplink: {upstreams: [{url: "mqtt://127.0.0.1:1"}]}
-`, addr)
-	if err := os.WriteFile(site, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	site := testtool.SiteFile{
+		Gateway: "gw-w", Buffer: "buf.db", Metrics: "off", Bus: "tcp://" + addr,
+		Devices: []string{"{name: valve-1, profile: generic-irrigation-valve, slave: 1, writable: [{point: Setpoint, min: 0, max: 50}, {point: ValveOpen}]}"},
+		Uplink:  []string{`upstreams: [{url: "mqtt://127.0.0.1:1"}]`},
+	}.Write(t, dir)
 	return site
 }
 
