@@ -367,19 +367,11 @@ func TestTwoGatewaysOneIDSaySo(t *testing.T) {
 	var urls []string
 	for range 2 {
 		addr := testtool.FreeAddr(t)
-		c := writeSite(t, fmt.Sprintf(`site: {id: "M9"}
-gateway: {id: gw-cloned}
-buffer: {path: buf.db}
-metrics: {listen: %q}
-buses:
-  - name: a
-    url: tcp://%s
-    devices:
-      - {name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 500ms}
-uplink:
-  upstreams:
-    - url: %s
-`, addr, e.addr, broker.URL()))
+		c := writeSite(t, testtool.SiteFile{
+			Site: `{id: "M9"}`, Gateway: "gw-cloned", Buffer: "buf.db", Metrics: addr, Bus: "tcp://" + e.addr,
+			Devices: []string{"{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 500ms}"},
+			Uplink:  []string{"upstreams: [{url: " + broker.URL() + "}]"},
+		}.String())
 		runGateway(t, bin, c.File)
 		urls = append(urls, "http://"+addr)
 	}
