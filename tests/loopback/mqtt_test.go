@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/rs/zerolog"
-
 	"fieldlink/internal/testtool"
 	"fieldlink/selector"
 	"fieldlink/uplink"
@@ -22,10 +19,9 @@ func newMQTTRig(t *testing.T, n int) *rig {
 	t.Helper()
 	bin := testtool.FindMosquitto(t)
 	r := &rig{t: t, dir: t.TempDir(), dial: dialMQTT}
-	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	for i := range n {
 		// Each broker's Cleanup runs after its proxy's.
-		r.proxy(api, i, testtool.NewMosquitto(t, bin).Addr())
+		r.proxy(i, testtool.NewMosquitto(t, bin).Addr())
 	}
 	return r
 }
@@ -41,7 +37,7 @@ func dialMQTT(r *rig, i int, table *selector.Table, _ string, plan blockPlan) en
 	t.Helper()
 	p := r.proxies[i]
 	m, err := uplink.NewMQTT(uplink.MQTTConfig{
-		URL: "mqtt://" + p.Listen, PublishTimeout: plan.timeout,
+		URL: "mqtt://" + p.Addr(), PublishTimeout: plan.timeout,
 		Logger: slog.New(slog.DiscardHandler),
 		Vars:   map[string]string{"site": "001", "gateway": "gw-loopback"},
 	})
@@ -59,7 +55,7 @@ func dialMQTT(r *rig, i int, table *selector.Table, _ string, plan blockPlan) en
 	if plan.publishProbe {
 		pr = uplink.NewMQTTProber(m, "fieldlink/001/gw-loopback/probe", plan.probeEvery, 500*time.Millisecond, report)
 	} else {
-		target, err := uplink.ProbeTarget("mqtt://" + p.Listen)
+		target, err := uplink.ProbeTarget("mqtt://" + p.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

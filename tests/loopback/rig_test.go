@@ -11,16 +11,13 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/rs/zerolog"
-
 	"fieldlink/buffer"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/uplink"
@@ -31,7 +28,7 @@ import (
 // (buffer, table, strategy, senders), which dial makes per upstream.
 type rig struct {
 	t       *testing.T
-	proxies []*toxiproxy.Proxy
+	proxies []*brokertest.Proxy
 	posts   atomic.Uint64 // batches the HTTP upstreams acked, all blocks
 	sink    []atomic.Bool // HTTP upstream i answers 500 at once while sink[i] is set
 	dir     string
@@ -57,7 +54,6 @@ type endpoint struct {
 func newRig(t *testing.T, n int) *rig {
 	t.Helper()
 	r := &rig{t: t, dir: t.TempDir(), sink: make([]atomic.Bool, n), dial: dialHTTP}
-	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	for i := range n {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if r.sink[i].Load() {
@@ -72,21 +68,16 @@ func newRig(t *testing.T, n int) *rig {
 			w.WriteHeader(http.StatusNoContent)
 		}))
 		t.Cleanup(srv.Close)
-		r.proxy(api, i, srv.Listener.Addr().String()) // its Cleanup runs before srv.Close
+		r.proxy(i, srv.Listener.Addr().String()) // its Cleanup runs before srv.Close
 	}
 	return r
 }
 
 // proxy starts upstream i's proxy in front of addr, stopped when the test
 // ends.
-func (r *rig) proxy(api *toxiproxy.ApiServer, i int, addr string) {
+func (r *rig) proxy(i int, addr string) {
 	r.t.Helper()
-	p := toxiproxy.NewProxy(api, fmt.Sprintf("up%d", i), "127.0.0.1:0", addr)
-	if err := p.Start(); err != nil {
-		r.t.Fatalf("toxiproxy up%d: %v", i, err)
-	}
-	r.t.Cleanup(p.Stop)
-	r.proxies = append(r.proxies, p)
+	r.proxies = append(r.proxies, brokertest.NewProxy(r.t, fmt.Sprintf("up%d", i), addr))
 }
 
 // dialHTTP is the gateway side of an HTTP upstream: an HTTPSender with the
@@ -96,13 +87,13 @@ func dialHTTP(r *rig, i int, table *selector.Table, epoch string, plan blockPlan
 	t := r.t
 	t.Helper()
 	p := r.proxies[i]
-	h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Listen + "/ingest", GatewayID: "gw-loopback", Epoch: epoch, Timeout: plan.timeout})
+	h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Addr() + "/ingest", GatewayID: "gw-loopback", Epoch: epoch, Timeout: plan.timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The gateway's defaults: batches of 50, window 64/8.
 	hs := uplink.NewHTTPSender(h, 50, 8)
-	target, err := uplink.ProbeTarget("http://" + p.Listen)
+	target, err := uplink.ProbeTarget("http://" + p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +108,9 @@ func dialHTTP(r *rig, i int, table *selector.Table, epoch string, plan blockPlan
 // the downstream direction); 0 removes it.
 func (r *rig) setLatency(i int, d time.Duration) {
 	p := r.proxies[i]
-	p.Toxics.ResetToxics(context.Background())
-	if d <= 0 {
-		return
-	}
-	toxic := fmt.Sprintf(`{"name":"rtt","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds())
-	if _, err := p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-		r.t.Fatalf("toxiproxy %s: add latency: %v", p.Name, err)
+	p.Reset()
+	if d > 0 {
+		p.AddToxic(fmt.Sprintf(`{"name":"rtt","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds()))
 	}
 }
 
@@ -131,29 +118,20 @@ func (r *rig) setLatency(i int, d time.Duration) {
 // timeout toxic with timeout 0 drops every byte upstream, on open
 // connections too, and closes none), or answer again.
 func (r *rig) setBlackHole(i int, on bool) {
-	p := r.proxies[i]
-	if !on {
-		if err := p.Toxics.RemoveToxic(context.Background(), "hole"); err != nil {
-			r.t.Fatalf("toxiproxy %s: remove black hole: %v", p.Name, err)
-		}
-		return
-	}
-	const toxic = `{"name":"hole","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`
-	if _, err := p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-		r.t.Fatalf("toxiproxy %s: add black hole: %v", p.Name, err)
+	if on {
+		r.proxies[i].AddToxic(`{"name":"hole","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`)
+	} else {
+		r.proxies[i].RemoveToxic("hole")
 	}
 }
 
 // setDown stops (connections refused) or restarts upstream i's proxy, on
 // the same port.
 func (r *rig) setDown(i int, down bool) {
-	p := r.proxies[i]
 	if down {
-		p.Stop()
-		return
-	}
-	if err := p.Start(); err != nil {
-		r.t.Fatalf("toxiproxy %s: start again: %v", p.Name, err)
+		r.proxies[i].Down()
+	} else {
+		r.proxies[i].Up()
 	}
 }
 
@@ -349,7 +327,7 @@ func (r *rig) runBlock(strategy string, sc scenario, plan blockPlan) blockResult
 	defer cancel()
 	// attach adds upstream i to the table and the delivery, with its prober.
 	attach := func(i int) {
-		idx, err := table.Add(r.proxies[i].Name, 1)
+		idx, err := table.Add(r.proxies[i].Name(), 1)
 		if err != nil || idx != i {
 			t.Fatalf("table index %d (%v) for upstream %d", idx, err, i)
 		}

@@ -45,6 +45,9 @@ func NewProxy(t testing.TB, name, upstream string) *Proxy {
 	return x
 }
 
+// Name is the proxy's name, as the test gave it.
+func (x *Proxy) Name() string { return x.name }
+
 // Addr is the proxy's host:port, for the gateway.
 func (x *Proxy) Addr() string { return x.p.Listen }
 
