@@ -16,6 +16,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 )
 
 // Test helpers for the MQTT upstream: a real mosquitto started per test, a
@@ -111,15 +112,7 @@ func mqttWaitConnected(t testing.TB, m *MQTT, want bool) {
 // publishing) and disconnects it when the test ends.
 func mqttClient(t testing.TB, addr, id string) paho.Client {
 	t.Helper()
-	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
-		SetCleanSession(true).SetAutoReconnect(false).SetProtocolVersion(4)
-	c := paho.NewClient(o)
-	tok := c.Connect()
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("test client %s: connect %s: %v", id, addr, tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(100) })
-	return c
+	return brokertest.NewClient(t, brokertest.Options{Name: "test client " + id, ID: id, Brokers: []string{addr}, Quiesce: 100}).Paho()
 }
 
 // mqttSubscriber records what a paho client receives on a topic filter.
