@@ -25,7 +25,7 @@ type ServeOptions struct {
 	Logger *slog.Logger
 	// Stdout takes every packet as a JSON line once it is safe (see
 	// [Options.OnPacket]) when Print is set, and always when the site has
-	// no uplink: the packets have nowhere else to go.
+	// no uplink: the packets have nowhere else to go. Nil prints nothing.
 	Stdout io.Writer
 	Print  bool
 	// Reload delivers a value for each reload asked for (SIGHUP).
@@ -50,7 +50,7 @@ func Serve(ctx context.Context, local *config.Config, o ServeOptions) error {
 		log.Error("remote configuration", "err", err)
 	}
 	opt := Options{Logger: log}
-	if o.Print || c.Uplink == nil {
+	if (o.Print || c.Uplink == nil) && o.Stdout != nil {
 		opt.OnPacket = printer(o.Stdout, c.Packet.Values)
 	}
 	g, err := Start(c, opt)
