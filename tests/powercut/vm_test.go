@@ -129,7 +129,8 @@ func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures
 
 	salvages := 0
 	var salvaged []string
-	for i := 1; i <= cuts+1; i++ {
+	last := cuts + 1 // the last boot, which is not cut
+	for i := 1; i <= last; i++ {
 		vm := bootVM(t, s.qemu, args, led, log, i)
 		up := led.waitUntil(bootLimit, func() bool { return vm.gone.Load() || vm.printed.Load() > 0 })
 		if !up || vm.gone.Load() {
@@ -147,7 +148,16 @@ func runVM(t *testing.T, s vmSetup, led *ledger, cuts int, control bool) figures
 			if control {
 				limit = 15 * time.Second // its losses never arrive
 			}
-			led.waitUntil(limit, func() bool { return vm.gone.Load() || len(led.missingLocked()) == 0 })
+			delivered := led.waitUntil(limit, func() bool { return vm.gone.Load() || len(led.missingLocked()) == 0 })
+			vm.kill(t)
+			// A packet the guest reports stored between the wait and the
+			// kill is in the buffer on the guest's disk, not lost: one
+			// more boot delivers it (twice at most; a packet really lost
+			// stays missing).
+			if n := len(led.missing()); delivered && !control && n > 0 && last < cuts+3 {
+				t.Logf("boot %d: %d packets stored as it was stopped wait in its buffer: one more boot to deliver them", i, n)
+				last++
+			}
 		} else {
 			kind := vmCutKinds[(i-1)%len(vmCutKinds)]
 			var ok bool
