@@ -72,6 +72,9 @@ type Clock struct {
 	// Mono is the monotonic clock when a reading was taken; nil means
 	// MonoAt. Tests give their own, to step the wall clock.
 	Mono func(at time.Time) time.Duration
+	// Now is the wall clock at a look; nil means time.Now. Tests give
+	// their own.
+	Now func() time.Time
 
 	next   atomic.Int64 // MonoAt of the next look, in nanoseconds
 	offset atomic.Int64 // wall minus monotonic clock at the last look, in nanoseconds
@@ -86,23 +89,42 @@ const maxSlew = 50 * time.Millisecond
 // vouched for: the kernel did not hold the clock as synchronised, or at is
 // before MinTrue. mono is CLOCK_MONOTONIC at at, for a later re-stamp.
 func (c *Clock) Unsynced(at time.Time) (unsynced bool, mono time.Duration) {
-	if c.Mono != nil {
-		mono = c.Mono(at)
-	} else {
-		mono = MonoAt(at)
-	}
+	mono = c.mono(at)
 	off := at.UnixNano() - int64(mono)
 	if int64(mono) >= c.next.Load() || time.Duration(off-c.offset.Load()).Abs() > maxSlew {
 		f := c.Synced
 		if f == nil {
 			f = Synced
 		}
-		c.synced.Store(f())
-		c.offset.Store(off)
-		c.next.Store(int64(mono + lookEvery))
+		synced := f()
+		// The kernel's answer is about the clock as it is now, which a
+		// step since the reading (a wrong clock set right, say) makes
+		// another clock than the reading's: such a reading is not
+		// vouched for.
+		now := time.Now
+		if c.Now != nil {
+			now = c.Now
+		}
+		t := now()
+		tMono := c.mono(t)
+		tOff := t.UnixNano() - int64(tMono)
+		c.synced.Store(synced)
+		c.offset.Store(tOff)
+		c.next.Store(int64(tMono + lookEvery))
+		if time.Duration(tOff-off).Abs() > maxSlew {
+			return true, mono
+		}
 	}
 	if c.synced.Load() && !at.Before(MinTrue) {
 		return false, 0
 	}
 	return true, mono
+}
+
+// mono is the monotonic clock when at was read.
+func (c *Clock) mono(at time.Time) time.Duration {
+	if c.Mono != nil {
+		return c.Mono(at)
+	}
+	return MonoAt(at)
 }

@@ -54,8 +54,8 @@ func TestClockMarks(t *testing.T) {
 func TestClockSeesAStep(t *testing.T) {
 	synced, asked := true, 0
 	mono := time.Hour
-	c := &Clock{Synced: func() bool { asked++; return synced }, Mono: func(time.Time) time.Duration { return mono }}
 	wall := time.Date(2026, 12, 4, 18, 0, 0, 0, time.UTC)
+	c := &Clock{Synced: func() bool { asked++; return synced }, Mono: func(time.Time) time.Duration { return mono }, Now: func() time.Time { return wall }}
 	if u, _ := c.Unsynced(wall); u || asked != 1 {
 		t.Fatalf("synced clock: unsynced %v, asked %d", u, asked)
 	}
@@ -84,5 +84,50 @@ func TestClockSeesAStep(t *testing.T) {
 		if u, _ := c.Unsynced(wall); u || asked != before+2 {
 			t.Fatalf("a second after the step of %v: unsynced %v, asked %d", step, u, asked)
 		}
+	}
+}
+
+// A reading taken while the clock was wrong, looked at after the clock was
+// set right and synchronised (the look due then): the kernel's "synced" is
+// about the clock as it is at the look, not the reading's, which stays
+// marked. Before, it went out an hour off without the mark.
+func TestClockStepBetweenReadingAndLook(t *testing.T) {
+	synced, mono := true, time.Hour
+	wall := time.Date(2026, 12, 4, 18, 0, 0, 0, time.UTC)
+	readings := map[int64]time.Duration{} // a reading's wall time → the monotonic clock then
+	c := &Clock{
+		Synced: func() bool { return synced },
+		Mono: func(at time.Time) time.Duration {
+			if m, ok := readings[at.UnixNano()]; ok {
+				return m
+			}
+			return mono
+		},
+		Now: func() time.Time { return wall },
+	}
+	read := func() time.Time { readings[wall.UnixNano()] = mono; return wall }
+	tick := func(d time.Duration) { mono += d; wall = wall.Add(d) }
+	if u, _ := c.Unsynced(read()); u {
+		t.Fatal("synced clock: marked")
+	}
+	// Stepped an hour ahead by hand: unsynchronised.
+	tick(100 * time.Millisecond)
+	wall, synced = wall.Add(time.Hour), false
+	if u, _ := c.Unsynced(read()); !u {
+		t.Fatal("an hour ahead, unsynchronised: not marked")
+	}
+	// 1.5 s on, a reading an hour ahead; before it is looked at, NTP sets
+	// the clock right and the kernel says synchronised.
+	tick(1500 * time.Millisecond)
+	r := read()
+	tick(200 * time.Millisecond)
+	wall, synced = wall.Add(-time.Hour), true
+	if u, m := c.Unsynced(r); !u || m != readings[r.UnixNano()] {
+		t.Fatalf("a reading an hour ahead, looked at after the clock was set right: unsynced %v, mono %v; want marked with its monotonic reading", u, m)
+	}
+	// The readings after it are true.
+	tick(10 * time.Millisecond)
+	if u, _ := c.Unsynced(read()); u {
+		t.Fatal("the clock set right and synchronised: a later reading is marked")
 	}
 }
