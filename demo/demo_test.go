@@ -76,11 +76,20 @@ func TestDemoDeliversEveryPacketThroughOutages(t *testing.T) {
 	if !ok {
 		t.Fatalf("no summary:\n%s", log)
 	}
+	// Fail-over shows as traffic on more than one broker; which ones is the
+	// selector's to choose (in an 8 s run it may never try the +40 ms
+	// broker-2, down for a third of it, when the +5 ms one answers).
+	delivering := 0
 	for _, b := range demoBrokers {
 		m := regexp.MustCompile(`(?m)^` + b.name + `\s+\S+\s+\S+\s+(\d+)\s`).FindStringSubmatch(summary)
-		if m == nil || m[1] == "0" {
-			t.Errorf("%s delivered nothing:\n%s", b.name, summary)
+		if m == nil {
+			t.Errorf("%s is not in the summary:\n%s", b.name, summary)
+		} else if m[1] != "0" {
+			delivering++
 		}
+	}
+	if delivering < 2 {
+		t.Errorf("%d brokers delivered packets, want at least 2 (the outages move traffic):\n%s", delivering, summary)
 	}
 	m := regexp.MustCompile(`packets: produced (\d+), buffered (\d+), delivered (\d+), left in the buffer (\d+); the brokers took (\d+) distinct`).FindStringSubmatch(summary)
 	if m == nil {
