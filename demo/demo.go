@@ -141,7 +141,7 @@ func Run(ctx context.Context, opt Options, stdout, stderr io.Writer) error {
 		period = 30 * time.Second
 		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running until Ctrl-C\n")
 	} else {
-		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running for %v (-duration 0 runs until Ctrl-C)\n", *duration)
+		fmt.Fprintf(scr, "packets on stdout, one JSON line each; running for %v (--for 0 runs until Ctrl-C)\n", *duration)
 	}
 
 	pollCtx, stopPolling := context.WithCancel(ctx)
@@ -220,7 +220,7 @@ func Run(ctx context.Context, opt Options, stdout, stderr io.Writer) error {
 	polling.Wait()
 	stopPolling()
 	scenario.Wait()
-	why := fmt.Sprintf("the -duration of %v is over", *duration)
+	why := fmt.Sprintf("the --for of %v is over", *duration)
 	if ctx.Err() != nil {
 		why = "interrupted"
 	}
