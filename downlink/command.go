@@ -40,15 +40,19 @@ const (
 
 // Command is one write to an actuator, as the platform sends it:
 //
-//	{"id":"…","device":"valve-1","point":"Setpoint","value":42.5,
-//	 "issued_at":"RFC 3339","expires_at":"RFC 3339","actor":"ops:alice",
-//	 "signature":"base64"}
+//	{"id":"…","site":"001","gateway":"gw-01","device":"valve-1",
+//	 "point":"Setpoint","value":42.5,"issued_at":"RFC 3339",
+//	 "expires_at":"RFC 3339","actor":"ops:alice","signature":"base64"}
 //
-// id, device, point, value and issued_at are required. Values and
+// id, device, point, value and issued_at are required; site and gateway
+// name the gateway the command is for (a signed command must name them:
+// see [Engine.Run]). Values and
 // timestamps keep their text as sent, so that the command re-encodes to
 // what was signed. Commands are comparable with ==.
 type Command struct {
 	ID        string
+	Site      string // the site.id of the gateway it is for; may be empty unless signed
+	Gateway   string // the gateway.id it is for; may be empty unless signed
 	Device    string
 	Point     string
 	Value     Value
@@ -144,6 +148,20 @@ func (c *Command) setField(key string, raw json.RawMessage) error {
 			c.Point = s
 		}
 		return err
+	case "site", "gateway":
+		if null {
+			return nil
+		}
+		s, err := jsonString(raw)
+		if err == nil {
+			err = checkName(s, true)
+		}
+		if key == "site" {
+			c.Site = s
+		} else {
+			c.Gateway = s
+		}
+		return err
 	case "actor":
 		if null {
 			return nil
@@ -191,7 +209,7 @@ func (c *Command) setField(key string, raw json.RawMessage) error {
 		c.Signature = s
 		return nil
 	}
-	return errors.New("unknown field (known: id, device, point, value, issued_at, expires_at, actor, signature)")
+	return errors.New("unknown field (known: id, site, gateway, device, point, value, issued_at, expires_at, actor, signature)")
 }
 
 // jsonString decodes a JSON string; null or another kind is an error.
@@ -240,13 +258,16 @@ func checkName(s string, emptyOK bool) error {
 // the command reading back from its JSON as itself, as the ledger and the
 // audit log will read it. Its errors name the field.
 func (c Command) check() error {
+	if c.Value.nonFinite != "" {
+		return fmt.Errorf("value: %s is not a finite number: there is nothing to write", c.Value.nonFinite)
+	}
 	if err := checkID(c.ID); err != nil {
 		return fmt.Errorf("id: %w", err)
 	}
 	for _, f := range []struct {
 		name, v string
 		emptyOK bool
-	}{{"device", c.Device, false}, {"point", c.Point, false}, {"actor", c.Actor, true}} {
+	}{{"site", c.Site, true}, {"gateway", c.Gateway, true}, {"device", c.Device, false}, {"point", c.Point, false}, {"actor", c.Actor, true}} {
 		if err := checkName(f.v, f.emptyOK); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
@@ -280,6 +301,12 @@ func (c Command) JSON() []byte {
 	}
 	b = append(b, '{')
 	str("id", c.ID)
+	if c.Site != "" {
+		str("site", c.Site)
+	}
+	if c.Gateway != "" {
+		str("gateway", c.Gateway)
+	}
 	str("device", c.Device)
 	str("point", c.Point)
 	field("value")

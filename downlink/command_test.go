@@ -14,7 +14,7 @@ import (
 	"fieldlink/internal/signing"
 )
 
-const fullCommand = `{"id":"cmd-0001","device":"valve-1","point":"Setpoint","value":42.50,` +
+const fullCommand = `{"id":"cmd-0001","site":"001","gateway":"gw-01","device":"valve-1","point":"Setpoint","value":42.50,` +
 	`"issued_at":"2026-03-01T10:00:00+02:00","expires_at":"2026-03-01T10:05:00.5+02:00","actor":"ops:alice"}`
 
 func mustParse(t testing.TB, s string) Command {
@@ -138,6 +138,16 @@ func TestSignAndVerify(t *testing.T) {
 			d.ExpiresAt = NewTimestamp(d.ExpiresAt.Time().Add(time.Hour))
 			return d.Verify([]ed25519.PublicKey{pub})
 		}(),
+		"another gateway": func() error {
+			d := back
+			d.Gateway = "gw-02"
+			return d.Verify([]ed25519.PublicKey{pub})
+		}(),
+		"another site": func() error {
+			d := back
+			d.Site = "002"
+			return d.Verify([]ed25519.PublicKey{pub})
+		}(),
 		"actor dropped": func() error {
 			d := back
 			d.Actor = ""
@@ -166,18 +176,19 @@ func TestSignAndVerify(t *testing.T) {
 func TestSignedMessageAsDocumented(t *testing.T) {
 	pub, priv, _ := signing.Generate()
 	c := mustParse(t, fullCommand)
-	msg := "8:cmd-0001,7:valve-1,8:Setpoint,5:42.50,25:2026-03-01T10:00:00+02:00,27:2026-03-01T10:05:00.5+02:00,9:ops:alice,"
+	msg := "3:001,5:gw-01,8:cmd-0001,7:valve-1,8:Setpoint,5:42.50,25:2026-03-01T10:00:00+02:00,27:2026-03-01T10:05:00.5+02:00,9:ops:alice,"
 	if got := string(c.SignedMessage()); got != msg {
 		t.Fatalf("SignedMessage:\n%s\nwant\n%s", got, msg)
 	}
-	sig := ed25519.Sign(priv, []byte("fieldlink command v1\x00"+msg))
+	sig := ed25519.Sign(priv, []byte("fieldlink command v2\x00"+msg))
 	signed := strings.TrimSuffix(fullCommand, "}") + `,"signature":"` + base64.StdEncoding.EncodeToString(sig) + `"}`
 	if err := mustParse(t, signed).Verify([]ed25519.PublicKey{pub}); err != nil {
 		t.Fatalf("a signature made as documented: %v", err)
 	}
-	// Absent fields are empty netstrings: expires_at and actor.
+	// Absent fields are empty netstrings: site, gateway, expires_at and
+	// actor (a command naming no gateway is refused, not mis-signed).
 	min := mustParse(t, `{"id":"a","device":"d","point":"p","value":false,"issued_at":"2026-03-01T10:00:00Z"}`)
-	if got, want := string(min.SignedMessage()), "1:a,1:d,1:p,5:false,20:2026-03-01T10:00:00Z,0:,0:,"; got != want {
+	if got, want := string(min.SignedMessage()), "0:,0:,1:a,1:d,1:p,5:false,20:2026-03-01T10:00:00Z,0:,0:,"; got != want {
 		t.Fatalf("SignedMessage without the optional fields: %s, want %s", got, want)
 	}
 }

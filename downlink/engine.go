@@ -92,6 +92,9 @@ type Engine struct {
 	// devices are the site's device names, to tell a command for no
 	// device from one for a point that is not writable.
 	devices []string
+	// site and gateway are this gateway's site.id and gateway.id: a
+	// command for another is refused (see misdirected).
+	site, gateway string
 
 	mu     sync.Mutex
 	counts map[Status]uint64
@@ -149,6 +152,7 @@ func (e *Engine) Configure(c *config.Config, keys []ed25519.PublicKey) {
 	e.run.Lock()
 	defer e.run.Unlock()
 	e.points, e.devices, e.maxAge, e.opt.Keys = points, devices, c.Downlink.MaxAge, keys
+	e.site, e.gateway = c.Site.ID, c.Gateway.ID
 	e.mu.Lock()
 	e.described = strings.Join(names, ", ")
 	e.mu.Unlock()
@@ -199,6 +203,13 @@ func (e *Engine) run1(ctx context.Context, cmd Command, local bool) Result {
 			return res
 		}
 	}
+	if why := e.misdirected(cmd, len(e.opt.Keys) > 0 && !local); why != "" {
+		// Whoever can publish on this gateway's topic can copy another
+		// gateway's command onto it: no packet, as for a forgery.
+		res := Result{ID: cmd.ID, Status: StatusRejected, Reason: "command " + cmd.ID + ": " + why, Value: cmd.Value, At: now}
+		e.refused(&cmd, res, false)
+		return res
+	}
 	// Too late or too early: never run, whether seen before or not, so
 	// the id need not be kept.
 	if st, why := e.untimely(cmd, now); st != "" {
@@ -227,6 +238,33 @@ func (e *Engine) run1(ctx context.Context, cmd Command, local bool) Result {
 	}
 	e.report(&cmd, res, true)
 	return res
+}
+
+// misdirected says why cmd is not for this gateway, "" when it is: it
+// names another site or gateway, or, when signed is set (the signature
+// was checked), names none, since only the signed names bind a signature
+// to one gateway.
+func (e *Engine) misdirected(cmd Command, signed bool) string {
+	switch {
+	case signed && cmd.Gateway == "":
+		return fmt.Sprintf("names no gateway: a signed command must name the site and gateway it is for (site %q, gateway %q here)", e.site, e.gateway)
+	case signed && cmd.Site == "":
+		return fmt.Sprintf("names no site: a signed command must name the site and gateway it is for (site %q, gateway %q here)", e.site, e.gateway)
+	case cmd.Gateway != "" && cmd.Gateway != e.gateway, cmd.Site != "" && cmd.Site != e.site:
+		site, gw := cmd.Site, cmd.Gateway
+		if site == "" {
+			site = "(none)"
+		}
+		if gw == "" {
+			gw = "(none)"
+		}
+		what := "signed"
+		if !signed {
+			what = "sent"
+		}
+		return fmt.Sprintf("%s for gateway %s at site %s; this is gateway %s at site %s", what, gw, site, e.gateway, e.site)
+	}
+	return ""
 }
 
 // notWritable says why cmd has no writable point: no such device, or a

@@ -267,7 +267,7 @@ func TestEngineSignedMode(t *testing.T) {
 	_, other, _ := ed25519.GenerateKey(nil)
 	r := newRig(t, pub)
 	r.site.out = sensors.WriteResult{Readback: packet.Bool(true)}
-	unsigned := cmdJSON("s1", "ValveOpen", "true", e0)
+	unsigned := strings.Replace(cmdJSON("s1", "ValveOpen", "true", e0), `"device"`, `"site":"001","gateway":"gw-01","device"`, 1)
 	cmd, err := ParseCommand([]byte(unsigned))
 	if err != nil {
 		t.Fatal(err)

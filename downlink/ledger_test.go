@@ -146,7 +146,7 @@ func TestBeginFinishDuplicate(t *testing.T) {
 		"never begun":  s.Finish(Result{ID: "cmd-2", Status: StatusDone, At: t0}),
 		"not final":    s.Finish(Result{ID: "cmd-1", Status: StatusPending, At: t0}),
 		"invalid":      second(s.Begin(Command{ID: "cmd/3"}, t0)),
-		"not readable": second(s.Begin(Command{ID: "cmd-4", Device: "d", Point: "p", Value: Value{"4x"}, IssuedAt: NewTimestamp(t0)}, t0)),
+		"not readable": second(s.Begin(Command{ID: "cmd-4", Device: "d", Point: "p", Value: Value{text: "4x"}, IssuedAt: NewTimestamp(t0)}, t0)),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)

@@ -10,18 +10,21 @@ import (
 )
 
 // signingContext is the use a command signature is made for (see package
-// signing): a command signature is good for nothing else.
-const signingContext = "fieldlink command v1"
+// signing): a command signature is good for nothing else. v2 binds the
+// command to a site and a gateway; a v1 signature (which named neither)
+// verifies as nothing.
+const signingContext = "fieldlink command v2"
 
 // SignedMessage returns what a command signature signs (under
-// signingContext): the fields id, device, point, value, issued_at,
-// expires_at and actor, in that order, each as a netstring
+// signingContext): the fields site, gateway, id, device, point, value,
+// issued_at, expires_at and actor, in that order, each as a netstring
 // "<length in bytes>:<bytes>," of its text as sent (strings unescaped, the
 // value as its JSON text, absent fields empty). A signer builds it from the
-// strings it puts in the JSON, with nothing to canonicalise.
+// strings it puts in the JSON, with nothing to canonicalise. Site and
+// gateway come first: what a command is for, then what it does.
 func (c Command) SignedMessage() []byte {
-	b := make([]byte, 0, 192)
-	for _, f := range []string{c.ID, c.Device, c.Point, c.Value.String(), c.IssuedAt.String(), c.ExpiresAt.String(), c.Actor} {
+	b := make([]byte, 0, 224)
+	for _, f := range []string{c.Site, c.Gateway, c.ID, c.Device, c.Point, c.Value.String(), c.IssuedAt.String(), c.ExpiresAt.String(), c.Actor} {
 		b = strconv.AppendInt(b, int64(len(f)), 10)
 		b = append(b, ':')
 		b = append(b, f...)

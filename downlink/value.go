@@ -12,27 +12,35 @@ import (
 
 // Value is a command's value: a finite JSON number, kept as its text (42.50
 // stays 42.50), or a boolean (a coil). The zero Value is no value.
-type Value struct{ text string }
+type Value struct {
+	text string
+	// nonFinite is "NaN", "+Inf" or "-Inf" for a number JSON has no text
+	// for (text is then empty): kept so that the refusal can say which.
+	nonFinite string
+}
 
-// Number returns the value f, or no value if f is NaN or infinite (JSON has
-// no text for them).
+// Number returns the value f. NaN and ±Inf have no JSON text: the value
+// is then no value (IsZero), which a command refuses naming it.
 func Number(f float64) Value {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return Value{nonFinite: strconv.FormatFloat(f, 'g', -1, 64)}
+	}
 	b, err := json.Marshal(f)
 	if err != nil {
 		return Value{}
 	}
-	return Value{string(b)}
+	return Value{text: string(b)}
 }
 
 // Bool returns the boolean value b.
-func Bool(b bool) Value { return Value{strconv.FormatBool(b)} }
+func Bool(b bool) Value { return Value{text: strconv.FormatBool(b)} }
 
 // parseValue reads a value from its JSON text.
 func parseValue(raw []byte) (Value, error) {
 	s := string(raw)
 	switch {
 	case s == "true" || s == "false":
-		return Value{s}, nil
+		return Value{text: s}, nil
 	case jsonkind.Of(raw) != "a number":
 		return Value{}, fmt.Errorf("%s, want a number or true/false", jsonkind.Of(raw))
 	case len(s) > maxValueLength:
@@ -44,7 +52,7 @@ func parseValue(raw []byte) (Value, error) {
 	if err != nil || math.IsInf(f, 0) {
 		return Value{}, fmt.Errorf("%s is out of range", s)
 	}
-	return Value{s}, nil
+	return Value{text: s}, nil
 }
 
 // IsZero reports whether v is no value.
