@@ -79,6 +79,15 @@ type Manager struct {
 	// it lasts, and how long each breakage has lasted.
 	probStart, probFor time.Duration
 	down, fewer        lasting
+	// met: the bundle on probation has reached st.Required at least once;
+	// best is the best health it showed.
+	met  bool
+	best Health
+	// inForce is when the configuration in force began in this process
+	// (by Options.Elapsed), and seen the best health it showed since,
+	// off probation: what st.Reached follows.
+	inForce time.Duration
+	seen    Health
 }
 
 // lasting times how long a condition has held, by Options.Elapsed.
@@ -130,10 +139,11 @@ func NewManager(local *config.Config, st State, gw Gateway, opt Options) (*Manag
 		opt.WatchEvery = watchEvery
 	}
 	m := &Manager{local: local, keys: keys, gw: gw, opt: opt, s: store{Dir(local)}, pull: make(chan struct{}, 1), st: st}
+	m.inForce = opt.Elapsed()
 	if st.Event == StateProbation {
 		// Not a state Startup gave (it reverts a probation): the bundle
 		// gets a whole probation from now.
-		m.probStart, m.probFor = opt.Elapsed(), local.RemoteConfig.Probation
+		m.probStart, m.probFor = m.inForce, local.RemoteConfig.Probation
 	}
 	return m, nil
 }
@@ -312,7 +322,7 @@ func (m *Manager) handle(data []byte, etag string) {
 	prev := m.st
 	m.st.Serial, m.st.Event, m.st.Reason, m.st.At, m.st.Last, m.st.ETag = man.Serial, StateProbation, "", now, man.Serial, etag
 	m.probStart, m.probFor = m.opt.Elapsed(), m.local.RemoteConfig.Probation
-	m.st.ProbationUntil, m.st.Baseline = now.Add(m.probFor), base
+	m.st.ProbationUntil, m.st.Baseline, m.st.Required = now.Add(m.probFor), base, base.atLeast(m.st.Reached)
 	m.opt.Step("record probation")
 	if err := m.s.save(m.st); err != nil {
 		m.st = prev
@@ -327,36 +337,66 @@ func (m *Manager) handle(data []byte, etag string) {
 		refuse(man.Serial, "the gateway cannot run it: "+err.Error(), true)
 		return
 	}
-	m.down, m.fewer = lasting{}, lasting{}
-	m.opt.Log.Info("bundle applied; on probation", "serial", man.Serial, "until", m.st.ProbationUntil, "baseline_upstream_up", base.UpstreamUp, "baseline_answering", base.Answering)
+	m.down, m.fewer, m.met, m.best = lasting{}, lasting{}, false, Health{}
+	m.opt.Log.Info("bundle applied; on probation", "serial", man.Serial, "until", m.st.ProbationUntil, "baseline_upstream_up", base.UpstreamUp, "baseline_answering", base.Answering, "required", m.st.Required.String())
 	m.reportLocked()
 }
 
 // watch checks the bundle on probation: reverted if it broke the gateway,
-// confirmed when its probation is over.
+// or if at the end of its probation it never reached what the
+// configuration before it reached; else confirmed then. Off probation it
+// notes what the configuration in force reaches.
 func (m *Manager) watch() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.st.Event != StateProbation {
-		return
-	}
 	el := m.opt.Elapsed()
 	h := m.gw.Health()
+	if m.st.Event != StateProbation {
+		m.noteReachedLocked(el, h)
+		return
+	}
+	if h.reaches(m.st.Required) {
+		m.met = true
+	}
+	m.best = m.best.atLeast(h)
 	down := m.down.hold(el, m.st.Baseline.UpstreamUp && !h.UpstreamUp)
 	fewer := m.fewer.hold(el, h.Answering < m.st.Baseline.Answering-answeringDrop)
 	switch {
 	case down >= m.opt.Grace:
-		m.revertLocked(fmt.Sprintf("no upstream reachable for %v, though one was before it", down.Round(time.Second)))
+		m.revertLocked(el, fmt.Sprintf("no upstream reachable for %v, though one was before it", down.Round(time.Second)))
 	case fewer >= m.opt.Grace:
-		m.revertLocked(fmt.Sprintf("devices answering fell from %.0f%% to %.0f%%", 100*m.st.Baseline.Answering, 100*h.Answering))
+		m.revertLocked(el, fmt.Sprintf("devices answering fell from %.0f%% to %.0f%%", 100*m.st.Baseline.Answering, 100*h.Answering))
+	case el-m.probStart >= m.probFor && !m.met:
+		// Confirmation needs positive evidence: at boot nothing is up
+		// yet, and nothing is never worse than nothing.
+		m.revertLocked(el, fmt.Sprintf("in its probation of %v it never reached what the configuration before it reached (%s); best: %s", m.probFor, m.st.Required, m.best))
 	case el-m.probStart >= m.probFor:
-		m.confirmLocked()
+		m.confirmLocked(el)
 	}
 }
 
-func (m *Manager) confirmLocked() {
+// noteReachedLocked records in st.Reached what the configuration in force
+// reaches: an upstream once up stays; the share of devices answering is
+// the best of this run once the configuration has run a probation's
+// length in it (a device gone for good stops being required), and until
+// then no less than what state.json kept.
+func (m *Manager) noteReachedLocked(el time.Duration, h Health) {
+	m.seen = m.seen.atLeast(h)
+	want := m.seen.atLeast(m.st.Reached)
+	if el-m.inForce >= m.local.RemoteConfig.Probation {
+		want.Answering = m.seen.Answering
+	}
+	if want != m.st.Reached {
+		m.st.Reached = want
+		m.saveLocked()
+	}
+}
+
+func (m *Manager) confirmLocked(el time.Duration) {
 	m.opt.Step("confirm")
 	prevGood := m.st.KnownGood
+	m.inForce, m.seen = el, Health{}
+	m.st.Reached = m.best.atLeast(m.st.Required)
 	m.st.KnownGood, m.st.Event, m.st.Reason, m.st.At, m.st.Last = m.st.Serial, StateApplied, "", m.opt.Now(), m.st.Serial
 	// Whatever is published is downloaded afresh at the next pull and
 	// checked against the configuration now known good.
@@ -367,8 +407,11 @@ func (m *Manager) confirmLocked() {
 	m.reportLocked()
 }
 
-func (m *Manager) revertLocked(why string) {
+func (m *Manager) revertLocked(el time.Duration, why string) {
 	bad := m.st.Serial
+	// The known-good configuration is back: what it reached stays
+	// required until it has run a probation's length again.
+	m.inForce, m.seen = el, Health{}
 	m.opt.Step("revert")
 	back, err := m.local, error(nil)
 	if m.st.KnownGood != 0 {

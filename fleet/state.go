@@ -31,6 +31,25 @@ type Health struct {
 	Answering float64
 }
 
+// atLeast is the better of h and o, each part apart.
+func (h Health) atLeast(o Health) Health {
+	return Health{UpstreamUp: h.UpstreamUp || o.UpstreamUp, Answering: max(h.Answering, o.Answering)}
+}
+
+// reaches reports whether h is as good as want: an upstream up if want
+// has one, and no more than answeringDrop fewer devices answering.
+func (h Health) reaches(want Health) bool {
+	return (h.UpstreamUp || !want.UpstreamUp) && h.Answering >= want.Answering-answeringDrop-1e-9
+}
+
+func (h Health) String() string {
+	up := "no upstream up"
+	if h.UpstreamUp {
+		up = "an upstream up"
+	}
+	return fmt.Sprintf("%s, %.0f%% of devices answering", up, 100*h.Answering)
+}
+
 // State is the remote configuration's record, kept beside the buffer in
 // state.json. Each bundle's site file is kept as bundle-SERIAL.yaml, so
 // that whatever step a crash stops, state.json names files that exist.
@@ -58,6 +77,20 @@ type State struct {
 	// probation.
 	ProbationUntil time.Time `json:"probation_until,omitzero"`
 	Baseline       Health    `json:"baseline"`
+	// Required is what the bundle on probation must reach at least once
+	// to be confirmed: the better of Baseline and Reached when it was
+	// applied. A bundle applied at boot, when nothing is up yet, must
+	// still do what the configuration before it did.
+	Required Health `json:"required,omitzero"`
+	// Reached is the health the configuration in force reached: at its
+	// confirmation, what its probation reached and no less than what was
+	// required of it (so it does not erode bundle by bundle), then what
+	// this gateway saw it reach while running. It survives restarts, so the positive
+	// evidence a bundle is held to does not depend on when it was pulled.
+	// An upstream once up stays required; the share of devices answering
+	// follows what the configuration reached in the last run that lasted a
+	// probation.
+	Reached Health `json:"reached,omitzero"`
 	// Reverted serials are never applied again.
 	Reverted []uint64 `json:"reverted,omitempty"`
 	// ETag of the last bundle fetched, for a conditional GET: kept for the
