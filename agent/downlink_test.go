@@ -374,6 +374,7 @@ func TestSignedCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Site, cmd.Gateway = "001", "gw-dl"
 	signed := string(downlink.Sign(cmd, priv).JSON())
 	p.send(t, string(cmd.JSON()), false)
 	if res := p.result(t, "s-1"); res.Status != downlink.StatusRejected {
@@ -381,7 +382,20 @@ func TestSignedCommands(t *testing.T) {
 	}
 	p.send(t, string(downlink.Sign(cmd, other).JSON()), false)
 	p.send(t, strings.Replace(signed, `"value":true`, `"value":false`, 1), false)
-	testtool.WaitFor(t, 15*time.Second, "three rejections", func() bool { n, _ := p.count("s-1"); return n >= 3 })
+	// Signed by the right key for another gateway, copied onto this one's
+	// topic.
+	elsewhere := cmd
+	elsewhere.Gateway = "gw-other"
+	p.send(t, string(downlink.Sign(elsewhere, priv).JSON()), false)
+	testtool.WaitFor(t, 15*time.Second, "four rejections", func() bool { n, _ := p.count("s-1"); return n >= 4 })
+	p.mu.Lock()
+	copied := slices.ContainsFunc(p.results, func(r downlink.Result) bool {
+		return r.Status == downlink.StatusRejected && strings.Contains(r.Reason, "signed for gateway gw-other at site 001; this is gateway gw-dl")
+	})
+	p.mu.Unlock()
+	if !copied {
+		t.Error("the command signed for another gateway was not rejected as such")
+	}
 	if got := r.frames.of(slaveValve); len(got) != 0 {
 		t.Fatalf("rejected commands wrote %v", got)
 	}
@@ -392,7 +406,7 @@ func TestSignedCommands(t *testing.T) {
 		return slices.ContainsFunc(p.results, func(r downlink.Result) bool { return r.ID == "s-1" && r.Status == downlink.StatusDone })
 	})
 	p.send(t, signed, false) // a replay
-	testtool.WaitFor(t, 15*time.Second, "the replay answered", func() bool { n, _ := p.count("s-1"); return n >= 5 })
+	testtool.WaitFor(t, 15*time.Second, "the replay answered", func() bool { n, _ := p.count("s-1"); return n >= 6 })
 	if got := r.frames.of(slaveValve); len(got) != 1 {
 		t.Errorf("the device received %v, want the signed command once", got)
 	}

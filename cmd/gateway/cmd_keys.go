@@ -36,15 +36,20 @@ func cmdKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// cmdCommand is "gateway command sign -key NAME.key": a downlink command's
-// JSON on stdin, the same command signed on stdout, one line.
+// cmdCommand is "gateway command sign -key NAME.key -site ID -gateway ID":
+// a downlink command's JSON on stdin, the same command signed on stdout,
+// one line. The signature covers the site and gateway the command names,
+// so that no other gateway runs it: -site and -gateway set them, and a
+// command that names neither is not signed.
 func cmdCommand(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "sign" {
-		fmt.Fprintln(stderr, "usage: gateway command sign -key NAME.key < command.json")
+		fmt.Fprintln(stderr, "usage: gateway command sign -key NAME.key -site ID -gateway ID < command.json")
 		return errUsage
 	}
 	fs := flags("command sign", stderr)
 	keyFile := fs.String("key", "", "private key file (gateway keygen writes one)")
+	site := fs.String("site", "", "the site.id of the gateway the command is for (default: the command's \"site\")")
+	gateway := fs.String("gateway", "", "the gateway.id the command is for; no other gateway runs it (default: the command's \"gateway\")")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -64,6 +69,21 @@ func cmdCommand(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("stdin: %w", err)
 	}
+	for _, f := range []struct {
+		flag, field string
+		set         *string
+		in          *string
+	}{{"site", "site", site, &c.Site}, {"gateway", "gateway", gateway, &c.Gateway}} {
+		switch {
+		case *f.set != "" && *f.in != "" && *f.set != *f.in:
+			return fmt.Errorf("command %s names %s %s, not %s: give the command for %s %s", c.ID, f.field, *f.in, *f.set, f.field, *f.set)
+		case *f.set != "":
+			*f.in = *f.set
+		case *f.in == "":
+			fmt.Fprintf(stderr, "give -%s ID: a signed command names the site and gateway it is for, and runs on no other\n", f.flag)
+			return errUsage
+		}
+	}
 	if c.Signature != "" {
 		fmt.Fprintf(stderr, "command %s was signed already: signature replaced\n", c.ID)
 	}
@@ -71,6 +91,6 @@ func cmdCommand(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := stdout.Write(append(c.JSON(), '\n')); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "signed command %s with key %s\n", c.ID, signing.KeyID(key.Public().(ed25519.PublicKey)))
+	fmt.Fprintf(stderr, "signed command %s for gateway %s at site %s with key %s\n", c.ID, c.Gateway, c.Site, signing.KeyID(key.Public().(ed25519.PublicKey)))
 	return nil
 }

@@ -50,7 +50,7 @@ func TestKeygenAndCommandSign(t *testing.T) {
 	}
 
 	withStdin(t, unsignedCommand+"\n")
-	code, out, errOut = gw(t, "command", "sign", "-key", name+".key")
+	code, out, errOut = gw(t, "command", "sign", "-key", name+".key", "-site", "001", "-gateway", "gw-01")
 	if code != 0 || strings.Count(out, "\n") != 1 {
 		t.Fatalf("command sign: %d\n%s%s", code, out, errOut)
 	}
@@ -61,6 +61,9 @@ func TestKeygenAndCommandSign(t *testing.T) {
 	if err := c.Verify([]ed25519.PublicKey{pub}); err != nil {
 		t.Fatalf("the signed command does not verify with %s.pub: %v", name, err)
 	}
+	if c.Site != "001" || c.Gateway != "gw-01" || !strings.Contains(out, `"site":"001","gateway":"gw-01"`) {
+		t.Fatalf("the signed command is not bound to site 001, gateway gw-01: %s", out)
+	}
 	if c.Value.String() != "42.50" || !strings.Contains(errOut, signing.KeyID(pub)) {
 		t.Fatalf("value %s; stderr %q", c.Value, errOut)
 	}
@@ -68,23 +71,38 @@ func TestKeygenAndCommandSign(t *testing.T) {
 		t.Fatal("command sign printed the private key")
 	}
 
-	// Signed again: the signature is replaced, and says so.
+	// Signed again: the signature is replaced, and says so; the site and
+	// gateway the command names are kept.
 	withStdin(t, out)
 	if code, out2, errOut := gw(t, "command", "sign", "-key", name+".key"); code != 0 || out2 != out || !strings.Contains(errOut, "replaced") {
 		t.Fatalf("re-signing: %d %q %s", code, out2, errOut)
 	}
+	// A signature must name the gateway and the site; flags that contradict
+	// the command are refused rather than signing one of them.
+	withStdin(t, unsignedCommand)
+	if code, _, errOut := gw(t, "command", "sign", "-key", name+".key", "-site", "001"); code != 2 || !strings.Contains(errOut, "-gateway") {
+		t.Fatalf("without -gateway: %d %s", code, errOut)
+	}
+	withStdin(t, unsignedCommand)
+	if code, _, errOut := gw(t, "command", "sign", "-key", name+".key", "-gateway", "gw-01"); code != 2 || !strings.Contains(errOut, "-site") {
+		t.Fatalf("without -site: %d %s", code, errOut)
+	}
+	withStdin(t, out)
+	if code, _, errOut := gw(t, "command", "sign", "-key", name+".key", "-gateway", "gw-02"); code != 1 || !strings.Contains(errOut, "names gateway gw-01, not gw-02") {
+		t.Fatalf("-gateway against the command's: %d %s", code, errOut)
+	}
 	withStdin(t, strings.Replace(unsignedCommand, "42.50", `"42.5"`, 1))
-	if code, _, errOut := gw(t, "command", "sign", "-key", name+".key"); code != 1 || !strings.Contains(errOut, "value: a string") {
+	if code, _, errOut := gw(t, "command", "sign", "-key", name+".key", "-site", "001", "-gateway", "gw-01"); code != 1 || !strings.Contains(errOut, "value: a string") {
 		t.Fatalf("a bad command: %d %s", code, errOut)
 	}
-	if code, _, errOut := gw(t, "command", "sign", "-key", name+".pub"); code != 1 || !strings.Contains(errOut, "is a public key file") {
+	if code, _, errOut := gw(t, "command", "sign", "-key", name+".pub", "-site", "001", "-gateway", "gw-01"); code != 1 || !strings.Contains(errOut, "is a public key file") {
 		t.Fatalf("signing with the .pub: %d %s", code, errOut)
 	}
 	if err := os.Chmod(name+".key", 0o644); err != nil {
 		t.Fatal(err)
 	}
 	withStdin(t, unsignedCommand)
-	code, _, errOut = gw(t, "command", "sign", "-key", name+".key")
+	code, _, errOut = gw(t, "command", "sign", "-key", name+".key", "-site", "001", "-gateway", "gw-01")
 	if code != 1 || !strings.Contains(errOut, name+".key is open to group or others") || strings.Contains(errOut, secret) {
 		t.Fatalf("a key open to others: %d %s", code, errOut)
 	}
