@@ -18,12 +18,13 @@ import (
 )
 
 // Influxd is an InfluxDB 1.x server (Debian's influxdb package) of the
-// test's own, on free loopback ports, with its files in a temporary
-// directory, until the test ends.
+// test's own, on loopback ports of its own ([OnFreshPorts]), with its
+// files in a temporary directory, until the test ends.
 type Influxd struct {
 	t         testing.TB
 	bin, conf string
-	port      int
+	port      int   // the HTTP API's
+	ports     []int // the HTTP API's and the RPC's
 	log       SyncBuffer
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -44,8 +45,8 @@ func StartInfluxd(t testing.TB) *Influxd {
 			t.Logf("influxd log:\n%s", d.log.String())
 		}
 	})
-	for attempt := 1; ; attempt++ {
-		d.port = FreePort(t)
+	ports := OnFreshPorts(t, 2, func(ports []int) error {
+		d.port = ports[0]
 		conf := fmt.Sprintf(`reporting-disabled = true
 bind-address = "127.0.0.1:%d"
 [meta]
@@ -61,27 +62,25 @@ bind-address = "127.0.0.1:%d"
   store-enabled = false
 [continuous_queries]
   enabled = false
-`, FreePort(t), filepath.Join(dir, "meta"), filepath.Join(dir, "data"), filepath.Join(dir, "wal"), d.port)
+`, ports[1], filepath.Join(dir, "meta"), filepath.Join(dir, "data"), filepath.Join(dir, "wal"), ports[0])
 		if err := os.WriteFile(d.conf, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("testtool: %w", err)
 		}
-		err := d.tryStart()
-		if err == nil {
-			return d
-		}
-		if attempt == 3 {
-			t.Fatalf("influxd did not start: %v\n%s", err, d.log.String())
-		}
-	}
+		return d.tryStart()
+	})
+	d.ports = ports
+	return d
 }
 
-// tryStart runs influxd and waits until /ping answers, or influxd exits.
+// tryStart runs influxd and waits until /ping answers; it fails, with
+// ErrPortInUse when the log says so, if influxd exits first.
 func (d *Influxd) tryStart() error {
+	mark := d.log.Len()
 	cmd := exec.Command(d.bin, "-config", d.conf)
 	cmd.Stdout, cmd.Stderr = &d.log, &d.log
 	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
-		return err
+		return fmt.Errorf("testtool: start influxd: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -99,24 +98,23 @@ func (d *Influxd) tryStart() error {
 		}
 		select {
 		case <-exited:
-			return errors.New("influxd exited")
+			d.Kill()
+			if log := d.log.Since(mark); PortInUse(log) {
+				return fmt.Errorf("%w: influxd on %v: %s", ErrPortInUse, d.ports, log)
+			}
+			return errors.New("testtool: influxd exited")
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	d.Kill()
-	return errors.New("influxd did not answer /ping within 30s")
+	return errors.New("testtool: influxd did not answer /ping within 30s")
 }
 
-// Start runs influxd again, on its port and files, after Kill.
+// Start runs influxd again, on its ports and files, after Kill; while a
+// port is still taken it waits for it.
 func (d *Influxd) Start() {
 	d.t.Helper()
-	var err error
-	for range 5 {
-		if err = d.tryStart(); err == nil {
-			return
-		}
-	}
-	d.t.Fatalf("influxd: %v\n%s", err, d.log.String())
+	OnSamePorts(d.t, d.ports, func([]int) error { return d.tryStart() })
 }
 
 // Kill stops influxd with SIGKILL, as a power cut would, and waits for it;

@@ -41,3 +41,21 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
+
+// Len is how many bytes were written so far: a mark from which
+// [SyncBuffer.Since] reads what a later attempt wrote.
+func (s *SyncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
+}
+
+// Since is what was written after mark (a [SyncBuffer.Len]).
+func (s *SyncBuffer) Since(mark int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if mark > s.b.Len() {
+		return ""
+	}
+	return string(s.b.Bytes()[mark:])
+}

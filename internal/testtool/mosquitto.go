@@ -1,7 +1,6 @@
 package testtool
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -83,8 +82,8 @@ type Mosquitto struct {
 	exited chan struct{} // closed when cmd has exited
 }
 
-// NewMosquitto runs the mosquitto at bin (FindMosquitto) on a free loopback
-// port, configured by MosquittoConfig(port, extraConf...), until the test
+// NewMosquitto runs the mosquitto at bin (FindMosquitto) on a loopback
+// port of its own ([OnFreshPort]), configured by MosquittoConfig(port, extraConf...), until the test
 // ends.
 func NewMosquitto(t testing.TB, bin string, extraConf ...string) *Mosquitto {
 	t.Helper()
@@ -95,26 +94,14 @@ func NewMosquitto(t testing.TB, bin string, extraConf ...string) *Mosquitto {
 			t.Logf("mosquitto %s log:\n%s", m.Addr(), m.log.String())
 		}
 	})
-	// The port was free a moment ago; should another process take it
-	// meanwhile, mosquitto exits and another port is tried.
-	for attempt := 1; ; attempt++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	m.port = OnFreshPort(t, func(port int) error {
+		m.port = port
+		if err := os.WriteFile(m.conf, []byte(MosquittoConfig(port, extraConf...)), 0o600); err != nil {
+			return fmt.Errorf("testtool: %w", err)
 		}
-		m.port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if err := os.WriteFile(m.conf, []byte(MosquittoConfig(m.port, extraConf...)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		err = m.tryStart()
-		if err == nil {
-			return m
-		}
-		if attempt == 5 {
-			t.Fatalf("mosquitto did not start on a free port: %v\n%s", err, m.log.String())
-		}
-	}
+		return m.tryStart()
+	})
+	return m
 }
 
 // StartMosquitto is NewMosquitto for a test that needs only the address.
@@ -132,17 +119,11 @@ func (m *Mosquitto) URL() string { return "mqtt://" + m.Addr() }
 // Log is what the broker wrote so far.
 func (m *Mosquitto) Log() string { return m.log.String() }
 
-// Start runs the broker again on its port, after Kill.
+// Start runs the broker again on its port, after Kill; while the port is
+// still taken (by the killed broker's last moments, say) it waits for it.
 func (m *Mosquitto) Start() {
 	m.t.Helper()
-	var err error
-	for range 50 { // the port may take a moment to be free again
-		if err = m.tryStart(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	m.t.Fatalf("mosquitto: %v\n%s", err, m.log.String())
+	OnSamePort(m.t, m.port, func(int) error { return m.tryStart() })
 }
 
 // Kill stops the broker with SIGKILL (no clean close) and waits for it to
@@ -160,13 +141,14 @@ func (m *Mosquitto) Kill() {
 }
 
 // tryStart runs mosquitto and waits until its port accepts connections; it
-// fails if mosquitto exits first (the port taken meanwhile).
+// fails, with ErrPortInUse when the log says so, if mosquitto exits first.
 func (m *Mosquitto) tryStart() error {
+	mark := m.log.Len()
 	cmd := exec.Command(m.bin, "-c", m.conf)
 	cmd.Stdout, cmd.Stderr = &m.log, &m.log
 	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start mosquitto: %w", err)
+		return fmt.Errorf("testtool: start mosquitto: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -177,7 +159,10 @@ func (m *Mosquitto) tryStart() error {
 		return nil
 	}
 	m.Kill()
-	return errors.New("mosquitto exited, or did not listen within 10s")
+	if log := m.log.Since(mark); PortInUse(log) {
+		return fmt.Errorf("%w: mosquitto on %s: %s", ErrPortInUse, m.Addr(), log)
+	}
+	return fmt.Errorf("testtool: mosquitto on %s exited, or did not listen within 10s:\n%s", m.Addr(), m.log.Since(mark))
 }
 
 // listening waits until addr accepts connections, or the process behind it

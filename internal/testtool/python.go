@@ -3,7 +3,10 @@ package testtool
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,22 +21,49 @@ type Pymodbus struct {
 }
 
 // StartPymodbus runs the pymodbus server script (at script, relative to the
-// test's package) with args ("--tcp PORT" or "--rtu PTY [--baud N]") and
-// waits for its READY line. It is killed when the test ends.
+// test's package) with args ("--rtu PTY [--baud N]"; for TCP see
+// [StartPymodbusTCP]) and waits for its READY line. It is killed when the
+// test ends.
 func StartPymodbus(t testing.TB, script string, args ...string) *Pymodbus {
 	t.Helper()
 	py := RequirePython(t, "pymodbus", "python3-pymodbus")
 	if len(args) > 0 && args[0] == "--rtu" {
 		RequirePython(t, "serial_asyncio", "python3-serial-asyncio")
 	}
+	s, err := startPymodbus(t, py, script, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// StartPymodbusTCP runs the pymodbus server script with --tcp on a
+// loopback port of its own ([OnFreshPort]) and returns it with its
+// host:port.
+func StartPymodbusTCP(t testing.TB, script string, args ...string) (*Pymodbus, string) {
+	t.Helper()
+	py := RequirePython(t, "pymodbus", "python3-pymodbus")
+	var s *Pymodbus
+	port := OnFreshPort(t, func(port int) error {
+		var err error
+		s, err = startPymodbus(t, py, script, append([]string{"--tcp", strconv.Itoa(port)}, args...)...)
+		return err
+	})
+	return s, LoopbackAddr(port)
+}
+
+// startPymodbus runs the script and waits for READY; it fails, with
+// ErrPortInUse when its stderr says so, if the script exits first.
+func startPymodbus(t testing.TB, py, script string, args ...string) (*Pymodbus, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, py, append([]string{script}, args...)...)
 	ready := make(chan struct{})
+	var stderr SyncBuffer
 	cmd.Stdout = &readyWriter{ready: ready}
-	cmd.Stderr = testLog{t}
+	cmd.Stderr = io.MultiWriter(testLog{t}, &stderr)
 	if err := cmd.Start(); err != nil {
 		cancel()
-		t.Fatalf("start pymodbus: %v", err)
+		return nil, fmt.Errorf("testtool: start pymodbus: %w", err)
 	}
 	s := &Pymodbus{cancel: cancel, exited: make(chan struct{})}
 	var waitErr error
@@ -42,14 +72,18 @@ func StartPymodbus(t testing.TB, script string, args ...string) *Pymodbus {
 		close(s.exited)
 	}()
 	t.Cleanup(s.Kill)
+	what := script + " " + strings.Join(args, " ")
 	select {
 	case <-ready:
+		return s, nil
 	case <-s.exited:
-		t.Fatalf("%s %s exited before READY: %v", script, strings.Join(args, " "), waitErr)
+		if PortInUse(stderr.String()) {
+			return nil, fmt.Errorf("%w: %s", ErrPortInUse, what)
+		}
+		return nil, fmt.Errorf("testtool: %s exited before READY: %v", what, waitErr)
 	case <-time.After(15 * time.Second):
-		t.Fatalf("%s %s not READY within 15s", script, strings.Join(args, " "))
+		return nil, fmt.Errorf("testtool: %s not READY within 15s", what)
 	}
-	return s
 }
 
 // Kill kills the server process (SIGKILL), as a device losing power, and
