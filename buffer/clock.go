@@ -245,11 +245,17 @@ func restampJSON(data []byte, at time.Time) ([]byte, bool) {
 		return nil, false
 	}
 	i := bytes.Index(data, []byte(`,"TS":"`))
-	if i < 0 || len(data) < i+28 || data[i+27] != '"' {
+	tsAt := i + len(`,"TS":"`)
+	// TS is to the millisecond, or to the second in packets stored before
+	// it carried milliseconds; it is rewritten in the form it has.
+	tsForm := "2006-01-02T15:04:05.000Z"
+	if i >= 0 && len(data) > tsAt+20 && data[tsAt+20] == '"' {
+		tsForm = "2006-01-02T15:04:05Z"
+	}
+	if i < 0 || len(data) <= tsAt+len(tsForm) || data[tsAt+len(tsForm)] != '"' {
 		return nil, false
 	}
-	tsAt := i + len(`,"TS":"`)
-	oldUTC, err := time.Parse("2006-01-02T15:04:05Z", string(data[tsAt:tsAt+20]))
+	oldUTC, err := time.Parse(tsForm, string(data[tsAt:tsAt+len(tsForm)]))
 	if err != nil {
 		return nil, false
 	}
@@ -257,8 +263,8 @@ func restampJSON(data []byte, at time.Time) ([]byte, bool) {
 	if err != nil {
 		return nil, false
 	}
-	utc := at.Truncate(time.Second)
-	local := utc.Add(oldLocal.Sub(oldUTC))
+	utc := at.Truncate(time.Millisecond)
+	local := utc.Truncate(time.Second).Add(oldLocal.Sub(oldUTC.Truncate(time.Second)))
 	if y := utc.Year(); y < 1000 || y > 9999 {
 		return nil, false
 	}
@@ -274,6 +280,7 @@ func restampJSON(data []byte, at time.Time) ([]byte, bool) {
 	out = append(out, data[j+len(packet.UnsyncedMark):]...)
 	local.AppendFormat(out[dateAt:dateAt], "2006-01-02")
 	local.AppendFormat(out[timeAt:timeAt], "15:04:05")
-	utc.AppendFormat(out[tsAt:tsAt], "2006-01-02T15:04:05Z")
+	var ts [32]byte // not in place: a fraction is formatted past its digits, then cut
+	copy(out[tsAt:tsAt+len(tsForm)], utc.AppendFormat(ts[:0], tsForm))
 	return out, true
 }

@@ -212,9 +212,15 @@ func TestRestampJSON(t *testing.T) {
 	at := time.Date(2026, 12, 31, 23, 30, 5, 0, time.UTC)
 	got, ok := restampJSON(data, at.Add(900*time.Millisecond))
 	q := *p
-	q.At, q.ClockUnsynced = at, false
+	q.At, q.ClockUnsynced = at.Add(900*time.Millisecond), false // TS to the millisecond
 	if want := q.AppendJSON(nil, packet.Strings); !ok || !bytes.Equal(got, want) {
 		t.Fatalf("restamped:\n got %s\nwant %s", got, want)
+	}
+	// A packet stored when TS was to the second keeps that form.
+	old := bytes.Replace(data, []byte(`T00:00:03.000Z"`), []byte(`T00:00:03Z"`), 1)
+	got, ok = restampJSON(old, at.Add(900*time.Millisecond))
+	if want := bytes.Replace(q.AppendJSON(nil, packet.Strings), []byte(`T23:30:05.900Z"`), []byte(`T23:30:05Z"`), 1); bytes.Equal(old, data) || !ok || !bytes.Equal(got, want) {
+		t.Fatalf("restamped, TS to the second:\n got %s\nwant %s", got, want)
 	}
 	for _, bad := range [][]byte{
 		data[:40],

@@ -96,7 +96,7 @@ func head(p *packet.Packet) jsonHead {
 		GatewayID: p.GatewayID,
 		DeviceID:  p.DeviceID,
 		Seq:       p.Seq,
-		TS:        p.At.UTC().Format(time.RFC3339),
+		TS:        p.At.UTC().Format("2006-01-02T15:04:05.000Z"),
 	}
 }
 

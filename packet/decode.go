@@ -22,7 +22,8 @@ import (
 //
 //   - Invalid UTF-8 in a string comes back as U+FFFD, which is then written
 //     as itself rather than as \ufffd.
-//   - At is TS, in UTC, to the second. Loc is a fixed zone with the offset
+//   - At is TS, in UTC, to the millisecond (to the second from a TS
+//     without a fraction, which re-encodes with ".000"). Loc is a fixed zone with the offset
 //     that Date and Time show against TS (UTC when none), not the named zone.
 //   - The id field is the one DataHead key that is not one of the others.
 //   - In [Strings] mode every body value comes back as a [String] with the

@@ -5,7 +5,7 @@
 // one line; wrapped here):
 //
 //	{"DataHead":{"Date":"2020-01-01","Time":"20:00:00","FarmId":"001","DataType":"Rain",
-//	  "GatewayId":"gw-01","DeviceId":"rain-1","Seq":42,"TS":"2020-01-01T12:00:00Z"},
+//	  "GatewayId":"gw-01","DeviceId":"rain-1","Seq":42,"TS":"2020-01-01T12:00:00.000Z"},
 //	 "DataBody":{"Temperature":"25","Humidity":"50","WindSpeed":"15","Light":"10",
 //	  "isRain":"False","Rainfall":"0"}}
 //
@@ -23,8 +23,12 @@
 //   - Seq, a JSON number: the gateway's persistent, strictly increasing
 //     sequence number. With GatewayId it lets the platform drop the duplicates
 //     that at-least-once delivery produces.
-//   - TS: the reading time in RFC 3339, UTC, to the second
-//     ("2026-11-29T08:00:00Z"). Sub-second parts are truncated, like Time's.
+//   - TS: the reading time in RFC 3339, UTC, to the millisecond, always
+//     with three digits of fraction ("2026-11-29T08:00:00.317Z"); finer
+//     parts are truncated. Any RFC 3339 reader takes it, and Decode also
+//     reads the older form to the second ("2026-11-29T08:00:00Z"). The
+//     milliseconds keep apart readings less than a second apart, which
+//     Date and Time, to the second, do not.
 //   - Epoch, only when set.
 //   - "ClockUnsynced":"True", only when the reading time was read from a
 //     clock the kernel did not hold as synchronised (see

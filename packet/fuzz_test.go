@@ -132,7 +132,7 @@ func FuzzAppendJSON(f *testing.F) {
 			json.Delim('{'), "DataHead", json.Delim('{'),
 			"Date", local.Format("2006-01-02"), "Time", local.Format("15:04:05"),
 			s(idField), s(site), "DataType", s(s1), "GatewayId", s(name2), "DeviceId", s(dev),
-			"Seq", json.Number(strconv.FormatUint(seq, 10)), "TS", p.At.UTC().Format("2006-01-02T15:04:05Z"),
+			"Seq", json.Number(strconv.FormatUint(seq, 10)), "TS", p.At.UTC().Format("2006-01-02T15:04:05.000Z"),
 		}
 		if epoch != "" {
 			want = append(want, "Epoch", s(epoch))
@@ -202,7 +202,7 @@ func FuzzAppendJSON(f *testing.F) {
 		if valid && !bytes.Equal(again, out) {
 			t.Fatalf("re-encoded packet differs\ngot:  %s\nwant: %s", again, out)
 		}
-		if d.Seq != seq || !d.At.Equal(p.At.Truncate(time.Second)) || d.Alarm() != (alarm != "") {
+		if d.Seq != seq || !d.At.Equal(p.At.Truncate(time.Millisecond)) || d.Alarm() != (alarm != "") {
 			t.Fatalf("decoded Seq, At, Alarm = %d, %v, %v", d.Seq, d.At, d.Alarm())
 		}
 	})
@@ -231,6 +231,6 @@ func Example() {
 	buf = p.AppendJSON(buf[:0], packet.Numbers)
 	fmt.Println(string(buf))
 	// Output:
-	// {"DataHead":{"Date":"2026-11-29","Time":"16:00:00","MineId":"M-07","DataType":"Gas","GatewayId":"gw-3","DeviceId":"gas-12","Seq":9,"TS":"2026-11-29T08:00:00Z","Alarm":"True","AlarmFields":["CH4"]},"DataBody":{"CH4":"1.25","CO":"12","Fan":"True"}}
-	// {"DataHead":{"Date":"2026-11-29","Time":"16:00:00","MineId":"M-07","DataType":"Gas","GatewayId":"gw-3","DeviceId":"gas-12","Seq":9,"TS":"2026-11-29T08:00:00Z","Alarm":"True","AlarmFields":["CH4"]},"DataBody":{"CH4":1.25,"CO":12,"Fan":true}}
+	// {"DataHead":{"Date":"2026-11-29","Time":"16:00:00","MineId":"M-07","DataType":"Gas","GatewayId":"gw-3","DeviceId":"gas-12","Seq":9,"TS":"2026-11-29T08:00:00.000Z","Alarm":"True","AlarmFields":["CH4"]},"DataBody":{"CH4":"1.25","CO":"12","Fan":"True"}}
+	// {"DataHead":{"Date":"2026-11-29","Time":"16:00:00","MineId":"M-07","DataType":"Gas","GatewayId":"gw-3","DeviceId":"gas-12","Seq":9,"TS":"2026-11-29T08:00:00.000Z","Alarm":"True","AlarmFields":["CH4"]},"DataBody":{"CH4":1.25,"CO":12,"Fan":true}}
 }

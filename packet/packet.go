@@ -21,8 +21,10 @@ type Field struct {
 // Encoding only reads it, so several goroutines may encode the same Packet
 // at once as long as none modifies it.
 type Packet struct {
-	// At is the reading time. It gives Date and Time (in Loc) and TS (in
-	// UTC), all to the second; sub-second parts are truncated.
+	// At is the reading time. It gives Date and Time (in Loc) to the
+	// second and TS (in UTC) to the millisecond; finer parts are truncated.
+	// TS keeps the milliseconds so that readings less than a second apart
+	// keep distinct times (InfluxDB keeps one point per time).
 	At time.Time
 
 	// Loc is the site's time zone, for Date and Time. Nil means UTC.
@@ -136,6 +138,9 @@ func (p *Packet) AppendJSON(dst []byte, enc Encoding) []byte {
 	dst = appendDate(dst, utc)
 	dst = append(dst, 'T')
 	dst = appendClock(dst, utc)
+	dst = append(dst, '.')
+	ms := utc.Nanosecond() / 1e6
+	dst = append(dst, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
 	dst = append(dst, `Z"`...)
 
 	if p.Epoch != "" {

@@ -105,7 +105,8 @@ func goldenCases(t testing.TB) []struct {
 		}, packet.Strings},
 		{"timezone-next-day", packet.Packet{
 			// 20:30:15.75 UTC on 29 November is 04:30:15 on 30 November in
-			// Shanghai; the fraction is truncated in Time and TS alike.
+			// Shanghai; the fraction is truncated in Time and kept, to the
+			// millisecond, in TS.
 			At:        time.Date(2026, 11, 29, 20, 30, 15, 750e6, time.UTC),
 			Loc:       mustZone(t, "Asia/Shanghai"),
 			IDField:   "FarmId",
@@ -167,9 +168,10 @@ func TestGolden(t *testing.T) {
 }
 
 // TestPlatformExample pins the farm packet to the platform's documented
-// example, byte for byte, independently of the golden file.
+// example, byte for byte, independently of the golden file. TS, the
+// gateway's own addition, carries milliseconds.
 func TestPlatformExample(t *testing.T) {
-	const want = `{"DataHead":{"Date":"2020-01-01","Time":"20:00:00","FarmId":"001","DataType":"Rain","GatewayId":"gw-01","DeviceId":"rain-1","Seq":42,"TS":"2020-01-01T12:00:00Z"},` +
+	const want = `{"DataHead":{"Date":"2020-01-01","Time":"20:00:00","FarmId":"001","DataType":"Rain","GatewayId":"gw-01","DeviceId":"rain-1","Seq":42,"TS":"2020-01-01T12:00:00.000Z"},` +
 		`"DataBody":{"Temperature":"25","Humidity":"50","WindSpeed":"15","Light":"10","isRain":"False","Rainfall":"0"}}`
 	p := farmRain(t)
 	if got := string(p.AppendJSON(nil, packet.Strings)); got != want {
@@ -192,7 +194,7 @@ func TestRoundTrip(t *testing.T) {
 			if again := d.AppendJSON(nil, tc.enc); !bytes.Equal(again, want) {
 				t.Errorf("re-encoded packet differs\ngot:  %s\nwant: %s", again, want)
 			}
-			if !d.At.Equal(tc.p.At.Truncate(time.Second)) || d.Seq != tc.p.Seq || d.Alarm() != tc.p.Alarm() {
+			if !d.At.Equal(tc.p.At.Truncate(time.Millisecond)) || d.Seq != tc.p.Seq || d.Alarm() != tc.p.Alarm() {
 				t.Errorf("At, Seq, Alarm = %v, %d, %v; want %v, %d, %v",
 					d.At, d.Seq, d.Alarm(), tc.p.At, tc.p.Seq, tc.p.Alarm())
 			}
@@ -311,7 +313,7 @@ func TestHeadTimes(t *testing.T) {
 			local := at.In(l)
 			h := got.DataHead
 			if h.Date != local.Format("2006-01-02") || h.Time != local.Format("15:04:05") ||
-				h.TS != at.UTC().Format("2006-01-02T15:04:05Z") {
+				h.TS != at.UTC().Format("2006-01-02T15:04:05.000Z") {
 				t.Fatalf("%v in %v: Date, Time, TS = %s %s %s", at, l, h.Date, h.Time, h.TS)
 			}
 		}
@@ -424,5 +426,41 @@ func TestClockUnsynced(t *testing.T) {
 	bad := bytes.Replace(marked, []byte(`"ClockUnsynced":"True"`), []byte(`"ClockUnsynced":"False"`), 1)
 	if _, err := packet.Decode(bad); err == nil || !strings.Contains(err.Error(), "ClockUnsynced") {
 		t.Fatalf("ClockUnsynced False: %v, want an error", err)
+	}
+}
+
+// TestTSMilliseconds: TS carries the reading time to the millisecond, so
+// readings less than a second apart keep distinct times (InfluxDB keys a
+// point by its time); Date and Time stay to the second; Decode reads both
+// the millisecond form and the older one to the second.
+func TestTSMilliseconds(t *testing.T) {
+	p := packet.Packet{At: time.Date(2026, 11, 29, 16, 55, 22, 317_900_000, time.UTC), Loc: mustZone(t, "Asia/Shanghai"),
+		SiteID: "001", DataType: "Rain", GatewayID: "gw-01", DeviceID: "rain-1", Seq: 1, Fields: []packet.Field{{"Rainfall", packet.Float(0.5, 1)}}}
+	data := p.AppendJSON(nil, packet.Strings)
+	var got struct{ DataHead struct{ Date, Time, TS string } }
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if h := got.DataHead; h.TS != "2026-11-29T16:55:22.317Z" || h.Date != "2026-11-30" || h.Time != "00:55:22" {
+		t.Errorf("Date, Time, TS = %s %s %s; want 2026-11-30 00:55:22 2026-11-29T16:55:22.317Z", h.Date, h.Time, h.TS)
+	}
+	d, err := packet.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := p.At.Truncate(time.Millisecond); !d.At.Equal(want) {
+		t.Errorf("decoded At %v, want %v", d.At, want)
+	}
+	if _, off := d.At.In(d.Loc).Zone(); off != 8*3600 {
+		t.Errorf("decoded Loc offset %d, want +8h", off)
+	}
+	old := bytes.Replace(data, []byte(`16:55:22.317Z`), []byte(`16:55:22Z`), 1)
+	for _, b := range [][]byte{data, old} { // both forms fit docs/schema/packet.schema.json
+		if err := testtool.CheckPacket(b); err != nil {
+			t.Errorf("schema: %v\n%s", err, b)
+		}
+	}
+	if d, err := packet.Decode(old); err != nil || !d.At.Equal(p.At.Truncate(time.Second)) {
+		t.Errorf("TS to the second: At %v, %v; want %v", d.At, err, p.At.Truncate(time.Second))
 	}
 }
