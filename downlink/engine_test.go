@@ -204,7 +204,9 @@ func TestEngineRules(t *testing.T) {
 				r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(0.1, 1), At: e0, Quality: sensors.Good}
 			}, status: StatusRejected, reason: "not above 0.2"},
 		{name: "value the register cannot hold", cmd: cmdJSON("c19", "FlowTotal", "1e12", e0),
-			setup: func(r *rig) { r.site.err = fmt.Errorf("x: %w", profile.ErrNotWritable) }, status: StatusRejected, reason: "cannot be written", written: "valve-1.FlowTotal=1e+12"},
+			status: StatusRejected, reason: "cannot be written: 1e12 is raw 1000000000000, outside int32"},
+		{name: "value the bus's encoding refuses", cmd: cmdJSON("c21", "FlowTotal", "5", e0),
+			setup: func(r *rig) { r.site.err = fmt.Errorf("x: %w", profile.ErrNotWritable) }, status: StatusRejected, reason: "cannot be written", written: "valve-1.FlowTotal=5"},
 		{name: "not parseable", cmd: `{"id":"c20","device":"valve-1"}`, status: StatusRejected, reason: "point"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

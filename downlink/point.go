@@ -18,8 +18,9 @@ type point struct {
 	rule   config.Writable
 }
 
-// value checks a command's value against the point's rules and returns it
-// as a number (coils: 0 or 1).
+// value checks a command's value against the point's rules and its
+// register, exactly (see exact), and returns it as the number the bus
+// takes (coils: 0 or 1).
 func (p *point) value(v Value) (float64, error) {
 	isBool := p.reg.Area.IsBit() || p.reg.Type == profile.Bool
 	if b, ok := v.Bool(); ok {
@@ -35,22 +36,8 @@ func (p *point) value(v Value) (float64, error) {
 	if !ok || isBool {
 		return 0, fmt.Errorf("takes true or false, not %s", v)
 	}
-	r := p.rule
-	if r.Min != nil && f < *r.Min {
-		return 0, fmt.Errorf("%v is below min %v", f, *r.Min)
-	}
-	if r.Max != nil && f > *r.Max {
-		return 0, fmt.Errorf("%v is above max %v", f, *r.Max)
-	}
-	if r.Step > 0 {
-		base := 0.0
-		if r.Min != nil {
-			base = *r.Min
-		}
-		n := (f - base) / r.Step
-		if math.Abs(n-math.Round(n)) > 1e-9*math.Max(1, math.Abs(n)) {
-			return 0, fmt.Errorf("%v is not %v plus a whole number of steps of %v", f, base, r.Step)
-		}
+	if err := p.exact(v.String(), f); err != nil {
+		return 0, err
 	}
 	return f, nil
 }
