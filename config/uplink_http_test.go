@@ -36,9 +36,15 @@ func TestHTTPUpstreamEncodingTokenAndHeaders(t *testing.T) {
 		t.Errorf("upstream %+v", up)
 	}
 
+	// ms, the default, and s, which older site files give, are valid.
+	for _, prec := range []string{"ms", "s"} {
+		if _, err := Parse("site.yaml", []byte(good+"uplink: {upstreams: [{url: 'http://h:8086/write?db=farm&precision="+prec+"', encoding: influx_line}]}\n"), testProfiles); err != nil {
+			t.Errorf("precision=%s: %v", prec, err)
+		}
+	}
 	for _, tc := range []struct{ add, want string }{
 		{"{url: 'http://h:8086/write', encoding: influx_line}", `uplink.upstreams[0].url: InfluxDB 1.x's /write needs db in the query (such as /write?db=farm)`},
-		{"{url: 'http://h:8086/api/v2/write?org=o&bucket=b&precision=ms', encoding: influx_line}", `uplink.upstreams[0].url: precision=ms: the packets' time is to the second`},
+		{"{url: 'http://h:8086/api/v2/write?org=o&bucket=b&precision=ns', encoding: influx_line}", `uplink.upstreams[0].url: precision=ns: the packets' time is to the millisecond`},
 		{"{url: 'http://h:8086/write?db=a', encoding: influx_line}, {url: 'http://h:8086/write?db=b', encoding: influx_line}", `uplink.upstreams[1].url: is uplink.upstreams[0] again: the gateway knows an upstream by its URL without credentials or query, http://h:8086/write?...`},
 		{"{url: 'https://h', encoding: csv}", `uplink.upstreams[0].encoding: unknown encoding "csv" for an HTTP upstream (valid: json, influx_line)`},
 		{"{url: 'mqtt://h', encoding: influx_line}", `uplink.upstreams[0].encoding: influx_line applies only to http:// and https:// upstreams`},

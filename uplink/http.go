@@ -55,6 +55,7 @@ type HTTP struct {
 	name      string // for errors and logs: no userinfo, no query
 	header    http.Header
 	influx    bool     // Encoding is EncodingInfluxLine
+	precision string   // of the lines' times with influx: ms or s
 	secrets   []string // blanked out of response excerpts
 	timeout   time.Duration
 	gateway   string

@@ -33,48 +33,61 @@ const (
 	influxFieldAlarm   = "alarm"
 	influxFieldAlarms  = "alarm_fields"
 	influxFieldUnsync  = "clock_unsynced"
-	influxPrecision    = "s" // the packets' time is to the second
 	influxV2WriteSufix = "/api/v2/write"
+)
+
+// The precisions of line protocol's times that the gateway writes. The
+// packets' time is to the millisecond, and InfluxDB keeps one point per
+// series and time: readings less than a second apart are distinct points
+// only in milliseconds. Seconds stay for site files that ask for them.
+const (
+	influxMS = "ms" // the default
+	influxS  = "s"
 )
 
 // influxURL checks and completes the URL of an influx_line upstream: the
 // write endpoint of InfluxDB 1.x (…/write?db=…) or 2.x
 // (…/api/v2/write?org=…&bucket=…), or any other path (a proxy in front of
-// one). precision is set to s, the packets' own; another precision is an
-// error.
-func influxURL(u *url.URL) error {
+// one). It returns the precision the lines are written in: ms, the
+// packets' own, unless the query gives precision=s; another precision is
+// an error.
+func influxURL(u *url.URL) (string, error) {
 	q := u.Query()
-	switch p := q.Get("precision"); p {
-	case "", influxPrecision:
+	prec := q.Get("precision")
+	switch prec {
+	case "":
+		prec = influxMS
+	case influxMS, influxS:
 	default:
-		return fmt.Errorf("precision=%s: the packets' time is to the second, leave precision out or give precision=s", p)
+		return "", fmt.Errorf("precision=%s: the packets' time is to the millisecond, leave precision out or give precision=ms (or s)", prec)
 	}
 	path := strings.TrimSuffix(u.Path, "/")
 	switch {
 	case strings.HasSuffix(path, influxV2WriteSufix):
 		if q.Get("bucket") == "" || q.Get("org") == "" && q.Get("orgID") == "" {
-			return fmt.Errorf("InfluxDB 2.x's /api/v2/write needs org (or orgID) and bucket in the query")
+			return "", fmt.Errorf("InfluxDB 2.x's /api/v2/write needs org (or orgID) and bucket in the query")
 		}
 	case strings.HasSuffix(path, "/write"):
 		if q.Get("db") == "" {
-			return fmt.Errorf("InfluxDB 1.x's /write needs db in the query (such as /write?db=farm)")
+			return "", fmt.Errorf("InfluxDB 1.x's /write needs db in the query (such as /write?db=farm)")
 		}
 	}
-	q.Set("precision", influxPrecision)
+	q.Set("precision", prec)
 	u.RawQuery = q.Encode()
-	return nil
+	return prec, nil
 }
 
 // CheckInfluxURL checks the URL of an influx_line upstream as [NewHTTP]
 // will, for gateway check: InfluxDB 1.x's /write needs db, 2.x's
-// /api/v2/write org (or orgID) and bucket, and precision may only be s. The
-// error does not show the URL.
+// /api/v2/write org (or orgID) and bucket, and precision may only be ms
+// (the default) or s. The error does not show the URL.
 func CheckInfluxURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("not a valid URL")
 	}
-	return influxURL(u)
+	_, err = influxURL(u)
+	return err
 }
 
 // influxRefusal is why a packet cannot be written as line protocol. It is
@@ -91,11 +104,11 @@ func (e *influxRefusal) Error() string {
 func (e *influxRefusal) Is(target error) bool { return target == errInvalidPacket }
 
 // influxBody returns the body of a line-protocol POST: one line per packet,
-// in order, each ended by a newline. A packet with no field to write gives no
-// line; the body may then be empty. A packet that is not a packet, or whose
-// names line protocol cannot carry, is an error that is [errInvalidPacket]
-// to errors.Is.
-func influxBody(seqs []uint64, batch [][]byte) ([]byte, error) {
+// in order, each ended by a newline, its time in precision prec (ms or s).
+// A packet with no field to write gives no line; the body may then be
+// empty. A packet that is not a packet, or whose names line protocol cannot
+// carry, is an error that is [errInvalidPacket] to errors.Is.
+func influxBody(seqs []uint64, batch [][]byte, prec string) ([]byte, error) {
 	n := 0
 	for _, p := range batch {
 		n += len(p)
@@ -104,7 +117,7 @@ func influxBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 	for i, data := range batch {
 		p, err := packet.Decode(data)
 		if err == nil {
-			body, err = appendInfluxLine(body, p)
+			body, err = appendInfluxLine(body, p, prec)
 		}
 		if err != nil {
 			return nil, &influxRefusal{seqs[i], err}
@@ -116,14 +129,15 @@ func influxBody(seqs []uint64, batch [][]byte) ([]byte, error) {
 // appendInfluxLine appends p as one line of InfluxDB line protocol, with its
 // newline, or nothing when p has no field to write:
 //
-//	<DataType>,device=<DeviceId>,gateway=<GatewayId>,site=<site id> <fields> <unix seconds>
+//	<DataType>,device=<DeviceId>,gateway=<GatewayId>,site=<site id> <fields> <unix time>
 //
+// The time is in milliseconds, or in seconds when prec is s.
 // Tags are in key order, as InfluxDB prefers them; an empty tag is left out.
 // The fields are, in body order, every body value (see [influxValue]),
 // then seq (an integer), and, when the head has them, alarm=true with
 // alarm_fields (the names, comma-separated) and clock_unsynced=true. A
 // body field of one of these names wins over the head's.
-func appendInfluxLine(dst []byte, p *packet.Packet) ([]byte, error) {
+func appendInfluxLine(dst []byte, p *packet.Packet, prec string) ([]byte, error) {
 	if p.DataType == "" {
 		return dst, fmt.Errorf("no DataType, which is the measurement")
 	}
@@ -188,7 +202,11 @@ func appendInfluxLine(dst []byte, p *packet.Packet) ([]byte, error) {
 		dst = append(dst, ","+influxFieldUnsync+"=true"...)
 	}
 	dst = append(dst, ' ')
-	dst = strconv.AppendInt(dst, p.At.Unix(), 10)
+	if prec == influxS {
+		dst = strconv.AppendInt(dst, p.At.Unix(), 10)
+	} else {
+		dst = strconv.AppendInt(dst, p.At.UnixMilli(), 10)
+	}
 	return append(dst, '\n'), nil
 }
 
@@ -301,9 +319,11 @@ func (h *HTTP) setEncoding(cfg HTTPConfig, u *url.URL) error {
 	case "", EncodingJSON:
 	case EncodingInfluxLine:
 		h.influx = true
-		if err := influxURL(u); err != nil {
+		prec, err := influxURL(u)
+		if err != nil {
 			return err
 		}
+		h.precision = prec
 	default:
 		return fmt.Errorf("unknown encoding %q (valid: json, influx_line)", cfg.Encoding)
 	}
@@ -332,7 +352,7 @@ func (h *HTTP) setEncoding(cfg HTTPConfig, u *url.URL) error {
 // body returns the POST body of a batch in h's encoding.
 func (h *HTTP) body(seqs []uint64, batch [][]byte) ([]byte, error) {
 	if h.influx {
-		return influxBody(seqs, batch)
+		return influxBody(seqs, batch, h.precision)
 	}
 	return httpBatchBody(seqs, batch)
 }

@@ -29,7 +29,7 @@ func influxPacket(seq uint64, fields ...packet.Field) *packet.Packet {
 }
 
 func TestInfluxLine(t *testing.T) {
-	const ts = " 1795939200\n"
+	const ts = " 1795939200000\n" // milliseconds, the default precision
 	base := []packet.Field{
 		{Name: "Rainfall", Value: packet.Float(0.5, 1)},
 		{Name: "Count", Value: packet.Int(-4)},
@@ -72,7 +72,7 @@ func TestInfluxLine(t *testing.T) {
 	} {
 		for _, enc := range []packet.Encoding{packet.Strings, packet.Numbers} {
 			t.Run(tc.name+"/"+enc.String(), func(t *testing.T) {
-				got, err := influxBody([]uint64{tc.p.Seq}, [][]byte{tc.p.AppendJSON(nil, enc)})
+				got, err := influxBody([]uint64{tc.p.Seq}, [][]byte{tc.p.AppendJSON(nil, enc)}, influxMS)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -80,6 +80,19 @@ func TestInfluxLine(t *testing.T) {
 					t.Errorf("got  %q\nwant %q", got, tc.want)
 				}
 			})
+		}
+	}
+}
+
+// TestInfluxLinePrecision: the time is the packet's to the millisecond by
+// default, and in seconds when the site file gives precision=s.
+func TestInfluxLinePrecision(t *testing.T) {
+	p := influxPacket(7, packet.Field{Name: "v", Value: packet.Float(1, 1)})
+	p.At = p.At.Add(317 * time.Millisecond)
+	for prec, want := range map[string]string{influxMS: " 1795939200317\n", influxS: " 1795939200\n"} {
+		got, err := influxBody([]uint64{7}, [][]byte{p.AppendJSON(nil, packet.Strings)}, prec)
+		if err != nil || !strings.HasSuffix(string(got), want) {
+			t.Errorf("precision %s: %q, %v; want it to end in %q", prec, got, err, want)
 		}
 	}
 }
@@ -99,18 +112,18 @@ func TestInfluxLineRefusesWhatItCannotWrite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := influxPacket(3, packet.Field{Name: "v", Value: packet.Float(1, 1)})
 			tc.edit(p)
-			_, err := influxBody([]uint64{3}, [][]byte{p.AppendJSON(nil, packet.Strings)})
+			_, err := influxBody([]uint64{3}, [][]byte{p.AppendJSON(nil, packet.Strings)}, influxMS)
 			if !errors.Is(err, errInvalidPacket) || !strings.Contains(err.Error(), "seq 3 cannot be written as line protocol: ") {
 				t.Fatalf("err = %v, want errInvalidPacket saying why", err)
 			}
 		})
 	}
-	if _, err := influxBody([]uint64{4}, [][]byte{[]byte(`{"a":1}`)}); !errors.Is(err, errInvalidPacket) {
+	if _, err := influxBody([]uint64{4}, [][]byte{[]byte(`{"a":1}`)}, influxMS); !errors.Is(err, errInvalidPacket) {
 		t.Errorf("not a packet: err = %v, want errInvalidPacket", err)
 	}
 	// A backslash elsewhere in a name is itself.
 	p := influxPacket(5, packet.Field{Name: `C:\x`, Value: packet.Float(1, 1)})
-	got, err := influxBody([]uint64{5}, [][]byte{p.AppendJSON(nil, packet.Strings)})
+	got, err := influxBody([]uint64{5}, [][]byte{p.AppendJSON(nil, packet.Strings)}, influxMS)
 	if err != nil || !strings.Contains(string(got), ` C:\x=1,`) {
 		t.Errorf("got %q, %v", got, err)
 	}
@@ -120,16 +133,17 @@ func TestInfluxURL(t *testing.T) {
 	for _, tc := range []struct {
 		in, want, err string
 	}{
-		{"http://h:8086/write?db=farm", "http://h:8086/write?db=farm&precision=s", ""},
+		{"http://h:8086/write?db=farm", "http://h:8086/write?db=farm&precision=ms", ""},
 		{"http://h:8086/write?db=farm&precision=s&rp=week", "http://h:8086/write?db=farm&precision=s&rp=week", ""},
-		{"http://h:8086/api/v2/write?org=o&bucket=b", "http://h:8086/api/v2/write?bucket=b&org=o&precision=s", ""},
-		{"http://h/ingest/lines", "http://h/ingest/lines?precision=s", ""},
+		{"http://h:8086/write?db=farm&precision=ms", "http://h:8086/write?db=farm&precision=ms", ""},
+		{"http://h:8086/api/v2/write?org=o&bucket=b", "http://h:8086/api/v2/write?bucket=b&org=o&precision=ms", ""},
+		{"http://h/ingest/lines", "http://h/ingest/lines?precision=ms", ""},
 		{"http://h:8086/write", "", "needs db"},
 		{"http://h:8086/api/v2/write?bucket=b", "", "needs org"},
-		{"http://h:8086/write?db=farm&precision=ms", "", "precision=ms"},
+		{"http://h:8086/write?db=farm&precision=us", "", "precision=us"},
 	} {
 		u, _ := url.Parse(tc.in)
-		err := influxURL(u)
+		_, err := influxURL(u)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: err = %v, want %q", tc.in, err, tc.err)
@@ -148,7 +162,7 @@ func TestInfluxURL(t *testing.T) {
 
 // TestInfluxV2RequestForm checks the request that InfluxDB 2.x's
 // /api/v2/write expects (the Debian InfluxDB the other tests run is 1.x,
-// which has no such endpoint): org and bucket kept, precision=s, the token
+// which has no such endpoint): org and bucket kept, precision=ms, the token
 // as "Authorization: Token …", line protocol as text.
 func TestInfluxV2RequestForm(t *testing.T) {
 	const token = "s3cr3t-t0ken=="
@@ -165,7 +179,7 @@ func TestInfluxV2RequestForm(t *testing.T) {
 		check("path", r.URL.Path, "/api/v2/write")
 		check("org", q.Get("org"), "farm co")
 		check("bucket", q.Get("bucket"), "farm/autogen")
-		check("precision", q.Get("precision"), "s")
+		check("precision", q.Get("precision"), "ms")
 		check("Authorization", r.Header.Get("Authorization"), "Token "+token)
 		check("Content-Type", r.Header.Get("Content-Type"), "text/plain; charset=utf-8")
 		body, _ := io.ReadAll(r.Body)
@@ -190,8 +204,8 @@ func TestInfluxV2RequestForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "Rain,device=rain-1,gateway=gw-1,site=001 Rainfall=0.5,seq=1i 1795939200\n" +
-		"Rain,device=rain-1,gateway=gw-1,site=001 Rainfall=0.75,seq=2i 1795939260\n"
+	want := "Rain,device=rain-1,gateway=gw-1,site=001 Rainfall=0.5,seq=1i 1795939200000\n" +
+		"Rain,device=rain-1,gateway=gw-1,site=001 Rainfall=0.75,seq=2i 1795939260000\n"
 	if b := <-got; b != want {
 		t.Errorf("body\n%s\nwant\n%s", b, want)
 	}
@@ -431,7 +445,7 @@ func FuzzInfluxLine(f *testing.F) {
 			enc = packet.Numbers
 		}
 		data := p.AppendJSON(nil, enc)
-		body, err := influxBody([]uint64{42}, [][]byte{data})
+		body, err := influxBody([]uint64{42}, [][]byte{data}, influxMS)
 		if err != nil {
 			if !errors.Is(err, errInvalidPacket) {
 				t.Fatalf("error %v does not wrap errInvalidPacket", err)
@@ -447,6 +461,7 @@ func FuzzInfluxLine(f *testing.F) {
 			t.Fatalf("%q: %v", body, err)
 		}
 		want, ok := influxWant(d)
+		want.Time = d.At.UnixMilli() // the line's precision; influxWant's is InfluxDB's answer's, seconds
 		if !ok {
 			if len(got) != 0 {
 				t.Fatalf("%q: want no line", body)

@@ -310,7 +310,7 @@ func TestInfluxDBReadsBackRandomNames(t *testing.T) {
 		p.DataType, p.DeviceID, p.SiteID = strconv.Itoa(i)+word(), word(), word()
 		p.At = at.Add(time.Duration(i) * time.Second)
 		data := p.AppendJSON(nil, packet.Encoding(rng.IntN(2)))
-		if _, err := influxBody([]uint64{p.Seq}, [][]byte{data}); err != nil {
+		if _, err := influxBody([]uint64{p.Seq}, [][]byte{data}, influxMS); err != nil {
 			if !errors.Is(err, errInvalidPacket) {
 				t.Fatal(err)
 			}
@@ -336,4 +336,38 @@ func TestInfluxDBReadsBackRandomNames(t *testing.T) {
 		}
 	}
 	influxComparePoints(t, influxPoints(t, d, "farm"), want)
+}
+
+// TestInfluxDBKeepsSubSecondReadings writes the readings of a device polled
+// every 300 ms for 8 s to a real InfluxDB, as the gateway sends them (the
+// default precision): every reading is its own point. InfluxDB keys a point
+// by its time, so readings whose times collide would overwrite each other.
+func TestInfluxDBKeepsSubSecondReadings(t *testing.T) {
+	d := testtool.StartInfluxd(t)
+	influxCreate(t, d, "farm")
+	at := time.Date(2026, 11, 29, 16, 55, 22, 317e6, time.UTC)
+	var seqs []uint64
+	var batch [][]byte
+	for i := range 27 { // 0 to 7.8 s
+		p := influxPacket(uint64(i+1), packet.Field{Name: "Rainfall", Value: packet.Float(float64(i)/10, 1)})
+		p.At = at.Add(time.Duration(i) * 300 * time.Millisecond)
+		seqs, batch = append(seqs, p.Seq), append(batch, p.AppendJSON(nil, packet.Strings))
+	}
+	h := httpTestPublisher(t, HTTPConfig{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
+	for i := 0; i < len(batch); i += 10 {
+		j := min(i+10, len(batch))
+		if err := h.post(context.Background(), seqs[i:j], batch[i:j]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stored []int64
+	for _, s := range d.Query("farm", "SELECT seq FROM Rain") {
+		for _, v := range s.Values {
+			seq, _ := v[1].(json.Number).Int64()
+			stored = append(stored, seq)
+		}
+	}
+	if len(stored) != len(batch) {
+		t.Errorf("%d points stored of %d readings 300 ms apart: seqs %v", len(stored), len(batch), stored)
+	}
 }
