@@ -27,6 +27,11 @@ const (
 	// reverts a bundle.
 	answeringDrop = 0.10
 	fetchTimeout  = 30 * time.Second
+	// pullEvery is the least time between a pull and an early one (asked
+	// on the pull topic, which any user of a broker may publish to): one
+	// asked sooner waits for the end of the gap, and those asked meanwhile
+	// make that one pull.
+	pullEvery = 30 * time.Second
 )
 
 // Gateway is the running gateway, as the manager sees it.
@@ -60,6 +65,9 @@ type Options struct {
 	Grace time.Duration
 	// WatchEvery is how often a bundle on probation is checked; 0 means 2s.
 	WatchEvery time.Duration
+	// PullEvery is the least time from a pull to an early one; 0 means
+	// 30s.
+	PullEvery time.Duration
 }
 
 // Manager pulls, applies, watches and reverts bundles for one gateway.
@@ -138,6 +146,9 @@ func NewManager(local *config.Config, st State, gw Gateway, opt Options) (*Manag
 	if opt.WatchEvery <= 0 {
 		opt.WatchEvery = watchEvery
 	}
+	if opt.PullEvery <= 0 {
+		opt.PullEvery = pullEvery
+	}
 	m := &Manager{local: local, keys: keys, gw: gw, opt: opt, s: store{Dir(local)}, pull: make(chan struct{}, 1), st: st}
 	m.inForce = opt.Elapsed()
 	if st.Event == StateProbation {
@@ -212,22 +223,67 @@ func (m *Manager) remote() *config.RemoteConfig {
 }
 
 // Run pulls at the configured interval (the first pull at once) and on
-// PullNow, and watches a bundle on probation, until ctx ends.
+// PullNow, at most once per Options.PullEvery for those, and watches a
+// bundle on probation, until ctx ends. The watch has its own goroutine: a
+// configuration server that is slow to answer never delays a revert or a
+// confirmation.
 func (m *Manager) Run(ctx context.Context) {
 	m.report()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		m.watchLoop(ctx)
+	}()
+	defer func() { <-watched }()
 	next := time.NewTimer(0)
 	defer next.Stop()
+	// early fires a pull asked too soon after the last one, at the end of
+	// the gap; deferred says it is set.
+	early := time.NewTimer(0)
+	if !early.Stop() {
+		<-early.C
+	}
+	defer early.Stop()
+	deferred := false
+	var last time.Duration // when the last pull began, by Options.Elapsed
+	pull := func() {
+		last = m.opt.Elapsed()
+		m.fetch(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-next.C:
+			pull()
+			next.Reset(m.remote().Interval)
+		case <-m.pull:
+			if deferred {
+				continue // already on its way
+			}
+			if wait := last + m.opt.PullEvery - m.opt.Elapsed(); wait > 0 {
+				m.opt.Log.Info("early pull deferred: one per "+m.opt.PullEvery.String()+" at most", "in", wait.Round(time.Second))
+				deferred = true
+				early.Reset(wait)
+				continue
+			}
+			pull()
+		case <-early.C:
+			deferred = false
+			pull()
+		}
+	}
+}
+
+// watchLoop watches a bundle on probation every Options.WatchEvery until
+// ctx ends.
+func (m *Manager) watchLoop(ctx context.Context) {
 	watch := time.NewTicker(m.opt.WatchEvery)
 	defer watch.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-next.C:
-			m.fetch(ctx)
-			next.Reset(m.remote().Interval)
-		case <-m.pull:
-			m.fetch(ctx)
 		case <-watch.C:
 			m.watch()
 		}

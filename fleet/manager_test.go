@@ -81,14 +81,30 @@ type server struct {
 	// short, if above 0, cuts the next answer's body to so many bytes
 	// under the whole bundle's ETag: a download cut short.
 	short int
+	// got, if set, is sent each request, without waiting.
+	got chan struct{}
+	// hang, if set, makes each request wait until its client gives up:
+	// a configuration server that never answers.
+	hang bool
 }
 
 func newServer(t *testing.T) *server {
 	s := &server{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		s.gets++
+		if s.got != nil {
+			select {
+			case s.got <- struct{}{}:
+			default:
+			}
+		}
+		if s.hang {
+			s.mu.Unlock()
+			<-r.Context().Done()
+			return
+		}
+		defer s.mu.Unlock()
 		if s.bundle == nil {
 			http.NotFound(w, r)
 			return
