@@ -12,6 +12,22 @@ import (
 	"time"
 )
 
+// auditChain names one hash-chained log in the aux bucket: where its
+// entries and its head are kept.
+type auditChain struct {
+	prefix, headKey string
+	name            string // for a person: "audit log", "refusal log"
+}
+
+// The two logs: the audit log of the commands the gateway took up (and
+// everything it did with them), and the refusal log of what it refused
+// before taking it up, each with its own bound, so that refusals, which
+// anyone who can publish may send, never evict a command that ran.
+var (
+	auditLog   = auditChain{prefix: prefixAudit, headKey: keyAuditHead, name: "audit log"}
+	refusalLog = auditChain{prefix: prefixRefused, headKey: keyRefusedHead, name: "refusal log"}
+)
+
 // Audit calls fn for every entry of the audit log, oldest first, until fn
 // returns an error.
 func (s *Ledger) Audit(fn func(AuditEntry) error) error { return ReadAudit(s.aux, fn) }
@@ -38,6 +54,9 @@ type AuditEntry struct {
 	Note    string    `json:"note,omitempty"`
 	Prev    string    `json:"prev"`
 	Hash    string    `json:"hash"`
+	// Refusal marks an entry of the refusal log (its Seq counts that
+	// log's entries). Not stored: the log it is kept in says it.
+	Refusal bool `json:"-"`
 }
 
 // auditHead, under keyAuditHead, is where the log stands: the oldest entry
@@ -58,39 +77,50 @@ const emptyHashSuffix = `,"hash":""}`
 // hashSuffixLen is the length of how a stored entry ends: its hash, last.
 const hashSuffixLen = len(emptyHashSuffix) + 2*sha256.Size
 
-// audit adds an entry to b.
+// audit adds an entry to b's audit log.
 func (b *batch) audit(at time.Time, kind string, cmd *Command, res *Result, note string) {
+	b.add(auditLog, &b.head, at, kind, cmd, res, note)
+}
+
+// refusal adds a refused command to b's refusal log.
+func (b *batch) refusal(at time.Time, cmd *Command, res *Result) {
+	b.add(refusalLog, &b.rhead, at, KindRefused, cmd, res, "")
+}
+
+// add adds an entry to the log c whose head is h.
+func (b *batch) add(c auditChain, h *auditHead, at time.Time, kind string, cmd *Command, res *Result, note string) {
 	if res != nil {
 		r := *res
 		r.At = r.At.UTC()
 		res = &r
 	}
-	full, err := json.Marshal(AuditEntry{Seq: b.head.Last + 1, At: at.UTC(), Kind: kind, Command: cmd, Result: res, Note: note, Prev: b.head.Hash})
+	full, err := json.Marshal(AuditEntry{Seq: h.Last + 1, At: at.UTC(), Kind: kind, Command: cmd, Result: res, Note: note, Prev: h.Hash})
 	if err != nil {
 		panic("downlink: marshal an audit entry: " + err.Error())
 	}
 	// What the hash covers: the entry without its last member, the hash.
 	body := append(full[:len(full)-len(emptyHashSuffix)], '}')
-	hash := chainHash(b.head.Hash, body)
+	hash := chainHash(h.Hash, body)
 	entry := append(body[:len(body)-1:len(body)-1], `,"hash":"`...)
 	entry = append(append(entry, hash...), `"}`...)
-	b.head.Last++
-	b.head.Hash = hash
-	b.put[auditKey(b.head.Last)] = entry
+	h.Last++
+	h.Hash = hash
+	b.put[c.key(h.Last)] = entry
 }
 
-// trim adds to b the deletion of the oldest entries beyond max (a thousand
-// at a time), moving the head's base to the hash before the new oldest.
-func (b *batch) trim(max int) {
-	over := int64(b.head.Last) - int64(b.head.First) + 1 - int64(max)
+// trim adds to b the deletion of the oldest entries of the log c (head
+// h) beyond max (a thousand at a time), moving the head's base to the
+// hash before the new oldest.
+func (b *batch) trim(c auditChain, h *auditHead, max int) {
+	over := int64(h.Last) - int64(h.First) + 1 - int64(max)
 	if over <= 0 {
 		return
 	}
-	first := b.head.First + uint64(min(over, 1000))
-	data, ok := b.put[auditKey(first)]
+	first := h.First + uint64(min(over, 1000))
+	data, ok := b.put[c.key(first)]
 	if !ok {
 		var err error
-		if data, err = b.s.aux.Aux(auditKey(first)); err != nil || data == nil {
+		if data, err = b.s.aux.Aux(c.key(first)); err != nil || data == nil {
 			return // the next update tries again
 		}
 	}
@@ -98,17 +128,19 @@ func (b *batch) trim(max int) {
 	if json.Unmarshal(data, &e) != nil {
 		return
 	}
-	for seq := b.head.First; seq < first; seq++ {
-		if _, ours := b.put[auditKey(seq)]; ours {
-			delete(b.put, auditKey(seq)) // written and gone in one update
+	for seq := h.First; seq < first; seq++ {
+		if _, ours := b.put[c.key(seq)]; ours {
+			delete(b.put, c.key(seq)) // written and gone in one update
 			continue
 		}
-		b.del = append(b.del, auditKey(seq))
+		b.del = append(b.del, c.key(seq))
 	}
-	b.head.First, b.head.Base = first, e.Prev
+	h.First, h.Base = first, e.Prev
 }
 
-func auditKey(seq uint64) string { return fmt.Sprintf("%s%016x", prefixAudit, seq) }
+func (c auditChain) key(seq uint64) string { return fmt.Sprintf("%s%016x", c.prefix, seq) }
+
+func auditKey(seq uint64) string { return auditLog.key(seq) }
 
 // chainHash is the hash of an entry whose JSON without its hash is body,
 // after the entry whose hash is prev (hex).
@@ -120,26 +152,31 @@ func chainHash(prev string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// loadHead reads the audit head, or starts one.
+// loadHead reads the heads of the audit and refusal logs, or starts them.
 func (s *Ledger) loadHead() error {
-	h, ok, err := readHead(s.aux)
-	if err != nil {
-		return fmt.Errorf("downlink: open the command ledger: %w", err)
+	for _, c := range []struct {
+		chain auditChain
+		h     *auditHead
+	}{{auditLog, &s.head}, {refusalLog, &s.rhead}} {
+		h, ok, err := readHead(s.aux, c.chain)
+		if err != nil {
+			return fmt.Errorf("downlink: open the command ledger: %w", err)
+		}
+		if !ok {
+			h = auditHead{First: 1, Base: zeroHash, Hash: zeroHash}
+		}
+		*c.h = h
 	}
-	if !ok {
-		h = auditHead{First: 1, Base: zeroHash, Hash: zeroHash}
-	}
-	s.head = h
 	return nil
 }
 
-func readHead(aux AuxReader) (h auditHead, ok bool, err error) {
-	raw, err := aux.Aux(keyAuditHead)
+func readHead(aux AuxReader, c auditChain) (h auditHead, ok bool, err error) {
+	raw, err := aux.Aux(c.headKey)
 	if err != nil || raw == nil {
 		return h, false, err
 	}
 	if json.Unmarshal(raw, &h) != nil || !isHash(h.Base) || !isHash(h.Hash) {
-		return h, false, &AuditError{Reason: "the log's head is unreadable (edited?)"}
+		return h, false, &AuditError{Log: c.name, Reason: "the log's head is unreadable (edited?)"}
 	}
 	return h, true, nil
 }
@@ -149,40 +186,80 @@ func isHash(s string) bool {
 	return err == nil && len(s) == 2*sha256.Size
 }
 
-// ReadAudit calls fn for every entry of the audit log kept in aux, oldest
-// first, until fn returns an error. An entry that does not read comes as
-// one of kind "unreadable" with the reason in Note. It reads only.
+// ReadAudit calls fn for every entry of the audit log and the refusal log
+// kept in aux, the two merged in order of time (the audit log's first at
+// the same time), until fn returns an error. An entry that does not read
+// comes as one of kind "unreadable" with the reason in Note. It reads
+// only.
 func ReadAudit(aux AuxReader, fn func(AuditEntry) error) error {
-	return aux.ScanAux(prefixAudit, func(key string, v []byte) error {
-		seq, _ := strconv.ParseUint(strings.TrimPrefix(key, prefixAudit), 16, 64)
-		var e AuditEntry
-		if err := json.Unmarshal(v, &e); err != nil {
-			e = AuditEntry{Seq: seq, Kind: "unreadable", Note: err.Error()}
+	var audit, refused []AuditEntry
+	for _, c := range []struct {
+		chain auditChain
+		to    *[]AuditEntry
+	}{{auditLog, &audit}, {refusalLog, &refused}} {
+		err := aux.ScanAux(c.chain.prefix, func(key string, v []byte) error {
+			seq, _ := strconv.ParseUint(strings.TrimPrefix(key, c.chain.prefix), 16, 64)
+			var e AuditEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				e = AuditEntry{Seq: seq, Kind: "unreadable", Note: err.Error()}
+			}
+			e.Refusal = c.chain == refusalLog
+			*c.to = append(*c.to, e)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return fn(e)
-	})
+	}
+	for len(audit) > 0 || len(refused) > 0 {
+		var e AuditEntry
+		if len(refused) == 0 || len(audit) > 0 && !refused[0].At.Before(audit[0].At) {
+			e, audit = audit[0], audit[1:]
+		} else {
+			e, refused = refused[0], refused[1:]
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// AuditError says where the audit log's chain breaks.
+// AuditError says where the chain of the audit log or the refusal log
+// breaks.
 type AuditError struct {
+	Log    string // "refusal log"; "" is the audit log
 	Seq    uint64 // the first entry that does not check out; 0: the log as a whole
 	Reason string
 }
 
 func (e *AuditError) Error() string {
-	if e.Seq == 0 {
-		return "audit log: " + e.Reason
+	log := e.Log
+	if log == "" {
+		log = auditLog.name
 	}
-	return fmt.Sprintf("audit log: entry %d: %s", e.Seq, e.Reason)
+	if e.Seq == 0 {
+		return log + ": " + e.Reason
+	}
+	return fmt.Sprintf("%s: entry %d: %s", log, e.Seq, e.Reason)
 }
 
-// verifyAudit checks the audit log kept in aux: every entry's hash, every
+// verifyAudit checks the audit log and the refusal log kept in aux (see
+// verifyChain).
+func verifyAudit(aux AuxReader) error {
+	if err := verifyChain(aux, auditLog); err != nil {
+		return err
+	}
+	return verifyChain(aux, refusalLog)
+}
+
+// verifyChain checks the log c kept in aux: every entry's hash, every
 // link to the entry before, no entry missing in the middle or at either
 // end. It returns an *AuditError naming the first entry that breaks the
 // chain. It reads only. (Whoever can rewrite the file can rewrite the whole
 // chain from an entry on; the log shows edits, it cannot prevent them.)
-func verifyAudit(aux AuxReader) error {
-	h, ok, err := readHead(aux)
+func verifyChain(aux AuxReader, c auditChain) error {
+	h, ok, err := readHead(aux, c)
 	if err != nil {
 		return err
 	}
@@ -192,9 +269,9 @@ func verifyAudit(aux AuxReader) error {
 	if ok {
 		next, prev = h.First, h.Base
 	}
-	err = aux.ScanAux(prefixAudit, func(key string, v []byte) error {
-		seq, err := strconv.ParseUint(strings.TrimPrefix(key, prefixAudit), 16, 64)
-		if err != nil || auditKey(seq) != key {
+	err = aux.ScanAux(c.prefix, func(key string, v []byte) error {
+		seq, err := strconv.ParseUint(strings.TrimPrefix(key, c.prefix), 16, 64)
+		if err != nil || c.key(seq) != key {
 			return &AuditError{Reason: fmt.Sprintf("a stray key %q among the entries", key)}
 		}
 		if !ok {
@@ -230,20 +307,29 @@ func verifyAudit(aux AuxReader) error {
 	})
 	var ae *AuditError
 	if errors.As(err, &ae) {
+		if c != auditLog {
+			ae.Log = c.name
+		}
 		return ae
 	}
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
+	named := func(e *AuditError) error {
+		if c != auditLog {
+			e.Log = c.name
+		}
+		return e
+	}
 	switch {
 	case !ok:
 		return nil // no log yet
 	case next != h.Last+1 && n == 0 && h.Last >= h.First:
-		return &AuditError{Seq: h.First, Reason: fmt.Sprintf("missing: the head says entries %d to %d are kept, none are (deleted?)", h.First, h.Last)}
+		return named(&AuditError{Seq: h.First, Reason: fmt.Sprintf("missing: the head says entries %d to %d are kept, none are (deleted?)", h.First, h.Last)})
 	case next != h.Last+1:
-		return &AuditError{Seq: next, Reason: fmt.Sprintf("missing: the log ends at entry %d, its head says %d (deleted?)", next-1, h.Last)}
+		return named(&AuditError{Seq: next, Reason: fmt.Sprintf("missing: the log ends at entry %d, its head says %d (deleted?)", next-1, h.Last)})
 	case prev != h.Hash:
-		return &AuditError{Seq: h.Last, Reason: "its hash is not the one the head holds (edited?)"}
+		return named(&AuditError{Seq: h.Last, Reason: "its hash is not the one the head holds (edited?)"})
 	}
 	return nil
 }
@@ -252,7 +338,11 @@ func verifyAudit(aux AuxReader) error {
 // asked and what became of it.
 func (e AuditEntry) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%6d  %s  %-9s", e.Seq, e.At.UTC().Format(time.RFC3339), e.Kind)
+	seq := strconv.FormatUint(e.Seq, 10)
+	if e.Refusal {
+		seq = "r" + seq // the refusal log counts its own
+	}
+	fmt.Fprintf(&b, "%6s  %s  %-9s", seq, e.At.UTC().Format(time.RFC3339), e.Kind)
 	if c := e.Command; c != nil {
 		fmt.Fprintf(&b, "  %s  %s.%s = %s", c.ID, c.Device, c.Point, c.Value)
 		if !c.ExpiresAt.IsZero() {
@@ -282,32 +372,64 @@ func (e AuditEntry) String() string {
 	return b.String()
 }
 
-// AuditSummary is what a check of the audit log found.
+// AuditSummary is what a check of the audit log and the refusal log
+// found.
 type AuditSummary struct {
 	Entries     int
 	First, Last uint64
+	// Trimmed is how many of the oldest entries the log's bound removed.
+	Trimmed uint64
+	// Refusals is the refusal log's.
+	Refusals LogSummary
+}
+
+// LogSummary is what a check of one log found.
+type LogSummary struct {
+	Entries              int
+	First, Last, Trimmed uint64
+}
+
+func (s LogSummary) String() string {
+	var b strings.Builder
+	if s.Entries == 0 {
+		b.WriteString("empty")
+	} else {
+		fmt.Fprintf(&b, "ok, entries %d to %d (%d), every hash and link checks out", s.First, s.Last, s.Entries)
+	}
+	if s.Trimmed > 0 {
+		fmt.Fprintf(&b, "; %d older entries trimmed (the log keeps the newest; entries 1 to %d are gone)", s.Trimmed, s.Trimmed)
+	}
+	return b.String()
 }
 
 func (s AuditSummary) String() string {
-	if s.Entries == 0 {
-		return "empty"
+	out := LogSummary{Entries: s.Entries, First: s.First, Last: s.Last, Trimmed: s.Trimmed}.String()
+	if r := s.Refusals; r.Entries > 0 || r.Trimmed > 0 {
+		out += "; refusal log (commands refused before they were taken up, kept apart): " + r.String()
 	}
-	return fmt.Sprintf("ok, entries %d to %d (%d), every hash and link checks out", s.First, s.Last, s.Entries)
+	return out
 }
 
-// CheckAudit verifies the log's hash chain (see verifyAudit) and counts
-// its entries.
+// CheckAudit verifies the hash chains of the audit log and the refusal
+// log (see verifyChain) and counts their entries, and those trimmed.
 func CheckAudit(aux AuxReader) (AuditSummary, error) {
-	var s AuditSummary
-	err := ReadAudit(aux, func(e AuditEntry) error {
-		if s.Entries == 0 {
-			s.First = e.Seq
-		}
-		s.Entries, s.Last = s.Entries+1, e.Seq
-		return nil
-	})
-	if err == nil {
-		err = verifyAudit(aux)
+	if err := verifyAudit(aux); err != nil {
+		return AuditSummary{}, err
 	}
-	return s, err
+	var out [2]LogSummary
+	for i, c := range []auditChain{auditLog, refusalLog} {
+		h, ok, err := readHead(aux, c)
+		if err != nil || !ok {
+			if err != nil {
+				return AuditSummary{}, err
+			}
+			continue
+		}
+		out[i] = LogSummary{First: h.First, Last: h.Last, Trimmed: h.First - 1}
+		if h.Last >= h.First {
+			out[i].Entries = int(h.Last - h.First + 1)
+		}
+	}
+	a := out[0]
+	return AuditSummary{Entries: a.Entries, First: a.First, Last: a.Last, Trimmed: a.Trimmed, Refusals: out[1]}, nil
 }

@@ -33,6 +33,9 @@ const (
 	// defaultMaxAuditEntries is how many audit entries are kept, the
 	// newest: a few megabytes of the buffer file.
 	defaultMaxAuditEntries = 20000
+	// defaultMaxRefusedEntries is how many entries the refusal log keeps,
+	// the newest.
+	defaultMaxRefusedEntries = 2000
 )
 
 // LedgerOptions tune a Ledger. The zero value is the defaults.
@@ -45,6 +48,10 @@ type LedgerOptions struct {
 	// MaxAuditEntries bounds the audit log: the oldest entries go. Zero
 	// or less means 20,000 (a few megabytes of the buffer file).
 	MaxAuditEntries int
+	// MaxRefusedEntries bounds the refusal log, apart: what anyone who
+	// can publish may send (see Refused) evicts only refusals. Zero or
+	// less means 2,000.
+	MaxRefusedEntries int
 	// Now is the wall clock for opening (restart recovery, the audit
 	// log's times); Begin and Finish are given their times. Nil means
 	// time.Now. No duration is measured on it.
@@ -64,6 +71,9 @@ func (o LedgerOptions) withDefaults() LedgerOptions {
 	o.Keep = max(o.Keep, defaultKeep)
 	if o.MaxAuditEntries <= 0 {
 		o.MaxAuditEntries = defaultMaxAuditEntries
+	}
+	if o.MaxRefusedEntries <= 0 {
+		o.MaxRefusedEntries = defaultMaxRefusedEntries
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -87,6 +97,8 @@ const (
 	prefixID         = "downlink.id/"            // + id: an idRecord
 	prefixAudit      = "downlink.audit/"         // + 16 hex digits of seq: an audit entry
 	keyAuditHead     = "downlink.audit-head"     // the auditHead
+	prefixRefused    = "downlink.refused/"       // + 16 hex digits of seq: an entry of the refusal log
+	keyRefusedHead   = "downlink.refused-head"   // the refusal log's auditHead
 )
 
 // Audit entry kinds.
@@ -137,7 +149,8 @@ type Ledger struct {
 	forgot        time.Time     // keyForgot; zero while nothing was forgotten
 	base          time.Duration // keyElapsed when opened
 	e0            time.Duration // opt.Elapsed() when opened
-	head          auditHead
+	head          auditHead     // the audit log's
+	rhead         auditHead     // the refusal log's
 }
 
 // idRecord is what the ledger keeps of a command, under prefixID+id.
@@ -408,12 +421,14 @@ func (s *Ledger) Finish(res Result) error {
 	return nil
 }
 
-// Refused adds to the audit log a command refused before Begin: one that
-// did not parse (cmd nil; say why in res.Reason) or whose signature did not
-// verify. Its id is not recorded, so that a forgery cannot block the real
-// command. Whoever can send commands can fill the log with these (the
-// oldest entries go first, see MaxAuditEntries): call it for what an
-// operator should see.
+// Refused adds to the refusal log a command refused before Begin: one
+// that did not parse (cmd nil; say why in res.Reason), whose signature did
+// not verify, that is for another gateway, or that came too late or too
+// early. Its id is not recorded, so that a forgery cannot block the real
+// command. Anyone who can publish can send these at will (a copy of a
+// signed command included), so they are kept in a log of their own, with
+// its own bound (MaxRefusedEntries): however many come, they evict no
+// entry of a command that ran.
 func (s *Ledger) Refused(cmd *Command, res Result) error {
 	if res.At.IsZero() {
 		res.At = s.opt.Now()
@@ -421,7 +436,7 @@ func (s *Ledger) Refused(cmd *Command, res Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.newBatch()
-	b.audit(res.At, KindRefused, cmd, &res, "")
+	b.refusal(res.At, cmd, &res)
 	if err := s.commit(b); err != nil {
 		return fmt.Errorf("downlink: audit refused command %q: %w", res.ID, err)
 	}
@@ -455,13 +470,14 @@ type batch struct {
 	s      *Ledger
 	put    map[string][]byte
 	del    []string
-	head   auditHead
+	head   auditHead // the audit log's
+	rhead  auditHead // the refusal log's
 	since  time.Time // the id table's new start, if it moves
 	forgot time.Time // the floor of forgotten ids, if it rises
 }
 
 func (s *Ledger) newBatch() *batch {
-	return &batch{s: s, put: map[string][]byte{}, head: s.head}
+	return &batch{s: s, put: map[string][]byte{}, head: s.head, rhead: s.rhead}
 }
 
 func (b *batch) putID(r *idRecord) {
@@ -477,15 +493,19 @@ func (s *Ledger) commit(b *batch) error {
 	if len(b.put) == 0 && len(b.del) == 0 {
 		return nil
 	}
-	b.trim(s.opt.MaxAuditEntries)
+	b.trim(auditLog, &b.head, s.opt.MaxAuditEntries)
+	b.trim(refusalLog, &b.rhead, s.opt.MaxRefusedEntries)
 	if b.head != s.head {
 		b.put[keyAuditHead], _ = json.Marshal(b.head)
+	}
+	if b.rhead != s.rhead {
+		b.put[keyRefusedHead], _ = json.Marshal(b.rhead)
 	}
 	b.put[keyElapsed] = strconv.AppendInt(nil, int64(s.elapsed()), 10)
 	if err := s.aux.UpdateAux(b.put, b.del); err != nil {
 		return err
 	}
-	s.head = b.head
+	s.head, s.rhead = b.head, b.rhead
 	if !b.since.IsZero() {
 		s.since, s.sinceUnsynced = b.since, false
 	}

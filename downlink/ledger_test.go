@@ -327,8 +327,8 @@ func TestBeginOnce(t *testing.T) {
 	}
 }
 
-// TestRefused: a command refused before Begin is in the audit log, and its
-// id is not taken: the real command runs.
+// TestRefused: a command refused before Begin is in the refusal log, and
+// its id is not taken: the real command runs.
 func TestRefused(t *testing.T) {
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
 	s := openLedger(t, buf, t0, LedgerOptions{})
@@ -343,8 +343,13 @@ func TestRefused(t *testing.T) {
 	if r := begin(t, s, command("cmd-1", t0), t0); r != nil {
 		t.Fatalf("the real command after a forgery with its id: %+v, want it run", r)
 	}
-	if got := strings.Join(kinds(entries(t, buf)), "|"); got != "start|refused cmd-1 rejected|refused  rejected|received cmd-1" {
+	// At the same time, the audit log's entries come first.
+	es := entries(t, buf)
+	if got := strings.Join(kinds(es), "|"); got != "start|received cmd-1|refused cmd-1 rejected|refused  rejected" {
 		t.Fatalf("audit log: %s", got)
+	}
+	if es[1].Refusal || !es[2].Refusal || !strings.HasPrefix(strings.TrimSpace(es[2].String()), "r1 ") {
+		t.Fatalf("the refusals are not told from the audit log's entries: %q, %q", es[1], es[2])
 	}
 	if err := s.Verify(); err != nil {
 		t.Fatal(err)
