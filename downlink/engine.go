@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"fieldlink/config"
@@ -95,6 +96,9 @@ type Engine struct {
 	// site and gateway are this gateway's site.id and gateway.id: a
 	// command for another is refused (see misdirected).
 	site, gateway string
+	// admission is what Admit checks against, set with the settings but
+	// read without waiting for a command on the bus.
+	admission atomic.Pointer[admission]
 
 	mu     sync.Mutex
 	counts map[Status]uint64
@@ -153,6 +157,7 @@ func (e *Engine) Configure(c *config.Config, keys []ed25519.PublicKey) {
 	defer e.run.Unlock()
 	e.points, e.devices, e.maxAge, e.opt.Keys = points, devices, c.Downlink.MaxAge, keys
 	e.site, e.gateway = c.Site.ID, c.Gateway.ID
+	e.admission.Store(&admission{keys: keys, site: c.Site.ID, gateway: c.Gateway.ID})
 	e.mu.Lock()
 	e.described = strings.Join(names, ", ")
 	e.mu.Unlock()
