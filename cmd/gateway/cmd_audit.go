@@ -11,14 +11,16 @@ import (
 )
 
 // cmdAudit is "gateway audit -c site.yaml [-verify] [-json]": the
-// downlink's audit log, kept in the buffer file, one line per entry; or,
-// with -verify, a check of its hash chain. The buffer file is locked by a
+// downlink's audit log and its refusal log (commands refused before they
+// were taken up, numbered r1, r2, …), kept in the buffer file, one line
+// per entry in order of time; or, with -verify, a check of both hash
+// chains that says how many old entries each log's bound trimmed. The buffer file is locked by a
 // running gateway: stop it first (the command says so). A missing file is
 // not created: the command says so and exits 1.
 func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flags("audit", stderr)
 	file := fs.String("c", "", "site file (its buffer.path holds the audit log)")
-	verify := fs.Bool("verify", false, "check the log's hash chain instead of printing it; exit 1 naming the first broken entry")
+	verify := fs.Bool("verify", false, "check the hash chains of the audit and refusal logs instead of printing them, and say how many old entries were trimmed; exit 1 naming the first broken entry")
 	asJSON := fs.Bool("json", false, "print each entry as stored, one JSON object a line (its hash: SHA-256 of the previous hash's 32 bytes and the line without its \",\"hash\":...\" member)")
 	if err := parse(fs, args); err != nil {
 		return err

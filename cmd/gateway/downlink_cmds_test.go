@@ -151,6 +151,11 @@ func TestAuditCommand(t *testing.T) {
 	if err := st.Finish(downlink.Result{ID: "cmd-1", Status: downlink.StatusDone, Value: c1.Value, Readback: downlink.Number(42.5), At: t0}); err != nil {
 		t.Fatal(err)
 	}
+	forged := c1
+	forged.ID = "cmd-9"
+	if err := st.Refused(&forged, downlink.Result{ID: "cmd-9", Status: downlink.StatusRejected, Reason: "unsigned", At: t0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
 
 	// While the file is held (as by a running gateway), audit says why it cannot read it.
 	code, _, errOut := gw(t, "audit", "-c", site)
@@ -163,7 +168,7 @@ func TestAuditCommand(t *testing.T) {
 
 	code, out, errOut := gw(t, "audit", "-c", site)
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if code != 0 || len(lines) != 4 {
+	if code != 0 || len(lines) != 5 {
 		t.Fatalf("audit: %d, %d lines\n%s%s", code, len(lines), out, errOut)
 	}
 	for i, want := range [][]string{
@@ -171,6 +176,7 @@ func TestAuditCommand(t *testing.T) {
 		{"2  2026-03-01T10:00:00Z  received", "cmd-1  valve-1.Setpoint = 42.50  by ops:alice"},
 		{"3  2026-03-01T10:00:00Z  received", "cmd-2  valve-1.Open = true", "signed"},
 		{"4  2026-03-01T10:00:00Z  result", "cmd-1", "→ done  readback 42.5"},
+		{"r1  2026-03-01T10:00:01Z  refused", "cmd-9", "→ rejected: unsigned"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(lines[i], w) {
@@ -179,7 +185,7 @@ func TestAuditCommand(t *testing.T) {
 		}
 	}
 	code, out, _ = gw(t, "audit", "-c", site, "-json")
-	jl := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	jl := strings.Split(strings.TrimSuffix(out, "\n"), "\n")[:4]
 	if code != 0 || len(jl) != 4 {
 		t.Fatalf("audit -json: %d\n%s", code, out)
 	}
@@ -192,7 +198,8 @@ func TestAuditCommand(t *testing.T) {
 			t.Fatalf("-json line 3 lost the signature: %s", l)
 		}
 	}
-	if code, out, errOut := gw(t, "audit", "-c", site, "-verify"); code != 0 || !strings.Contains(out, "ok, entries 1 to 4 (4)") {
+	if code, out, errOut := gw(t, "audit", "-c", site, "-verify"); code != 0 || !strings.Contains(out, "ok, entries 1 to 4 (4)") ||
+		!strings.Contains(out, "refusal log (commands refused before they were taken up, kept apart): ok, entries 1 to 1 (1)") {
 		t.Fatalf("audit -verify: %d %s%s", code, out, errOut)
 	}
 
