@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,7 +74,8 @@ type Agent struct {
 	stopAll     context.CancelFunc // ends polling for good (Stop, or a failed buffer)
 	pollCancel  context.CancelFunc
 	pollDone    chan struct{}
-	secrets     [32]byte // the passwords the running uplink started with
+	secrets     [32]byte // config.UplinkDigest: the files and passwords the running uplink started with
+	keys        [32]byte // config.KeysDigest of the file in force
 	sensorsDown bool     // the running site has no open buses: a reload must rebuild them
 	uplinkDown  bool     // the running uplink failed to start: a reload must rebuild it
 	stopped     bool
@@ -139,7 +139,7 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			_ = g.q.Close()
 			return nil, err
 		}
-		g.secrets = secretsDigest(c)
+		g.secrets, g.keys = config.UplinkDigest(c), config.KeysDigest(c)
 		g.in = buffer.NewAppender(g.q, buffer.AppenderOptions{
 			Logger: g.log.With("component", "buffer"), OnFatal: g.fail, OnStored: opt.OnPacket,
 		})
@@ -369,8 +369,9 @@ func (g *Agent) Sources() metrics.Sources {
 var ErrRestartNeeded = errors.New("a restart is needed to apply it (systemctl restart fieldlink)")
 
 // Reload applies a new site file: the sensors side is rebuilt if anything
-// it polls changed, the uplink side if the uplink (or a password behind it)
-// changed. A change that only a restart can apply, or buses that cannot
+// it polls changed, the uplink side if the uplink changed, or a file it
+// names (password, token, headers, TLS) reads otherwise than when the
+// running uplink started. A change that only a restart can apply, or buses that cannot
 // open, is refused with the reason and the running configuration stays in
 // force, whole.
 //
@@ -398,9 +399,18 @@ func (g *Agent) Reload(c *config.Config) (err error) {
 		}
 	}
 	doSensors := d.Sensors || g.sensorsDown
-	doUplink := g.q != nil && (d.Uplink || g.uplinkDown || secretsDigest(c) != g.secrets)
+	// The files the site file names count as much as the file itself: a
+	// token or certificate corrected in place rebuilds the uplink.
+	doUplink := g.q != nil && (d.Uplink || g.uplinkDown || config.UplinkDigest(c) != g.secrets)
 	if !doSensors && !doUplink {
 		g.cur.Store(&parts{cfg: c, sensors: old.sensors, up: old.up})
+		if keys := config.KeysDigest(c); keys != g.keys {
+			// Read again above (the downlink's) and by the remote
+			// configuration's manager when this returns.
+			g.keys = keys
+			log.Info("site file unchanged in effect but for its key files, which are read again")
+			return nil
+		}
 		log.Info("site file unchanged in effect; nothing to do")
 		return nil
 	}
@@ -452,10 +462,11 @@ func (g *Agent) Reload(c *config.Config) (err error) {
 			return fmt.Errorf("uplink cannot start: %w", err)
 		}
 		g.uplinkDown = false
-		g.secrets = secretsDigest(c)
+		g.secrets = config.UplinkDigest(c)
 		next.up = up
 		g.cur.Store(next)
 	}
+	g.keys = config.KeysDigest(c)
 	attrs := []any{"devices", c.DeviceCount(), "sensors", doSensors, "uplink", doUplink}
 	if c.Uplink != nil {
 		attrs = append(attrs, "upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector)
@@ -472,17 +483,3 @@ func mixed(old, c *config.Config) *config.Config {
 	return &m
 }
 
-// secretsDigest hashes every upstream's password as it reads now, so a
-// changed password file is seen without keeping passwords around.
-func secretsDigest(c *config.Config) [32]byte {
-	h := sha256.New()
-	if c.Uplink != nil {
-		for _, u := range c.Uplink.Upstreams {
-			pw, err := password(c, u)
-			fmt.Fprintf(h, "%d:%s:%v\x00", len(pw), pw, err)
-		}
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}

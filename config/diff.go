@@ -2,7 +2,11 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"hash"
+	"os"
 )
 
 // Change is what differs between two site files, as a running gateway
@@ -19,8 +23,11 @@ type Change struct {
 	Sensors bool
 	// Uplink: the uplink's settings, the downlink's or the remote
 	// configuration's topics (subscribed by the upstreams), or the site
-	// and gateway ids the topics use. Passwords behind password_file and password_env are not part of
-	// a Config; the caller compares those.
+	// and gateway ids the topics use. What the files the site file names
+	// hold (passwords, tokens, headers, TLS files, keys) and password_env's
+	// value are not part of a Config: the caller compares
+	// [UplinkDigest] and [KeysDigest] taken when it applied the running
+	// file with the ones the new file gives now.
 	Uplink bool
 }
 
@@ -60,4 +67,82 @@ func same(x, y any) bool {
 	bx, errx := json.Marshal(x)
 	by, erry := json.Marshal(y)
 	return errx == nil && erry == nil && bytes.Equal(bx, by)
+}
+
+// UplinkFiles are the files the uplink reads beside the site file, resolved
+// as [Config.Rel] does: every upstream's password_file, token_file,
+// headers_file and TLS files (ca, cert, key), in upstream order.
+func (c *Config) UplinkFiles() []string {
+	var files []string
+	add := func(p string) {
+		if p != "" {
+			files = append(files, c.Rel(p))
+		}
+	}
+	if c.Uplink != nil {
+		for _, u := range c.Uplink.Upstreams {
+			add(u.PasswordFile)
+			add(u.TokenFile)
+			add(u.HeadersFile)
+			if u.TLS != nil {
+				add(u.TLS.CA)
+				add(u.TLS.Cert)
+				add(u.TLS.Key)
+			}
+		}
+	}
+	return files
+}
+
+// KeyFiles are the public key files the site file names, resolved: the
+// downlink's keys, then the remote configuration's.
+func (c *Config) KeyFiles() []string {
+	var files []string
+	for _, k := range c.Downlink.Keys {
+		files = append(files, c.Rel(k))
+	}
+	if c.RemoteConfig != nil {
+		for _, k := range c.RemoteConfig.Keys {
+			files = append(files, c.Rel(k))
+		}
+	}
+	return files
+}
+
+// UplinkDigest hashes what the uplink reads beside the site file, as it
+// reads now: the contents of [Config.UplinkFiles] and the value of every
+// password_env. A file corrected in place (a token, a certificate) leaves
+// the site file as it was, so only this tells a reload that the uplink
+// must be rebuilt. The secrets themselves are not kept.
+func UplinkDigest(c *Config) [32]byte {
+	h := sha256.New()
+	if c.Uplink != nil {
+		for _, u := range c.Uplink.Upstreams {
+			if u.PasswordEnv != "" {
+				v, ok := os.LookupEnv(u.PasswordEnv)
+				fmt.Fprintf(h, "env %q %v %d:%s\x00", u.PasswordEnv, ok, len(v), v)
+			}
+		}
+	}
+	return filesDigest(h, c.UplinkFiles())
+}
+
+// KeysDigest hashes the contents of [Config.KeyFiles] as they read now.
+func KeysDigest(c *Config) [32]byte {
+	return filesDigest(sha256.New(), c.KeyFiles())
+}
+
+// filesDigest adds each file's path and content to h, or its error when it
+// cannot be read (so that a file that comes back counts as a change), and
+// returns the sum.
+func filesDigest(h hash.Hash, files []string) [32]byte {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		fmt.Fprintf(h, "file %q %v %d:", f, err, len(b))
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
 }

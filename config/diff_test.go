@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -71,5 +73,54 @@ func TestDiffRemoteConfig(t *testing.T) {
 	b.RemoteConfig.PullTopic = "q"
 	if d := Diff(a, b); len(d.Restart) != 0 || !d.Uplink {
 		t.Errorf("pull_topic: %+v; want the uplink rebuilt", d)
+	}
+}
+
+// TestFileDigests: every file the site file names counts, by its content,
+// in the digest of the part that reads it; the site file itself does not
+// change.
+func TestFileDigests(t *testing.T) {
+	dir := t.TempDir()
+	c := &Config{File: filepath.Join(dir, "site.yaml"),
+		Uplink: &Uplink{Upstreams: []Upstream{
+			{URL: "mqtts://a:8883", PasswordFile: "pw", TLS: &TLS{CA: "ca.pem", Cert: "cert.pem", Key: "key.pem"}},
+			{URL: "https://b/ingest", TokenFile: filepath.Join(dir, "token"), HeadersFile: "headers"}, // absolute, or relative to the site file
+		}},
+		Downlink:     Downlink{Keys: []string{"cmd.pub"}},
+		RemoteConfig: &RemoteConfig{URL: "https://x/b", Keys: []string{"fleet.pub"}},
+	}
+	uplinkFiles := []string{"pw", "ca.pem", "cert.pem", "key.pem", "token", "headers"}
+	keyFiles := []string{"cmd.pub", "fleet.pub"}
+	for _, f := range append(uplinkFiles, keyFiles...) {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f+" v1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for _, f := range uplinkFiles {
+		want = append(want, filepath.Join(dir, f))
+	}
+	if got := c.UplinkFiles(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("UplinkFiles = %v, want %v", got, want)
+	}
+	for _, f := range append(uplinkFiles, keyFiles...) {
+		up, keys := UplinkDigest(c), KeysDigest(c)
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f+" v2\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		isKey := strings.HasSuffix(f, ".pub")
+		if changed := UplinkDigest(c) != up; changed == isKey {
+			t.Errorf("%s rewritten: uplink digest changed %v, want %v", f, changed, !isKey)
+		}
+		if changed := KeysDigest(c) != keys; changed != isKey {
+			t.Errorf("%s rewritten: keys digest changed %v, want %v", f, changed, isKey)
+		}
+	}
+	up := UplinkDigest(c)
+	if err := os.Remove(filepath.Join(dir, "headers")); err != nil {
+		t.Fatal(err)
+	}
+	if UplinkDigest(c) == up {
+		t.Error("a file gone does not change the uplink digest")
 	}
 }
