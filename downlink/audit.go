@@ -21,8 +21,9 @@ type auditChain struct {
 
 // The two logs: the audit log of the commands the gateway took up (and
 // everything it did with them), and the refusal log of what it refused
-// before taking it up, each with its own bound, so that refusals, which
-// anyone who can publish may send, never evict a command that ran.
+// before taking it up and of the replays of what it took up, each with
+// its own bound, so that refusals and replays, which anyone who can
+// publish may send, never evict a command that ran.
 var (
 	auditLog   = auditChain{prefix: prefixAudit, headKey: keyAuditHead, name: "audit log"}
 	refusalLog = auditChain{prefix: prefixRefused, headKey: keyRefusedHead, name: "refusal log"}

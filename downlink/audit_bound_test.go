@@ -72,3 +72,31 @@ func TestAuditVerifySaysTrimmed(t *testing.T) {
 		t.Fatalf("CheckAudit: %q, want entries 17 to 21 and 16 older entries trimmed", got)
 	}
 }
+
+// A signed command replayed (anyone who saw it may publish it again, as
+// often as they like, until it expires) is answered from its first result
+// and noted in the refusal log, not the audit log: replays never evict
+// the entries of commands that ran.
+func TestReplaysDoNotEvictCommands(t *testing.T) {
+	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
+	s := openLedger(t, buf, t0, LedgerOptions{MaxAuditEntries: 10})
+	c := command("real-1", t0)
+	begin(t, s, c, t0)
+	finish(t, s, Result{ID: c.ID, Status: StatusDone, At: t0})
+	for range 50 {
+		res, err := s.Begin(c, t0)
+		if err != nil || res == nil || res.Status != StatusDone {
+			t.Fatalf("replay: %+v %v, want the first result", res, err)
+		}
+	}
+	got := kinds(entries(t, buf))
+	for _, want := range []string{"received real-1", "result real-1 done"} {
+		if !slices.Contains(got, want) {
+			t.Fatalf("%q evicted by 50 replays; the log holds %d entries: %v…", want, len(got), got[:min(len(got), 5)])
+		}
+	}
+	sum, err := CheckAudit(buf)
+	if err != nil || sum.Refusals.Entries != 50 {
+		t.Fatalf("CheckAudit: %v %+v, want the 50 replays in the refusal log", err, sum)
+	}
+}

@@ -106,7 +106,7 @@ const (
 	KindStart     = "start"     // the log and the id table begin (new or salvaged buffer file)
 	KindReceived  = "received"  // a command accepted to run: its id is recorded, the write follows
 	KindResult    = "result"    // what became of a command
-	KindDuplicate = "duplicate" // a command received again, answered without running it
+	KindDuplicate = "duplicate" // a command received again, answered without running it (in the refusal log)
 	KindRefused   = "refused"   // a command refused before Begin (unreadable, badly signed): its id is not recorded
 )
 
@@ -276,7 +276,9 @@ func (s *Ledger) Begin(cmd Command, now time.Time) (*Result, error) {
 	case known:
 		res := rec.answer(now)
 		answer = &res
-		b.audit(now, KindDuplicate, &cmd, answer, "")
+		// Anyone who saw a signed command can publish it again: its
+		// replays are bounded with the refusals, never evicting what ran.
+		b.add(refusalLog, &b.rhead, now, KindDuplicate, &cmd, answer, "")
 	case s.unvouched(b, cmd) != "":
 		answer = &Result{ID: cmd.ID, Status: StatusRejected, Reason: s.unvouched(b, cmd), Value: cmd.Value, At: now}
 		rec = &idRecord{ID: cmd.ID, Command: &cmd, Received: now, Result: answer, Seen: ptr(s.elapsed())}
