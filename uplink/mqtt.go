@@ -86,6 +86,9 @@ type MQTT struct {
 	subs    []*subscription
 	kick    chan struct{}     // ends a reconnect wait early (see Kick)
 	session *sparkplugSession // Sparkplug B births, deaths and commands, or nil (see newSparkplug)
+
+	queued                         atomic.Int64 // bytes waiting in the inbound queues (see take)
+	oversize, notAdmitted, dropped refusals     // see InboundStats
 }
 
 // Kick tells Run that the broker looks reachable again (a latency probe

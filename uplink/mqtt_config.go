@@ -103,8 +103,8 @@ type MQTTConfig struct {
 	// message is handed to its Handle, one at a time per subscription, on
 	// a goroutine owned by Run. Retained messages are dropped: a command
 	// kept by the broker through an outage is a late command. Messages
-	// that arrive while subscriptionQueue are waiting are dropped and
-	// logged.
+	// over their MaxSize, and messages that arrive while subscriptionQueue
+	// are waiting, are dropped, counted and logged (see InboundStats).
 	Subscriptions []Subscription
 	// Logger gets connects, losses and retries; nil means slog.Default().
 	Logger *slog.Logger
@@ -194,7 +194,14 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 		if err != nil {
 			return fail("subscription topic: %v", err)
 		}
-		m.subs = append(m.subs, &subscription{topic: topic, handle: sub.Handle, queue: make(chan []byte, subscriptionQueue)})
+		if sub.MaxSize < 0 {
+			return fail("subscription %q: max size %d is negative", sub.Topic, sub.MaxSize)
+		}
+		if sub.MaxSize == 0 {
+			sub.MaxSize = DefaultSubscriptionMax
+		}
+		m.subs = append(m.subs, &subscription{topic: topic, handle: sub.Handle, admit: sub.Admit, max: sub.MaxSize,
+			queue: make(chan []byte, subscriptionQueue), admitted: make(chan []byte, subscriptionQueue)})
 	}
 	for _, d := range []struct {
 		v   *time.Duration

@@ -101,10 +101,11 @@ func (m *MQTT) Run(ctx context.Context) {
 		wg.Go(func() { m.dispatchLoads(ctx) })
 	}
 	for _, sub := range m.subs {
-		wg.Go(func() { sub.dispatch(ctx) })
+		wg.Go(func() { m.dispatch(ctx, sub) })
 	}
 	if m.session != nil {
 		wg.Go(func() { m.session.run(ctx) })
+		wg.Go(func() { m.session.runCommands(ctx) })
 	}
 	attempt, drops := 0, 0
 	for {
@@ -374,7 +375,10 @@ func (m *MQTT) dial(ctx context.Context, c *mqttConn) (net.Conn, error) {
 		return nil, errors.New("connection closed while dialing")
 	}
 	c.nc = nc
-	return nc, nil
+	return newMQTTLimitConn(nc, m.inboundLimit(), func(topic string, size int) {
+		m.oversize.note(m.log, "message over the size limit refused at the connection: its payload was dropped as it arrived",
+			"upstream", m.name, "topic", topic, "bytes", size, "limit", m.inboundLimit())
+	}), nil
 }
 
 // shutdown lets the pump finish (the PUBACKs in flight come in while the

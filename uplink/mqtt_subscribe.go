@@ -14,6 +14,11 @@ import (
 // onLoadMessage runs on paho's router goroutine: it must not block, so it
 // leaves the payload in a one-slot mailbox (the latest report wins).
 func (m *MQTT) onLoadMessage(_ paho.Client, msg paho.Message) {
+	if len(msg.Payload()) > loadMaxBytes {
+		m.oversize.note(m.log, "load report over the size limit refused", "upstream", m.name, "topic", msg.Topic(),
+			"bytes", len(msg.Payload()), "limit", loadMaxBytes)
+		return
+	}
 	p := append([]byte(nil), msg.Payload()...)
 	for {
 		select {
@@ -45,16 +50,33 @@ type Subscription struct {
 	// Topic template: {site} and {gateway} are filled in from Vars.
 	Topic  string
 	Handle func(payload []byte)
+	// MaxSize is the largest payload handled (0: DefaultSubscriptionMax);
+	// a larger one is dropped and counted, and the connection drops a
+	// payload larger than every subscription's as it arrives, never
+	// holding it.
+	MaxSize int
+	// Admit, if set, tells a message that may jump the queue (a command
+	// with a valid signature): those wait in a queue of their own, which
+	// Handle empties first, so that a flood of others cannot push them
+	// out. It runs on paho's router goroutine, before the message is
+	// queued: it must be quick and must not block. Messages it refuses
+	// are counted and still handled, if their queue has room.
+	Admit func(payload []byte) bool
 }
 
 // subscriptionQueue is how many messages may wait for a handler per
-// upstream.
+// upstream, in each of a subscription's two queues.
 const subscriptionQueue = 16
 
 type subscription struct {
 	topic  string
 	handle func([]byte)
-	queue  chan []byte
+	admit  func([]byte) bool
+	max    int
+	// queue holds messages in the upstream's inbound budget (see
+	// MQTT.take); admitted those Admit let through, bounded by their
+	// count and size alone.
+	queue, admitted chan []byte
 }
 
 // deliver runs on paho's router goroutine: it must not block.
@@ -63,19 +85,58 @@ func (m *MQTT) deliver(sub *subscription, msg paho.Message) {
 		m.log.Warn("retained message dropped: commands and requests are never run late (clear the retained message on the broker)", "upstream", m.name, "topic", msg.Topic())
 		return
 	}
+	p := msg.Payload()
+	switch {
+	case len(p) == 0:
+		// Nothing to run; what the connection refused arrives so.
+		m.log.Debug("empty message dropped", "upstream", m.name, "topic", msg.Topic())
+		return
+	case len(p) > sub.max:
+		m.oversize.note(m.log, "message over the size limit refused", "upstream", m.name, "topic", msg.Topic(), "bytes", len(p), "limit", sub.max)
+		return
+	}
+	if sub.admit != nil {
+		if sub.admit(p) {
+			select {
+			case sub.admitted <- append([]byte(nil), p...):
+			default:
+				m.dropped.note(m.log, "admitted message dropped: too many waiting", "upstream", m.name, "topic", sub.topic, "waiting", subscriptionQueue)
+			}
+			return
+		}
+		m.notAdmitted.note(m.log, "message not admitted (no valid signature): handled only if there is room", "upstream", m.name, "topic", sub.topic)
+	}
+	if !m.take(len(p)) {
+		m.dropped.note(m.log, "message dropped: too many bytes waiting", "upstream", m.name, "topic", sub.topic, "waiting_bytes", mqttInboundBytes)
+		return
+	}
 	select {
-	case sub.queue <- append([]byte(nil), msg.Payload()...):
+	case sub.queue <- append([]byte(nil), p...):
 	default:
-		m.log.Warn("message dropped: too many waiting", "upstream", m.name, "topic", sub.topic, "waiting", subscriptionQueue)
+		m.give(len(p))
+		m.dropped.note(m.log, "message dropped: too many waiting", "upstream", m.name, "topic", sub.topic, "waiting", subscriptionQueue)
 	}
 }
 
-func (sub *subscription) dispatch(ctx context.Context) {
+// dispatch hands sub's messages to its handler, admitted ones first,
+// until ctx ends.
+func (m *MQTT) dispatch(ctx context.Context, sub *subscription) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case p := <-sub.admitted:
+			sub.handle(p)
+			continue
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-sub.admitted:
+			sub.handle(p)
 		case p := <-sub.queue:
+			m.give(len(p))
 			sub.handle(p)
 		}
 	}

@@ -40,7 +40,8 @@ type sparkplugSession struct {
 	hostTS     uint64
 	hostSince  time.Time
 
-	cmds chan spIncoming // NCMD and DCMD, for run
+	cmds  chan spIncoming // STATE and NCMD, for run
+	dcmds chan spIncoming // DCMD, for runCommands
 }
 
 type spDevice struct {
@@ -77,7 +78,7 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 	s := &sparkplugSession{cfg: cfg, log: log, now: cfg.Now, devs: map[string]*spDevice{},
 		ncmd: sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, ""),
 		dcmd: sparkplug.Topic(cfg.GroupID, sparkplug.DCMD, cfg.EdgeNode, "") + "/",
-		cmds: make(chan spIncoming, subscriptionQueue)}
+		cmds: make(chan spIncoming, subscriptionQueue), dcmds: make(chan spIncoming, subscriptionQueue)}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -57,27 +57,46 @@ func (s *sparkplugSession) hostState(ctx context.Context, payload []byte) {
 	}
 }
 
-// onMessage runs on paho's router goroutine: it must not block.
+// onMessage runs on paho's router goroutine: it must not block. STATE and
+// NCMD wait for run, DCMD for runCommands, each in a queue of its own.
 func (s *sparkplugSession) onMessage(_ paho.Client, msg paho.Message) {
-	in := spIncoming{payload: append([]byte(nil), msg.Payload()...)}
+	m := s.m
+	in := spIncoming{}
+	q, limit := s.cmds, sparkplugStateMax
 	if s.cfg.PrimaryHost != "" && msg.Topic() == sparkplug.StateTopic(s.cfg.PrimaryHost) {
 		in.state = true // retained, as it should be
 	} else if msg.Retained() {
-		s.log.Warn("retained Sparkplug command dropped: commands are never run late", "upstream", s.m.name, "topic", msg.Topic())
+		s.log.Warn("retained Sparkplug command dropped: commands are never run late", "upstream", m.name, "topic", msg.Topic())
 		return
 	}
 	if dev, ok := strings.CutPrefix(msg.Topic(), s.dcmd); ok {
-		in.device = dev
+		in.device, q, limit = dev, s.dcmds, SparkplugMaxCommandBytes
 	}
+	p := msg.Payload()
+	switch {
+	case len(p) == 0 && !in.state:
+		// Nothing to run; what the connection refused arrives so.
+		s.log.Debug("empty Sparkplug command dropped", "upstream", m.name, "topic", msg.Topic())
+		return
+	case len(p) > limit:
+		m.oversize.note(s.log, "Sparkplug message over the size limit refused", "upstream", m.name, "topic", msg.Topic(), "bytes", len(p), "limit", limit)
+		return
+	case !m.take(len(p)):
+		m.dropped.note(s.log, "Sparkplug message dropped: too many bytes waiting", "upstream", m.name, "topic", msg.Topic(), "waiting_bytes", mqttInboundBytes)
+		return
+	}
+	in.payload = append([]byte(nil), p...)
 	select {
-	case s.cmds <- in:
+	case q <- in:
 	default:
-		s.log.Warn("Sparkplug command dropped: too many waiting", "upstream", s.m.name, "topic", msg.Topic(), "waiting", subscriptionQueue)
+		m.give(len(p))
+		m.dropped.note(s.log, "Sparkplug message dropped: too many waiting", "upstream", m.name, "topic", msg.Topic(), "waiting", subscriptionQueue)
 	}
 }
 
-// run handles NCMD, DCMD and STATE, and follows the devices' health,
-// until ctx ends; [MQTT.Run] owns it.
+// run handles NCMD and STATE, and follows the devices' health, until ctx
+// ends; [MQTT.Run] owns it. DCMDs, whose writes may take long, are
+// runCommands'.
 func (s *sparkplugSession) run(ctx context.Context) {
 	var tick <-chan time.Time
 	if s.cfg.Online != nil {
@@ -94,6 +113,7 @@ func (s *sparkplugSession) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case in := <-s.cmds:
+			s.m.give(len(in.payload))
 			s.handle(ctx, in)
 		case <-tick:
 			for dev, on := range s.cfg.Online() {
@@ -105,6 +125,21 @@ func (s *sparkplugSession) run(ctx context.Context) {
 	}
 }
 
+// runCommands runs DCMDs, one at a time, until ctx ends; [MQTT.Run] owns
+// it.
+func (s *sparkplugSession) runCommands(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case in := <-s.dcmds:
+			s.m.give(len(in.payload))
+			s.command(ctx, in)
+		}
+	}
+}
+
+// handle applies a STATE or an NCMD.
 func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
 	if in.state {
 		s.hostState(ctx, in.payload)
@@ -112,32 +147,48 @@ func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
 	}
 	p, err := sparkplug.Unmarshal(in.payload)
 	if err != nil {
-		s.log.Warn("Sparkplug command refused", "upstream", s.m.name, "device", in.device, "err", err)
+		s.log.Warn("Sparkplug NCMD refused", "upstream", s.m.name, "err", err)
 		return
 	}
-	if in.device == "" {
-		m, ok := p.Metric(sparkplug.Rebirth)
-		if b, isBool := m.Value.Bool(); !ok || !isBool || !b {
-			s.log.Warn("NCMD without a true Node Control/Rebirth ignored", "upstream", s.m.name)
-			return
-		}
-		s.mu.Lock()
-		c := s.born
-		s.mu.Unlock()
-		if c == nil || c != s.m.conn() {
-			return // not born on this connection: it births when it may
-		}
-		if err := s.births(ctx, c); err != nil {
-			s.log.Warn("rebirth failed", "upstream", s.m.name, "err", err)
-		}
+	m, ok := p.Metric(sparkplug.Rebirth)
+	if b, isBool := m.Value.Bool(); !ok || !isBool || !b {
+		s.log.Warn("NCMD without a true Node Control/Rebirth ignored", "upstream", s.m.name)
 		return
 	}
+	s.mu.Lock()
+	c := s.born
+	s.mu.Unlock()
+	if c == nil || c != s.m.conn() {
+		return // not born on this connection: it births when it may
+	}
+	if err := s.births(ctx, c); err != nil {
+		s.log.Warn("rebirth failed", "upstream", s.m.name, "err", err)
+	}
+}
+
+// command hands a DCMD to OnCommand: its metrics named from their
+// aliases and typed from the DBIRTH, or why it is refused whole.
+func (s *sparkplugSession) command(ctx context.Context, in spIncoming) {
+	if s.cfg.OnCommand == nil {
+		s.log.Warn("DCMD refused: no command handler", "upstream", s.m.name, "device", in.device)
+		return
+	}
+	cmd := SparkplugCommand{Device: in.device, Payload: in.payload}
+	p, err := sparkplug.Unmarshal(in.payload)
 	d := s.devs[in.device]
-	if d == nil {
-		s.log.Warn("DCMD for an unknown device refused", "upstream", s.m.name, "device", in.device)
+	switch {
+	case err != nil:
+		cmd.Refused = "DCMD unreadable: " + err.Error()
+	case d == nil:
+		cmd.Refused = fmt.Sprintf("DCMD for %q, not a device of this node", in.device)
+	case len(p.Metrics) > SparkplugMaxCommandMetrics:
+		cmd.Refused = fmt.Sprintf("DCMD of %d metrics, more than %d: nothing written", len(p.Metrics), SparkplugMaxCommandMetrics)
+	}
+	if cmd.Refused != "" {
+		s.cfg.OnCommand(ctx, cmd)
 		return
 	}
-	cmd := SparkplugCommand{Device: d.name, Seq: p.Seq, At: p.Timestamp, Metrics: p.Metrics, Payload: in.payload}
+	cmd.Seq, cmd.At, cmd.Metrics = p.Seq, p.Timestamp, p.Metrics
 	for i := range cmd.Metrics {
 		m := &cmd.Metrics[i]
 		if m.Name == "" && m.HasAlias {
@@ -148,10 +199,6 @@ func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
 		if j, ok := d.byName[m.Name]; ok && m.Type == 0 {
 			m.Type = d.metrics[j].Type
 		}
-	}
-	if s.cfg.OnCommand == nil {
-		s.log.Warn("DCMD refused: no command handler", "upstream", s.m.name, "device", in.device)
-		return
 	}
 	s.cfg.OnCommand(ctx, cmd)
 }

@@ -19,8 +19,10 @@ type SparkplugConfig struct {
 	// Devices are the node's devices, in the order of the site file;
 	// aliases are numbered from 1 across them in that order.
 	Devices []SparkplugDevice
-	// OnCommand runs a DCMD's metrics for device (see [SparkplugCommand]);
-	// nil refuses every DCMD (logged).
+	// OnCommand runs a DCMD's metrics for device (see [SparkplugCommand]),
+	// or reports its refusal; nil refuses every DCMD (logged). It runs on
+	// a goroutine of its own, one DCMD at a time, never on the one that
+	// follows STATE, NCMD and births: a DCMD's writes never hold a rebirth.
 	OnCommand func(ctx context.Context, cmd SparkplugCommand)
 	// Online reports whether each device answers (false: offline); the
 	// node asks every OnlineEvery (default 1s) and publishes a DDEATH or a
@@ -45,6 +47,19 @@ type SparkplugMetric struct {
 	Unit string // engineering units, the DBIRTH's "engUnit" property; may be empty
 }
 
+// Bounds of a DCMD. A DCMD needs no key where DCMDs run at all
+// (downlink.allow_unsigned), so they bound what one message can do.
+const (
+	// SparkplugMaxCommandMetrics is the most metrics, so writes, one DCMD
+	// may carry; a DCMD with more is refused whole, nothing written.
+	SparkplugMaxCommandMetrics = 32
+	// SparkplugMaxCommandBytes bounds a DCMD's payload: room for
+	// SparkplugMaxCommandMetrics metrics with long names, and the most
+	// a connection of a Sparkplug node takes in one message (see
+	// [Subscription.MaxSize]).
+	SparkplugMaxCommandBytes = 16 << 10
+)
+
 // SparkplugCommand is one DCMD as it arrived: its device, and its metrics
 // with their names filled in from their aliases.
 type SparkplugCommand struct {
@@ -53,6 +68,11 @@ type SparkplugCommand struct {
 	At      uint64 // the payload's timestamp
 	Metrics []sparkplug.Metric
 	Payload []byte // the message as it arrived
+	// Refused, when set, is why the node refuses the DCMD whole (its
+	// payload unreadable, more than SparkplugMaxCommandMetrics metrics,
+	// a device not the node's): OnCommand reports and audits it, and
+	// writes nothing.
+	Refused string
 }
 
 // PacketSeq and packetEpoch are the metrics of every device that carry a
