@@ -100,9 +100,14 @@ func unsigned(c *config.Config) bool { return c.Downlink.Enabled && len(c.Downli
 func (g *Agent) subscriptions(c *config.Config) []uplink.Subscription {
 	var subs []uplink.Subscription
 	if g.commands != nil && c.Downlink.Enabled {
-		subs = append(subs, uplink.Subscription{Topic: c.Downlink.Topic, Handle: func(payload []byte) {
+		sub := uplink.Subscription{Topic: c.Downlink.Topic, MaxSize: downlink.MaxCommandSize, Handle: func(payload []byte) {
 			g.commands.Handle(context.Background(), payload)
-		}})
+		}}
+		if len(c.Downlink.Keys) > 0 {
+			// Signed commands wait apart from any flood of others.
+			sub.Admit = g.commands.Admit
+		}
+		subs = append(subs, sub)
 	}
 	if c.RemoteConfig != nil {
 		subs = append(subs, uplink.Subscription{Topic: c.RemoteConfig.PullTopic, Handle: func([]byte) {

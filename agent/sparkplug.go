@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -102,15 +103,21 @@ func sparkplugType(r *profile.Register) sparkplug.DataType {
 // each through the engine, with every rule of a command from the
 // platform: writable points, limits, interlocks, read-back, the audit and
 // the command ledger (and the signature, which a DCMD has not: with
-// downlink.keys set, DCMDs are refused).
+// downlink.keys set, DCMDs are refused). A DCMD the node refused whole
+// (more than uplink.SparkplugMaxCommandMetrics metrics, unreadable, for
+// no device of the node) and a metric that makes no command (an alias of
+// no point, no timestamp, a value that is not a finite number or a
+// boolean) get a rejected result and an audit entry too, like any
+// command refused.
 //
 // A DCMD carries no command id. Its id is made from what the host sent:
 // "spb-" and a hash of the payload's bytes, the device and the metric's
-// place in the payload. A DCMD delivered twice (a QoS 1 resend, a
-// broker's redelivery after a reconnect) has the same id, and the ledger
-// answers it from its first result instead of writing again; the
-// payload's timestamp is the command's issued_at, so that a DCMD older
-// than downlink.max_age (kept by a broker through an outage) expires.
+// place in the payload (-1 for the DCMD whole). A DCMD delivered twice (a
+// QoS 1 resend, a broker's redelivery after a reconnect) has the same id,
+// and the ledger answers it from its first result instead of writing
+// again; the payload's timestamp is the command's issued_at, so that a
+// DCMD older than downlink.max_age (kept by a broker through an outage)
+// expires.
 func sparkplugCommands(engine func() *downlink.Engine, enabled func() bool, log *slog.Logger) func(context.Context, uplink.SparkplugCommand) {
 	return func(ctx context.Context, cmd uplink.SparkplugCommand) {
 		e := engine()
@@ -118,10 +125,16 @@ func sparkplugCommands(engine func() *downlink.Engine, enabled func() bool, log 
 			log.Warn("DCMD refused: the downlink is off", "device", cmd.Device)
 			return
 		}
+		if cmd.Refused != "" {
+			res := e.Refuse(downlink.Command{ID: sparkplugID(cmd, -1), Device: cmd.Device, Actor: sparkplugActor(cmd)}, cmd.Refused)
+			log.Warn("DCMD refused", "device", cmd.Device, "id", res.ID, "reason", res.Reason)
+			return
+		}
 		for i, m := range cmd.Metrics {
 			c, err := sparkplugCommand(cmd, i, m)
 			if err != nil {
-				log.Warn("DCMD metric refused", "device", cmd.Device, "metric", m.Name, "alias", m.Alias, "err", err)
+				res := e.Refuse(c, "DCMD metric "+strconv.Itoa(i)+": "+err.Error())
+				log.Warn("DCMD metric refused", "device", cmd.Device, "metric", m.Name, "alias", m.Alias, "id", res.ID, "reason", res.Reason)
 				continue
 			}
 			res := e.Run(ctx, c)
@@ -130,33 +143,41 @@ func sparkplugCommands(engine func() *downlink.Engine, enabled func() bool, log 
 	}
 }
 
-// sparkplugCommand is the downlink command of metric i of a DCMD.
-func sparkplugCommand(cmd uplink.SparkplugCommand, i int, m sparkplug.Metric) (downlink.Command, error) {
-	if m.Name == "" {
-		return downlink.Command{}, fmt.Errorf("alias %d is not one of the device's", m.Alias)
-	}
-	if cmd.At == 0 {
-		return downlink.Command{}, fmt.Errorf("the DCMD has no timestamp")
-	}
-	var v downlink.Value
-	if b, ok := m.Value.Bool(); ok {
-		v = downlink.Bool(b)
-	} else if f, ok := m.Value.Float64(); ok {
-		v = downlink.Number(f)
-	} else if n, ok := m.Int(); ok {
-		v = downlink.Number(float64(n))
-	} else {
-		return downlink.Command{}, fmt.Errorf("value of datatype %v is not a number or a boolean", m.Type)
-	}
+// sparkplugID is the command id of metric i of a DCMD (-1: the DCMD).
+func sparkplugID(cmd uplink.SparkplugCommand, i int) string {
 	h := sha256.New()
 	h.Write(cmd.Payload)
 	fmt.Fprintf(h, "\x00%s\x00%d", cmd.Device, i)
-	return downlink.Command{
-		ID:       "spb-" + hex.EncodeToString(h.Sum(nil)[:16]),
-		Device:   cmd.Device,
-		Point:    m.Name,
-		Value:    v,
-		IssuedAt: downlink.NewTimestamp(time.UnixMilli(int64(cmd.At))),
-		Actor:    "sparkplug:DCMD seq " + strconv.FormatUint(cmd.Seq, 10),
-	}, nil
+	return "spb-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func sparkplugActor(cmd uplink.SparkplugCommand) string {
+	return "sparkplug:DCMD seq " + strconv.FormatUint(cmd.Seq, 10)
+}
+
+// sparkplugCommand is the downlink command of metric i of a DCMD. On an
+// error it returns what is known of the command (id, device, point,
+// actor), for the refusal's result and audit entry.
+func sparkplugCommand(cmd uplink.SparkplugCommand, i int, m sparkplug.Metric) (downlink.Command, error) {
+	c := downlink.Command{ID: sparkplugID(cmd, i), Device: cmd.Device, Point: m.Name, Actor: sparkplugActor(cmd)}
+	if m.Name == "" {
+		return c, fmt.Errorf("alias %d is not one of the device's", m.Alias)
+	}
+	if cmd.At == 0 {
+		return c, fmt.Errorf("the DCMD has no timestamp")
+	}
+	if b, ok := m.Value.Bool(); ok {
+		c.Value = downlink.Bool(b)
+	} else if f, ok := m.Value.Float64(); ok {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return c, fmt.Errorf("value %v is not a finite number", f)
+		}
+		c.Value = downlink.Number(f)
+	} else if n, ok := m.Int(); ok {
+		c.Value = downlink.Number(float64(n))
+	} else {
+		return c, fmt.Errorf("value of datatype %v is not a number or a boolean", m.Type)
+	}
+	c.IssuedAt = downlink.NewTimestamp(time.UnixMilli(int64(cmd.At)))
+	return c, nil
 }
