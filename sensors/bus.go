@@ -56,6 +56,17 @@ type BusOptions struct {
 	// Hint, if set, says what a technician should check about a failure;
 	// it is added to the failure's log line.
 	Hint func(error) string
+	// Port is the serial port the bus's reader opens ("" when it dials):
+	// a poll failing because the port went away marks the bus's port down
+	// (see [DeviceStatus.Port]) rather than only its devices failing.
+	Port string
+	// Open opens the bus's reader when [NewBus] was given none, because
+	// its port could not open at start (unplugged, not enumerated yet,
+	// busy, not allowed). Run retries it, 1 s after the failure and then
+	// doubling up to 30 s, and polls once it opens: a port plugged in
+	// later needs no restart. Open may return a *PortError or any error,
+	// which is then classified by [PortErrorOf].
+	Open func() (Reader, error)
 }
 
 // Health of a device.
@@ -85,6 +96,9 @@ type DeviceStatus struct {
 	Requests  uint64 // read requests sent
 	Overruns  uint64 // scheduled polls skipped because the bus was late
 	Writes    uint64 // writes sent by commands
+	// Port is the state of the bus's serial port, the same for every
+	// device of the bus: down (since when, why) while it cannot open.
+	Port PortState
 	// ConsecutiveFailures counts the failed polls since the last success:
 	// OfflineAfter of them make the device Offline.
 	ConsecutiveFailures int
@@ -115,8 +129,11 @@ type Bus struct {
 	opt  BusOptions
 	log  *slog.Logger
 
-	mu   sync.Mutex // guards devs[i].status
-	devs []*device
+	mu        sync.Mutex // guards devs[i].status, r, port, portFails and portLog
+	devs      []*device
+	port      PortState
+	portFails int       // failed opens in a row
+	portLog   time.Time // when the port's state was last logged
 
 	// writes hands writes to the polling goroutine while Run runs
 	// (running); inline serialises them when it does not.
@@ -183,13 +200,122 @@ func (b *Bus) Status() []DeviceStatus {
 	out := make([]DeviceStatus, len(b.devs))
 	for i, d := range b.devs {
 		out[i] = d.status
+		out[i].Port = b.port
 	}
 	return out
+}
+
+// Port returns the state of the bus's serial port.
+func (b *Bus) Port() PortState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.port
+}
+
+// reader is the bus's reader; nil while its port has not opened yet.
+func (b *Bus) reader() Reader {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.r
+}
+
+// open opens the bus's reader once if it has none yet, and returns it, or
+// the port's error; the port's state and its log line follow.
+func (b *Bus) open() (Reader, error) {
+	if r := b.reader(); r != nil {
+		return r, nil
+	}
+	if b.opt.Open == nil {
+		return nil, fmt.Errorf("sensors: bus %s has no reader", b.name)
+	}
+	r, err := b.opt.Open()
+	if err != nil {
+		pe := PortErrorOf(b.opt.Port, err)
+		b.portDown(pe)
+		return nil, pe
+	}
+	b.mu.Lock()
+	b.r = r
+	b.mu.Unlock()
+	b.portUp()
+	return r, nil
+}
+
+// portDown records that the bus's port cannot be used, and logs it when
+// the bus goes down, its reason changes, or once a minute while it stays.
+func (b *Bus) portDown(pe *PortError) {
+	now := time.Now()
+	b.mu.Lock()
+	b.portFails++
+	changed := b.port.set(pe, now)
+	retry, since, fails := portRetry(b.portFails), b.port.Since, b.portFails
+	log := changed || now.Sub(b.portLog) >= repeatLogEvery
+	if log {
+		b.portLog = now
+	}
+	b.mu.Unlock()
+	if !log {
+		return
+	}
+	args := []any{"port", pe.Port, "problem", pe.Kind.String(), "down_since", since.Format(time.RFC3339), "err", pe.Err}
+	if b.opt.Open != nil && b.reader() == nil {
+		args = append(args, "retry_in", retry, "tries", fails)
+	}
+	b.log.Warn("bus down: "+pe.Advice(), args...)
+}
+
+// portUp records that the bus's port is open (or answers again), and
+// logs it if it was down.
+func (b *Bus) portUp() {
+	b.mu.Lock()
+	was := b.port
+	b.portFails = 0
+	changed := b.port.set(nil, time.Now())
+	b.mu.Unlock()
+	if changed {
+		b.log.Info("bus up: port open", "port", b.opt.Port, "was", was.Kind().String(), "down_for", time.Since(was.Since).Round(time.Millisecond))
+	}
+}
+
+// connect opens the bus's reader, retrying with a growing delay until it
+// opens or ctx ends (then it reports false). Writes handed to the bus
+// meanwhile fail at once with the port's error.
+func (b *Bus) connect(ctx context.Context) bool {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		_, err := b.open()
+		if err == nil {
+			return true
+		}
+		b.mu.Lock()
+		wait := portRetry(max(b.portFails, 1))
+		b.mu.Unlock()
+		timer.Reset(wait)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return false
+			case j := <-b.writes:
+				j.out.Err = fmt.Errorf("sensors: bus %s: not sent: %w", b.name, err)
+				close(j.done)
+			case <-timer.C:
+				break wait
+			}
+		}
+	}
 }
 
 // PollAll polls every device once, in configuration order, and calls emit
 // with each packet, or with the error of a device that failed.
 func (b *Bus) PollAll(ctx context.Context, emit func(*packet.Packet, error)) {
+	if _, err := b.open(); err != nil {
+		for _, d := range b.devs {
+			emit(nil, fmt.Errorf("device %s (slave %d on bus %s): %w", d.spec.Name, d.spec.Slave, b.name, err))
+		}
+		return
+	}
 	for _, d := range b.devs {
 		if ctx.Err() != nil {
 			return
@@ -208,6 +334,9 @@ func (b *Bus) Run(ctx context.Context, emit func(*packet.Packet)) {
 	b.running.Store(true)
 	b.inline.Unlock()
 	defer b.running.Store(false)
+	if b.reader() == nil && !b.connect(ctx) {
+		return
+	}
 	now := time.Now()
 	for _, d := range b.devs {
 		// Every device starts on the same instant, so devices with equal
@@ -318,10 +447,11 @@ func (b *Bus) poll(ctx context.Context, d *device) (*packet.Packet, error) {
 	p.Fields = make([]packet.Field, len(d.spec.Profile.Registers))
 	var err error
 	var sent uint64
+	r := b.reader()
 	for i, req := range d.reqs {
 		var data []byte
 		sent++
-		data, err = b.r.Read(ctx, d.spec.Slave, req.Area.FunctionCode(), req.Start, req.Count)
+		data, err = r.Read(ctx, d.spec.Slave, req.Area.FunctionCode(), req.Start, req.Count)
 		d.replies[i] = data
 		if err != nil {
 			err = fmt.Errorf("device %s (slave %d on bus %s): read %s: %w", d.spec.Name, d.spec.Slave, b.name, req, err)
@@ -337,6 +467,16 @@ func (b *Bus) poll(ctx context.Context, d *device) (*packet.Packet, error) {
 		return nil, err
 	}
 	b.record(d, start, sent, p, err)
+	if b.opt.Port != "" {
+		// The port itself gone (an adapter unplugged while running) is
+		// the bus's state, not only its devices'.
+		switch {
+		case err == nil:
+			b.portUp()
+		case IsPortError(err):
+			b.portDown(PortErrorOf(b.opt.Port, err))
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,11 @@ type LineSpec struct {
 	// OfflineAfter failures in a row (bad lines, or a port that cannot be
 	// opened or read) mark the sensor offline; 0 = 3.
 	OfflineAfter int
+	// Port names the port Open opens, for the sensor's port state and its
+	// log lines. A port that does not open (missing, busy, not allowed) is
+	// retried with the delay above but at most 30 s apart, whatever Backoff
+	// says: an adapter plugged in is found within half a minute.
+	Port string
 }
 
 // reopenAfter is the first delay before reopening a port that failed; it
@@ -48,10 +53,11 @@ type LineSensor struct {
 	// ended first; tests replace it to see the backoff without waiting.
 	sleep func(ctx context.Context, d time.Duration) bool
 
-	mu     sync.Mutex // guards status, streak and last
-	status DeviceStatus
-	streak streak
-	last   reading
+	mu      sync.Mutex // guards status, streak, last and portLog
+	status  DeviceStatus
+	streak  streak
+	last    reading
+	portLog time.Time // when the port's state was last logged
 }
 
 // NewLineSensor returns a sensor ready to Run or ReadOne.
@@ -170,6 +176,9 @@ func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
 		l.record(err)
 		l.mu.Lock()
 		wait := l.streak.backoff(reopenAfter)
+		if l.status.Port.Down() {
+			wait = min(wait, portRetryMax)
+		}
 		l.mu.Unlock()
 		if !l.sleep(ctx, wait) {
 			return
@@ -182,8 +191,14 @@ func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
 func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) error {
 	port, err := l.spec.Open(ctx)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		pe := PortErrorOf(l.spec.Port, err)
+		l.portDown(pe)
+		return pe
 	}
+	l.portUp()
 	defer port.Close()
 	rd := lineproto.NewReader(ctxReader{ctx, port}, 0)
 	for {
@@ -214,6 +229,36 @@ func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) e
 		if !f(p) {
 			return nil
 		}
+	}
+}
+
+// portDown records that the sensor's port does not open, and logs it when
+// the port goes down, its reason changes, or once a minute while it stays.
+func (l *LineSensor) portDown(pe *PortError) {
+	now := time.Now()
+	l.mu.Lock()
+	changed := l.status.Port.set(pe, now)
+	since := l.status.Port.Since
+	log := changed || now.Sub(l.portLog) >= repeatLogEvery
+	if log {
+		l.portLog = now
+	}
+	l.mu.Unlock()
+	if log {
+		l.log.Warn("serial sensor down: "+pe.Advice(), "port", pe.Port, "problem", pe.Kind.String(),
+			"down_since", since.Format(time.RFC3339), "err", pe.Err)
+	}
+}
+
+// portUp records that the sensor's port opened, and logs it if it was
+// down.
+func (l *LineSensor) portUp() {
+	l.mu.Lock()
+	was := l.status.Port
+	changed := l.status.Port.set(nil, time.Now())
+	l.mu.Unlock()
+	if changed {
+		l.log.Info("serial sensor up: port open", "port", l.spec.Port, "was", was.Kind().String(), "down_for", time.Since(was.Since).Round(time.Millisecond))
 	}
 }
 

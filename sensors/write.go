@@ -73,7 +73,22 @@ func (b *Bus) Write(ctx context.Context, dev, point string, v float64) (WriteRes
 	if !reg.Writable() {
 		return WriteResult{}, fmt.Errorf("device %s: %s: %w (read-only or safety in profile %s)", dev, point, profile.ErrNotWritable, d.spec.Profile.Name)
 	}
-	if _, ok := b.r.(Writer); !ok {
+	r := b.reader()
+	if r == nil && !b.running.Load() {
+		// gateway write without a daemon: the port opens now or never.
+		var err error
+		if r, err = b.open(); err != nil {
+			return WriteResult{}, fmt.Errorf("device %s: %s: not sent: %w", dev, point, err)
+		}
+	}
+	if r == nil {
+		// Run is opening the port: a write does not wait for an adapter.
+		if pe := b.Port().Err; pe != nil {
+			return WriteResult{}, fmt.Errorf("device %s: %s: not sent: bus %s is down: %w", dev, point, b.name, pe)
+		}
+		return WriteResult{}, fmt.Errorf("device %s: %s: not sent: bus %s has not opened its port yet", dev, point, b.name)
+	}
+	if _, ok := r.(Writer); !ok {
 		return WriteResult{}, ErrCannotWrite
 	}
 	fc, qty, data, err := reg.WriteRequest(v)
@@ -103,8 +118,9 @@ func (b *Bus) write(j *writeJob) {
 	d, reg := j.d, j.reg
 	start := time.Now()
 	j.out.Frames = j.data
-	j.out.Err = b.r.(Writer).Write(j.ctx, d.spec.Slave, j.fc, reg.Address, j.qty, j.data)
-	data, err := b.r.Read(j.ctx, d.spec.Slave, reg.Area.FunctionCode(), reg.Address, uint16(reg.Words()))
+	r := b.reader()
+	j.out.Err = r.(Writer).Write(j.ctx, d.spec.Slave, j.fc, reg.Address, j.qty, j.data)
+	data, err := r.Read(j.ctx, d.spec.Slave, reg.Area.FunctionCode(), reg.Address, uint16(reg.Words()))
 	switch {
 	case err != nil:
 		j.out.ReadErr = err
