@@ -2,10 +2,13 @@ package testtool
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // SyncBuffer is a bytes.Buffer that one goroutine may write (a logger, a
@@ -58,4 +61,47 @@ func (s *SyncBuffer) Since(mark int) string {
 		return ""
 	}
 	return string(s.b.Bytes()[mark:])
+}
+
+// metricsListening finds the address of the gateway's "metrics listening"
+// log line, in text (addr=host:port) or JSON ("addr":"host:port").
+var metricsListening = regexp.MustCompile(`metrics listening.*?\baddr"?[=:]"?([^\s",]+)`)
+
+// MetricsAddr waits up to 30 s for a gateway's log (read by log, e.g. a
+// SyncBuffer's String), at level info or below, to say where its metrics
+// listener bound: for a gateway told to listen on 127.0.0.1:0, so that no
+// port is chosen before the gateway binds it.
+func MetricsAddr(t testing.TB, log func() string) string {
+	t.Helper()
+	addr, err := MetricsListening(log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// MetricsListening waits up to 30 s for a gateway's log, at level info or
+// below, to say where its metrics listener bound, and returns that address;
+// when the log says the port it was told was taken, it returns an error
+// wrapping [ErrPortInUse] (for [OnFreshPort]). A close of exited (nil:
+// never) ends the wait with an error.
+func MetricsListening(log func() string, exited <-chan struct{}) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := log()
+		if m := metricsListening.FindStringSubmatch(l); m != nil {
+			return m[1], nil
+		}
+		if PortInUse(l) {
+			return "", fmt.Errorf("%w: the gateway's metrics: %s", ErrPortInUse, l)
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("testtool: the gateway's log did not say where its metrics listen within 30s:\n%s", l)
+		}
+		select {
+		case <-exited:
+			return "", fmt.Errorf("testtool: the gateway exited before its metrics listened:\n%s", log())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

@@ -47,26 +47,40 @@ const sameWait = 30 * time.Second
 // listened on when chosen, and returns them once start returns nil. When
 // start returns an error wrapping [ErrPortInUse], it is called again with
 // n other ports; any other error, or ten ports taken in a row, fails the
-// test. The ports are never handed out again in this test binary, so that
-// a server killed and started again ([OnSamePorts]) finds its port free.
+// test. The ports are never handed out again in this process, so that a
+// server killed and started again ([OnSamePorts]) finds its port free.
 func OnFreshPorts(t testing.TB, n int, start func(ports []int) error) []int {
 	t.Helper()
+	ports, err := FreshPorts(n, func(ports []int) error {
+		err := start(ports)
+		if errors.Is(err, ErrPortInUse) {
+			t.Logf("ports %v taken before the server bound them; trying others", ports)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports
+}
+
+// FreshPorts is OnFreshPorts for a program that is not a test: it returns
+// the error that OnFreshPorts fails the test with.
+func FreshPorts(n int, start func(ports []int) error) ([]int, error) {
 	var err error
 	for range freshTries {
 		ports, perr := pickPorts(n)
 		if perr != nil {
-			t.Fatal(perr)
+			return nil, perr
 		}
 		if err = start(ports); err == nil {
-			return ports
+			return ports, nil
 		}
 		if !errors.Is(err, ErrPortInUse) {
-			t.Fatal(err)
+			return nil, err
 		}
-		t.Logf("ports %v taken before the server bound them; trying others", ports)
 	}
-	t.Fatalf("testtool: no free ports after %d tries: %v", freshTries, err)
-	return nil
+	return nil, fmt.Errorf("testtool: no free ports after %d tries: %w", freshTries, err)
 }
 
 // OnSamePorts calls start with ports again (a server of the test's,
@@ -92,6 +106,15 @@ func OnSamePorts(t testing.TB, ports []int, start func(ports []int) error) {
 func OnFreshPort(t testing.TB, start func(port int) error) int {
 	t.Helper()
 	return OnFreshPorts(t, 1, func(p []int) error { return start(p[0]) })[0]
+}
+
+// FreshPort is FreshPorts for a server of one port.
+func FreshPort(start func(port int) error) (int, error) {
+	p, err := FreshPorts(1, func(p []int) error { return start(p[0]) })
+	if err != nil {
+		return 0, err
+	}
+	return p[0], nil
 }
 
 // OnSamePort is OnSamePorts for a server of one port.

@@ -181,3 +181,14 @@ func TestMosquittoMovesOffATakenPort(t *testing.T) {
 	}
 	c.Close()
 }
+
+func TestMetricsAddr(t *testing.T) {
+	for _, log := range []string{
+		"time=2026-12-07T16:00:00Z level=INFO msg=\"metrics listening\" component=metrics addr=127.0.0.1:40123\n",
+		`{"time":"2026-12-07T16:00:00Z","level":"INFO","msg":"metrics listening","component":"metrics","addr":"127.0.0.1:40123"}` + "\n",
+	} {
+		if got := MetricsAddr(t, func() string { return log }); got != "127.0.0.1:40123" {
+			t.Errorf("MetricsAddr(%q) = %q", log, got)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 type SiteFile struct {
 	Site    string   // the site mapping; "" is {id: "001"}
 	Gateway string   // the gateway's id; "" is gw-test
-	Metrics string   // metrics.listen, e.g. "off" or a FreeAddr; or the whole section, a flow mapping "{listen: ...}"
+	Metrics string   // metrics.listen, e.g. "off" or "127.0.0.1:0" (see MetricsAddr); or the whole section, a flow mapping "{listen: ...}"
 	Buffer  string   // buffer.path
 	Bus     string   // the bus's URL, e.g. "tcp://" + an emulator's address; "" is no bus
 	Timeout string   // the bus's timeout, e.g. 200ms
