@@ -54,9 +54,8 @@ func TestCluster(t *testing.T) {
 		links[i] = newLink(t, n.name, n.mqttAddr())
 		upstreams = append(upstreams, links[i].Addr())
 	}
-	metricsPort := testtool.FreePort(t)
-	site := siteFile(t, t.TempDir(), startEmulator(t), metricsPort, upstreams)
-	gw := startGateway(t, gwBin, site, metricsPort, led)
+	site := siteFile(t, t.TempDir(), startEmulator(t), upstreams)
+	gw := startGateway(t, gwBin, site, led)
 	start := time.Now()
 	testtool.WaitFor(t, 30*time.Second, "the first packet at the subscriber", func() bool {
 		_, ok := led.firstArrivalAfter(start)

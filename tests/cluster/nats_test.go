@@ -23,13 +23,15 @@ import (
 // clusterName is the NATS cluster's name in every node's config.
 const clusterName = "fieldlink"
 
-// node is one nats-server process of the cluster, on loopback ports fixed
-// for the whole test so that it can be killed and started again.
+// node is one nats-server process of the cluster, on loopback ports it
+// keeps for the whole test so that it can be killed and started again
+// where the others route to it.
 type node struct {
 	t                   *testing.T
 	name                string // server_name: n1, n2, n3
-	bin, conf           string
+	bin, conf, dir      string
 	mqtt, http, cluster int
+	peers               []*node // the other nodes, routed to
 	log                 testtool.SyncBuffer
 
 	mu     sync.Mutex
@@ -37,39 +39,19 @@ type node struct {
 	exited chan struct{}
 }
 
-// newCluster writes the config of three clustered nodes, JetStream and MQTT
-// on each, and starts them; it returns once every node has its two routes
-// and says JetStream is ready (the MQTT streams are made by the first MQTT
-// client). They are killed
+// newCluster starts three clustered nodes, JetStream and MQTT on each, on
+// ports of their own (testtool.OnFreshPorts: when one was taken, all three
+// start again on others, so that every route names a node's port); it
+// returns once every node has its two routes and says JetStream is ready
+// (the MQTT streams are made by the first MQTT client). They are killed
 // when the test ends.
 func newCluster(t *testing.T, bin string) [3]*node {
 	t.Helper()
 	var nodes [3]*node
-	var routes []string
 	for i := range nodes {
-		nodes[i] = &node{t: t, name: fmt.Sprintf("n%d", i+1), bin: bin,
-			mqtt: testtool.FreePort(t), http: testtool.FreePort(t), cluster: testtool.FreePort(t)}
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", nodes[i].cluster))
-	}
-	for _, n := range nodes {
 		dir := t.TempDir()
-		n.conf = filepath.Join(dir, n.name+".conf")
-		// stream_replicas 3: the MQTT streams on all three nodes, whatever
-		// the cluster looks like when the first MQTT client connects.
-		conf := fmt.Sprintf(`server_name: %s
-listen: "127.0.0.1:-1"
-http: "127.0.0.1:%d"
-jetstream { store_dir: %q }
-cluster {
-  name: %s
-  listen: "127.0.0.1:%d"
-  routes: [%s]
-}
-mqtt { listen: "127.0.0.1:%d", stream_replicas: 3 }
-`, n.name, n.http, filepath.Join(dir, "store"), clusterName, n.cluster, strings.Join(routes, ", "), n.mqtt)
-		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		n := &node{t: t, name: fmt.Sprintf("n%d", i+1), bin: bin, dir: dir, conf: filepath.Join(dir, fmt.Sprintf("n%d.conf", i+1))}
+		nodes[i] = n
 		t.Cleanup(func() {
 			n.kill()
 			keepLog(t, n.name+".log", n.log.String())
@@ -77,8 +59,31 @@ mqtt { listen: "127.0.0.1:%d", stream_replicas: 3 }
 				t.Logf("nats-server %s log (tail):\n%s", n.name, tail(n.log.String(), 40))
 			}
 		})
-		n.start()
 	}
+	for _, n := range nodes {
+		for _, o := range nodes {
+			if o != n {
+				n.peers = append(n.peers, o)
+			}
+		}
+	}
+	testtool.OnFreshPorts(t, 3*len(nodes), func(p []int) error {
+		for i, n := range nodes {
+			n.mqtt, n.http, n.cluster = p[3*i], p[3*i+1], p[3*i+2]
+			if err := os.RemoveAll(filepath.Join(n.dir, "store")); err != nil { // a failed try's
+				return err
+			}
+		}
+		for _, n := range nodes {
+			if err := n.tryStart(); err != nil {
+				for _, o := range nodes {
+					o.kill()
+				}
+				return err
+			}
+		}
+		return nil
+	})
 	testtool.WaitFor(t, 60*time.Second, "the three nodes routed, JetStream ready", func() bool {
 		for _, n := range nodes {
 			var h struct {
@@ -93,6 +98,29 @@ mqtt { listen: "127.0.0.1:%d", stream_replicas: 3 }
 	return nodes
 }
 
+// writeConf writes the node's config on its ports, with routes to the
+// others.
+func (n *node) writeConf() error {
+	var routes []string
+	for _, o := range n.peers {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", o.cluster))
+	}
+	// stream_replicas 3: the MQTT streams on all three nodes, whatever
+	// the cluster looks like when the first MQTT client connects.
+	conf := fmt.Sprintf(`server_name: %s
+listen: "127.0.0.1:-1"
+http: "127.0.0.1:%d"
+jetstream { store_dir: %q }
+cluster {
+  name: %s
+  listen: "127.0.0.1:%d"
+  routes: [%s]
+}
+mqtt { listen: "127.0.0.1:%d", stream_replicas: 3 }
+`, n.name, n.http, filepath.Join(n.dir, "store"), clusterName, n.cluster, strings.Join(routes, ", "), n.mqtt)
+	return os.WriteFile(n.conf, []byte(conf), 0o600)
+}
+
 func tail(s string, lines int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(l) > lines {
@@ -104,14 +132,26 @@ func tail(s string, lines int) string {
 // mqttAddr is the node's MQTT listener.
 func (n *node) mqttAddr() string { return fmt.Sprintf("127.0.0.1:%d", n.mqtt) }
 
-// start runs the node and waits until its MQTT port accepts connections.
+// start runs the node again after kill, on its ports, routed to both
+// others; while one of its ports is still taken it waits for it.
 func (n *node) start() {
 	n.t.Helper()
+	testtool.OnSamePorts(n.t, []int{n.mqtt, n.http, n.cluster}, func([]int) error { return n.tryStart() })
+}
+
+// tryStart writes the node's config, runs it and waits until its MQTT port
+// accepts connections; it fails, with testtool.ErrPortInUse when the log
+// says so, if the node exits first.
+func (n *node) tryStart() error {
+	if err := n.writeConf(); err != nil {
+		return err
+	}
+	mark := n.log.Len()
 	cmd := exec.Command(n.bin, "-c", n.conf)
 	cmd.Stdout, cmd.Stderr = &n.log, &n.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a killed test
 	if err := cmd.Start(); err != nil {
-		n.t.Fatalf("start nats-server %s: %v", n.name, err)
+		return fmt.Errorf("start nats-server %s: %w", n.name, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -122,15 +162,20 @@ func (n *node) start() {
 	for {
 		if c, err := net.DialTimeout("tcp", n.mqttAddr(), time.Second); err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		select {
 		case <-exited:
-			n.t.Fatalf("nats-server %s exited at start:\n%s", n.name, tail(n.log.String(), 20))
+			n.kill()
+			if log := n.log.Since(mark); testtool.PortInUse(log) {
+				return fmt.Errorf("%w: nats-server %s: %s", testtool.ErrPortInUse, n.name, tail(log, 5))
+			}
+			return fmt.Errorf("nats-server %s exited at start:\n%s", n.name, tail(n.log.Since(mark), 20))
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			n.t.Fatalf("nats-server %s: MQTT port %d not listening within 15s", n.name, n.mqtt)
+			n.kill()
+			return fmt.Errorf("nats-server %s: MQTT port %d not listening within 15s", n.name, n.mqtt)
 		}
 	}
 }

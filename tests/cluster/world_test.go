@@ -115,21 +115,22 @@ func subscribe(t *testing.T, led *ledger, brokers ...string) {
 func buildGateway(t *testing.T) string { return testtool.BuildGateway(t) }
 
 // siteFile writes the site: the emulated bus, the buffer, the metrics
-// listener (the test reads each upstream's deliveries there) and the three
+// listener on a port of its own choosing (the test reads each upstream's
+// deliveries there, at the address the gateway logs) and the three
 // nodes' links as upstreams, every other setting left to its default.
-func siteFile(t *testing.T, dir, bus string, metricsPort int, upstreams []string) string {
+func siteFile(t *testing.T, dir, bus string, upstreams []string) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, `# The cluster tier's site (written by tests/cluster).
 site: {id: "CLUSTER", id_field: FarmId}
 gateway: {id: %s}
-metrics: {listen: "127.0.0.1:%d"}
+metrics: {listen: "127.0.0.1:0"}
 buses:
   - name: field
     url: tcp://%s
     timeout: 300ms
     devices:
-`, gatewayID, metricsPort, bus)
+`, gatewayID, bus)
 	for _, d := range devices {
 		fmt.Fprintf(&b, "      - {name: %s, profile: %s, slave: %d, interval: %v}\n", d.name, d.profile, d.slave, d.interval)
 	}
@@ -153,9 +154,9 @@ type gateway struct {
 	metrics string
 }
 
-func startGateway(t *testing.T, bin, site string, metricsPort int, led *ledger) *gateway {
+func startGateway(t *testing.T, bin, site string, led *ledger) *gateway {
 	t.Helper()
-	g := &gateway{drained: make(chan struct{}), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)}
+	g := &gateway{drained: make(chan struct{})}
 	g.cmd = exec.Command(bin, "run", "-c", site, "-print", "-log-level", "info", "-log-format", "text")
 	g.cmd.Stderr = &g.log
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -182,6 +183,7 @@ func startGateway(t *testing.T, bin, site string, metricsPort int, led *ledger) 
 			t.Logf("gateway log (tail):\n%s", tail(g.log.String(), 60))
 		}
 	})
+	g.metrics = "http://" + testtool.MetricsAddr(t, g.log.String) + "/metrics"
 	return g
 }
 
