@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -20,37 +18,8 @@ import (
 
 // pymodbus, a Modbus implementation nobody here wrote, answers gateway read.
 func TestReadAgainstPymodbus(t *testing.T) {
-	py := testtool.RequirePython(t, "pymodbus", "python3-pymodbus")
-	port := testtool.FreePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "../../sensors/modbus/testdata/pymodbus_server.py", "--tcp", fmt.Sprint(port))
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = cmd.Wait() }()
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "READY") {
-				ready <- true
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("pymodbus server exited before READY")
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("pymodbus server not ready in 20s")
-	}
-	url := fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	_, addr := testtool.StartPymodbusTCP(t, "../../sensors/modbus/testdata/pymodbus_server.py")
+	url := "tcp://" + addr
 	code, out, errOut := gw(t, "read", "-url", url, "-slave", "2", "-area", "input", "-address", "10", "-count", "3")
 	if code != 0 || out != "[10]: 2510\n[11]: 2511\n[12]: 2512\n" {
 		t.Fatalf("read: %d %q %s", code, out, errOut)

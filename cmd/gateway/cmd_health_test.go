@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,18 +26,40 @@ type healthDaemon struct {
 	done chan error
 }
 
-func startHealthDaemon(t *testing.T, site string) *healthDaemon {
+// startHealthDaemon starts the daemon again on site, whose metrics listen
+// on port, where the last one listened (the gate finds it there); while the
+// port is still taken it waits for it.
+func startHealthDaemon(t *testing.T, site string, port int) *healthDaemon {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthHelperProcess$", "--", "run", "-c", site, "-log-level", "error")
+	var d *healthDaemon
+	testtool.OnSamePort(t, port, func(int) error {
+		var err error
+		d, err = tryHealthDaemon(t, site)
+		return err
+	})
+	return d
+}
+
+// tryHealthDaemon starts the daemon and waits until its metrics listen; when
+// it says their port was taken (testtool.ErrPortInUse) it is stopped.
+func tryHealthDaemon(t *testing.T, site string) (*healthDaemon, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthHelperProcess$", "--", "run", "-c", site, "-log-level", "info")
 	cmd.Env = append(os.Environ(), "FIELDLINK_HEALTH_HELPER=1")
-	cmd.Stderr = &testtool.SyncBuffer{}
+	log := &testtool.SyncBuffer{}
+	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	d := &healthDaemon{cmd: cmd, done: make(chan error, 1)}
-	go func() { d.done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { d.done <- cmd.Wait(); close(exited) }()
+	if _, err := testtool.MetricsListening(log.String, exited); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		return nil, err
+	}
 	t.Cleanup(func() { d.stop(t) })
-	return d
+	return d, nil
 }
 
 // stop ends the daemon as systemd does, with SIGTERM, and waits.
@@ -97,9 +120,7 @@ func TestHealthGate(t *testing.T) {
 	mosq := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
 	_, devAddr := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
-	metricsAddr := testtool.FreeAddr(t)
-	site := healthSiteFile(t, dir, devAddr, mosq.Addr(), metricsAddr)
-	badSite := healthSiteFile(t, dir, testtool.FreeAddr(t), mosq.Addr(), metricsAddr) // its bus answers nothing
+	var site, badSite string
 	baseline := filepath.Join(dir, "buffer.db.update.json")
 
 	// waitRecord records baselines until one says what.
@@ -113,7 +134,9 @@ func TestHealthGate(t *testing.T) {
 			t.Fatalf("no baseline says %q; the latest: %s", what, out)
 		}
 	}
-	top := t // the daemons live as long as the whole test
+	top := t     // the daemons live as long as the whole test
+	var port int // their metrics'
+
 	// update records the baseline from the running daemon old, stops it
 	// and starts the new version on newSite, then runs the gate.
 	update := func(old *healthDaemon, newSite, wait string) (*healthDaemon, int, string) {
@@ -123,12 +146,20 @@ func TestHealthGate(t *testing.T) {
 			t.Fatalf("health -record: %d %s %s", code, out, errOut)
 		}
 		old.stop(t)
-		d := startHealthDaemon(top, newSite)
+		d := startHealthDaemon(top, newSite, port)
 		code, out, errOut = gw(t, "health", "-c", site, "-wait", wait)
 		return d, code, out + errOut
 	}
 
-	d := startHealthDaemon(t, site)
+	var d *healthDaemon
+	port = testtool.OnFreshPort(t, func(p int) error {
+		metricsAddr := testtool.LoopbackAddr(p)
+		site = healthSiteFile(t, dir, devAddr, mosq.Addr(), metricsAddr)
+		badSite = healthSiteFile(t, dir, testtool.RefusedAddr(t), mosq.Addr(), metricsAddr) // its bus answers nothing
+		var err error
+		d, err = tryHealthDaemon(t, site)
+		return err
+	})
 	waitRecord(t, "1 of 1 devices answering, upstream reachable")
 
 	t.Run("network up before and after: delivered", func(t *testing.T) {
@@ -149,7 +180,7 @@ func TestHealthGate(t *testing.T) {
 			}
 			d.stop(t)
 			mosq.Kill()
-			nd := startHealthDaemon(top, site)
+			nd := startHealthDaemon(top, site, port)
 			code, o, e = gw(t, "health", "-c", site, "-wait", "3s")
 			return nd, code, o + e
 		}()
@@ -176,7 +207,7 @@ func TestHealthGate(t *testing.T) {
 	})
 	t.Run("the old daemon still running: not the new version", func(t *testing.T) {
 		d.stop(t)
-		d = startHealthDaemon(top, site)
+		d = startHealthDaemon(top, site, port)
 		waitRecord(t, "1 of 1 devices answering")
 		if code, out, errOut := gw(t, "health", "-c", site, "-record"); code != 0 {
 			t.Fatalf("health -record: %s %s", out, errOut)
@@ -204,8 +235,8 @@ func TestHealthGate(t *testing.T) {
 // reason once -wait has passed.
 func TestHealthWithoutDaemon(t *testing.T) {
 	dir := t.TempDir()
-	metricsAddr := testtool.FreeAddr(t)
-	site := healthSiteFile(t, dir, testtool.FreeAddr(t), testtool.FreeAddr(t), metricsAddr)
+	metricsAddr := testtool.RefusedAddr(t)
+	site := healthSiteFile(t, dir, testtool.RefusedAddr(t), testtool.RefusedAddr(t), metricsAddr)
 	code, out, errOut := gw(t, "health", "-c", site, "-record")
 	if code != 0 || !strings.Contains(out, "no daemon answered") {
 		t.Fatalf("health -record: %d %s %s", code, out, errOut)
@@ -225,7 +256,7 @@ func TestHealthSiteFile(t *testing.T) {
 	// variable the updater's environment lacks) is still read for the
 	// two keys the gate needs.
 	dir := t.TempDir()
-	lenient := writeSite(t, fmt.Sprintf("future_key: 1\nmetrics: {listen: %q}\nbuffer: {path: %s/b.db}\nuplink: {upstreams: [{url: \"mqtt://x\", password_env: NOT_SET_HERE}]}\n", testtool.FreeAddr(t), dir))
+	lenient := writeSite(t, fmt.Sprintf("future_key: 1\nmetrics: {listen: %q}\nbuffer: {path: %s/b.db}\nuplink: {upstreams: [{url: \"mqtt://x\", password_env: NOT_SET_HERE}]}\n", testtool.RefusedAddr(t), dir))
 	if code, out, errOut := gw(t, "health", "-c", lenient, "-record"); code != 0 || !strings.Contains(out, dir+"/b.db.update.json") {
 		t.Errorf("lenient read: %d %s %s", code, out, errOut)
 	}
@@ -306,16 +337,15 @@ func lanIP(t *testing.T) string {
 // token file and sends it, and judges the daemon instead of its 401.
 func TestHealthGateWithScrapeToken(t *testing.T) {
 	ip := lanIP(t)
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
 	_, devAddr := serve(t, false, "generic-wind-speed")
 	dir := t.TempDir()
-	site := healthSite(devAddr, testtool.FreeAddr(t), fmt.Sprintf("{listen: %q, allow_remote: true, scrape_token: true}", metricsAddr), "buffer.db").Write(t, dir)
-	startHealthDaemon(t, site)
+	var site string
+	testtool.OnFreshPort(t, func(p int) error {
+		metricsAddr := net.JoinHostPort(ip, strconv.Itoa(p))
+		site = healthSite(devAddr, testtool.RefusedAddr(t), fmt.Sprintf("{listen: %q, allow_remote: true, scrape_token: true}", metricsAddr), "buffer.db").Write(t, dir)
+		_, err := tryHealthDaemon(t, site)
+		return err
+	})
 	var out, errOut string
 	if !testtool.Eventually(30*time.Second, 200*time.Millisecond, func() bool {
 		_, out, errOut = gw(t, "health", "-c", site, "-record")

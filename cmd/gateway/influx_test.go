@@ -36,7 +36,7 @@ func TestRunWritesToInfluxDB(t *testing.T) {
 		return n
 	}
 	start := time.Now()
-	r := runGateway(t, bin, nil, 100*time.Millisecond, func() {
+	r := runGateway(t, bin, nil, 100*time.Millisecond, func(*gatewayRun) {
 		testtool.WaitFor(t, 60*time.Second, "three points in InfluxDB", func() bool { return count() >= 3 })
 	}, "run", "-c", site)
 	if r.code != 0 {

@@ -91,7 +91,7 @@ func TestReloadSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	bufPath := filepath.Join(dir, "buf.db")
 	site := filepath.Join(dir, "site.yaml")
-	listen := testtool.FreeAddr(t)
+	listen := "127.0.0.1:0" // the gateway's choice, read back from its log
 	selectorName := "round_robin"
 	write := func(devices, upstream, extra string) {
 		t.Helper()
@@ -119,6 +119,7 @@ uplink:
 	write(wind, a.URL, "")
 
 	g := e2eStartGateway(t, site, io.Discard, "info")
+	metricsAddr := testtool.MetricsAddr(t, g.stderr.String)
 	testtool.WaitFor(t, 30*time.Second, "upstream A to receive wind-1", func() bool {
 		return a.count("wind-1") >= 5 && strings.Contains(g.stderr.String(), "gateway running")
 	})
@@ -134,7 +135,7 @@ uplink:
 
 	// 1. Add rain-1 and move from upstream A to upstream B.
 	selector := func() string {
-		_, body, err := testtool.Get("http://" + listen + "/metrics")
+		_, body, err := testtool.Get("http://" + metricsAddr + "/metrics")
 		if err != nil {
 			return err.Error()
 		}

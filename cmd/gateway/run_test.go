@@ -17,20 +17,21 @@ import (
 // gateway run serves Prometheus metrics, /healthz and /readyz.
 func TestRunServesMetricsAndHealth(t *testing.T) {
 	_, addr := serve(t, false, "generic-mine-methane")
-	listen := testtool.FreeAddr(t)
 	sf := mineSite(filepath.Join(t.TempDir(), "buf.db"), addr, `{url: "http://127.0.0.1:1/ingest"}`)
-	sf.Gateway, sf.Metrics = "gw-m", listen
+	sf.Gateway, sf.Metrics = "gw-m", "127.0.0.1:0"
 	sf.Devices[0] = "{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 100ms}"
 	site := sf.Write(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, io.Discard) }()
+	var log testtool.SyncBuffer
+	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "info"}, io.Discard, &log) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
 	}()
+	listen := testtool.MetricsAddr(t, log.String)
 	get := func(path string) (int, string) {
 		code, body, err := testtool.Get("http://" + listen + path)
 		if err != nil {

@@ -101,13 +101,14 @@ func tlsIngest(t *testing.T, pair tls.Certificate, status int) (*httptest.Server
 // gatewayRun is one run of the binary: its combined output, and whatever
 // the test fetched from it while it ran.
 type gatewayRun struct {
-	stdout, stderr bytes.Buffer
-	code           int
+	stdout bytes.Buffer
+	stderr testtool.SyncBuffer // read by during while the gateway runs
+	code   int
 }
 
 // runGateway runs bin with args and env until it exits, or for d and then
-// SIGTERM (d > 0), calling during (if not nil) while it runs.
-func runGateway(t *testing.T, bin string, env []string, d time.Duration, during func(), args ...string) *gatewayRun {
+// SIGTERM (d > 0), calling during (if not nil) with the run while it runs.
+func runGateway(t *testing.T, bin string, env []string, d time.Duration, during func(*gatewayRun), args ...string) *gatewayRun {
 	t.Helper()
 	r := &gatewayRun{}
 	cmd := exec.Command(bin, args...)
@@ -120,7 +121,7 @@ func runGateway(t *testing.T, bin string, env []string, d time.Duration, during 
 	go func() { exited <- cmd.Wait() }()
 	if d > 0 {
 		if during != nil {
-			during()
+			during(r)
 		}
 		select {
 		case err := <-exited:
@@ -228,7 +229,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}))
 	t.Cleanup(echo.Close)
 	_, emu := serve(t, false, "generic-wind-speed")
-	metricsAddr := testtool.FreeAddr(t)
+	metricsAddr := "127.0.0.1:0" // the gateway's choice, read back from its log
 
 	site := windSite("gw-secrets", metricsAddr, filepath.Join(dir, "buffer.db"), emu,
 		fmt.Sprintf(`{url: "mqtt://%s", username: gw-01, password_file: %s}`, broker, pwFile),
@@ -236,7 +237,7 @@ func TestSecretsNeverLeak(t *testing.T) {
       username: gw-01
       password_env: %s
       tls: {ca: %s, cert: %s, key: %s}`, ingest.URL, envName, serverCert, clientCert, clientKey),
-		fmt.Sprintf(`{url: "mqtt://%s", username: gw-01, password_env: %s}`, testtool.FreeAddr(t), envName),
+		fmt.Sprintf(`{url: "mqtt://%s", username: gw-01, password_env: %s}`, testtool.RefusedAddr(t), envName),
 		fmt.Sprintf(`{url: "%s/write?db=farm", encoding: influx_line, token_file: %s, headers_file: %s}`, echo.URL, tokFile, hdrFile),
 		fmt.Sprintf(`{url: "%s/ingest", token_file: %s}`, echo.URL, tokFile)).String()
 	good := filepath.Join(dir, "site.yaml")
@@ -267,7 +268,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 	record("check (invalid)", r)
 
 	var scraped []string
-	scrape := func() {
+	scrape := func(r *gatewayRun) {
+		metricsAddr := testtool.MetricsAddr(t, r.stderr.String)
 		get := func(path string) (string, bool) {
 			code, body, err := testtool.Get("http://" + metricsAddr + path)
 			if err != nil {
