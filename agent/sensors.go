@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"fieldlink/config"
@@ -17,8 +18,10 @@ import (
 // clients and its line sensors, ready to poll.
 type Sensors struct {
 	*sensors.Poller
-	cfg     *config.Config
-	clients []*modbus.Client // by bus, as Site.Buses
+	cfg *config.Config
+	// clients holds each bus's Modbus client, by bus as Site.Buses; nil
+	// while the bus's serial port has not opened yet.
+	clients []*atomic.Pointer[modbus.Client]
 	enc     packet.Encoding
 	// exceptions holds back the packets that report by exception finds
 	// unchanged; nil stores every packet.
@@ -47,6 +50,13 @@ func MaxGap(b config.Bus) int {
 
 // OpenSensors opens every bus of c and builds its line sensors. Nothing polls
 // until the site runs; Close closes the ports.
+//
+// A serial port that does not open (the adapter unplugged, not enumerated
+// yet at boot, renamed, busy, not allowed) fails no more than its own bus:
+// that bus starts down, says why, and opens the port when it runs (see
+// [sensors.BusOptions.Open]), so that the other buses, the delivery of what
+// is buffered and the status page run meanwhile. A one-shot poll or write
+// gets the port's error for each of the bus's devices.
 func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
 	s := &Sensors{cfg: c, enc: c.Packet.Values, exceptions: newExceptions(c)}
 	var buses []*sensors.Bus
@@ -56,18 +66,46 @@ func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
 			s.Close()
 			return nil, fmt.Errorf("bus %s: %w", b.Name, err)
 		}
-		client, err := modbus.Open(b.URL, modbus.Options{Timeout: b.Timeout, Logger: log.With("bus", b.Name)})
-		if err != nil {
+		opt := modbus.Options{Timeout: b.Timeout, Logger: log.With("bus", b.Name)}
+		held := &atomic.Pointer[modbus.Client]{}
+		s.clients = append(s.clients, held)
+		var r sensors.Reader
+		var open func() (sensors.Reader, error)
+		port := ""
+		if ep.Scheme == "rtu" {
+			port = ep.Device
+		}
+		client, err := modbus.Open(b.URL, opt)
+		switch {
+		case err == nil:
+			held.Store(client)
+			r = client
+		case port != "":
+			// Only a serial port fails in Open (TCP dials lazily).
+			first := err
+			open = func() (sensors.Reader, error) {
+				if e := first; e != nil {
+					first = nil // the failure at start is the first try
+					return nil, e
+				}
+				client, err := modbus.Open(b.URL, opt)
+				if err != nil {
+					return nil, err
+				}
+				held.Store(client)
+				return client, nil
+			}
+		default:
 			s.Close()
 			return nil, fmt.Errorf("bus %s: %w", b.Name, err)
 		}
-		s.clients = append(s.clients, client)
 		specs := make([]sensors.DeviceSpec, len(b.Devices))
 		for i, d := range b.Devices {
 			specs[i] = sensors.DeviceSpec{Name: d.Name, Slave: byte(d.Slave), Profile: c.DeviceProfile(&d), Interval: d.Interval, DataType: d.DataType}
 		}
-		bus, err := sensors.NewBus(b.Name, client, specs, sensors.BusOptions{
+		bus, err := sensors.NewBus(b.Name, r, specs, sensors.BusOptions{
 			Cost: BusCost(ep, *b.Turnaround), MaxGap: MaxGap(b), Backoff: b.Backoff, Logger: log, Hint: modbus.Hint,
+			Port: port, Open: open,
 		})
 		if err != nil {
 			s.Close()
@@ -84,7 +122,7 @@ func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
 		}
 		lines = append(lines, sensors.NewLineSensor(sensors.LineSpec{
 			Name: l.Name, Profile: c.Profiles[l.Profile], DataType: l.DataType, Interval: l.Interval,
-			Open: sensors.SerialOpener(sp.Path, sp.Baud, sp.Parity, sp.DataBits, sp.StopBits),
+			Open: sensors.SerialOpener(sp.Path, sp.Baud, sp.Parity, sp.DataBits, sp.StopBits), Port: sp.Path,
 		}, log))
 	}
 	s.Poller = sensors.NewPoller(&packet.Stamper{
@@ -101,8 +139,10 @@ func (s *Sensors) Encoding() packet.Encoding { return s.enc }
 
 // Close closes the site's ports; the site must not be running.
 func (s *Sensors) Close() {
-	for _, c := range s.clients {
-		_ = c.Close()
+	for _, held := range s.clients {
+		if c := held.Load(); c != nil {
+			_ = c.Close()
+		}
 	}
 }
 
@@ -110,7 +150,9 @@ func (s *Sensors) Close() {
 func (s *Sensors) ModbusStats() map[string]modbus.Stats {
 	out := make(map[string]modbus.Stats, len(s.clients))
 	for i, b := range s.Buses() {
-		out[b.Name()] = s.clients[i].Stats()
+		if c := s.clients[i].Load(); c != nil {
+			out[b.Name()] = c.Stats()
+		}
 	}
 	return out
 }

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/emutest"
+	"fieldlink/packet"
+	"fieldlink/sensors"
+	"fieldlink/sensors/emulator"
+)
+
+// The daemon starts with a serial bus whose adapter is not plugged in (its
+// port does not exist yet) next to a TCP bus: the TCP bus polls and its
+// packets are delivered all along; the serial bus starts down, says why,
+// and polls, without a restart, once its port appears.
+func TestBusWhosePortAppearsLaterPollsWithoutARestart(t *testing.T) {
+	up := newIngest(t, http.StatusNoContent)
+	dir := t.TempDir()
+	port := filepath.Join(dir, "ttyUSB0") // a symlink, made once the pty exists
+	_, tcpAddr := emutest.Serve(t, false, "generic-mine-methane")
+	src := fmt.Sprintf(`site: {id: "M1", id_field: MineId}
+gateway: {id: gw-startup}
+buffer: {path: buf.db}
+metrics: {listen: "off"}
+buses:
+  - name: mine-tcp
+    url: tcp://%s
+    devices:
+      - {name: ch4-tcp, profile: generic-mine-methane, slave: 1, interval: 100ms}
+  - name: field-a
+    url: rtu://%s?baud=9600
+    devices:
+      - {name: ch4-rtu, profile: generic-mine-methane, slave: 1, interval: 100ms}
+uplink:
+  upstreams:
+    - url: %s/site
+`, tcpAddr, port, up.URL)
+	c := loadSiteFile(t, dir, src)
+	var log testtool.SyncBuffer
+	var tcpPolled, rtuPolled atomic.Int64
+	g, err := Start(c, Options{
+		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		OnPolled: func(p *packet.Packet) {
+			switch p.DeviceID {
+			case "ch4-tcp":
+				tcpPolled.Add(1)
+			case "ch4-rtu":
+				rtuPolled.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("start with the serial port missing: %v", err)
+	}
+	defer g.Stop()
+
+	testtool.WaitFor(t, 20*time.Second, "the TCP bus's packets delivered while the serial port is missing", func() bool {
+		return up.packets.Load() >= 5 && tcpPolled.Load() >= 5
+	})
+	testtool.WaitFor(t, 20*time.Second, "the serial bus down for its missing port", func() bool {
+		return linkKind(g, "ch4-rtu") == sensors.PortMissing
+	})
+	if n := rtuPolled.Load(); n != 0 {
+		t.Fatalf("%d packets from a bus whose port does not exist", n)
+	}
+	if !strings.Contains(log.String(), port+" missing: is the adapter plugged in?") {
+		t.Errorf("no log line says the port is missing:\n%s", log.String())
+	}
+
+	// The adapter is plugged in: the port appears, a device answers on it.
+	a, b := testtool.PtyPair(t)
+	emu, err := emulator.New(emutest.Devices(t, "generic-mine-methane"), emulator.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := emulator.OpenSerial(a, 9600, 'N', 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { line.Close() })
+	testtool.Serve(t, func(ctx context.Context) error {
+		return emu.ServeRTU(ctx, line, 9600, emulator.CharBits('N', 8, 1))
+	})
+	if err := os.Symlink(b, port); err != nil {
+		t.Fatal(err)
+	}
+	testtool.WaitFor(t, 60*time.Second, "the serial bus polling once its port appeared", func() bool {
+		return rtuPolled.Load() >= 3
+	})
+	if k := linkKind(g, "ch4-rtu"); k != sensors.PortOK {
+		t.Errorf("the serial bus polls but its port still shows %v", k)
+	}
+	if !strings.Contains(log.String(), "port open") {
+		t.Errorf("no log line says the port opened:\n%s", log.String())
+	}
+	tcpAt, upAt := tcpPolled.Load(), up.packets.Load()
+	testtool.WaitFor(t, 20*time.Second, "the TCP bus still polling and delivering", func() bool {
+		return tcpPolled.Load() > tcpAt+3 && up.packets.Load() > upAt+3
+	})
+}
+
+// linkKind is the kind of the port problem that device's bus reports now.
+func linkKind(g *Agent, device string) sensors.PortKind {
+	for _, d := range g.Sensors().Status() {
+		if d.Name == device {
+			return d.Port.Kind()
+		}
+	}
+	return sensors.PortOK
+}
