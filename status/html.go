@@ -185,6 +185,11 @@ func (p *writer) main(s *Snapshot) {
 		p.raw(`</h2>`)
 		if b.Cause != nil {
 			p.raw(`<p class="why cause">`)
+			if b.DownSince != nil {
+				p.raw(`down since `)
+				p.time(*b.DownSince)
+				p.raw(` because `)
+			}
 			p.text(str(b.Cause))
 			p.raw(`</p>`)
 		}

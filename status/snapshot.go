@@ -147,7 +147,7 @@ func (s *Server) build(now time.Time) *Snapshot {
 			continue
 		}
 		for i, d := range snap.Devices {
-			if d.Bus == b.Name && d.Kind == "modbus" && d.Why != nil && d.Health != "unknown" {
+			if d.Bus == b.Name && d.Kind == "modbus" && d.Why != nil && (d.Health != "unknown" || b.DownSince != nil) {
 				snap.Devices[i].Why = text(whyOnBus(d))
 			}
 		}

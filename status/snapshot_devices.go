@@ -27,6 +27,10 @@ type Bus struct {
 	// address refuses connections, its serial port is missing): said once
 	// here rather than under each device.
 	Cause *string `json:"cause"`
+	// DownSince is when the bus's serial port went down (could not be
+	// opened, or went away): null while it is open. The bus retries it
+	// and polls again once it opens.
+	DownSince *time.Time `json:"down_since"`
 	// LastRoundTripSeconds is the latest successful poll's time on the
 	// wire (all its requests), of LastRoundTripDevice.
 	LastRoundTripSeconds *float64 `json:"last_round_trip_s"`
@@ -127,6 +131,9 @@ func devices(devs []sensors.DeviceStatus, points []sensors.Point, now time.Time)
 
 // why says in words why a device is not ok.
 func why(d sensors.DeviceStatus) string {
+	if d.Port.Down() {
+		return "its port does not open, retried until it does: " + portCause(d.Port.Err)
+	}
 	switch d.Health {
 	case sensors.Unknown:
 		return "not polled yet"
@@ -140,7 +147,10 @@ func why(d sensors.DeviceStatus) string {
 
 // whyOnBus is why a device does not answer when its bus says why.
 func whyOnBus(d Device) string {
-	if d.Health == "offline" {
+	switch d.Health {
+	case "unknown":
+		return "not polled yet: the bus is down (above)"
+	case "offline":
 		return "no answer: " + plural(d.ConsecutiveFailures, "failure") + " in a row, polled less often until it answers; the bus is down (above)"
 	}
 	return "last poll failed: the bus is down (above)"
@@ -187,9 +197,14 @@ func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []senso
 		}
 		var n [sensors.Offline + 1]int
 		var latest time.Time
+		portDown := false
 		for _, d := range devs {
 			if d.Bus != smp.Name || d.Health > sensors.Offline {
 				continue
+			}
+			if d.Port.Down() && !portDown {
+				portDown = true
+				b.DownSince = timePtr(d.Port.Since)
 			}
 			b.Devices++
 			n[d.Health]++
@@ -199,10 +214,12 @@ func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []senso
 			}
 		}
 		failing := n[sensors.Degraded] + n[sensors.Offline]
-		if failing > 0 && n[sensors.OK] == 0 {
+		if portDown || (failing > 0 && n[sensors.OK] == 0) {
 			b.Cause = text(busCause(smp.Name, devs))
 		}
 		switch {
+		case portDown:
+			b.State = "down"
 		case n[sensors.Unknown] == b.Devices:
 			b.State = "starting"
 		case failing == 0:
