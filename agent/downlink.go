@@ -59,7 +59,7 @@ func (g *Agent) startDownlink(c *config.Config) error {
 	if err := g.configureDownlink(c); err != nil {
 		return err
 	}
-	stop, err := serveControl(ControlPath(c), g.commands, g.log.With("component", "control"))
+	stop, err := serveControl(ControlPath(c), g.commands, g.q, g.log.With("component", "control"))
 	if err != nil {
 		// gateway write then goes straight to the bus, which the daemon
 		// holds: say why it cannot.

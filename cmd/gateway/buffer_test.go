@@ -62,19 +62,24 @@ func TestBufferCommands(t *testing.T) {
 	done := make(chan error, 1)
 	var errb testtool.SyncBuffer
 	go func() { done <- cmdRun(ctx, []string{"-c", site, "-log-level", "warn"}, io.Discard, &errb) }()
-	// Once the daemon holds the buffer, stats refuses and says why.
+	// Once the daemon holds the buffer, stats asks it, and export, which
+	// needs the file, refuses and says why.
 	var code int
-	var errOut string
-	testtool.WaitFor(t, 20*time.Second, "buffer stats to refuse while the daemon runs", func() bool {
-		code, _, errOut = gw(t, "buffer", "stats", "-c", site)
-		return code != 0 && strings.Contains(errOut, "the gateway is running: it holds ") && strings.Contains(errOut, "/status.json") && !strings.Contains(errOut, "in use by another gateway process?")
+	var out, errOut string
+	testtool.WaitFor(t, 20*time.Second, "buffer stats to be read from the running daemon", func() bool {
+		code, out, _ = gw(t, "buffer", "stats", "-c", site)
+		return code == 0 && strings.Contains(out, "the running daemon")
 	})
+	code, _, errOut = gw(t, "buffer", "export", "-c", site)
+	if code != 1 || !strings.Contains(errOut, "the gateway is running: it holds ") || !strings.Contains(errOut, "/status.json") || strings.Contains(errOut, "in use by another gateway process?") {
+		t.Errorf("export while the daemon runs: %d %q", code, errOut)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
-	code, out, errOut := gw(t, "buffer", "stats", "-c", site)
-	if code != 0 || !strings.Contains(out, "depth") || strings.Contains(out, "depth                0 ") {
+	code, out, errOut = gw(t, "buffer", "stats", "-c", site)
+	if code != 0 || !strings.Contains(out, "no daemon runs") || !strings.Contains(out, "depth") || strings.Contains(out, "depth                0 ") {
 		t.Fatalf("stats: %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = gw(t, "buffer", "export", "-c", site)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,9 +14,10 @@ import (
 )
 
 // cmdBuffer is "gateway buffer stats|export|purge -c FILE". The buffer file
-// is locked by a running gateway: stop it first (these commands say so). A
+// is locked by a running gateway: stats asks it through its control
+// socket; export and purge, which need the file, ask to stop it first. A
 // missing file is not created: there is nothing to show or purge.
-func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) (err error) {
+func cmdBuffer(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	if len(args) == 0 || (args[0] != "stats" && args[0] != "export" && args[0] != "purge") {
 		fmt.Fprintln(stderr, "usage: gateway buffer stats|export|purge -c site.yaml")
 		return errUsage
@@ -36,6 +38,19 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) (err 
 	if sub == "purge" && !*yes {
 		return fmt.Errorf("purge deletes every packet waiting in %s; run again with -yes to do it", c.Buffer.Path)
 	}
+	if sub == "stats" {
+		a, err := agent.Ask(ctx, c, agent.QueryBufferStats)
+		if !errors.Is(err, agent.ErrNoDaemon) {
+			if err != nil {
+				return err
+			}
+			from := "the running daemon (its control socket " + agent.ControlPath(c) + ")"
+			if a.Volatile {
+				from += ": its volatile buffer in memory, the card's is not open"
+			}
+			return printStats(stdout, c.Buffer.Path, *a.Stats, from)
+		}
+	}
 	q, done, err := agent.OpenStoppedBuffer(c, stderr)
 	if err != nil {
 		return err
@@ -47,30 +62,7 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) (err 
 	}()
 	switch sub {
 	case "stats":
-		st := q.Stats()
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
-		row("file", c.Buffer.Path)
-		row("epoch", st.Epoch)
-		row("depth", fmt.Sprintf("%d (%d alarms, %d normal)", st.Alarms+st.Normal, st.Alarms, st.Normal))
-		row("bytes", fmt.Sprintf("%d of %d", st.Bytes, st.MaxBytes))
-		row("file size", st.FileSize)
-		if st.OldestSeq != 0 {
-			row("oldest", fmt.Sprintf("seq %d at %s", st.OldestSeq, st.OldestAt.UTC().Format(time.RFC3339)))
-			row("newest", fmt.Sprintf("seq %d at %s", st.NewestSeq, st.NewestAt.UTC().Format(time.RFC3339)))
-		}
-		row("last seq", st.LastSeq)
-		row("evicted (max_bytes)", st.EvictedMaxBytes)
-		row("evicted (max_age)", st.EvictedMaxAge)
-		row("rejected (full)", st.RejectedFull)
-		row("corrupt records", st.Corrupt)
-		row("salvages", fmt.Sprintf("%d (%d records lost)", st.Salvages, st.SalvageLost))
-		row("compactions", st.Compactions)
-		row("dead letters", fmt.Sprintf("%d kept (%d bytes), %d ever, %d dropped (gateway buffer export -dead)", st.DeadDepth, st.DeadBytes, st.DeadLetters, st.DeadDropped))
-		if st.LastError != "" {
-			row("last error", st.LastError)
-		}
-		return tw.Flush()
+		return printStats(stdout, c.Buffer.Path, q.Stats(), "the file (no daemon runs)")
 	case "export":
 		if *dead {
 			// One JSON object a line: the reason, then the packet as sent.
@@ -97,4 +89,33 @@ func cmdBuffer(_ context.Context, args []string, stdout, stderr io.Writer) (err 
 		fmt.Fprintf(stderr, "purged %d %s from %s (sequence numbers continue)\n", n, what, c.Buffer.Path)
 		return nil
 	}
+}
+
+// printStats prints a buffer's statistics, one row each, and whom they
+// were read from.
+func printStats(w io.Writer, path string, st buffer.Stats, from string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("file", path)
+	row("read from", from)
+	row("epoch", st.Epoch)
+	row("depth", fmt.Sprintf("%d (%d alarms, %d normal)", st.Alarms+st.Normal, st.Alarms, st.Normal))
+	row("bytes", fmt.Sprintf("%d of %d", st.Bytes, st.MaxBytes))
+	row("file size", st.FileSize)
+	if st.OldestSeq != 0 {
+		row("oldest", fmt.Sprintf("seq %d at %s", st.OldestSeq, st.OldestAt.UTC().Format(time.RFC3339)))
+		row("newest", fmt.Sprintf("seq %d at %s", st.NewestSeq, st.NewestAt.UTC().Format(time.RFC3339)))
+	}
+	row("last seq", st.LastSeq)
+	row("evicted (max_bytes)", st.EvictedMaxBytes)
+	row("evicted (max_age)", st.EvictedMaxAge)
+	row("rejected (full)", st.RejectedFull)
+	row("corrupt records", st.Corrupt)
+	row("salvages", fmt.Sprintf("%d (%d records lost)", st.Salvages, st.SalvageLost))
+	row("compactions", st.Compactions)
+	row("dead letters", fmt.Sprintf("%d kept (%d bytes), %d ever, %d dropped (gateway buffer export -dead)", st.DeadDepth, st.DeadBytes, st.DeadLetters, st.DeadDropped))
+	if st.LastError != "" {
+		row("last error", st.LastError)
+	}
+	return tw.Flush()
 }

@@ -109,3 +109,38 @@ func TestWriteThroughTheDaemon(t *testing.T) {
 		t.Errorf("the daemon counted %d commands done, want 1: the write did not go through it", n)
 	}
 }
+
+// Beside a running daemon, which holds the buffer file, audit, audit
+// -verify and buffer stats ask it through its control socket instead of
+// asking to stop data collection.
+func TestAuditAndStatsBesideTheDaemon(t *testing.T) {
+	site := valveSite(t)
+	c, err := config.Load(site, loadProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := agent.Start(c, agent.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	if code, out, errOut := gw(t, "write", "-c", site, "-device", "valve-1", "-point", "Setpoint", "-value", "7"); code != 0 {
+		t.Fatalf("write: %d %s %s", code, out, errOut)
+	}
+	code, out, errOut := gw(t, "audit", "-c", site, "-verify")
+	if code != 0 || !strings.Contains(out, "every hash and link checks out") {
+		t.Errorf("audit -verify beside the daemon: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = gw(t, "audit", "-c", site)
+	if code != 0 || !strings.Contains(out, "valve-1") || !strings.Contains(out, "Setpoint") {
+		t.Errorf("audit beside the daemon: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = gw(t, "buffer", "stats", "-c", site)
+	if code != 0 || !strings.Contains(out, "depth") || !strings.Contains(out, c.Buffer.Path) || !strings.Contains(out, "running daemon") {
+		t.Errorf("buffer stats beside the daemon: %d %q %q", code, out, errOut)
+	}
+	// What needs the file to itself still asks to stop the daemon.
+	if code, _, errOut := gw(t, "buffer", "export", "-c", site); code != 1 || !strings.Contains(errOut, "the gateway is running") {
+		t.Errorf("buffer export beside the daemon: %d %q", code, errOut)
+	}
+}
