@@ -254,3 +254,44 @@ func TestMQTTLimitConnRewrites(t *testing.T) {
 		}
 	}
 }
+
+// Through a real mosquitto, at QoS 1: a command over its subscription's
+// 4 KiB but under the connection's limit (the load topic takes 64 KiB) is
+// refused by the subscription, one over every limit by the connection;
+// both are acknowledged on the same connection, and the next command is
+// handled.
+func TestMQTTOversizeQoS1(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	var mu sync.Mutex
+	var got []string
+	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), LoadTopic: "fieldlink/load", OnLoad: func([]byte) {},
+		Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
+			mu.Lock()
+			got = append(got, string(p))
+			mu.Unlock()
+		}}}})
+	mqttWaitConnected(t, m, true)
+	c := m.cur.Load()
+	pub := mqttClient(t, b.Addr(), "platform")
+	for _, p := range [][]byte{bytes.Repeat([]byte{'a'}, 10<<10), bytes.Repeat([]byte{'b'}, 100<<10), []byte("small")} {
+		if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, false, p); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+	}
+	testtool.WaitFor(t, 10*time.Second, "the small command", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "small" {
+		t.Errorf("handled %d messages, want only the small one", len(got))
+	}
+	if st := m.Inbound(); st.Oversize != 2 {
+		t.Errorf("Inbound() = %+v, want 2 oversize", st)
+	}
+	if m.cur.Load() != c || !m.Connected() {
+		t.Error("the connection was lost")
+	}
+}
