@@ -209,8 +209,8 @@ func forService(path string) (adopt func() error, err error) {
 // the service at path are to belong to: the owner of the nearest existing
 // directory above path when that is not root (the package's state
 // directory, or a user's own), else the service's user ([ServiceUser],
-// looked up with lookup) when it exists. ok is false when neither: the
-// service then runs as root.
+// looked up with lookup) when it exists. ok is false when neither (nor a
+// user database to look it up in): the service then runs as root.
 func serviceOwner(path string, lookup func(string) (*user.User, error)) (uid, gid int, ok bool, err error) {
 	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
@@ -231,7 +231,10 @@ func serviceOwner(path string, lookup func(string) (*user.User, error)) (uid, gi
 	u, err := lookup(ServiceUser)
 	if err != nil {
 		var unknown user.UnknownUserError
-		if errors.As(err, &unknown) {
+		if errors.As(err, &unknown) || errors.Is(err, fs.ErrNotExist) {
+			// No such user, or no user database at all (a minimal
+			// image without /etc/passwd, which the static build reads):
+			// there is no service's user, the service runs as root.
 			return 0, 0, false, nil
 		}
 		return 0, 0, false, fmt.Errorf("the service's user %s: %w", ServiceUser, err)

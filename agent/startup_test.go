@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,4 +120,29 @@ func linkKind(g *Agent, device string) sensors.PortKind {
 		}
 	}
 	return sensors.PortOK
+}
+
+// Run as root in a minimal image with no user database (no /etc/passwd,
+// as the static field build reads it), the service's user cannot be
+// looked up: there is none, the service runs as root, and its files stay
+// root's, as when the user does not exist.
+func TestServiceOwnerWithoutAUserDatabase(t *testing.T) {
+	noPasswd := func(string) (*user.User, error) {
+		return nil, &fs.PathError{Op: "open", Path: "/etc/passwd", Err: syscall.ENOENT}
+	}
+	dir := t.TempDir()
+	if err := os.Chown(dir, 0, 0); err != nil {
+		t.Skip("a directory of root's: needs root")
+	}
+	uid, gid, ok, err := serviceOwner(filepath.Join(dir, "a", "buffer.db"), noPasswd)
+	if err != nil || ok || uid != 0 || gid != 0 {
+		t.Errorf("no /etc/passwd: %d:%d %v %v, want 0:0 false <nil>", uid, gid, ok, err)
+	}
+	// Another failure to read the database is not its absence.
+	broken := func(string) (*user.User, error) {
+		return nil, &fs.PathError{Op: "open", Path: "/etc/passwd", Err: syscall.EIO}
+	}
+	if _, _, _, err := serviceOwner(filepath.Join(dir, "a", "buffer.db"), broken); err == nil {
+		t.Error("an unreadable /etc/passwd passed for none")
+	}
 }
