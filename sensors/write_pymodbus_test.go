@@ -3,7 +3,6 @@ package sensors_test
 import (
 	"context"
 	"encoding/hex"
-	"strconv"
 	"testing"
 	"time"
 
@@ -22,9 +21,8 @@ func TestWritesReachPymodbus(t *testing.T) {
 			var url string
 			switch mode {
 			case "tcp":
-				port := strconv.Itoa(testtool.FreePort(t))
-				testtool.StartPymodbus(t, "modbus/testdata/pymodbus_server.py", "--tcp", port)
-				url = "tcp://127.0.0.1:" + port
+				_, addr := testtool.StartPymodbusTCP(t, "modbus/testdata/pymodbus_server.py")
+				url = "tcp://" + addr
 			case "rtu":
 				ours, theirs := testtool.PtyPair(t)
 				testtool.StartPymodbus(t, "modbus/testdata/pymodbus_server.py", "--rtu", theirs, "--baud", "19200")

@@ -54,8 +54,8 @@ func TestBrowserWhenThingsAreWrong(t *testing.T) {
 	chromium := testtool.Require(t, "chromium", "chromium")
 	bin := testtool.BuildGateway(t)
 	mine := newEmu(t, "generic-mine-methane", "jxct-jxbs-3001-co", "generic-mine-oxygen")
-	closed := testtool.FreeAddr(t) // nothing listens there
-	addr := testtool.FreeAddr(t)
+	closed := testtool.RefusedAddr(t) // nothing listens there
+	addr := "127.0.0.1:0"             // the gateway's choice, read back from its log
 	c := writeSite(t, fmt.Sprintf(`site: {id: "M001", id_field: MineId, timezone: Asia/Shanghai}
 gateway: {id: gw-mine-1}
 buffer: {path: buf.db}
@@ -74,7 +74,8 @@ uplink:
   upstreams:
     - url: http://%s/ingest
 `, addr, mine.addr, closed))
-	_, proc := runGateway(t, bin, c.File)
+	gwLog, proc := runGateway(t, bin, c.File)
+	addr = testtool.MetricsAddr(t, gwLog.String)
 	url := "http://" + addr + "/"
 	tab := openStatus(t, chromium, addr)
 	ctx, run, visible := tab.ctx, tab.run, tab.visible

@@ -198,7 +198,7 @@ func TestBrowser(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer ingest.Close()
-	addr := testtool.FreeAddr(t)
+	addr := "127.0.0.1:0" // the gateway's choice, read back from its log
 	c := writeSite(t, fmt.Sprintf(`site: {id: "M001", id_field: MineId, timezone: Asia/Shanghai}
 gateway: {id: gw-mine-1}
 buffer: {path: buf.db}
@@ -221,7 +221,8 @@ uplink:
   upstreams:
     - url: %s/ingest
 `, addr, mine.addr, wind.addr, ingest.URL))
-	runGateway(t, bin, c.File)
+	gwLog, _ := runGateway(t, bin, c.File)
+	addr = testtool.MetricsAddr(t, gwLog.String)
 	url := "http://" + addr + "/"
 	tab := openStatus(t, chromium, addr)
 	ctx, run, visible := tab.ctx, tab.run, tab.visible

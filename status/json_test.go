@@ -366,14 +366,13 @@ func TestTwoGatewaysOneIDSaySo(t *testing.T) {
 	e := newEmu(t, "generic-mine-methane")
 	var urls []string
 	for range 2 {
-		addr := testtool.FreeAddr(t)
 		c := writeSite(t, testtool.SiteFile{
-			Site: `{id: "M9"}`, Gateway: "gw-cloned", Buffer: "buf.db", Metrics: addr, Bus: "tcp://" + e.addr,
+			Site: `{id: "M9"}`, Gateway: "gw-cloned", Buffer: "buf.db", Metrics: "127.0.0.1:0", Bus: "tcp://" + e.addr,
 			Devices: []string{"{name: ch4-1, profile: generic-mine-methane, slave: 1, interval: 500ms}"},
 			Uplink:  []string{"upstreams: [{url: " + broker.URL() + "}]"},
 		}.String())
-		runGateway(t, bin, c.File)
-		urls = append(urls, "http://"+addr)
+		gwLog, _ := runGateway(t, bin, c.File)
+		urls = append(urls, "http://"+testtool.MetricsAddr(t, gwLog.String))
 	}
 	const words = "another client uses this gateway's MQTT client id (fieldlink-gw-cloned-1)"
 	for _, u := range urls {

@@ -44,7 +44,7 @@ func TestHTTPConnectionReset(t *testing.T) {
 }
 
 func TestHTTPConnectionRefused(t *testing.T) {
-	addr := testtool.FreeAddr(t) // nothing listens there
+	addr := testtool.RefusedAddr(t) // nothing listens there
 	h := httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/in"})
 	err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 	if !IsRetryable(err) || refusesPackets(err) {

@@ -236,7 +236,7 @@ func TestMQTTRunStops(t *testing.T) {
 		url   string
 		ready func(m *MQTT) bool
 	}{
-		{"backing off", "mqtt://127.0.0.1:" + fmt.Sprint(testtool.FreePort(t)), func(m *MQTT) bool { return m.lastErr.Load() != nil }},
+		{"backing off", "mqtt://" + testtool.RefusedAddr(t), func(m *MQTT) bool { return m.lastErr.Load() != nil }},
 		{"waiting for CONNACK", "mqtt://" + silent.Addr().String(), func(m *MQTT) bool { mu.Lock(); defer mu.Unlock(); return len(held) > 0 }},
 		{"connected", b.URL(), func(m *MQTT) bool { return m.Connected() }},
 	}

@@ -49,7 +49,7 @@ func TestProbeTCP(t *testing.T) {
 }
 
 func TestProbeTCPRefused(t *testing.T) {
-	addr := testtool.FreeAddr(t)
+	addr := testtool.RefusedAddr(t)
 	p := NewProber(addr, time.Second, time.Second, nil, nil)
 	rtt, err := p.probeOnce(context.Background())
 	if err == nil {
@@ -163,7 +163,7 @@ func TestProbeRun(t *testing.T) {
 
 func TestProbeRunFirstAtOnceAndReportsErrors(t *testing.T) {
 	reports := make(chan probeTestReport, 10)
-	p := NewProber(testtool.FreeAddr(t), time.Hour, time.Second, nil, func(rtt time.Duration, err error) {
+	p := NewProber(testtool.RefusedAddr(t), time.Hour, time.Second, nil, func(rtt time.Duration, err error) {
 		reports <- probeTestReport{rtt, err}
 	})
 	ctx, cancel := context.WithCancel(context.Background())

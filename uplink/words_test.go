@@ -14,7 +14,7 @@ import (
 
 // The errors a technician meets, in words.
 func TestExplain(t *testing.T) {
-	addr := testtool.FreeAddr(t) // nothing listens there
+	addr := testtool.RefusedAddr(t) // nothing listens there
 	var d net.Dialer
 	_, refused := d.DialContext(context.Background(), "tcp", addr)
 	for _, c := range []struct {

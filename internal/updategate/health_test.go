@@ -88,7 +88,7 @@ func TestScrapeReadsTheMetricsHandler(t *testing.T) {
 }
 
 func TestScrapeSaysWhatFailed(t *testing.T) {
-	addr := testtool.FreeAddr(t) // nothing listens there
+	addr := testtool.RefusedAddr(t) // nothing listens there
 	if _, err := Scrape(context.Background(), addr); err == nil || !strings.Contains(err.Error(), addr+"/metrics") {
 		t.Errorf("nothing listening: %v", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -202,10 +201,9 @@ func TestPymodbusRTU(t *testing.T) {
 }
 
 func TestPymodbusTCP(t *testing.T) {
-	port := testtool.FreePort(t)
-	srv := testtool.StartPymodbus(t, "testdata/pymodbus_server.py", "--tcp", strconv.Itoa(port))
+	srv, addr := testtool.StartPymodbusTCP(t, "testdata/pymodbus_server.py")
 	const timeout = 300 * time.Millisecond
-	c, err := Open("tcp://127.0.0.1:"+strconv.Itoa(port), Options{Timeout: timeout, Logger: testtool.Logger(t)})
+	c, err := Open("tcp://"+addr, Options{Timeout: timeout, Logger: testtool.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -266,7 +266,7 @@ func TestTCPStaleTransactionSkipped(t *testing.T) {
 }
 
 func TestTCPDialRefused(t *testing.T) {
-	addr := testtool.FreeAddr(t) // nothing listens there
+	addr := testtool.RefusedAddr(t) // nothing listens there
 	for _, scheme := range []string{"tcp", "rtuovertcp"} {
 		c := openTCP(t, scheme+"://"+addr, time.Second)
 		_, err := c.Read(context.Background(), 1, 3, 0, 1)

@@ -305,7 +305,7 @@ func TestWriteNotSent(t *testing.T) {
 	}
 
 	// Dial refused.
-	addr := testtool.FreeAddr(t) // nothing listens there
+	addr := testtool.RefusedAddr(t) // nothing listens there
 	for _, scheme := range []string{"tcp", "rtuovertcp"} {
 		c := openTCP(t, scheme+"://"+addr, time.Second)
 		if err := c.Write(ctx, 1, 6, 0, 1, []byte{0, 9}); !errors.Is(err, ErrNotSent) || unsettled(err) {
