@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/user"
@@ -144,5 +145,58 @@ func TestServiceOwnerWithoutAUserDatabase(t *testing.T) {
 	}
 	if _, _, _, err := serviceOwner(filepath.Join(dir, "a", "buffer.db"), broken); err == nil {
 		t.Error("an unreadable /etc/passwd passed for none")
+	}
+}
+
+// The metrics listener's port taken by another program: the gateway runs
+// and polls without its status page, and the log says why.
+func TestServeWithTheMetricsPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	site := mineSite("gw-metrics", emulate(t, "generic-mine-methane"), "")
+	site.Metrics = taken.Addr().String()
+	c := loadSiteFile(t, t.TempDir(), site.String())
+	var logs, out testtool.SyncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, c, ServeOptions{File: c.File, Profiles: profiles, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Stdout: &out})
+	}()
+	testtool.WaitFor(t, 10*time.Second, "packets with the metrics port taken", func() bool {
+		return strings.Count(out.String(), `"DataHead"`) > 2
+	})
+	if !strings.Contains(logs.String(), "metrics, health and status page not available") || !strings.Contains(logs.String(), "address already in use") {
+		t.Errorf("the log does not say why there is no status page:\n%s", logs.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a hang detector
+		t.Fatal("Serve did not return within 30s of its context's end")
+	}
+}
+
+// An upstream whose name does not resolve at start (no DNS yet at boot):
+// the gateway starts, polls and buffers, and keeps trying the upstream.
+func TestStartWithAnUpstreamThatDoesNotResolve(t *testing.T) {
+	c := site(t, emulate(t, "generic-mine-methane"), `uplink:
+  upstreams:
+    - url: http://no-such-host.invalid/site
+`)
+	var stored atomic.Int64
+	g, err := Start(c, Options{OnPacket: func(*packet.Packet) { stored.Add(1) }})
+	if err != nil {
+		t.Fatalf("start with an upstream that does not resolve: %v", err)
+	}
+	testtool.WaitFor(t, 10*time.Second, "packets buffered", func() bool { return stored.Load() > 3 })
+	if err := stopWithin(t, g, 20*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
