@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+
+	"fieldlink/internal/testtool"
 )
 
 // Proxy is an in-process toxiproxy proxy from a loopback port to an
@@ -30,10 +33,21 @@ type Proxy struct {
 func NewProxy(t testing.TB, name, upstream string) *Proxy {
 	t.Helper()
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatalf("toxiproxy %s: %v", name, err)
-	}
+	// A port of its own below the ephemeral range, not 127.0.0.1:0: the
+	// proxy lets it go while down and must have it again when up, and the
+	// kernel hands out ephemeral ports to anyone meanwhile.
+	var p *toxiproxy.Proxy
+	testtool.OnFreshPort(t, func(port int) error {
+		p = toxiproxy.NewProxy(srv, name, testtool.LoopbackAddr(port), upstream)
+		err := p.Start()
+		if err != nil && testtool.PortInUse(err.Error()) {
+			return fmt.Errorf("%w: toxiproxy %s: %v", testtool.ErrPortInUse, name, err)
+		}
+		if err != nil {
+			return fmt.Errorf("brokertest: toxiproxy %s: %w", name, err)
+		}
+		return nil
+	})
 	x := &Proxy{t: t, name: name, p: p}
 	t.Cleanup(func() {
 		x.mu.Lock()
