@@ -86,6 +86,8 @@ func TestSetLocalDuringRun(t *testing.T) {
 	other := newServer(t)
 	c := r.reloaded(r.srv.URL, other.URL)
 	r.gw.reported = make(chan Report, 1)
+	r.srv.got = make(chan struct{}, 2)
+	other.got = r.srv.got // the first pull goes to either URL
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.m.Run(ctx) }()
@@ -94,6 +96,10 @@ func TestSetLocalDuringRun(t *testing.T) {
 	if err := r.m.SetLocal(c); err != nil {
 		t.Fatal(err)
 	}
+	<-r.srv.got // Run's first pull began: an early pull is taken at once after the gap
+	r.mu.Lock()
+	r.mono += pullEvery
+	r.mu.Unlock()
 	r.m.PullNow()
 	testtool.WaitFor(t, 30*time.Second, "a pull from the new URL", func() bool {
 		other.mu.Lock()
