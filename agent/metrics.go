@@ -74,8 +74,9 @@ func MetricsHandler(c *config.Config, src metrics.Sources, log *slog.Logger) htt
 		case err != nil:
 			log.Error("status page token unreadable: the page is served on loopback only", "err", err)
 		case created:
-			// Logged this once: afterwards only the file has it.
-			log.Warn("status page token created; clients that are not on loopback must present it", "file", file, "token", tok)
+			// Where it is, never the token: whoever reads the journal
+			// must not get it (read the file as its owner, or root).
+			log.Warn("status page token created; clients that are not on loopback must present the token in this file", "file", file)
 		default:
 			log.Info("status page asks clients that are not on loopback for the token", "file", file)
 		}

@@ -94,8 +94,8 @@ func TestStatusSiteFileAndReloads(t *testing.T) {
 }
 
 // With allow_remote the page takes a token, created at the first start
-// into a file only its owner reads and logged that once; a restart reads
-// it back without logging it. A token file that cannot be written leaves
+// into a file only its owner reads; the log says where it is, never the
+// token itself (whoever reads the journal must not get it). A token file that cannot be written leaves
 // the page to loopback clients.
 func TestMetricsHandlerToken(t *testing.T) {
 	c := site(t, emulate(t, "generic-mine-methane"), "")
@@ -117,8 +117,8 @@ func TestMetricsHandlerToken(t *testing.T) {
 	if fi, _ := os.Stat(c.Metrics.TokenFile); fi == nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("token file mode %v, want 0600", fi.Mode())
 	}
-	if strings.Count(first.String(), tok) != 1 || !strings.Contains(first.String(), c.Metrics.TokenFile) {
-		t.Errorf("first start's log does not give the token once and its file:\n%s", first.String())
+	if strings.Contains(first.String(), tok) || !strings.Contains(first.String(), c.Metrics.TokenFile) {
+		t.Errorf("first start's log gives the token, or not its file:\n%s", first.String())
 	}
 	var second testtool.SyncBuffer
 	h2 := MetricsHandler(c, g.Sources(), slog.New(slog.NewTextHandler(&second, nil)))
