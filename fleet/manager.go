@@ -96,6 +96,11 @@ type Manager struct {
 	// off probation: what st.Reached follows.
 	inForce time.Duration
 	seen    Health
+	// floor is the highest serial applied on this gateway, kept in its own
+	// file; floorErr, when set, says it is unknown (that file and
+	// state.json both unreadable), and every bundle is refused.
+	floor    uint64
+	floorErr error
 }
 
 // lasting times how long a condition has held, by Options.Elapsed.
@@ -151,12 +156,35 @@ func NewManager(local *config.Config, st State, gw Gateway, opt Options) (*Manag
 	}
 	m := &Manager{local: local, keys: keys, gw: gw, opt: opt, s: store{Dir(local)}, pull: make(chan struct{}, 1), st: st}
 	m.inForce = opt.Elapsed()
+	m.loadFloor()
 	if st.Event == StateProbation {
 		// Not a state Startup gave (it reverts a probation): the bundle
 		// gets a whole probation from now.
 		m.probStart, m.probFor = m.inForce, local.RemoteConfig.Probation
 	}
 	return m, nil
+}
+
+// loadFloor reads the highest serial applied: from its own file, checked
+// against state.json, and written again when state.json knows a higher
+// one or the file did not check. With both unreadable it is unknown.
+func (m *Manager) loadFloor() {
+	n, err := m.s.floor()
+	_, stateErr := m.s.load()
+	if err != nil && stateErr != nil {
+		m.floorErr = fmt.Errorf("the highest serial applied is unknown: %s and state.json are both unreadable; remove both to take bundles again (%w)", floorFile, err)
+		m.opt.Log.Error("remote configuration: every bundle is refused", "err", m.floorErr)
+		return
+	}
+	if err != nil {
+		m.opt.Log.Warn("remote configuration: the highest serial's file is unreadable; taken from state.json", "err", err)
+	}
+	m.floor = max(n, m.st.highest())
+	if m.floor != n || err != nil {
+		if err := m.s.saveFloor(m.floor); err != nil {
+			m.opt.Log.Error("remote configuration: the highest serial not saved", "err", err)
+		}
+	}
 }
 
 // State returns the remote configuration's state.
@@ -350,6 +378,9 @@ func (m *Manager) handle(data []byte, etag string) {
 		// A download cut short or altered on the way may come whole next time.
 		refuse(man.Serial, err.Error(), !errors.Is(err, ErrNotYet) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrDigest))
 		return
+	case m.floorErr != nil:
+		refuse(man.Serial, m.floorErr.Error(), false)
+		return
 	case man.Serial == m.st.Serial:
 		m.st.ETag = etag // the bundle in force: nothing new
 		m.saveLocked()
@@ -359,6 +390,10 @@ func (m *Manager) handle(data []byte, etag string) {
 		return
 	case man.Serial < m.st.Serial:
 		refuse(man.Serial, fmt.Sprintf("serial %d is not above the serial in force, %d", man.Serial, m.st.Serial), true)
+		return
+	case man.Serial <= m.floor:
+		// state.json was lost (the local file runs), not the floor.
+		refuse(man.Serial, fmt.Sprintf("serial %d is not above %d, the highest applied on this gateway", man.Serial, m.floor), true)
 		return
 	case m.st.Event == StateProbation:
 		refuse(man.Serial, fmt.Sprintf("bundle %d is still on probation", m.st.Serial), false)
@@ -384,6 +419,18 @@ func (m *Manager) handle(data []byte, etag string) {
 		m.st = prev
 		refuse(man.Serial, "cannot record it: "+err.Error(), false)
 		return
+	}
+	if man.Serial > m.floor {
+		// After state.json, which names the bundle on probation: a kill
+		// between the two leaves a probation that Startup reverts and
+		// whose serial the next start takes as the floor.
+		if err := m.s.saveFloor(man.Serial); err != nil {
+			m.st = prev
+			m.saveLocked()
+			refuse(man.Serial, "cannot record its serial: "+err.Error(), false)
+			return
+		}
+		m.floor = man.Serial
 	}
 	m.opt.Step("reload")
 	if err := m.gw.Reload(c); err != nil {
@@ -490,6 +537,11 @@ func (m *Manager) revertLocked(el time.Duration, why string) {
 }
 
 func (m *Manager) saveLocked() {
+	if m.floorErr != nil {
+		// Left as it is, state.json still shows the floor is unknown at
+		// the next start.
+		return
+	}
 	if err := m.s.save(m.st); err != nil {
 		m.opt.Log.Error("remote configuration state not saved", "err", err)
 	}

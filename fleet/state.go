@@ -1,6 +1,9 @@
 package fleet
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,6 +135,61 @@ type Report struct {
 
 // store keeps State and the bundles' site files in a directory.
 type store struct{ dir string }
+
+// floorFile keeps the highest serial applied on this gateway apart from
+// state.json, so that a corrupted state.json (which starts the gateway
+// from the local file) cannot open the way to an older serial. It is
+// written atomically and carries its own digest.
+const floorFile = "serial-floor"
+
+// floorRecord is floorFile's content.
+type floorRecord struct {
+	Highest uint64 `json:"highest"`
+	SHA256  string `json:"sha256"` // of floorDigest(Highest)
+}
+
+func floorDigest(n uint64) string {
+	sum := sha256.Sum256([]byte("fieldlink highest serial " + strconv.FormatUint(n, 10)))
+	return hex.EncodeToString(sum[:])
+}
+
+// floor reads the highest serial applied: 0 without a file; an error when
+// the file is there but unreadable or does not check.
+func (s store) floor() (uint64, error) {
+	path := filepath.Join(s.dir, floorFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var f floorRecord
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil || f.SHA256 != floorDigest(f.Highest) {
+		return 0, fmt.Errorf("%s: corrupted", path)
+	}
+	return f.Highest, nil
+}
+
+func (s store) saveFloor(n uint64) error {
+	b, err := json.Marshal(floorRecord{Highest: n, SHA256: floorDigest(n)})
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.dir, floorFile), append(b, '\n'))
+}
+
+// highest is the highest serial st says was applied (a refusal applied
+// nothing).
+func (st State) highest() uint64 {
+	n := max(st.Serial, st.KnownGood, st.Last)
+	for _, r := range st.Reverted {
+		n = max(n, r)
+	}
+	return n
+}
 
 func (s store) bundlePath(serial uint64) string {
 	return filepath.Join(s.dir, "bundle-"+strconv.FormatUint(serial, 10)+".yaml")
