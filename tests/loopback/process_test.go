@@ -67,9 +67,8 @@ func TestProcessSlowNode(t *testing.T) {
 			during[i].Store(0)
 		}
 		dir := t.TempDir()
-		port := testtool.FreePort(t)
 		var b strings.Builder
-		fmt.Fprintf(&b, "site: {id: \"M1\", id_field: MineId}\ngateway: {id: gw-proc}\nbuffer: {path: buf.db}\nmetrics: {listen: \"127.0.0.1:%d\"}\n", port)
+		fmt.Fprintf(&b, "site: {id: \"M1\", id_field: MineId}\ngateway: {id: gw-proc}\nbuffer: {path: buf.db}\nmetrics: {listen: \"127.0.0.1:0\"}\n")
 		fmt.Fprintf(&b, "buses:\n  - name: b\n    url: tcp://%s\n    devices:\n", addr)
 		for i := range names {
 			fmt.Fprintf(&b, "      - {name: ch4-%d, profile: generic-mine-methane, slave: %d, interval: 100ms}\n", i+1, i+1)
@@ -83,7 +82,7 @@ func TestProcessSlowNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		cmd := exec.CommandContext(ctx, bin, "run", "-c", site, "-log-level", "warn")
+		cmd := exec.CommandContext(ctx, bin, "run", "-c", site, "-log-level", "info") // info: where the metrics listen
 		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 		var stderr testtool.SyncBuffer
 		cmd.Stderr = &stderr
@@ -91,12 +90,18 @@ func TestProcessSlowNode(t *testing.T) {
 			cancel()
 			t.Fatal(err)
 		}
+		metricsAddr, err := testtool.MetricsListening(stderr.String, nil)
+		if err != nil {
+			cancel()
+			_ = cmd.Wait()
+			t.Fatal(err)
+		}
 		time.Sleep(4 * time.Second) // warm-up: the block's own schedule, not synchronisation
 		slow.Store(true)
 		time.Sleep(6 * time.Second)
 		slow.Store(false)
 		time.Sleep(time.Second)
-		sum, count := scrapeLatency(t, port)
+		sum, count := scrapeLatency(t, metricsAddr)
 		cancel()
 		_ = cmd.Wait()
 		var total int64
@@ -133,8 +138,8 @@ func TestProcessSlowNode(t *testing.T) {
 
 // scrapeLatency sums the gateway's upstream latency histograms: seconds and
 // deliveries, over every upstream.
-func scrapeLatency(t *testing.T, port int) (sum, count float64) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+func scrapeLatency(t *testing.T, addr string) (sum, count float64) {
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
