@@ -124,7 +124,7 @@ func (h *HTTP) post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	key := idempotencyKey(h.gateway, h.epoch, seqs[0], seqs[len(seqs)-1])
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
-		return &httpError{Method: http.MethodPost, URL: h.name, Err: httpUnwrapURLError(err)}
+		return httpFailed(http.MethodPost, h.name, h.peer(), httpUnwrapURLError(err))
 	}
 	for k, v := range h.header {
 		req.Header[k] = v
@@ -141,9 +141,9 @@ func (h *HTTP) post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 		h.log.Debug("uplink: http post failed", "upstream", h.name, "packets", len(batch),
 			"key", key, "elapsed", time.Since(start), "err", err)
 		h.reached.Store(false)
-		return &httpError{Method: http.MethodPost, URL: h.name, Err: err}
+		return httpFailed(http.MethodPost, h.name, h.peer(), err)
 	}
-	herr := httpCheckResponse(http.MethodPost, h.name, resp, h.secrets)
+	herr := httpCheckResponse(http.MethodPost, h.name, h.peer(), resp, h.secrets)
 	h.log.Debug("uplink: http post", "upstream", h.name, "packets", len(batch),
 		"key", key, "status", resp.StatusCode, "elapsed", time.Since(start))
 	if herr != nil {
@@ -156,6 +156,15 @@ func (h *HTTP) post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 		h.log.Info("http upstream reached", "upstream", h.name)
 	}
 	return nil
+}
+
+// peer names the server in the words for its errors: InfluxDB for an
+// influx_line upstream, "" (the server) otherwise.
+func (h *HTTP) peer() string {
+	if h.influx {
+		return "InfluxDB"
+	}
+	return ""
 }
 
 // idempotencyKey returns the key that names a batch: "gateway:epoch:first-last",

@@ -86,7 +86,7 @@ func httpNewClient(t *http.Transport) *http.Client {
 func httpGet(ctx context.Context, client *http.Client, rawURL, name string, header http.Header, limit int64, pass ...int) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return nil, nil, &httpError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
+		return nil, nil, httpFailed(http.MethodGet, name, "", httpUnwrapURLError(err))
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -96,7 +96,7 @@ func httpGet(ctx context.Context, client *http.Client, rawURL, name string, head
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, nil, &httpError{Method: http.MethodGet, URL: name, Err: httpUnwrapURLError(err)}
+		return nil, nil, httpFailed(http.MethodGet, name, "", httpUnwrapURLError(err))
 	}
 	for _, code := range pass {
 		if resp.StatusCode == code {
@@ -106,12 +106,12 @@ func httpGet(ctx context.Context, client *http.Client, rawURL, name string, head
 		}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp, nil, httpCheckResponse(http.MethodGet, name, resp, nil)
+		return resp, nil, httpCheckResponse(http.MethodGet, name, "", resp, nil)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return resp, nil, &httpError{Method: http.MethodGet, URL: name, Err: fmt.Errorf("reading the answer: %w", err)}
+		return resp, nil, httpFailed(http.MethodGet, name, "", fmt.Errorf("reading the answer: %w", err))
 	}
 	if int64(len(body)) > limit {
 		return resp, nil, fmt.Errorf("uplink: http GET %s: answer longer than %d bytes", name, limit)

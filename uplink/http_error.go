@@ -1,13 +1,47 @@
 package uplink
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+	"unicode"
 )
+
+// httpKind is what kind of failure an [httpError] is, decided where the
+// failure arises (the transport's error, or the answer's status), so that
+// the words for it (see explain) need not guess from a message.
+type httpKind uint8
+
+const (
+	httpOther       httpKind = iota // none of the kinds below
+	httpRefused                     // the connection was refused: nothing listens
+	httpTimeout                     // no answer in time
+	httpUnreachable                 // no route to the host or its network
+	httpDNS                         // the host name does not resolve
+	httpTLS                         // the TLS handshake or the certificate failed
+	httpClosed                      // the server closed the connection without an answer
+	httpAuth                        // 401 or 403: the credentials are refused
+	httpAnswer                      // any other answer but a 2xx: the server's own refusal
+)
+
+var httpKindNames = [...]string{"other", "refused", "timeout", "unreachable", "dns", "tls", "closed", "authentication", "answer"}
+
+func (k httpKind) String() string {
+	if int(k) < len(httpKindNames) {
+		return httpKindNames[k]
+	}
+	return "httpKind(" + strconv.Itoa(int(k)) + ")"
+}
 
 // httpError is the error of an HTTP exchange with an upstream that did not end
 // in a 2xx: either an answer with another status (StatusCode != 0) or no
@@ -15,11 +49,50 @@ import (
 type httpError struct {
 	Method     string        // POST for a publish, GET for probes, load and registry
 	URL        string        // the upstream, without credentials or query
+	Kind       httpKind      // what failed
+	Peer       string        // who answers, for words: "InfluxDB", or "" for the server
 	StatusCode int           // 0 when no answer came
 	Status     string        // e.g. "503 Service Unavailable"
 	Body       string        // up to 200 bytes of the answer's body, secrets blanked
+	Message    string        // the server's own message from Body, plain (see httpMessage)
 	RetryAfter time.Duration // the answer's Retry-After, 0 if none (a hint, ≤ 24h)
 	Err        error         // why no answer came; nil when StatusCode != 0
+}
+
+// httpFailed is the *httpError of an exchange that got no answer, its kind
+// read from err.
+func httpFailed(method, name, peer string, err error) *httpError {
+	return &httpError{Method: method, URL: name, Peer: peer, Kind: httpKindOf(err), Err: err}
+}
+
+// httpKindOf classifies a transport error.
+func httpKindOf(err error) httpKind {
+	var (
+		dns     *net.DNSError
+		ne      net.Error
+		unknown x509.UnknownAuthorityError
+		invalid x509.CertificateInvalidError
+		host    x509.HostnameError
+		verify  *tls.CertificateVerificationError
+		record  tls.RecordHeaderError
+		alert   tls.AlertError
+	)
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return httpRefused
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return httpUnreachable
+	case errors.As(err, &dns):
+		return httpDNS
+	case errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host), errors.As(err, &verify),
+		errors.As(err, &record), errors.As(err, &alert):
+		return httpTLS
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return httpTimeout
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		return httpClosed
+	}
+	return httpOther
 }
 
 func (e *httpError) Error() string {
@@ -45,19 +118,49 @@ func (e *httpError) Error() string {
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
 	}
-	if e.Body != "" {
+	if e.Message != "" {
+		// As it is, once: a log quotes the whole error again.
 		b.WriteString(": ")
-		b.WriteString(strconv.Quote(e.Body))
+		b.WriteString(e.Message)
 	}
 	return b.String()
+}
+
+// httpMessage is the server's own message in an error answer's excerpt,
+// plain: the "error" (InfluxDB 1.x) or "message" (InfluxDB 2.x and many
+// APIs) of a JSON object, else the text itself; control characters become
+// spaces. The excerpt is already free of secrets; they are blanked again
+// in case JSON escaping hid one.
+func httpMessage(excerpt string, secrets []string) string {
+	msg := excerpt
+	var obj struct {
+		Error   *string `json:"error"`
+		Message *string `json:"message"`
+	}
+	if json.Unmarshal([]byte(excerpt), &obj) == nil {
+		switch {
+		case obj.Error != nil && *obj.Error != "":
+			msg = *obj.Error
+		case obj.Message != nil && *obj.Message != "":
+			msg = *obj.Message
+		}
+	}
+	msg = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, msg)
+	return httpExcerpt([]byte(msg), secrets)
 }
 
 // Unwrap returns the transport error, if any.
 func (e *httpError) Unwrap() error { return e.Err }
 
 // httpCheckResponse consumes resp's body so that its connection can be
-// reused, and returns nil for a 2xx or an *httpError with an excerpt.
-func httpCheckResponse(method, name string, resp *http.Response, secrets []string) *httpError {
+// reused, and returns nil for a 2xx or an *httpError with an excerpt and
+// the server's message; peer names the server for words ("" for none).
+func httpCheckResponse(method, name, peer string, resp *http.Response, secrets []string) *httpError {
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
@@ -66,12 +169,20 @@ func httpCheckResponse(method, name string, resp *http.Response, secrets []strin
 	head := make([]byte, httpExcerptLen)
 	n, _ := io.ReadFull(resp.Body, head)
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+	kind := httpAnswer
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		kind = httpAuth
+	}
+	body := httpExcerpt(head[:n], secrets)
 	return &httpError{
 		Method:     method,
 		URL:        name,
+		Kind:       kind,
+		Peer:       peer,
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
-		Body:       httpExcerpt(head[:n], secrets),
+		Body:       body,
+		Message:    httpMessage(body, secrets),
 		RetryAfter: httpParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 }
