@@ -68,7 +68,7 @@ func (p *writer) buffer(b *Buffer) {
 func (p *writer) uplink(u *Uplink) {
 	well := true
 	for _, up := range u.Upstreams {
-		well = well && up.State != "down"
+		well = well && upstreamWell(up.State)
 	}
 	p.raw(`<section class="uplink` + fine(well) + `" id=uplink><h2>Upstreams</h2><p class=meta>selector `)
 	p.text(u.Selector)
@@ -80,7 +80,7 @@ func (p *writer) uplink(u *Uplink) {
 	}
 	p.raw(`</p><table><tr><th>upstream</th><th>state</th><th>share</th><th>latency</th><th>failures</th></tr>`)
 	for _, up := range u.Upstreams {
-		p.raw(`<tr class="` + fine(up.State != "down") + `" data-upstream="`)
+		p.raw(`<tr class="` + fine(upstreamWell(up.State)) + `" data-upstream="`)
 		p.text(up.Name)
 		p.raw(`"><th>`)
 		p.url(up.Name)
@@ -119,10 +119,10 @@ func (p *writer) uplink(u *Uplink) {
 		// too narrow for it beside the figures.
 		if up.LastError != nil {
 			cls := "meta"
-			if up.State == "down" {
+			if !upstreamWell(up.State) {
 				cls = "why"
 			}
-			p.raw(`<tr class="uperr` + fine(up.State != "down") + `" data-upstream="`)
+			p.raw(`<tr class="uperr` + fine(upstreamWell(up.State)) + `" data-upstream="`)
 			p.text(up.Name)
 			p.raw(`"><td colspan=5 class=` + cls + `>last error: `)
 			p.text(*up.LastError)
@@ -136,6 +136,10 @@ func (p *writer) uplink(u *Uplink) {
 	}
 	p.raw(`</table></section>`)
 }
+
+// upstreamWell reports whether an upstream in state needs no look: up or
+// retired; down and failing do.
+func upstreamWell(state string) bool { return state == "up" || state == "retired" }
 
 func (p *writer) downlink(d *Downlink) {
 	p.raw(`<section class="downlink` + fine(!d.Unsigned) + `" id=downlink><h2>Downlink `)

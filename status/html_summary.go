@@ -63,7 +63,7 @@ func stallText(d float64, s *Snapshot) string {
 		if u.LastError == nil || u.State == "retired" {
 			continue
 		}
-		if u.State == "down" {
+		if !upstreamWell(u.State) {
 			down = append(down, u.Name+": "+*u.LastError)
 		} else {
 			up = append(up, u.Name+": "+*u.LastError)

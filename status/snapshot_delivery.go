@@ -48,11 +48,19 @@ type Uplink struct {
 	lastDelivered      time.Time
 }
 
+// FailingAfter is how many deliveries in a row must fail for an upstream
+// that is up (connected, or its ping answers) to show as failing: one that
+// answers its ping and refuses every write (a database that does not
+// exist, a wrong token) is not up to the technician, and must not hide
+// from the page's errors-only view. Fewer are a blip.
+const FailingAfter = 3
+
 // Upstream is one MQTT broker or HTTP endpoint, by its credential-free
 // name.
 type Upstream struct {
 	Name string `json:"name"`
-	// State is up, down or retired.
+	// State is up, failing (up, but its last FailingAfter deliveries or
+	// more failed), down or retired.
 	State string `json:"state"`
 	// Share is the upstream's part of the records delivered over the
 	// window (0 to 1); null when nothing was delivered in it.
@@ -175,6 +183,8 @@ func (s *Server) uplink(past *sample, now time.Time) *Uplink {
 			switch {
 			case st.Retired:
 				up.State = "retired"
+			case st.Up && st.ConsecutiveFailures >= FailingAfter:
+				up.State = "failing"
 			case st.Up:
 				up.State = "up"
 			}
