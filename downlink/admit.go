@@ -1,12 +1,43 @@
 package downlink
 
-import "crypto/ed25519"
+import (
+	"crypto/ed25519"
+	"sync"
+)
+
+// admittedIDs bounds the ids Admit remembers: far more signed commands
+// than a site sends within max_age.
+const admittedIDs = 1024
 
 // admission is what Admit checks a command against: a copy of the
-// engine's keys and names.
+// engine's keys and names, and the ids it admitted, oldest first.
 type admission struct {
 	keys          []ed25519.PublicKey
 	site, gateway string
+
+	mu    sync.Mutex
+	seen  map[string]bool
+	order []string
+}
+
+// once reports whether id is admitted for the first time, and remembers
+// it (forgetting the oldest beyond admittedIDs).
+func (a *admission) once(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.seen[id] {
+		return false
+	}
+	if a.seen == nil {
+		a.seen = make(map[string]bool)
+	}
+	if len(a.order) == admittedIDs {
+		delete(a.seen, a.order[0])
+		a.order = a.order[1:]
+	}
+	a.seen[id] = true
+	a.order = append(a.order, id)
+	return true
 }
 
 // Admit reports whether payload is a command signed by one of the keys
@@ -25,7 +56,10 @@ func (e *Engine) Admit(payload []byte) bool {
 	if err != nil || cmd.Verify(a.keys) != nil {
 		return false
 	}
-	return cmd.Site == a.site && cmd.Gateway == a.gateway
+	// A replay of an admitted command goes with the crowd: the ledger
+	// answers it from the first result, and it must not fill the room
+	// kept for signed commands.
+	return cmd.Site == a.site && cmd.Gateway == a.gateway && a.once(cmd.ID)
 }
 
 // Refuse answers and audits a command that its transport could not make

@@ -89,3 +89,30 @@ func TestEngineRefuse(t *testing.T) {
 		t.Errorf("%d packets and writes %v, want none", len(r.packets), r.site.writes)
 	}
 }
+
+// A signed command admitted once is not admitted again: anyone who saw it
+// may replay it by the thousand, and its replays must not fill the room
+// kept for signed commands (the ledger answers each from the first
+// result; a replay left in the crowd loses nothing).
+func TestEngineAdmitOncePerID(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	r := newRig(t, pub)
+	mk := func(id string) []byte {
+		cmd, err := ParseCommand([]byte(strings.Replace(cmdJSON(id, "ValveOpen", "true", e0), `"device"`, `"site":"001","gateway":"gw-01","device"`, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Sign(cmd, priv).JSON()
+	}
+	if !r.e.Admit(mk("a1")) {
+		t.Fatal("a signed command not admitted")
+	}
+	for i := range 3 {
+		if r.e.Admit(mk("a1")) {
+			t.Fatalf("replay %d of a1 admitted again", i+1)
+		}
+	}
+	if !r.e.Admit(mk("a2")) {
+		t.Fatal("another signed command not admitted after a1's replays")
+	}
+}
