@@ -211,16 +211,27 @@ func measureStep(ctx context.Context, o options, st step, bin binaries, tmp stri
 			return nil, err
 		}
 		settings := filepath.Join(userDir, "settings.js")
+		startRed := func(uiPort int) error {
+			if err := os.WriteFile(settings, []byte(settingsJS("flows.json", uiPort)), 0o644); err != nil {
+				return err
+			}
+			return startSystem(red, []string{"NODE_ENV=production"}, bin.node, bin.red, "--settings", settings, "--userDir", userDir)
+		}
 		uiPort := 0
 		if o.editor {
-			if uiPort, err = freePort(); err != nil {
-				return nil, err
-			}
+			// The editor's port is told in the settings: when another
+			// process took it first, Node-RED says so and exits, and
+			// another port is tried.
+			uiPort, err = testtool.FreshPort(func(port int) error {
+				if err := startRed(port); err != nil {
+					return err
+				}
+				return listeningOrTaken(red.proc, testtool.LoopbackAddr(port), 60*time.Second)
+			})
+		} else {
+			err = startRed(0)
 		}
-		if err := os.WriteFile(settings, []byte(settingsJS("flows.json", uiPort)), 0o644); err != nil {
-			return nil, err
-		}
-		if err := startSystem(red, []string{"NODE_ENV=production"}, bin.node, bin.red, "--settings", settings, "--userDir", userDir); err != nil {
+		if err != nil {
 			return nil, err
 		}
 		red.install = treeBytes(filepath.Join(o.cache, "node_modules"))

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -90,40 +89,42 @@ func (c *child) tail(n int) string {
 	return "    " + strings.Join(lines, "\n    ")
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// serve starts a server on a loopback port of its own (testtool.FreshPort),
+// argv built from the port, and waits until it accepts connections; when
+// the server exits first saying its port was taken, it tries another port.
+func serve(name, logPath string, argv func(port int) []string) (*child, string, error) {
+	var c *child
+	port, err := testtool.FreshPort(func(port int) error {
+		addr := testtool.LoopbackAddr(port)
+		var err error
+		if c, err = start(name, logPath, "", nil, argv(port)...); err != nil {
+			return err
+		}
+		return listeningOrTaken(c, addr, 15*time.Second)
+	})
 	if err != nil {
-		return 0, err
+		return nil, "", err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return c, testtool.LoopbackAddr(port), nil
 }
 
-// serve starts a server on a free loopback port, argv built from the port,
-// and waits until it accepts connections; it tries other ports if the
-// server exits first (someone took the port meanwhile).
-func serve(name, logPath string, argv func(port int) []string) (*child, string, error) {
-	for attempt := 1; attempt <= 5; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, "", err
+// listeningOrTaken waits until addr accepts connections (nil), or c exits
+// saying its port was taken (testtool.ErrPortInUse; "port in use" is
+// Node-RED's words), or timeout passes.
+func listeningOrTaken(c *child, addr string, timeout time.Duration) error {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline) && c.running(); {
+		if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			nc.Close()
+			return nil
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		c, err := start(name, logPath, "", nil, argv(port)...)
-		if err != nil {
-			return nil, "", err
-		}
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && c.running(); {
-			if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-				nc.Close()
-				return c, addr, nil
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		c.stop(time.Second)
+		time.Sleep(50 * time.Millisecond)
 	}
-	return nil, "", fmt.Errorf("footprint: %s did not start on a free port; its log %s ends:\n%s", name, logPath, tailFile(logPath, 10))
+	c.stop(time.Second)
+	log, _ := os.ReadFile(c.log)
+	if testtool.PortInUse(string(log)) || strings.Contains(string(log), "port in use") {
+		return fmt.Errorf("%w: %s on %s", testtool.ErrPortInUse, c.name, addr)
+	}
+	return fmt.Errorf("footprint: %s did not listen on %s; its log %s ends:\n%s", c.name, addr, c.log, tailFile(c.log, 10))
 }
 
 func tailFile(path string, n int) string { return (&child{log: path}).tail(n) }
