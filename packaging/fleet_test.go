@@ -70,7 +70,7 @@ func TestFleet(t *testing.T) {
 	broker := testtool.NewMosquitto(t, mosquittoBin)
 	link := testtool.NewLink(t, broker.Addr()) // the network between the gateway and its broker, which stays up
 	got := subscribe(t, broker.Addr())
-	metricsAddr := testtool.FreeAddr(t)
+	var metricsAddr, site string // the port chosen at the start below
 
 	c := bootContainer(t, nspawn, nsenter, rootfs)
 	for _, f := range built {
@@ -78,7 +78,8 @@ func TestFleet(t *testing.T) {
 	}
 	t.Logf("container %s up after %s", c.name, time.Since(began).Round(time.Second))
 
-	site := fmt.Sprintf(`# fleet check
+	siteOn := func(metricsAddr string) string {
+		return fmt.Sprintf(`# fleet check
 site: {id: "F1", id_field: FarmId}
 gateway: {id: gw-fleet}
 metrics: {listen: %q}
@@ -93,6 +94,7 @@ uplink:
   probe: {interval: 500ms, timeout: 300ms}
   upstreams: [{url: "mqtt://%s"}]
 `, metricsAddr, emuAddr, link.Addr())
+	}
 	scrape := func() (updategate.Sample, error) { return updategate.Scrape(context.Background(), metricsAddr) }
 
 	step := func(name string, fn func(t *testing.T)) {
@@ -120,10 +122,19 @@ uplink:
 		if out, _ := c.sh("journalctl -b _PID=1 --no-pager | grep -i 'fieldlink.service:.*\\(unknown\\|ignoring\\|deprecated\\|not supported\\|invalid\\)'"); out != "" {
 			t.Errorf("systemd complains about the unit:\n%s", out)
 		}
-		writeFile(t, c.path("/etc/fieldlink/site.yaml"), site)
-		c.must(t, "fieldlink-gateway check -c /etc/fieldlink/site.yaml")
-		// With Type=notify, start returns once READY=1 came: polling runs.
-		c.must(t, "systemctl enable --now fieldlink")
+		// The metrics' port is told in the site file (the health gate of
+		// the updates reads it there): when another process took it before
+		// the gateway bound it, the journal says so, and the gateway starts
+		// again on another.
+		testtool.OnFreshPort(t, func(port int) error {
+			metricsAddr = testtool.LoopbackAddr(port)
+			site = siteOn(metricsAddr)
+			writeFile(t, c.path("/etc/fieldlink/site.yaml"), site)
+			c.must(t, "fieldlink-gateway check -c /etc/fieldlink/site.yaml")
+			// With Type=notify, start returns once READY=1 came: polling runs.
+			c.must(t, "systemctl enable fieldlink && systemctl restart fieldlink")
+			return metricsListening(t, c)
+		})
 		props := c.props(t, "Type", "ActiveState", "SubState", "MainPID", "NRestarts", "WatchdogUSec")
 		if props["Type"] != "notify" || props["ActiveState"] != "active" || props["SubState"] != "running" || props["NRestarts"] != "0" {
 			t.Fatalf("after systemctl start: %v\n%s", props, c.journal(t))
@@ -418,3 +429,24 @@ func (r *received) check(last uint64) (epochs []string, missing []uint64, dups i
 }
 
 func head(s []uint64, n int) []uint64 { return s[:min(n, len(s))] }
+
+// metricsListening waits until the running gateway's journal says its
+// metrics listen, or that their port was taken (testtool.ErrPortInUse; the
+// gateway is stopped then).
+func metricsListening(t *testing.T, c *container) error {
+	t.Helper()
+	pid := c.props(t, "MainPID")["MainPID"]
+	var in bool
+	if !testtool.Eventually(30*time.Second, 200*time.Millisecond, func() bool {
+		out, _ := c.sh("journalctl -u fieldlink -o json --no-pager _PID=" + pid)
+		in = testtool.PortInUse(out)
+		return in || strings.Contains(out, `"metrics listening"`)
+	}) {
+		return fmt.Errorf("packaging: the gateway's journal says neither that its metrics listen nor why not:\n%s", c.journal(t))
+	}
+	if in {
+		c.must(t, "systemctl stop fieldlink")
+		return fmt.Errorf("%w: the gateway's metrics", testtool.ErrPortInUse)
+	}
+	return nil
+}
