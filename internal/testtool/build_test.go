@@ -2,7 +2,6 @@ package testtool
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -31,21 +30,6 @@ func TestBuildArgsAndEnv(t *testing.T) {
 	}
 }
 
-func TestFreeAddrIsFree(t *testing.T) {
-	addr := FreeAddr(t)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen on FreeAddr's %s: %v", addr, err)
-	}
-	ln.Close()
-	port := FreePort(t)
-	ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil || port == 0 {
-		t.Fatalf("listen on FreePort's %d: %v", port, err)
-	}
-	ln.Close()
-}
-
 func TestHTTPGet(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTeapot)
@@ -59,7 +43,7 @@ func TestHTTPGet(t *testing.T) {
 }
 
 func TestGetNothingListening(t *testing.T) {
-	if code, _, err := Get("http://" + FreeAddr(t) + "/"); err == nil || code != 0 {
+	if code, _, err := Get("http://" + RefusedAddr(t) + "/"); err == nil || code != 0 {
 		t.Errorf("Get on a closed port = %d, %v; want an error", code, err)
 	}
 }

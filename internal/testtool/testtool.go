@@ -3,8 +3,10 @@
 //
 // It is also the one place for the plumbing tests share, so that no test
 // package keeps a copy of its own: building the gateway binary ([Build],
-// [BuildGateway]: tags, cross target, race, release flags), a free
-// loopback address ([FreeAddr], [FreePort]), an HTTP get ([HTTPGet], and
+// [BuildGateway]: tags, cross target, race, release flags), starting a
+// server of another process on loopback ports it is told, again on other
+// ports when one was taken ([OnFreshPorts], [OnSamePorts]), an address
+// that refuses connections ([RefusedAddr]), an HTTP get ([HTTPGet], and
 // [Get] for polling), waiting for a condition ([WaitFor], [Eventually]),
 // a site file of one bus ([SiteFile]), and a TCP relay a test takes down
 // as a network outage ([Link]).
