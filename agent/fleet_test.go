@@ -37,7 +37,11 @@ func TestBundleWithWrongCredentialsIsReverted(t *testing.T) {
 		t.Fatalf("mosquitto_passwd: %v\n%s", err, out)
 	}
 	b := testtool.NewMosquitto(t, testtool.FindMosquitto(t), "allow_anonymous false", "password_file "+pwfile)
-	for name, pw := range map[string]string{"right.pass": "right-Pa55\n", "wrong.pass": "wrong-Pa55\n"} {
+	// A bundle names files only in the fleet's secrets directory.
+	if err := os.MkdirAll(filepath.Join(dir, "remote", "secrets"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, pw := range map[string]string{"right.pass": "right-Pa55\n", "remote/secrets/wrong.pass": "wrong-Pa55\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(pw), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +105,7 @@ remote_config: {url: %q, keys: [fleet.pub], probation: 1m}
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := strings.Replace(site, "password_file: right.pass", "password_file: wrong.pass", 1)
+	bad := strings.Replace(site, "password_file: right.pass", "password_file: remote/secrets/wrong.pass", 1)
 	bundle, err := fleet.Sign([]byte(bad), fleet.Manifest{Serial: 1, NotBefore: time.Now().Add(-time.Minute), Expires: time.Now().Add(time.Hour)}, priv)
 	if err != nil {
 		t.Fatal(err)

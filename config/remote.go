@@ -40,6 +40,12 @@ type RemoteConfig struct {
 	// StateTopic: where the gateway reports {serial, state, reason},
 	// retained. Default DefaultConfigStateTopic.
 	StateTopic string `yaml:"state_topic"`
+	// SecretsDir is the only directory whose files a bundle may name (an
+	// upstream's password, token, headers and TLS files), relative to the
+	// site file; default: secrets in the fleet's state directory, beside
+	// the buffer (remote/secrets). Put none of the gateway's own keys or
+	// tokens there.
+	SecretsDir string `yaml:"secrets_dir"`
 }
 
 func (c *Config) validateRemote(doc *yamlconf.Doc) {
