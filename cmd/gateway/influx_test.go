@@ -82,3 +82,40 @@ func TestRunWritesToInfluxDB(t *testing.T) {
 		t.Logf("gateway log:\n%s", r.stderr.String())
 	}
 }
+
+// TestRunKeepsSubSecondReadingsInInfluxDB runs the real binary with a
+// device polled every 300 ms, for a few seconds, to a real InfluxDB: every
+// reading is a point of its own (InfluxDB keeps one point per series and
+// time), every seq from 1 to 15 (4.5 s of readings).
+func TestRunKeepsSubSecondReadingsInInfluxDB(t *testing.T) {
+	d := testtool.StartInfluxd(t)
+	d.Query("", `CREATE DATABASE "farm"`)
+	bin := testtool.BuildGateway(t)
+	_, emu := serve(t, false, "generic-wind-speed")
+	dir := t.TempDir()
+	sf := windSite("gw-influx-ms", "off", filepath.Join(dir, "buffer.db"), emu, fmt.Sprintf(`{url: "%s", encoding: influx_line}`, d.URL("/write", map[string][]string{"db": {"farm"}})))
+	sf.Devices[0] = "{name: wind-1, profile: generic-wind-speed, slave: 1, interval: 300ms}"
+	site := sf.Write(t, dir)
+	const want = 15
+	var got []int // the seqs stored, up to want
+	stored := func() bool {
+		got = got[:0]
+		for _, s := range d.Query("farm", "SELECT seq FROM Wind") {
+			for _, v := range s.Values {
+				if seq, _ := v[1].(json.Number).Int64(); seq <= want {
+					got = append(got, int(seq))
+				}
+			}
+		}
+		return len(got) == want
+	}
+	r := runGateway(t, bin, nil, 100*time.Millisecond, func(*gatewayRun) {
+		if !testtool.Eventually(30*time.Second, 100*time.Millisecond, stored) {
+			sort.Ints(got)
+			t.Errorf("%d points of the readings from seq 1 to %d, 300 ms apart: seqs %v; want each", len(got), want, got)
+		}
+	}, "run", "-c", site)
+	if r.code != 0 {
+		t.Errorf("run: exit %d\n%s", r.code, r.stderr.String())
+	}
+}
