@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path"
@@ -71,6 +72,9 @@ func Load(fsys fs.FS, dir string) (Set, error) {
 			set[name] = p
 		}
 	}
+	// The shipped profiles, before any file of dir replaces one: their
+	// safety registers stay safety registers.
+	shipped := maps.Clone(set)
 	if dir != "" {
 		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 		if err != nil {
@@ -87,6 +91,9 @@ func Load(fsys fs.FS, dir string) (Set, error) {
 			}
 			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 			p, err := Parse(name, f, data)
+			if err == nil {
+				err = keepsSafety(p, f, data, shipped)
+			}
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -95,6 +102,40 @@ func Load(fsys fs.FS, dir string) (Set, error) {
 		}
 	}
 	return set, errors.Join(errs...)
+}
+
+// keepsSafety refuses a profile p (read from file f) that overrides a
+// shipped profile — by its name, or as the same model — and leaves a
+// register of that profile's safety function without safety: whatever
+// the register is called there, one that reads the same coil or
+// registers keeps safety: true. Safety is a property of the certified
+// device, which no file beside the gateway takes away.
+func keepsSafety(p *Profile, f string, data []byte, shipped Set) error {
+	var doc *yamlconf.Doc
+	for _, name := range shipped.Names() {
+		q := shipped[name]
+		if name != p.Name && (q.Model == "" || q.Model != p.Model) {
+			continue
+		}
+		for _, sr := range q.Registers {
+			if !sr.Safety {
+				continue
+			}
+			for i, r := range p.Registers {
+				if r.Safety || r.Area != sr.Area || int(r.Address)+r.Words() <= int(sr.Address) || int(sr.Address)+sr.Words() <= int(r.Address) {
+					continue
+				}
+				if doc == nil {
+					doc, _ = yamlconf.Decode(f, data, &Profile{})
+				}
+				doc.Errorf(fmt.Sprintf("registers[%d].safety", i), "%s (%s %d) is a safety register of the shipped profile %s (%s): a profile that overrides it keeps safety: true, and the register is never written", r.Name, r.Area, r.Address, name, q.Source)
+			}
+		}
+	}
+	if doc == nil {
+		return nil
+	}
+	return doc.Err()
 }
 
 var validBauds = []int{1200, 2400, 4800, 9600, 19200, 38400, 57600, 115200}
