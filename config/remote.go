@@ -32,7 +32,8 @@ type RemoteConfig struct {
 	// Probation: how long an applied bundle is watched before it becomes
 	// the known-good configuration; default 10m. It is reverted if it
 	// loses every upstream that was reachable, or more than 10 points of
-	// the devices answering.
+	// the devices answering, or if it never reaches what the configuration
+	// before it reached (docs/remote-config.md).
 	Probation time.Duration `yaml:"probation"`
 	// PullTopic: an MQTT message on it asks for an early pull (never a
 	// push: the message's content is ignored). Default DefaultPullTopic.
