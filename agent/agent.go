@@ -119,6 +119,7 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 		return nil, err
 	}
 	p := &parts{cfg: c, sensors: sens}
+	g.keys = config.KeysDigest(c)
 	if c.Uplink != nil {
 		if g.q, err = openStore(c, g.log); err != nil {
 			sens.Close()
@@ -139,7 +140,7 @@ func Start(c *config.Config, opt Options) (*Agent, error) {
 			_ = g.q.Close()
 			return nil, err
 		}
-		g.secrets, g.keys = config.UplinkDigest(c), config.KeysDigest(c)
+		g.secrets = config.UplinkDigest(c)
 		g.in = buffer.NewAppender(g.q, buffer.AppenderOptions{
 			Logger: g.log.With("component", "buffer"), OnFatal: g.fail, OnStored: opt.OnPacket,
 		})
