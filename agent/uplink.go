@@ -64,18 +64,18 @@ func startUplink(c *config.Config, q *cardstore.Store, subs []uplink.Subscriptio
 		Vars:      topicVars(c),
 		GatewayID: c.Gateway.ID, Epoch: q.Epoch(), Logger: log,
 	})
-	for i, cu := range u.Upstreams {
-		uc, err := upstreamConfig(c, cu)
-		if cu.Sparkplug != nil {
-			uc.Sparkplug = sparkplugNode(c, cu.Sparkplug, sp)
+	ucs, err := upstreamConfigs(c, sp)
+	for i := 0; err == nil && i < len(u.Upstreams); i++ {
+		if ucs[i] == nil {
+			continue // a server of a Sparkplug node listed before it
 		}
-		if err == nil {
-			_, err = s.pool.Add(uc)
+		if _, aerr := s.pool.Add(*ucs[i]); aerr != nil {
+			err = fmt.Errorf("uplink.upstreams[%d]: %w", i, aerr)
 		}
-		if err != nil {
-			s.pool.Stop()
-			return nil, fmt.Errorf("uplink.upstreams[%d]: %w", i, err)
-		}
+	}
+	if err != nil {
+		s.pool.Stop()
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -105,6 +105,34 @@ func (s *uplinkSide) stop() {
 	s.dwg.Wait()
 	s.wg.Wait()
 	s.pool.Stop()
+}
+
+// upstreamConfigs are the upstreams of c as the pool takes them, by
+// index in the site file. Sparkplug upstreams with one group_id and
+// edge_node are one node: its servers, in the site file's order, which it
+// walks one at a time (docs/sparkplug.md). The first is the pool's
+// upstream, with the others as its Servers; theirs are nil.
+func upstreamConfigs(c *config.Config, sp sparkplugHooks) ([]*uplink.UpstreamConfig, error) {
+	ups := c.Uplink.Upstreams
+	out := make([]*uplink.UpstreamConfig, len(ups))
+	nodes := map[[2]string]*uplink.SparkplugConfig{}
+	for i, cu := range ups {
+		uc, err := upstreamConfig(c, cu)
+		if err != nil {
+			return nil, fmt.Errorf("uplink.upstreams[%d]: %w", i, err)
+		}
+		if cu.Sparkplug != nil {
+			key := [2]string{cu.Sparkplug.GroupID, cu.Sparkplug.EdgeNode}
+			if n := nodes[key]; n != nil {
+				n.Servers = append(n.Servers, uplink.SparkplugServer{URL: uc.URL, Username: uc.Username, Password: uc.Password, TLS: uc.TLS})
+				continue
+			}
+			uc.Sparkplug = sparkplugNode(c, cu.Sparkplug, sp)
+			nodes[key] = uc.Sparkplug
+		}
+		out[i] = &uc
+	}
+	return out, nil
 }
 
 // upstreamConfig reads an upstream's password and TLS files.

@@ -46,6 +46,19 @@ func (c *Config) validateSparkplug(doc *yamlconf.Doc, f string, up *Upstream, mq
 			doc.Errorf(f+".sparkplug."+id.field, "must not be empty nor hold '/', '+' or '#', got %q", id.v)
 		}
 	}
+	// Upstreams with one group_id and edge_node are one node's servers
+	// (docs/sparkplug.md), which has one primary host.
+	for i := range c.Uplink.Upstreams {
+		o := &c.Uplink.Upstreams[i]
+		if o == up {
+			break
+		}
+		if p := o.Sparkplug; p != nil && p.GroupID == sp.GroupID && p.EdgeNode == sp.EdgeNode && p.PrimaryHost != sp.PrimaryHost {
+			doc.Errorf(f+".sparkplug.primary_host", "%q, but upstreams[%d] is a server of the same node (group_id %q, edge_node %q) with primary_host %q: a node has one primary host",
+				sp.PrimaryHost, i, sp.GroupID, sp.EdgeNode, p.PrimaryHost)
+			break
+		}
+	}
 }
 
 // sparkplugNode reports whether an upstream is a Sparkplug B node.

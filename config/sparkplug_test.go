@@ -30,6 +30,10 @@ func TestSparkplugConfig(t *testing.T) {
 		{"{url: 'mqtt://h', encoding: sparkplug_b, sparkplug: {group_id: g, edge_node: 'n+'}}", `sparkplug.edge_node: must not be empty`},
 		{"{url: 'mqtt://h', encoding: sparkplug_b, sparkplug: {group_id: g, primary_host: '#'}}", `sparkplug.primary_host: must not be empty`},
 		{"{url: 'mqtt://h', encoding: sparkplug_b, sparkplug: {}}", `group_id`},
+		// Two servers of one node (same group_id and edge_node) name one
+		// primary host.
+		{"{url: 'mqtt://h', encoding: sparkplug_b, sparkplug: {group_id: g, primary_host: a}}, {url: 'mqtt://h2', encoding: sparkplug_b, sparkplug: {group_id: g, primary_host: b}}",
+			`uplink.upstreams[1].sparkplug.primary_host: "b", but upstreams[0] is a server of the same node (group_id "g", edge_node "gw-01") with primary_host "a"`},
 	} {
 		_, err := Parse("site.yaml", []byte(good+"uplink: {upstreams: ["+tc.add+"]}\n"), testProfiles)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -95,6 +95,16 @@ func (m *MQTT) Run(ctx context.Context) {
 		m.log.Error("uplink: mqtt: Run called twice; the second call returns at once", "upstream", m.name)
 		return
 	}
+	if m.session != nil && len(m.session.servers) > 1 {
+		m.session.walk(ctx) // a Sparkplug node on one server at a time
+		return
+	}
+	m.serve(ctx)
+}
+
+// serve is Run's loop on m's broker; a Sparkplug node with several
+// servers runs each server's in turn (see sparkplugSession.walk).
+func (m *MQTT) serve(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if m.cfg.OnLoad != nil {
@@ -169,6 +179,9 @@ func (m *MQTT) Run(ctx context.Context) {
 		}
 		m.setLastErr(err)
 		m.noted.note(err)
+		if m.session != nil {
+			m.session.down(m) // a node with other servers walks to the next
+		}
 		d := m.backoff(attempt)
 		attempt++
 		m.log.Warn("mqtt upstream down", "upstream", m.name, "err", err, "retry_in", d)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -18,13 +19,17 @@ import (
 // seq is taken and the message handed to paho under it, so the broker gets
 // the messages in seq order.
 type sparkplugSession struct {
-	cfg  SparkplugConfig
-	m    *MQTT
-	log  *slog.Logger
-	now  func() time.Time
-	devs map[string]*spDevice
-	ncmd string
-	dcmd string // prefix: + device
+	cfg SparkplugConfig
+	// servers are the node's MQTT servers, in the order of the site
+	// file; the node is on one at a time, srv (see walk).
+	servers []*MQTT
+	srv     atomic.Pointer[MQTT]
+	walkc   chan *MQTT // walk asks to leave a server (see leave)
+	log     *slog.Logger
+	now     func() time.Time
+	devs    map[string]*spDevice
+	ncmd    string
+	dcmd    string // prefix: + device
 
 	mu     sync.Mutex
 	bdSeq  uint64 // of the current connection's will and NBIRTH
@@ -39,6 +44,9 @@ type sparkplugSession struct {
 	hostOnline bool
 	hostTS     uint64
 	hostSince  time.Time
+	// bornAny is set by births: walk pauses after a round of its
+	// servers in which the node was born on none.
+	bornAny bool
 
 	cmds  chan spIncoming // STATE and NCMD, for run
 	dcmds chan spIncoming // DCMD, for runCommands
@@ -58,6 +66,7 @@ type spDevice struct {
 }
 
 type spIncoming struct {
+	m       *MQTT  // the server it came through
 	device  string // "" for NCMD
 	state   bool   // a STATE message of the primary host
 	payload []byte
@@ -78,7 +87,8 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 	s := &sparkplugSession{cfg: cfg, log: log, now: cfg.Now, devs: map[string]*spDevice{},
 		ncmd: sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, ""),
 		dcmd: sparkplug.Topic(cfg.GroupID, sparkplug.DCMD, cfg.EdgeNode, "") + "/",
-		cmds: make(chan spIncoming, subscriptionQueue), dcmds: make(chan spIncoming, subscriptionQueue)}
+		cmds: make(chan spIncoming, subscriptionQueue), dcmds: make(chan spIncoming, subscriptionQueue),
+		walkc: make(chan *MQTT, 1)}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -118,6 +128,9 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 	return s, nil
 }
 
+// mq is the server the node is on now.
+func (s *sparkplugSession) mq() *MQTT { return s.srv.Load() }
+
 func (s *sparkplugSession) stamp() uint64 { return uint64(s.now().UnixMilli()) }
 
 // nextSeq returns the seq of the next message; s.mu is held.
@@ -147,6 +160,7 @@ func (s *sparkplugSession) ndeath() []byte {
 // subscribe is called on each new connection, before births: NCMD, and
 // DCMD for every device.
 func (s *sparkplugSession) subscribe(ctx context.Context, c *mqttConn) error {
+	m := s.mq()
 	s.mu.Lock()
 	s.conn, s.hostOnline = c, false // online again once its STATE says so
 	s.mu.Unlock()
@@ -154,8 +168,8 @@ func (s *sparkplugSession) subscribe(ctx context.Context, c *mqttConn) error {
 	if s.cfg.PrimaryHost != "" {
 		topics[sparkplug.StateTopic(s.cfg.PrimaryHost)] = 1
 	}
-	st := c.cl.SubscribeMultiple(topics, s.onMessage)
-	if err := s.m.await(ctx, c, st, s.m.cfg.PublishTimeout); err != nil {
+	st := c.cl.SubscribeMultiple(topics, func(_ paho.Client, msg paho.Message) { s.onMessage(m, msg) })
+	if err := m.await(ctx, c, st, m.cfg.PublishTimeout); err != nil {
 		return fmt.Errorf("subscribe to NCMD, DCMD and STATE: %w", err)
 	}
 	return nil
@@ -176,7 +190,7 @@ func (s *sparkplugSession) connected(ctx context.Context, c *mqttConn) error {
 func (s *sparkplugSession) births(ctx context.Context, c *mqttConn) error {
 	s.mu.Lock()
 	s.seq = 0
-	s.born = c
+	s.born, s.bornAny = c, true
 	nb := sparkplug.Payload{Timestamp: s.stamp(), HasSeq: true, Seq: s.nextSeq(), Metrics: []sparkplug.Metric{
 		{Name: sparkplug.BdSeq, Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, int64(s.bdSeq))},
 		{Name: sparkplug.Rebirth, Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
@@ -188,8 +202,9 @@ func (s *sparkplugSession) births(ctx context.Context, c *mqttConn) error {
 		}
 	}
 	s.mu.Unlock()
+	m := s.mq()
 	for _, tok := range toks {
-		if err := s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout); err != nil {
+		if err := m.await(ctx, c, tok, m.cfg.PublishTimeout); err != nil {
 			return fmt.Errorf("births: %w", err)
 		}
 	}
@@ -226,7 +241,8 @@ func (s *sparkplugSession) ending(c *mqttConn) error {
 	s.mu.Lock()
 	tok := c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.NDEATH, s.cfg.EdgeNode, ""), 1, false, s.ndeath())
 	s.mu.Unlock()
-	return s.m.await(context.Background(), c, tok, min(s.m.cfg.PublishTimeout, mqttOfflineTimeout))
+	m := s.mq()
+	return m.await(context.Background(), c, tok, min(m.cfg.PublishTimeout, mqttOfflineTimeout))
 }
 
 func (s *sparkplugSession) setOnline(ctx context.Context, device string, online bool) error {
@@ -243,7 +259,8 @@ func (s *sparkplugSession) setOnline(ctx context.Context, device string, online 
 	for i := range d.last {
 		d.last[i], d.lastAt[i] = sparkplug.Value{}, 0
 	}
-	c := s.m.conn()
+	m := s.mq()
+	c := m.conn()
 	if c == nil || c != s.born {
 		s.mu.Unlock()
 		return nil
@@ -256,8 +273,8 @@ func (s *sparkplugSession) setOnline(ctx context.Context, device string, online 
 		tok = c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDEATH, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
 	}
 	s.mu.Unlock()
-	if err := s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout); err != nil {
-		return fmt.Errorf("uplink: mqtt %s: %w", s.m.name, err)
+	if err := m.await(ctx, c, tok, m.cfg.PublishTimeout); err != nil {
+		return fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
 	}
 	return nil
 }

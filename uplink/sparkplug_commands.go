@@ -13,25 +13,28 @@ import (
 )
 
 // hostState applies a STATE message of the primary host (JSON
-// {"online": bool, "timestamp": ms}, retained): one older than the
-// latest valid one is ignored; online births the node on the current
-// connection; offline, once the host was online on this connection, ends
-// the connection (the broker publishes the NDEATH will), and Run connects
-// again and waits for the host. (The retained offline STATE that a new
-// connection finds only keeps the node waiting.)
-func (s *sparkplugSession) hostState(ctx context.Context, payload []byte) {
+// {"online": bool, "timestamp": ms}, retained) that came through server
+// m: one older than the latest valid one is ignored; online births the
+// node on the current connection. Offline, once the host was online on
+// this connection, ends the connection: with one server the broker
+// publishes the NDEATH will, and Run connects again and waits for the
+// host; with several the node publishes its NDEATH, disconnects and
+// walks to the next server (see walk). With several servers an offline
+// STATE found on a new connection (the host has no session on this
+// server) walks on too; with one it only keeps the node waiting.
+func (s *sparkplugSession) hostState(ctx context.Context, m *MQTT, payload []byte) {
 	var st struct {
 		Online    *bool   `json:"online"`
 		Timestamp *uint64 `json:"timestamp"`
 	}
 	if err := json.Unmarshal(payload, &st); err != nil || st.Online == nil || st.Timestamp == nil {
-		s.log.Warn("Sparkplug STATE of the primary host unreadable: ignored", "upstream", s.m.name, "host", s.cfg.PrimaryHost, "err", err)
+		s.log.Warn("Sparkplug STATE of the primary host unreadable: ignored", "upstream", m.name, "host", s.cfg.PrimaryHost, "err", err)
 		return
 	}
 	s.mu.Lock()
 	if *st.Timestamp < s.hostTS {
 		s.mu.Unlock()
-		s.log.Info("Sparkplug STATE older than the latest: ignored", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		s.log.Info("Sparkplug STATE older than the latest: ignored", "upstream", m.name, "host", s.cfg.PrimaryHost)
 		return
 	}
 	s.hostTS = *st.Timestamp
@@ -45,23 +48,26 @@ func (s *sparkplugSession) hostState(ctx context.Context, payload []byte) {
 	if c == nil {
 		return
 	}
+	walks := len(s.servers) > 1
 	switch {
 	case *st.Online && !was:
-		s.log.Info("Sparkplug primary host online: births, then what was kept", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		s.log.Info("Sparkplug primary host online: births, then what was kept", "upstream", m.name, "host", s.cfg.PrimaryHost)
 		if err := s.births(ctx, c); err != nil {
-			s.log.Warn("births failed", "upstream", s.m.name, "err", err)
+			s.log.Warn("births failed", "upstream", m.name, "err", err)
 		}
+	case !*st.Online && walks:
+		s.log.Warn("Sparkplug primary host offline on this server: walking to the next; data waits in the buffer", "upstream", m.name, "host", s.cfg.PrimaryHost)
+		s.leave(m)
 	case !*st.Online && was:
-		s.log.Warn("Sparkplug primary host offline: disconnecting; data waits in the buffer", "upstream", s.m.name, "host", s.cfg.PrimaryHost)
+		s.log.Warn("Sparkplug primary host offline: disconnecting; data waits in the buffer", "upstream", m.name, "host", s.cfg.PrimaryHost)
 		c.drop(fmt.Errorf("primary host %s offline", s.cfg.PrimaryHost))
 	}
 }
 
 // onMessage runs on paho's router goroutine: it must not block. STATE and
 // NCMD wait for run, DCMD for runCommands, each in a queue of its own.
-func (s *sparkplugSession) onMessage(_ paho.Client, msg paho.Message) {
-	m := s.m
-	in := spIncoming{}
+func (s *sparkplugSession) onMessage(m *MQTT, msg paho.Message) {
+	in := spIncoming{m: m}
 	q, limit := s.cmds, sparkplugStateMax
 	if s.cfg.PrimaryHost != "" && msg.Topic() == sparkplug.StateTopic(s.cfg.PrimaryHost) {
 		in.state = true // retained, as it should be
@@ -113,12 +119,14 @@ func (s *sparkplugSession) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case in := <-s.cmds:
-			s.m.give(len(in.payload))
-			s.handle(ctx, in)
+			in.m.give(len(in.payload))
+			if in.m == s.mq() { // not a server the node has left
+				s.handle(ctx, in)
+			}
 		case <-tick:
 			for dev, on := range s.cfg.Online() {
 				if err := s.setOnline(ctx, dev, on); err != nil {
-					s.log.Warn("Sparkplug device state not published", "upstream", s.m.name, "device", dev, "online", on, "err", err)
+					s.log.Warn("Sparkplug device state not published", "upstream", s.mq().name, "device", dev, "online", on, "err", err)
 				}
 			}
 		}
@@ -133,7 +141,7 @@ func (s *sparkplugSession) runCommands(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case in := <-s.dcmds:
-			s.m.give(len(in.payload))
+			in.m.give(len(in.payload))
 			s.command(ctx, in)
 		}
 	}
@@ -141,28 +149,29 @@ func (s *sparkplugSession) runCommands(ctx context.Context) {
 
 // handle applies a STATE or an NCMD.
 func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
+	m := in.m
 	if in.state {
-		s.hostState(ctx, in.payload)
+		s.hostState(ctx, m, in.payload)
 		return
 	}
 	p, err := sparkplug.Unmarshal(in.payload)
 	if err != nil {
-		s.log.Warn("Sparkplug NCMD refused", "upstream", s.m.name, "err", err)
+		s.log.Warn("Sparkplug NCMD refused", "upstream", m.name, "err", err)
 		return
 	}
-	m, ok := p.Metric(sparkplug.Rebirth)
-	if b, isBool := m.Value.Bool(); !ok || !isBool || !b {
-		s.log.Warn("NCMD without a true Node Control/Rebirth ignored", "upstream", s.m.name)
+	rb, ok := p.Metric(sparkplug.Rebirth)
+	if b, isBool := rb.Value.Bool(); !ok || !isBool || !b {
+		s.log.Warn("NCMD without a true Node Control/Rebirth ignored", "upstream", m.name)
 		return
 	}
 	s.mu.Lock()
 	c := s.born
 	s.mu.Unlock()
-	if c == nil || c != s.m.conn() {
+	if c == nil || c != m.conn() {
 		return // not born on this connection: it births when it may
 	}
 	if err := s.births(ctx, c); err != nil {
-		s.log.Warn("rebirth failed", "upstream", s.m.name, "err", err)
+		s.log.Warn("rebirth failed", "upstream", m.name, "err", err)
 	}
 }
 
@@ -170,7 +179,7 @@ func (s *sparkplugSession) handle(ctx context.Context, in spIncoming) {
 // aliases and typed from the DBIRTH, or why it is refused whole.
 func (s *sparkplugSession) command(ctx context.Context, in spIncoming) {
 	if s.cfg.OnCommand == nil {
-		s.log.Warn("DCMD refused: no command handler", "upstream", s.m.name, "device", in.device)
+		s.log.Warn("DCMD refused: no command handler", "upstream", in.m.name, "device", in.device)
 		return
 	}
 	cmd := SparkplugCommand{Device: in.device, Payload: in.payload}

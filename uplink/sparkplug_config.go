@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	"fieldlink/sparkplug"
@@ -16,6 +17,12 @@ type SparkplugConfig struct {
 	GroupID, EdgeNode string
 	// PrimaryHost is the primary host application's id, or empty.
 	PrimaryHost string
+	// Servers are the node's MQTT servers after the upstream's own, in
+	// order. The node is connected to one at a time and walks to the
+	// next when it cannot connect, loses its connection, or the primary
+	// host's STATE there says offline (Sparkplug 3.0, "Primary Host
+	// Application STATE in Multiple MQTT Server Topologies").
+	Servers []SparkplugServer
 	// Devices are the node's devices, in the order of the site file;
 	// aliases are numbered from 1 across them in that order.
 	Devices []SparkplugDevice
@@ -32,6 +39,14 @@ type SparkplugConfig struct {
 	OnlineEvery time.Duration
 	// Now is the clock of payload timestamps; nil means time.Now.
 	Now func() time.Time
+}
+
+// SparkplugServer is one more MQTT server of a node: where and how to
+// connect; everything else is the upstream's.
+type SparkplugServer struct {
+	URL                string
+	Username, Password string
+	TLS                *tls.Config // nil over mqtt://
 }
 
 // SparkplugDevice is one device and the metrics its DBIRTH declares.

@@ -23,7 +23,8 @@ type sparkplugNode struct {
 }
 
 // Name implements Sender.
-func (sp *sparkplugNode) Name() string { return sp.s.m.Name() }
+// The node is known by its first server, whatever server it is on.
+func (sp *sparkplugNode) Name() string { return sp.s.servers[0].Name() }
 
 // MaxBatch implements Sender: a batch's records are published in order,
 // pipelined, up to the upstream's window.
@@ -38,17 +39,17 @@ func (sp *sparkplugNode) Window() int { return 1 }
 // is online). While it is not, the packets wait in the buffer.
 func (sp *sparkplugNode) Up() bool {
 	s := sp.s
-	c := s.m.conn()
+	c := s.mq().conn()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return c != nil && c == s.born
 }
 
-// LastError is the broker connection's latest failure.
-func (sp *sparkplugNode) LastError() (string, time.Time) { return sp.s.m.lastError() }
+// LastError is the latest failure of the server the node is on.
+func (sp *sparkplugNode) LastError() (string, time.Time) { return sp.s.mq().lastError() }
 
-// MQTT is the upstream's connection.
-func (sp *sparkplugNode) MQTT() *MQTT { return sp.s.m }
+// MQTT is the connection of the server the node is on.
+func (sp *sparkplugNode) MQTT() *MQTT { return sp.s.mq() }
 
 // Send publishes the records as DDATA, in order, pipelined, and returns
 // nil once the broker acknowledged every one. A record that is no packet,
@@ -56,6 +57,7 @@ func (sp *sparkplugNode) MQTT() *MQTT { return sp.s.m }
 // with a permanent error, before anything is published.
 func (sp *sparkplugNode) Send(ctx context.Context, batch []buffer.Record) error {
 	s := sp.s
+	m := s.mq()
 	pks := make([]*packet.Packet, len(batch))
 	for i, r := range batch {
 		pk, err := packet.Decode(r.Data)
@@ -63,15 +65,15 @@ func (sp *sparkplugNode) Send(ctx context.Context, batch []buffer.Record) error 
 			err = fmt.Errorf("device %q is not one of the node's", pk.DeviceID)
 		}
 		if err != nil {
-			return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: publish seq %d: %w", s.m.name, r.Seq, err)}
+			return mqttTopicError{fmt.Errorf("uplink: mqtt %s: sparkplug: publish seq %d: %w", m.name, r.Seq, err)}
 		}
 		pks[i] = pk
 	}
 	s.mu.Lock()
-	c := s.m.conn()
+	c := m.conn()
 	if c == nil || c != s.born {
 		s.mu.Unlock()
-		return s.m.notConnected()
+		return m.notConnected()
 	}
 	toks := make([]paho.Token, len(pks))
 	for i, pk := range pks {
@@ -82,8 +84,8 @@ func (sp *sparkplugNode) Send(ctx context.Context, batch []buffer.Record) error 
 		if tok == nil {
 			continue
 		}
-		if err := s.m.await(ctx, c, tok, s.m.cfg.PublishTimeout); err != nil {
-			return fmt.Errorf("uplink: mqtt %s: publish seq %d: %w", s.m.name, batch[i].Seq, err)
+		if err := m.await(ctx, c, tok, m.cfg.PublishTimeout); err != nil {
+			return fmt.Errorf("uplink: mqtt %s: publish seq %d: %w", m.name, batch[i].Seq, err)
 		}
 	}
 	return nil
@@ -99,7 +101,8 @@ func (sp *sparkplugNode) SetOnline(ctx context.Context, device string, online bo
 }
 
 // newSparkplug makes m a Sparkplug B edge node ([SparkplugConfig]) and
-// returns its sender. Call it before m's Run.
+// returns its sender: m is its first server, cfg.Servers the others, each
+// a connection made like m's. Call it before m's Run.
 func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, error) {
 	if m.running.Load() {
 		return nil, errors.New("uplink: sparkplug: the MQTT upstream already runs")
@@ -108,8 +111,22 @@ func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, err
 	if err != nil {
 		return nil, fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
 	}
-	s.m = m
-	m.session = s
+	s.servers = []*MQTT{m}
+	for _, sv := range cfg.Servers {
+		mc := m.cfg
+		mc.URL, mc.Username, mc.Password, mc.TLS = sv.URL, sv.Username, sv.Password, sv.TLS
+		mc.LoadTopic, mc.OnLoad = "", nil // the load reports are the first server's
+		o, err := NewMQTT(mc)
+		if err != nil {
+			return nil, fmt.Errorf("uplink: sparkplug %s: server %w", m.name, err)
+		}
+		o.backoffMin, o.backoffMax, o.stallAge = m.backoffMin, m.backoffMax, m.stallAge
+		s.servers = append(s.servers, o)
+	}
+	for _, o := range s.servers {
+		o.session = s
+	}
+	s.srv.Store(m)
 	if window <= 0 {
 		window = m.window()
 	}
