@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -34,9 +33,7 @@ func TestHTTPSecretsNeverShown(t *testing.T) {
 		}
 	})
 	tlsSrv := httpTestNewServer(t, true, func(w http.ResponseWriter, r *http.Request) {})
-	dead, _ := net.Listen("tcp", "127.0.0.1:0")
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := testtool.RefusedAddr(t)
 
 	var errs []error
 	for _, cfg := range []HTTPConfig{

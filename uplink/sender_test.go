@@ -3,7 +3,6 @@ package uplink
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,24 +10,20 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/internal/testtool"
 )
 
 // TestHTTPSenderRefusedConnectionIsDown: a refused connection marks the
 // upstream down at once, as a failed probe would; a probe that answers
 // brings it back.
 func TestHTTPSenderRefusedConnectionIsDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens: connections are refused
+	addr := testtool.RefusedAddr(t) // nothing listens: connections are refused
 	s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/ingest"}), 1, 1)
 	s.ProbeResult(nil)
 	if !s.Up() {
 		t.Fatal("down after a successful probe")
 	}
-	err = s.Send(context.Background(), []buffer.Record{{Seq: 1, Data: httpTestPacket(1)}})
+	err := s.Send(context.Background(), []buffer.Record{{Seq: 1, Data: httpTestPacket(1)}})
 	if err == nil || !dialFailed(err) {
 		t.Fatalf("Send to a closed port: %v, want a dial failure", err)
 	}
