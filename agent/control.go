@@ -254,7 +254,11 @@ func exchange(ctx context.Context, path string, line []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(controlTimeout))
+	deadline := time.Now().Add(controlTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.SetDeadline(deadline)
 	if _, err := c.Write(append(line, '\n')); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"fieldlink/agent"
+	"fieldlink/commission"
 	"fieldlink/config"
 	"fieldlink/internal/words"
 	"fieldlink/packet"
@@ -32,9 +33,11 @@ func printErr(w io.Writer, err error) {
 	}
 }
 
-func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("check", stderr)
 	file := fs.String("c", "", "site file to validate")
+	live := fs.Bool("live", false, "then check what the file cannot say: serial ports there, free and open to the service's user, the buffer's directory, each upstream's connect, TLS and credentials, one read of each slave; a table of ok / FAIL and why, exit 1 on a FAIL")
+	probe := fs.Duration("timeout", commission.DefaultProbe, "-live: bound on each probe (a connect, a handshake, a read)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -68,6 +71,17 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	for _, s := range c.SerialSensors {
 		fmt.Fprintf(stdout, "serial sensor %s: %s, %s\n", s.Name, s.URL, s.Profile)
+	}
+	if !*live {
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	rows := commission.Check(ctx, c, commission.Options{Probe: *probe})
+	if err := commission.Print(stdout, rows); err != nil {
+		return err
+	}
+	if commission.Failed(rows) > 0 {
+		return errSilent
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func commands() []command {
 	return []command{
 		{"run", "-c site.yaml [-print]", "the daemon: poll, buffer, deliver to the upstreams (packets on stdout without an uplink)", cmdRun},
 		{"demo", "[--for 20s]", "emulated farm and mine, three embedded MQTT brokers, an outage, a live view; no hardware, no setup", cmdDemo},
-		{"check", "-c site.yaml", "validate a site file; errors name file, line and field", cmdCheck},
+		{"check", "-c site.yaml [-live]", "validate a site file; errors name file, line and field; -live then checks ports, buffer directory, upstreams and slaves for real", cmdCheck},
 		{"poll", "-c site.yaml", "read every device once, print each packet as a JSON line", cmdPoll},
 		{"read", "-url URL -slave N -area holding -address A [-count N] [-type T] [-order O]", "ad-hoc register read, like mbpoll", cmdRead},
 		{"scan", "-url URL [-slaves 1-247] [-bauds 9600,19200]", "find slave ids and baud rate on a bus", cmdScan},
