@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"fieldlink/config"
+	"fieldlink/sensors"
 )
 
 // Access bits, as in a file's mode and access(2).
@@ -93,14 +94,16 @@ func (k *checker) port(what, path string) Row {
 		return fail("%s may not open %s (%s): %s", k.who.name, path, owners(fi), fix)
 	}
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.EBUSY):
-		return fail("%s", k.busy(path))
-	case errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENOENT):
-		return fail("%s is there but its adapter is gone: unplug it and plug it in again", path)
-	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-		return fail("%s may not open %s (%s): add the user to the port's group, then restart the service", k.who.name, path, owners(fi))
-	case err != nil:
+	if err != nil {
+		// The kinds the daemon gives a port that does not open.
+		switch sensors.PortErrorOf(path, err).Kind {
+		case sensors.PortBusy:
+			return fail("%s", k.busy(path))
+		case sensors.PortMissing:
+			return fail("%s is there but its adapter is gone: unplug it and plug it in again", path)
+		case sensors.PortForbidden:
+			return fail("%s may not open %s (%s): add the user to the port's group, then restart the service", k.who.name, path, owners(fi))
+		}
 		return fail("%s does not open: %v", path, err)
 	}
 	defer unix.Close(fd)
