@@ -437,7 +437,9 @@ func TestTSMilliseconds(t *testing.T) {
 	p := packet.Packet{At: time.Date(2026, 11, 29, 16, 55, 22, 317_900_000, time.UTC), Loc: mustZone(t, "Asia/Shanghai"),
 		SiteID: "001", DataType: "Rain", GatewayID: "gw-01", DeviceID: "rain-1", Seq: 1, Fields: []packet.Field{{"Rainfall", packet.Float(0.5, 1)}}}
 	data := p.AppendJSON(nil, packet.Strings)
-	var got struct{ DataHead struct{ Date, Time, TS string } }
+	var got struct {
+		DataHead struct{ Date, Time, TS string }
+	}
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
