@@ -82,7 +82,7 @@ func TestScanFindsSlaves(t *testing.T) {
 	if strings.Contains(out, "found slave 4") || strings.Contains(out, "found slave 5") {
 		t.Fatalf("phantom slaves:\n%s", out)
 	}
-	if !strings.Contains(errOut, "trying 5 slave ids at 1 line setting: at most about 250ms") || !strings.Contains(errOut, "Ctrl-C stops") {
+	if !strings.Contains(errOut, "trying 5 slave ids at 1 line setting: at most about 300ms to sweep") || !strings.Contains(errOut, "Ctrl-C stops") {
 		t.Fatalf("scan gives no estimate:\n%s", errOut)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"fieldlink/internal/words"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/plan"
 	"fieldlink/sensors/profile"
 )
 
@@ -139,14 +140,20 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			urls = append(urls, u.String())
 		}
 	}
-	// Each silent id costs the timeout: say how long the worst case takes,
-	// and how to narrow it.
-	worst := time.Duration(len(urls)*len(ids)) * *timeout
-	if worst >= time.Second {
-		worst = worst.Round(time.Second)
+	// Every request the scan sends is bounded by -timeout: the sweep sends
+	// one per id and line setting (and is given one more, for opening the
+	// line), identifying a device found one per request of every profile
+	// and up to 8 for its identification. Say how long the worst case
+	// takes, and hold each part to it.
+	perURL := time.Duration(len(ids)+1) * *timeout
+	perDevice := time.Duration(identifyRequests(set)) * *timeout
+	then := ""
+	if *identify {
+		then = fmt.Sprintf(", then up to %v for each device found, to identify it (%s; -identify=false skips it)",
+			ceilSecond(perDevice), words.Count(identifyRequests(set), "request"))
 	}
-	fmt.Fprintf(stderr, "trying %s at %s: at most about %v (a silent id costs -timeout %v); -slaves and -bauds narrow it, Ctrl-C stops\n",
-		words.Count(len(ids), "slave id"), words.Count(len(urls), "line setting"), worst, *timeout)
+	fmt.Fprintf(stderr, "trying %s at %s: at most about %v to sweep (a silent id costs -timeout %v)%s; -slaves and -bauds narrow it, Ctrl-C stops\n",
+		words.Count(len(ids), "slave id"), words.Count(len(urls), "line setting"), ceilSecond(time.Duration(len(urls))*perURL), *timeout, then)
 	found := 0
 	stopped := func(u string, id byte) error {
 		fmt.Fprintf(stderr, "scan stopped at slave %d of %s: %s found so far\n", id, u, words.Count(found, "device"))
@@ -161,7 +168,8 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		ep, _ := modbus.ParseURL(u)
 		fmt.Fprintf(stderr, "scanning %s (%s), %d slave ids...\n", u, ep.LineSettings(), len(ids))
-		res, at, err := sensors.Scan(ctx, client, ids, area, uint16(*address), func(a sensors.Answer) {
+		sweep, cancel := context.WithTimeout(ctx, perURL)
+		res, at, err := sensors.Scan(sweep, client, ids, area, uint16(*address), func(a sensors.Answer) {
 			if a.Exception == nil {
 				fmt.Fprintf(stdout, "found slave %d at %s (%s): answered a read of %s %d\n", a.Slave, u, ep.LineSettings(), area, *address)
 			} else {
@@ -170,14 +178,20 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			found++
 			frag.slaves = append(frag.slaves, a.Slave)
 		})
-		if err != nil {
+		cancel()
+		if err != nil && ctx.Err() != nil {
 			client.Close()
 			return stopped(u, at)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "  the sweep of %s stopped at slave %d, at its bound of %v\n", u, at, perURL)
 		}
 		garbled := res.Garbled
 		if *identify {
 			for _, id := range frag.slaves {
-				who, err := sensors.Identify(ctx, client, id, set)
+				one, cancel := context.WithTimeout(ctx, perDevice)
+				who, err := sensors.Identify(one, client, id, set)
+				cancel()
 				if ctx.Err() != nil {
 					client.Close()
 					return stopped(u, id)
@@ -203,6 +217,31 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		printFragment(stdout, fragments)
 	}
 	return nil
+}
+
+// identifyRequests is how many requests identifying one device may send:
+// up to 8 for its identification (43/14), then one per request of every
+// Modbus profile of set.
+func identifyRequests(set profile.Set) int {
+	n := 8
+	for _, name := range set.Names() {
+		p := set[name]
+		if p.IsLine() || len(p.Registers) == 0 {
+			continue
+		}
+		reqs, _ := sensors.PlanDevice(p, -1, plan.Cost{})
+		n += len(reqs)
+	}
+	return n
+}
+
+// ceilSecond rounds d up to the second from a second on: a bound said
+// rounded down would not hold.
+func ceilSecond(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d
+	}
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 // busFragment is what scan found at one line setting.
