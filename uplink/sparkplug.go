@@ -30,6 +30,9 @@ type sparkplugSession struct {
 	devs    map[string]*spDevice
 	ncmd    string
 	dcmd    string // prefix: + device
+	// barrier is a topic filter the node never subscribes to: its
+	// UNSUBSCRIBE confirms what was published before it (see confirm).
+	barrier string
 
 	mu     sync.Mutex
 	bdSeq  uint64 // of the current connection's will and NBIRTH
@@ -85,9 +88,10 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 		}
 	}
 	s := &sparkplugSession{cfg: cfg, log: log, now: cfg.Now, devs: map[string]*spDevice{},
-		ncmd: sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, ""),
-		dcmd: sparkplug.Topic(cfg.GroupID, sparkplug.DCMD, cfg.EdgeNode, "") + "/",
-		cmds: make(chan spIncoming, subscriptionQueue), dcmds: make(chan spIncoming, subscriptionQueue),
+		ncmd:    sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, ""),
+		dcmd:    sparkplug.Topic(cfg.GroupID, sparkplug.DCMD, cfg.EdgeNode, "") + "/",
+		barrier: sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, "") + "/confirm",
+		cmds:    make(chan spIncoming, subscriptionQueue), dcmds: make(chan spIncoming, subscriptionQueue),
 		walkc: make(chan *MQTT, 1)}
 	if s.now == nil {
 		s.now = time.Now
@@ -191,22 +195,53 @@ func (s *sparkplugSession) births(ctx context.Context, c *mqttConn) error {
 	s.mu.Lock()
 	s.seq = 0
 	s.born, s.bornAny = c, true
-	nb := sparkplug.Payload{Timestamp: s.stamp(), HasSeq: true, Seq: s.nextSeq(), Metrics: []sparkplug.Metric{
-		{Name: sparkplug.BdSeq, Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, int64(s.bdSeq))},
-		{Name: sparkplug.Rebirth, Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
+	now := s.stamp()
+	nb := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: s.nextSeq(), Metrics: []sparkplug.Metric{
+		{Name: sparkplug.BdSeq, Type: sparkplug.Int64, Timestamp: now, Value: sparkplug.Int(sparkplug.Int64, int64(s.bdSeq))},
+		{Name: sparkplug.Rebirth, Type: sparkplug.Boolean, Timestamp: now, Value: sparkplug.BoolOf(false)},
 	}}
-	toks := []paho.Token{c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.NBIRTH, s.cfg.EdgeNode, ""), 1, false, nb.Marshal())}
+	toks := []paho.Token{c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.NBIRTH, s.cfg.EdgeNode, ""), sparkplugQoS, false, nb.Marshal())}
 	for _, dc := range s.cfg.Devices {
 		if d := s.devs[dc.Name]; !d.dead {
 			toks = append(toks, s.dbirth(c, d))
 		}
 	}
 	s.mu.Unlock()
-	m := s.mq()
+	if err := s.confirm(ctx, s.mq(), c, toks); err != nil {
+		return fmt.Errorf("births: %w", err)
+	}
+	return nil
+}
+
+// sparkplugQoS is the QoS of NBIRTH, DBIRTH, DDATA and DDEATH: Sparkplug
+// 3.0 requires 0 (tck-id-payloads-nbirth-qos, -dbirth-qos, -ddata-qos,
+// topics-ddeath-mqtt). The NDEATH, will or published, is QoS 1.
+const sparkplugQoS = 0
+
+// confirm returns nil once the broker has read every message of toks
+// (nil ones skipped) from connection c: each written to the connection
+// (QoS 0 has no PUBACK), then an UNSUBSCRIBE of a filter the node never
+// subscribed to, whose UNSUBACK the broker sends after it has handled
+// every packet before it on the connection (a broker reads a
+// connection's packets in order, and paho writes the UNSUBSCRIBE after
+// the publishes already written). So a DDATA leaves the buffer only once
+// the broker has it, as its PUBACK used to say at QoS 1.
+func (s *sparkplugSession) confirm(ctx context.Context, m *MQTT, c *mqttConn, toks []paho.Token) error {
+	n := 0
 	for _, tok := range toks {
-		if err := m.await(ctx, c, tok, m.cfg.PublishTimeout); err != nil {
-			return fmt.Errorf("births: %w", err)
+		if tok == nil {
+			continue
 		}
+		n++
+		if err := m.await(ctx, c, tok, m.cfg.PublishTimeout); err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := m.await(ctx, c, c.cl.Unsubscribe(s.barrier), m.cfg.PublishTimeout); err != nil {
+		return fmt.Errorf("confirm: %w", err)
 	}
 	return nil
 }
@@ -233,7 +268,7 @@ func (s *sparkplugSession) dbirth(c *mqttConn, d *spDevice) paho.Token {
 	p.Metrics = append(p.Metrics,
 		sparkplug.Metric{Name: PacketSeq, Alias: d.seqAlias, HasAlias: true, Type: sparkplug.UInt64, Timestamp: p.Timestamp, Null: true},
 		sparkplug.Metric{Name: packetEpoch, Alias: d.epochAlias, HasAlias: true, Type: sparkplug.String, Timestamp: p.Timestamp, Null: true})
-	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DBIRTH, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
+	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DBIRTH, s.cfg.EdgeNode, d.name), sparkplugQoS, false, p.Marshal())
 }
 
 // ending publishes the NDEATH before a clean disconnect.
@@ -270,10 +305,10 @@ func (s *sparkplugSession) setOnline(ctx context.Context, device string, online 
 		tok = s.dbirth(c, d)
 	} else {
 		p := sparkplug.Payload{Timestamp: s.stamp(), HasSeq: true, Seq: s.nextSeq()}
-		tok = c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDEATH, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
+		tok = c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDEATH, s.cfg.EdgeNode, d.name), sparkplugQoS, false, p.Marshal())
 	}
 	s.mu.Unlock()
-	if err := m.await(ctx, c, tok, m.cfg.PublishTimeout); err != nil {
+	if err := s.confirm(ctx, m, c, []paho.Token{tok}); err != nil {
 		return fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
 	}
 	return nil

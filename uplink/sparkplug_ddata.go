@@ -61,7 +61,7 @@ func (s *sparkplugSession) ddata(c *mqttConn, d *spDevice, pk *packet.Packet) pa
 		sparkplug.Metric{Alias: d.seqAlias, HasAlias: true, Timestamp: at, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, int64(pk.Seq)), Historical: hist},
 		epoch)
 	p.HasSeq, p.Seq = true, s.nextSeq()
-	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), 1, false, p.Marshal())
+	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), sparkplugQoS, false, p.Marshal())
 }
 
 // spReading reports whether pk is a reading of d: one of its fields is a

@@ -80,13 +80,8 @@ func (sp *sparkplugNode) Send(ctx context.Context, batch []buffer.Record) error 
 		toks[i] = s.ddata(c, s.devs[pk.DeviceID], pk)
 	}
 	s.mu.Unlock()
-	for i, tok := range toks {
-		if tok == nil {
-			continue
-		}
-		if err := m.await(ctx, c, tok, m.cfg.PublishTimeout); err != nil {
-			return fmt.Errorf("uplink: mqtt %s: publish seq %d: %w", m.name, batch[i].Seq, err)
-		}
+	if err := s.confirm(ctx, m, c, toks); err != nil {
+		return fmt.Errorf("uplink: mqtt %s: publish seqs %d to %d: %w", m.name, batch[0].Seq, batch[len(batch)-1].Seq, err)
 	}
 	return nil
 }
@@ -111,6 +106,11 @@ func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, err
 	if err != nil {
 		return nil, fmt.Errorf("uplink: mqtt %s: %w", m.name, err)
 	}
+	// A node publishes nothing but its births, deaths and data: the
+	// status topic's retained "online" would come before its NBIRTH
+	// (tck-id-principles-birth-certificates-order). NBIRTH and NDEATH
+	// say whether it is up.
+	m.status = ""
 	s.servers = []*MQTT{m}
 	for _, sv := range cfg.Servers {
 		mc := m.cfg
@@ -121,6 +121,7 @@ func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, err
 			return nil, fmt.Errorf("uplink: sparkplug %s: server %w", m.name, err)
 		}
 		o.backoffMin, o.backoffMax, o.stallAge = m.backoffMin, m.backoffMax, m.stallAge
+		o.status = ""
 		s.servers = append(s.servers, o)
 	}
 	for _, o := range s.servers {

@@ -145,8 +145,8 @@ func TestSparkplugSession(t *testing.T) {
 	nbirth := func(bd int64) {
 		seq = 0
 		wants = append(wants, spWant{"spBv1.0/farm/NBIRTH/gw1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: []sparkplug.Metric{
-			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
-			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
+			{Name: "bdSeq", Type: sparkplug.Int64, Timestamp: now, Value: sparkplug.Int(sparkplug.Int64, bd)},
+			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Timestamp: now, Value: sparkplug.BoolOf(false)},
 		}}})
 	}
 	ndeath := func(bd int64) {
@@ -354,8 +354,8 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 
 	nbirth := func(bd int64) sparkplug.Payload {
 		return sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: 0, Metrics: []sparkplug.Metric{
-			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
-			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(false)},
+			{Name: "bdSeq", Type: sparkplug.Int64, Timestamp: now, Value: sparkplug.Int(sparkplug.Int64, bd)},
+			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Timestamp: now, Value: sparkplug.BoolOf(false)},
 		}}
 	}
 	dbirth := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: 1}
