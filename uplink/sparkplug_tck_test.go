@@ -749,32 +749,32 @@ func TestTCK(t *testing.T) {
 		})},
 		{"payloads-metric-datatype-value", birthMetrics(func(t *testing.T, i int, m sparkplugtest.Metric) {
 			if !datatypes[m.Type] {
-				t.Errorf("birth %d: %v datatype %q", i, m.Name, m.Type)
+				t.Errorf("birth %d: %s datatype %q", i, tckName(m), m.Type)
 			}
 		})},
 		{"payloads-metric-datatype-value-type", birthMetrics(func(t *testing.T, i int, m sparkplugtest.Metric) {
 			if !datatypes[m.Type] {
-				t.Errorf("birth %d: %v datatype %q", i, m.Name, m.Type)
+				t.Errorf("birth %d: %s datatype %q", i, tckName(m), m.Type)
 			}
 		})},
 		{"payloads-metric-propertyvalue-type-req", birthMetrics(func(t *testing.T, i int, m sparkplugtest.Metric) {
 			for k, p := range m.Properties {
 				if p.Type == "" {
-					t.Errorf("birth %d: %v property %s without a type", i, m.Name, k)
+					t.Errorf("birth %d: %s property %s without a type", i, tckName(m), k)
 				}
 			}
 		})},
 		{"payloads-metric-propertyvalue-type-type", birthMetrics(func(t *testing.T, i int, m sparkplugtest.Metric) {
 			for k, p := range m.Properties {
 				if !datatypes[p.Type] {
-					t.Errorf("birth %d: %v property %s type %q", i, m.Name, k, p.Type)
+					t.Errorf("birth %d: %s property %s type %q", i, tckName(m), k, p.Type)
 				}
 			}
 		})},
 		{"payloads-metric-propertyvalue-type-value", birthMetrics(func(t *testing.T, i int, m sparkplugtest.Metric) {
 			for k, p := range m.Properties {
 				if !datatypes[p.Type] {
-					t.Errorf("birth %d: %v property %s type %q", i, m.Name, k, p.Type)
+					t.Errorf("birth %d: %s property %s type %q", i, tckName(m), k, p.Type)
 				}
 			}
 		})},
