@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"fieldlink/internal/yamlconf"
-	"fieldlink/metrics"
 	"fieldlink/sensors/modbus"
 	"fieldlink/sensors/profile"
 )
@@ -142,7 +141,7 @@ func (c *Config) defaults() {
 		c.Site.Timezone = "UTC"
 	}
 	if c.Metrics.Listen == "" {
-		c.Metrics.Listen = metrics.DefaultListen
+		c.Metrics.Listen = DefaultMetricsListen
 	}
 }
 

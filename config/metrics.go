@@ -9,6 +9,9 @@ import (
 	"fieldlink/internal/yamlconf"
 )
 
+// DefaultMetricsListen is metrics.listen's default: loopback only.
+const DefaultMetricsListen = "127.0.0.1:9273"
+
 // Metrics is the listener of gateway run: Prometheus metrics, health and
 // readiness, and the status page.
 type Metrics struct {

@@ -4,8 +4,6 @@ import (
 	"embed"
 	"fmt"
 	"strings"
-
-	"fieldlink/metrics"
 )
 
 //go:embed starter/*.yaml
@@ -39,6 +37,6 @@ func Starter(kind string, v StarterVars) ([]byte, error) {
 		"{{PORT}}", or(v.Port, "/dev/ttyUSB0"),
 		"{{BROKER}}", or(v.Broker, "mqtt://127.0.0.1:1883"),
 		"{{BUFFER}}", or(v.Buffer, DefaultBufferPath),
-		"{{LISTEN}}", or(v.Listen, metrics.DefaultListen),
+		"{{LISTEN}}", or(v.Listen, DefaultMetricsListen),
 	).Replace(string(b))), nil
 }

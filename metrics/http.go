@@ -193,10 +193,10 @@ func listenTCP(addr string, allowRemote bool) (net.Listener, error) {
 	}
 	if !allowRemote {
 		if host == "" {
-			return nil, fmt.Errorf("%w: %q listens on every interface; name a loopback address such as %s, or allow remote access", ErrNotLoopback, addr, DefaultListen)
+			return nil, fmt.Errorf("%w: %q listens on every interface; name a loopback address (127.0.0.1 or ::1), or allow remote access", ErrNotLoopback, addr)
 		}
 		if ip, err := netip.ParseAddr(host); err == nil && !ip.Unmap().IsLoopback() {
-			return nil, fmt.Errorf("%w: %q; name a loopback address such as %s, or allow remote access", ErrNotLoopback, addr, DefaultListen)
+			return nil, fmt.Errorf("%w: %q; name a loopback address (127.0.0.1 or ::1), or allow remote access", ErrNotLoopback, addr)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -206,7 +206,7 @@ func listenTCP(addr string, allowRemote bool) (net.Listener, error) {
 	if !allowRemote {
 		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
 			_ = ln.Close()
-			return nil, fmt.Errorf("%w: %q bound %s; name a loopback address such as %s, or allow remote access", ErrNotLoopback, addr, ln.Addr(), DefaultListen)
+			return nil, fmt.Errorf("%w: %q bound %s; name a loopback address (127.0.0.1 or ::1), or allow remote access", ErrNotLoopback, addr, ln.Addr())
 		}
 	}
 	return ln, nil

@@ -12,9 +12,6 @@ import (
 	"fieldlink/uplink"
 )
 
-// DefaultListen is the metrics listener's default address: loopback only.
-const DefaultListen = "127.0.0.1:9273"
-
 // Sources are the snapshot functions the collector reads at scrape time,
 // and the status page at each view. Any of them may be nil: its metrics (or
 // its part of the page) are then left out. Each may be called from several

@@ -15,7 +15,6 @@ import (
 
 	"fieldlink/buffer"
 	"fieldlink/config"
-	"fieldlink/metrics"
 )
 
 // Settings are the part of a site file the update gate reads. They are read
@@ -50,10 +49,10 @@ func ReadSettings(file string) (Settings, error) {
 		return s, fmt.Errorf("%s: %w", file, err)
 	}
 	if s.Metrics.Listen == "" {
-		s.Metrics.Listen = metrics.DefaultListen
+		s.Metrics.Listen = config.DefaultMetricsListen
 	}
 	if s.Metrics.Listen == "off" {
-		return s, fmt.Errorf("%s: metrics.listen is off: gateway health reads the daemon's /metrics (give metrics.listen, such as %s)", file, metrics.DefaultListen)
+		return s, fmt.Errorf("%s: metrics.listen is off: gateway health reads the daemon's /metrics (give metrics.listen, such as %s)", file, config.DefaultMetricsListen)
 	}
 	rel := func(p string) string {
 		if filepath.IsAbs(p) {
