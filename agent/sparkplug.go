@@ -37,7 +37,7 @@ func sparkplugNode(c *config.Config, sp *config.Sparkplug, h sparkplugHooks) *up
 			dev := uplink.SparkplugDevice{Name: d.Name}
 			if p := c.DeviceProfile(d); p != nil {
 				for _, r := range p.Registers {
-					dev.Metrics = append(dev.Metrics, uplink.SparkplugMetric{Name: r.Name, Type: sparkplugType(&r), Unit: r.Unit})
+					dev.Metrics = append(dev.Metrics, uplink.SparkplugMetric{Name: r.Name, Type: sparkplugType(&r), Unit: r.Unit, Alarm: r.Alarm != nil})
 				}
 			}
 			n.Devices = append(n.Devices, dev)
@@ -54,7 +54,7 @@ func sparkplugNode(c *config.Config, sp *config.Sparkplug, h sparkplugHooks) *up
 				case "bool":
 					t = sparkplug.Boolean
 				}
-				dev.Metrics = append(dev.Metrics, uplink.SparkplugMetric{Name: f.Name, Type: t, Unit: f.Unit})
+				dev.Metrics = append(dev.Metrics, uplink.SparkplugMetric{Name: f.Name, Type: t, Unit: f.Unit, Alarm: f.Alarm != nil})
 			}
 		}
 		n.Devices = append(n.Devices, dev)

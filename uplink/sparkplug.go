@@ -65,7 +65,17 @@ type spDevice struct {
 	byAlias              map[uint64]int
 	last                 []sparkplug.Value // NoValue: none known (sent as is_null)
 	lastAt               []uint64
-	dead                 bool // DDEATH sent, no DBIRTH since
+	lastQ                []int32 // the quality of last
+	// sentQ is the quality the host last read for each metric (in a
+	// birth or a live DDATA): a good value after another quality says
+	// so, since a host keeps a metric's quality until told.
+	sentQ []int32
+	// alarm is the alias of each metric's alarm metric, 0 for none; its
+	// last value and quality are lastAlarm, sentAlarmQ.
+	alarm      []uint64
+	lastAlarm  []sparkplug.Value
+	sentAlarmQ []int32
+	dead       bool // DDEATH sent, no DBIRTH since
 }
 
 type spIncoming struct {
@@ -104,8 +114,10 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 		if s.devs[d.Name] != nil {
 			return nil, fmt.Errorf("sparkplug: device %q listed twice", d.Name)
 		}
+		n := len(d.Metrics)
 		sd := &spDevice{name: d.Name, metrics: d.Metrics, byName: map[string]int{}, byAlias: map[uint64]int{},
-			last: make([]sparkplug.Value, len(d.Metrics)), lastAt: make([]uint64, len(d.Metrics))}
+			last: make([]sparkplug.Value, n), lastAt: make([]uint64, n), lastQ: make([]int32, n), sentQ: make([]int32, n),
+			alarm: make([]uint64, n), lastAlarm: make([]sparkplug.Value, n), sentAlarmQ: make([]int32, n)}
 		for i, m := range d.Metrics {
 			if _, dup := sd.byName[m.Name]; dup {
 				return nil, fmt.Errorf("sparkplug: device %q: metric %q listed twice", d.Name, m.Name)
@@ -128,6 +140,20 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 		}
 		sd.seqAlias, sd.epochAlias = alias, alias+1
 		alias += 2
+	}
+	// Then the alarm metrics, so that the others keep their numbers.
+	for _, d := range cfg.Devices {
+		sd := s.devs[d.Name]
+		for i, m := range d.Metrics {
+			if !m.Alarm {
+				continue
+			}
+			if _, dup := sd.byName[m.Name+SparkplugAlarmSuffix]; dup {
+				return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the alarm metric of %q", d.Name, m.Name+SparkplugAlarmSuffix, m.Name)
+			}
+			sd.alarm[i] = alias
+			alias++
+		}
 	}
 	return s, nil
 }
@@ -256,14 +282,25 @@ func (s *sparkplugSession) dbirth(c *mqttConn, d *spDevice) paho.Token {
 		if sm.Timestamp == 0 {
 			sm.Timestamp = p.Timestamp
 		}
+		q := d.lastQ[i]
 		if sm.Value.Kind == sparkplug.NoValue {
-			sm.Null = true
+			sm.Null, q = true, SparkplugQualityBad
 		}
 		if m.Unit != "" {
 			sm.Properties = &sparkplug.PropertySet{}
 			sm.Properties.Add("engUnit", sparkplug.PropertyValue{Type: sparkplug.String, Value: sparkplug.StringOf(m.Unit)})
 		}
+		d.sentQ[i] = spQuality(&sm, q, SparkplugQualityGood)
 		p.Metrics = append(p.Metrics, sm)
+		if d.alarm[i] != 0 {
+			am := sparkplug.Metric{Name: m.Name + SparkplugAlarmSuffix, Alias: d.alarm[i], HasAlias: true, Type: sparkplug.Boolean, Timestamp: sm.Timestamp, Value: d.lastAlarm[i]}
+			q := d.lastQ[i]
+			if am.Value.Kind == sparkplug.NoValue {
+				am.Null, q = true, SparkplugQualityBad
+			}
+			d.sentAlarmQ[i] = spQuality(&am, q, SparkplugQualityGood)
+			p.Metrics = append(p.Metrics, am)
+		}
 	}
 	p.Metrics = append(p.Metrics,
 		sparkplug.Metric{Name: PacketSeq, Alias: d.seqAlias, HasAlias: true, Type: sparkplug.UInt64, Timestamp: p.Timestamp, Null: true},
@@ -292,7 +329,7 @@ func (s *sparkplugSession) setOnline(ctx context.Context, device string, online 
 	}
 	d.dead = !online
 	for i := range d.last {
-		d.last[i], d.lastAt[i] = sparkplug.Value{}, 0
+		d.last[i], d.lastAt[i], d.lastAlarm[i] = sparkplug.Value{}, 0, sparkplug.Value{}
 	}
 	m := s.mq()
 	c := m.conn()

@@ -60,7 +60,22 @@ type SparkplugMetric struct {
 	Name string
 	Type sparkplug.DataType
 	Unit string // engineering units, the DBIRTH's "engUnit" property; may be empty
+	// Alarm says the point has alarm limits: the node declares a Boolean
+	// metric "<Name>/Alarm" beside it, true in a DDATA whose packet names
+	// the point among its AlarmFields (the limit crossed), else false.
+	Alarm bool
 }
+
+// SparkplugAlarmSuffix makes the name of a point's alarm metric.
+const SparkplugAlarmSuffix = "/Alarm"
+
+// The values of a metric's "Quality" property (Int32), as Sparkplug 3.0
+// defines them and Ignition reads them.
+const (
+	SparkplugQualityBad   = 0   // no value: a failed read, a device offline
+	SparkplugQualityGood  = 192 // a reading of the point, timed by a clock in step
+	SparkplugQualityStale = 500 // a reading whose time is uncertain (ClockUnsynced)
+)
 
 // Bounds of a DCMD. A DCMD needs no key where DCMDs run at all
 // (downlink.allow_unsigned), so they bound what one message can do.

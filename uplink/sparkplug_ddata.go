@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,12 @@ func (s *sparkplugSession) ddata(c *mqttConn, d *spDevice, pk *packet.Packet) pa
 	// the live value, whereas a kept reading taken for live would put an
 	// old value in its place.
 	hist := d.dead || s.cfg.PrimaryHost != "" && pk.At.Before(s.hostSince)
+	// A reading timed by a clock not in step is stale: its value is
+	// the device's, its time is not known.
+	q := int32(SparkplugQualityGood)
+	if pk.ClockUnsynced {
+		q = SparkplugQualityStale
+	}
 	seen := make([]bool, len(d.metrics))
 	for _, f := range pk.Fields {
 		i, ok := d.byName[f.Name]
@@ -36,21 +43,11 @@ func (s *sparkplugSession) ddata(c *mqttConn, d *spDevice, pk *packet.Packet) pa
 		}
 		seen[i] = true
 		v, ok := spValue(d.metrics[i].Type, f.Value)
-		m := sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Value: v, Null: !ok, Historical: hist}
-		if !ok {
-			m.Value = sparkplug.Value{}
-		}
-		if !hist {
-			d.last[i], d.lastAt[i] = m.Value, at
-		}
-		p.Metrics = append(p.Metrics, m)
+		p.Metrics = s.appendReading(p.Metrics, d, i, at, v, ok, q, slices.Contains(pk.AlarmFields, f.Name), hist)
 	}
 	for i, was := range seen {
 		if !was { // the reading has no value for it: failed, never a stale value
-			p.Metrics = append(p.Metrics, sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Null: true, Historical: hist})
-			if !hist {
-				d.last[i], d.lastAt[i] = sparkplug.Value{}, at
-			}
+			p.Metrics = s.appendReading(p.Metrics, d, i, at, sparkplug.Value{}, false, q, false, hist)
 		}
 	}
 	epoch := sparkplug.Metric{Alias: d.epochAlias, HasAlias: true, Timestamp: at, Type: sparkplug.String, Value: sparkplug.StringOf(pk.Epoch), Historical: hist}
@@ -62,6 +59,53 @@ func (s *sparkplugSession) ddata(c *mqttConn, d *spDevice, pk *packet.Packet) pa
 		epoch)
 	p.HasSeq, p.Seq = true, s.nextSeq()
 	return c.cl.Publish(sparkplug.Topic(s.cfg.GroupID, sparkplug.DDATA, s.cfg.EdgeNode, d.name), sparkplugQoS, false, p.Marshal())
+}
+
+// appendReading appends metric i of d as a reading has it, and its alarm
+// metric if it has one: value v, or is_null with quality bad when ok is
+// false; with quality q otherwise. A metric's Quality property goes out
+// when it is not good, and when a host last read another quality for it.
+// A live reading becomes the metric's last value (for the next DBIRTH);
+// a historical one does not. s.mu is held.
+func (s *sparkplugSession) appendReading(ms []sparkplug.Metric, d *spDevice, i int, at uint64, v sparkplug.Value, ok bool, q int32, alarm, hist bool) []sparkplug.Metric {
+	m := sparkplug.Metric{Alias: d.alias[i], HasAlias: true, Timestamp: at, Type: d.metrics[i].Type, Value: v, Historical: hist}
+	var av sparkplug.Value
+	if ok {
+		av = sparkplug.BoolOf(alarm)
+	} else {
+		m.Value, m.Null, q = sparkplug.Value{}, true, SparkplugQualityBad
+	}
+	was, wasAlarm := d.sentQ[i], d.sentAlarmQ[i]
+	if hist { // its quality is its own; the live one stays as sent
+		was, wasAlarm = SparkplugQualityGood, SparkplugQualityGood
+	}
+	sent := spQuality(&m, q, was)
+	ms = append(ms, m)
+	if !hist {
+		d.last[i], d.lastAt[i], d.lastQ[i], d.sentQ[i] = m.Value, at, q, sent
+	}
+	if d.alarm[i] == 0 {
+		return ms
+	}
+	am := sparkplug.Metric{Alias: d.alarm[i], HasAlias: true, Timestamp: at, Type: sparkplug.Boolean, Value: av, Null: !ok, Historical: hist}
+	sent = spQuality(&am, q, wasAlarm)
+	if !hist {
+		d.lastAlarm[i], d.sentAlarmQ[i] = av, sent
+	}
+	return append(ms, am)
+}
+
+// spQuality gives m a Quality property of q when q is not good or the
+// host last read quality was for it, and returns q.
+func spQuality(m *sparkplug.Metric, q, was int32) int32 {
+	if q == SparkplugQualityGood && was == SparkplugQualityGood {
+		return q
+	}
+	if m.Properties == nil {
+		m.Properties = &sparkplug.PropertySet{}
+	}
+	m.Properties.Add("Quality", sparkplug.PropertyValue{Type: sparkplug.Int32, Value: sparkplug.Int(sparkplug.Int32, int64(q))})
+	return q
 }
 
 // spReading reports whether pk is a reading of d: one of its fields is a

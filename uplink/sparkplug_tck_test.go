@@ -582,7 +582,34 @@ func TestTCK(t *testing.T) {
 	datatypes := map[string]bool{"Int8": true, "Int16": true, "Int32": true, "Int64": true, "UInt8": true, "UInt16": true, "UInt32": true, "UInt64": true,
 		"Float": true, "Double": true, "Boolean": true, "String": true, "DateTime": true, "Text": true}
 
+	// qualities checks every Quality property the node sent: Int32, in
+	// int_value, one of 0, 192 and 500.
+	qualities := func(t *testing.T, r *tckRun) {
+		n := 0
+		for i := range r.pubs {
+			if r.typ(i) == "" || r.typ(i) == ND {
+				continue
+			}
+			for _, m := range tckOurs(t, r.pubs[i].payload).Metrics {
+				q, ok := m.Properties.Get("Quality")
+				if !ok {
+					continue
+				}
+				n++
+				v, isInt := q.Value.IntAs(sparkplug.Int32)
+				if q.Type != sparkplug.Int32 || q.Value.Kind != sparkplug.IntValue || !isInt || (v != 0 && v != 192 && v != 500) {
+					t.Errorf("publish %d (%s): metric %s alias %d: Quality %+v, want an Int32 0, 192 or 500 in int_value", i, r.pubs[i].topic, m.Name, m.Alias, q)
+				}
+			}
+		}
+		if n == 0 {
+			t.Error("no Quality property sent: nothing to check")
+		}
+	}
+
 	checks := []tckCheck{
+		{"payloads-propertyset-quality-value-type", qualities},
+		{"payloads-propertyset-quality-value-value", qualities},
 		// Session establishment.
 		{"message-flow-edge-node-birth-publish-connect", birthsThenData},
 		{"message-flow-edge-node-birth-publish-will-message", willChecks(func(t *testing.T, c tckPacket) {
