@@ -483,4 +483,3 @@ func mixed(old, c *config.Config) *config.Config {
 	m.Uplink = old.Uplink
 	return &m
 }
-

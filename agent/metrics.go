@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,20 +24,56 @@ import (
 // means the module's build information. The binary sets it from its own.
 var Version string
 
+// Retries of a metrics listener that could not start: its port may be
+// held by a program that lets it go (the previous gateway still
+// stopping, a technician's tool).
+const (
+	metricsRetryFirst = time.Second
+	metricsRetryMax   = 30 * time.Second
+)
+
 // ServeMetrics serves /metrics, /healthz, /readyz and the status page from
 // src on c's metrics listener until the returned function is called; that
 // function stops the server and waits for it. A listener that cannot start
-// is logged, not fatal: the gateway's job is the data.
+// is logged, not fatal: the gateway's job is the data. It is tried again,
+// 1 s doubling to 30 s, unless its address can never be served (not
+// loopback without allow_remote).
 func ServeMetrics(c *config.Config, src metrics.Sources, log *slog.Logger) (stop func()) {
 	if c.Metrics.Listen == "off" {
 		return func() {}
 	}
 	_, stop, err := StartMetrics(c, src, log)
-	if err != nil {
-		log.Error("metrics, health and status page not available", "component", "metrics", "listen", c.Metrics.Listen, "err", err)
+	if err == nil {
+		return stop
+	}
+	l := log.With("component", "metrics", "listen", c.Metrics.Listen)
+	if errors.Is(err, metrics.ErrNotLoopback) {
+		l.Error("metrics, health and status page not available", "err", err)
 		return func() {}
 	}
-	return stop
+	l.Error("metrics, health and status page not available; trying again", "err", err, "retry_in", metricsRetryFirst)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for wait := metricsRetryFirst; ; wait = min(2*wait, metricsRetryMax) {
+			t := time.NewTimer(wait)
+			select {
+			case <-quit:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			_, stop, err := StartMetrics(c, src, log)
+			if err == nil {
+				l.Info("metrics, health and status page available again")
+				<-quit
+				stop()
+				return
+			}
+			l.Debug("metrics listener still not available", "err", err, "retry_in", min(2*wait, metricsRetryMax))
+		}
+	}()
+	return func() { close(quit); <-done }
 }
 
 // StartMetrics is ServeMetrics that returns the address it listens on, or

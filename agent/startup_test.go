@@ -149,15 +149,19 @@ func TestServiceOwnerWithoutAUserDatabase(t *testing.T) {
 }
 
 // The metrics listener's port taken by another program: the gateway runs
-// and polls without its status page, and the log says why.
+// and polls without its status page, the log says why, and once the
+// program lets the port go the page is served, without a restart.
 func TestServeWithTheMetricsPortTaken(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A port below the ephemeral range: once let go, no listener on
+	// 127.0.0.1:0 nor an outgoing connection can take it meanwhile.
+	var taken net.Listener
+	port := testtool.OnFreshPort(t, func(port int) (err error) {
+		taken, err = net.Listen("tcp", testtool.LoopbackAddr(port))
+		return err
+	})
 	defer taken.Close()
 	site := mineSite("gw-metrics", emulate(t, "generic-mine-methane"), "")
-	site.Metrics = taken.Addr().String()
+	site.Metrics = testtool.LoopbackAddr(port)
 	c := loadSiteFile(t, t.TempDir(), site.String())
 	var logs, out testtool.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,6 +176,11 @@ func TestServeWithTheMetricsPortTaken(t *testing.T) {
 	if !strings.Contains(logs.String(), "metrics, health and status page not available") || !strings.Contains(logs.String(), "address already in use") {
 		t.Errorf("the log does not say why there is no status page:\n%s", logs.String())
 	}
+	taken.Close()
+	testtool.WaitFor(t, 10*time.Second, "the status page once the port is free", func() bool {
+		code, _, err := testtool.Get("http://" + testtool.LoopbackAddr(port) + "/healthz")
+		return err == nil && code == http.StatusOK
+	})
 	cancel()
 	select {
 	case err := <-done:
