@@ -102,6 +102,9 @@ type DeviceStatus struct {
 	// ConsecutiveFailures counts the failed polls since the last success:
 	// OfflineAfter of them make the device Offline.
 	ConsecutiveFailures int
+	// Failure is the last failed poll's kind, for words that need not
+	// read LastError's text; the zero Failure while the device answers.
+	Failure Failure
 	// LastDuration is how long the last poll took on the wire.
 	LastDuration time.Duration
 	// Busy is the time spent polling the device so far; summed over a
@@ -454,11 +457,11 @@ func (b *Bus) poll(ctx context.Context, d *device) (*packet.Packet, error) {
 		data, err = r.Read(ctx, d.spec.Slave, req.Area.FunctionCode(), req.Start, req.Count)
 		d.replies[i] = data
 		if err != nil {
-			err = fmt.Errorf("device %s (slave %d on bus %s): read %s: %w", d.spec.Name, d.spec.Slave, b.name, req, err)
+			err = &deviceError{fmt.Sprintf("device %s (slave %d on bus %s)", d.spec.Name, d.spec.Slave, b.name), fmt.Errorf("read %s: %w", req, err)}
 			break
 		}
 		if err = decodeInto(p, d.spec.Profile, req, data); err != nil {
-			err = fmt.Errorf("device %s (slave %d on bus %s): %s: %w", d.spec.Name, d.spec.Slave, b.name, req, err)
+			err = &deviceError{fmt.Sprintf("device %s (slave %d on bus %s)", d.spec.Name, d.spec.Slave, b.name), fmt.Errorf("%s: %w", req, err)}
 			break
 		}
 	}
@@ -515,6 +518,10 @@ func decodeInto(p *packet.Packet, prof *profile.Profile, req plan.Request, data 
 // errors of a device are logged at most once a minute.
 func (b *Bus) record(d *device, start time.Time, sent uint64, p *packet.Packet, err error) {
 	now := time.Now()
+	hint := ""
+	if err != nil && b.opt.Hint != nil {
+		hint = b.opt.Hint(err)
+	}
 	b.mu.Lock()
 	if err == nil {
 		d.last.keep(p, d.replies)
@@ -524,11 +531,10 @@ func (b *Bus) record(d *device, start time.Time, sent uint64, p *packet.Packet, 
 	st.LastDuration = now.Sub(start)
 	st.Busy += st.LastDuration
 	line := d.streak.record(st, now, err)
+	st.Failure.Hint = hint
 	b.mu.Unlock()
-	if err != nil && line.msg != "" && b.opt.Hint != nil {
-		if h := b.opt.Hint(err); h != "" {
-			line.args = append(line.args, "hint", h)
-		}
+	if line.msg != "" && hint != "" {
+		line.args = append(line.args, "hint", hint)
 	}
 	line.to(b.log.With("device", d.spec.Name, "slave", d.spec.Slave))
 }

@@ -52,7 +52,7 @@ func (s *streak) record(st *DeviceStatus, now time.Time, err error) logLine {
 	st.Polls++
 	if err == nil {
 		s.fails, st.ConsecutiveFailures = 0, 0
-		st.Health, st.LastOK, st.LastError = OK, now, ""
+		st.Health, st.LastOK, st.LastError, st.Failure = OK, now, "", Failure{}
 		if prev != OK && prev != Unknown {
 			return logLine{slog.LevelInfo, "device answering again", []any{"health", OK, "was", prev}}
 		}
@@ -62,6 +62,7 @@ func (s *streak) record(st *DeviceStatus, now time.Time, err error) logLine {
 	st.ConsecutiveFailures = s.fails
 	st.Errors++
 	st.LastError = err.Error()
+	st.Failure = FailureOf(err)
 	st.Health = Degraded
 	if s.fails >= s.offlineAfter {
 		st.Health = Offline

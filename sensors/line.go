@@ -149,7 +149,7 @@ func (l *LineSensor) ReadOne(ctx context.Context) (*packet.Packet, error) {
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("no valid line within %v", wait)
 	}
-	err = fmt.Errorf("sensor %s: %w", l.spec.Name, err)
+	err = &deviceError{"sensor " + l.spec.Name, err}
 	l.record(err)
 	return nil, err
 }
@@ -172,7 +172,7 @@ func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
 		if ctx.Err() != nil {
 			return
 		}
-		err = fmt.Errorf("sensor %s: %w", l.spec.Name, err)
+		err = &deviceError{"sensor " + l.spec.Name, err}
 		l.record(err)
 		l.mu.Lock()
 		wait := l.streak.backoff(reopenAfter)
@@ -208,7 +208,7 @@ func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) e
 				return ctx.Err()
 			}
 			if errors.Is(err, lineproto.ErrLineTooLong) {
-				l.record(fmt.Errorf("sensor %s: %w", l.spec.Name, err))
+				l.record(&deviceError{"sensor " + l.spec.Name, err})
 				continue
 			}
 			return err
@@ -218,7 +218,7 @@ func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) e
 			continue
 		}
 		if err != nil {
-			l.record(fmt.Errorf("sensor %s: %w", l.spec.Name, err))
+			l.record(&deviceError{"sensor " + l.spec.Name, err})
 			continue
 		}
 		p := &packet.Packet{At: time.Now(), DeviceID: l.spec.Name, DataType: l.spec.DataType, Fields: fields, AlarmFields: alarmed}

@@ -43,6 +43,34 @@ type Point struct {
 	// sensor's field or a point never read.
 	Raw     []byte
 	Quality Quality
+	// Alarm is set while the last reading is past one of the point's
+	// alarm thresholds (its packet named it in AlarmFields); nil otherwise.
+	Alarm *Crossed
+}
+
+// Crossed is the alarm threshold a point's last reading is past.
+type Crossed struct {
+	// Above: the value is at or above Limit; else at or below it.
+	Above bool
+	Limit float64
+	// Since is the first reading of the point's current run of readings
+	// in alarm.
+	Since time.Time
+}
+
+// crossed is which of a's thresholds v is past, the run begun at since;
+// nil when none is.
+func crossed(a *profile.Alarm, v packet.Value, since time.Time) *Crossed {
+	f, ok := v.Float64()
+	switch {
+	case !ok || a == nil:
+		return nil
+	case a.Above != nil && f >= *a.Above:
+		return &Crossed{Above: true, Limit: *a.Above, Since: since}
+	case a.Below != nil && f <= *a.Below:
+		return &Crossed{Limit: *a.Below, Since: since}
+	}
+	return nil
 }
 
 // reading keeps the last good poll of a device, under Bus.mu (or
@@ -54,12 +82,28 @@ type reading struct {
 	at     time.Time
 	fields []packet.Field
 	raw    [][]byte // by request
+	// alarmSince is, for each field of the last reading in alarm, when
+	// its run of readings in alarm began.
+	alarmSince map[string]time.Time
 }
 
 // keep records a successful poll.
 func (r *reading) keep(p *packet.Packet, replies [][]byte) {
 	r.at, r.fields = p.At, p.Fields
 	r.raw = append(r.raw[:0], replies...)
+	if len(p.AlarmFields) == 0 {
+		clear(r.alarmSince)
+		return
+	}
+	since := make(map[string]time.Time, len(p.AlarmFields))
+	for _, name := range p.AlarmFields {
+		if t, ok := r.alarmSince[name]; ok {
+			since[name] = t
+		} else {
+			since[name] = p.At
+		}
+	}
+	r.alarmSince = since
 }
 
 // quality of a point last read at at by a device whose health is h.
@@ -90,6 +134,9 @@ func (d *device) points(now time.Time) []Point {
 			out[i].Value = d.last.fields[i].Value
 		}
 		out[i].Raw = rawOf(r, d.reqs, d.last.raw)
+		if since, ok := d.last.alarmSince[r.Name]; ok {
+			out[i].Alarm = crossed(r.Alarm, out[i].Value, since)
+		}
 	}
 	return out
 }
@@ -162,6 +209,9 @@ func (l *LineSensor) Points(now time.Time) []Point {
 			if lf.Name == f.Name {
 				out[i].Value = lf.Value
 			}
+		}
+		if since, ok := l.last.alarmSince[f.Name]; ok {
+			out[i].Alarm = crossed(f.Alarm, out[i].Value, since)
 		}
 	}
 	return out
