@@ -105,12 +105,14 @@ uplink:
 	// operational-behavior-primary-application-state-with-multiple-servers-single-server:
 	// born on one server only, its data there alone.
 	testtool.WaitFor(t, 15*time.Second, "three DDATA on the first server", func() bool { return a.count("DDATA") >= 3 })
-	if n := b.count("NBIRTH"); n != 0 {
-		t.Fatalf("single-server: %d NBIRTH on the second server while the node is born on the first", n)
-	}
-	if n := b.count("DDATA"); n != 0 {
-		t.Fatalf("single-server: %d DDATA on the second server while the node is born on the first", n)
-	}
+	t.Run("operational-behavior-primary-application-state-with-multiple-servers-single-server", func(t *testing.T) {
+		if n := b.count("NBIRTH"); n != 0 {
+			t.Fatalf("single-server: %d NBIRTH on the second server while the node is born on the first", n)
+		}
+		if n := b.count("DDATA"); n != 0 {
+			t.Fatalf("single-server: %d DDATA on the second server while the node is born on the first", n)
+		}
+	})
 
 	// operational-behavior-primary-application-state-with-multiple-servers-walk:
 	// the host goes offline on both; the node leaves the first (its
@@ -120,14 +122,23 @@ uplink:
 	testtool.WaitFor(t, 15*time.Second, "the NDEATH on the first server", func() bool { return a.count("NDEATH") >= 1 })
 	testtool.WaitFor(t, 15*time.Second, "three packets kept in the buffer", func() bool { return g.q.Len() >= 3 })
 	kept := g.q.Len()
-	if n := b.count("NBIRTH"); n != 0 {
-		t.Fatalf("birth-sequence-wait: %d NBIRTH on the second server, whose STATE says offline", n)
-	}
+	t.Run("operational-behavior-edge-node-birth-sequence-wait", func(t *testing.T) {
+		if n := b.count("NBIRTH"); n != 0 {
+			t.Fatalf("birth-sequence-wait: %d NBIRTH on the second server, whose STATE says offline", n)
+		}
+	})
 	firstBirths := a.count("NBIRTH")
 
 	// The host is back on the second server: births there, then what was
 	// kept, historical, oldest first, then live data.
 	b.state(t, true)
+	t.Run("operational-behavior-primary-application-state-with-multiple-servers-walk", func(t *testing.T) { spWalked(t, tahu, a, b, firstBirths, kept) })
+}
+
+// spWalked checks that the node, its host offline on the first server,
+// was born on the second and sent there what it kept, historical, oldest
+// first, then live data.
+func spWalked(t *testing.T, tahu *sparkplugtest.Tahu, a, b *spServer, firstBirths, kept int) {
 	testtool.WaitFor(t, 30*time.Second, "the kept packets and two live ones on the second server", func() bool {
 		live := 0
 		for _, m := range b.got() {
