@@ -86,7 +86,9 @@ func (d *Delivery) refreshUp() {
 	d.mu.Unlock()
 	for i, s := range slots {
 		if s != nil {
-			d.table.SetUp(i, s.sender.Up())
+			up := s.sender.Up()
+			s.seenUp(up)
+			d.table.SetUp(i, up)
 		}
 	}
 }
@@ -241,6 +243,7 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 		d.release(s)
 		if err == nil {
 			s.failRun.Store(0)
+			s.failSince.Store(0)
 			s.delivered.Add(uint64(len(recs)))
 			d.delivered.Add(uint64(len(recs)))
 			d.lastDelivered.Store(time.Now().UnixNano())
@@ -248,6 +251,7 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 			return
 		}
 		s.failed.Add(1)
+		s.failSince.CompareAndSwap(0, time.Now().UnixNano())
 		s.lastErr.note(err)
 		var p permanent
 		if errors.As(err, &p) && p.Permanent() {

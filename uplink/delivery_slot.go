@@ -19,6 +19,18 @@ type slot struct {
 	failRun   atomic.Int64
 	coolUntil atomic.Int64
 	lastErr   lastErr // the latest failed delivery
+	// downSince is when the sender was first seen down (Unix ns), 0 while
+	// up; failSince the first failed delivery since the last success.
+	downSince, failSince atomic.Int64
+}
+
+// seenUp records whether s's sender is up, as the table is told.
+func (s *slot) seenUp(up bool) {
+	if up {
+		s.downSince.Store(0)
+	} else {
+		s.downSince.CompareAndSwap(0, time.Now().UnixNano())
+	}
 }
 
 // cooling reports whether s is resting after failures at now (Unix ns).

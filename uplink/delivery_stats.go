@@ -16,6 +16,11 @@ type UpstreamCounters struct {
 	// since it was added. LastErrorAt is when.
 	LastError   string
 	LastErrorAt time.Time
+	// DownSince is when the upstream was last seen to go down (its
+	// sender not up), zero while it is up; FailingSince is its first
+	// failed delivery since the last one that succeeded, zero after a
+	// success. The status page says since when.
+	DownSince, FailingSince time.Time
 }
 
 // DeliveryStats are the loop's counters.
@@ -41,6 +46,7 @@ func (d *Delivery) Stats() DeliveryStats {
 		if s != nil {
 			u := UpstreamCounters{Name: s.sender.Name(), Picked: s.picked.Load(), Delivered: s.delivered.Load(), Failed: s.failed.Load()}
 			u.LastError, u.LastErrorAt = s.lastErr.get()
+			u.DownSince, u.FailingSince = unixTime(s.downSince.Load()), unixTime(s.failSince.Load())
 			if le, ok := s.sender.(lastErrorer); ok {
 				text, at := le.LastError()
 				u.LastError, u.LastErrorAt = newer(u.LastError, u.LastErrorAt, text, at)
@@ -49,4 +55,12 @@ func (d *Delivery) Stats() DeliveryStats {
 		}
 	}
 	return st
+}
+
+// unixTime is ns since the epoch as a time; zero for 0.
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
