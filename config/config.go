@@ -275,7 +275,7 @@ func (c *Config) profileFor(doc *yamlconf.Doc, f, name string, line bool) *profi
 		return nil // its own errors are reported
 	}
 	if !ok {
-		doc.Errorf(f, "unknown profile %q%s (known: %s; gateway profiles lists them)", name, yamlconf.DidYouMean(name, c.Profiles.Names()), strings.Join(c.Profiles.Names(), ", "))
+		doc.Errorf(f, "unknown profile %q%s (nearest: %s; gateway profiles lists them all)", name, yamlconf.DidYouMean(name, c.Profiles.Names()), strings.Join(yamlconf.Nearest(name, c.Profiles.Names(), 3), ", "))
 		return nil
 	}
 	if line && !p.IsLine() {

@@ -96,7 +96,7 @@ func TestErrorsNameFileLineAndField(t *testing.T) {
 		{"impossible value", "slave: 2}", "slave: 300}", "site.yaml:9:52: buses[0].devices[1].slave: must be 1..247"},
 		{"duplicate slave", "slave: 2}", "slave: 1}", "buses[0].devices[1].slave: slave 1 is already used on this bus by devices[0]"},
 		{"duplicate device name", "name: wind-tcp", "name: anemometer-1", "site.yaml:13:16: buses[1].devices[0].name: name \"anemometer-1\" is already used by buses[0].devices[0].name"},
-		{"unknown profile", "profile: wind, slave: 2", "profile: wnd, slave: 2", "site.yaml:9:39: buses[0].devices[1].profile: unknown profile \"wnd\" (did you mean \"wind\"?) (known: nmea-wind, wind; gateway profiles lists them)"},
+		{"unknown profile", "profile: wind, slave: 2", "profile: wnd, slave: 2", "site.yaml:9:39: buses[0].devices[1].profile: unknown profile \"wnd\" (did you mean \"wind\"?) (nearest: wind, nmea-wind; gateway profiles lists them all)"},
 		{"line profile on a bus", "profile: wind, slave: 2", "profile: nmea-wind, slave: 2", "buses[0].devices[1].profile: profile \"nmea-wind\" is a line (serial text) profile"},
 		{"bad url scheme", "tcp://127.0.0.1:1502", "udp://127.0.0.1:1502", "site.yaml:11:10: buses[1].url: "},
 		{"bad url key", "stop_bits=1", "stopbits=1", "buses[0].url: "},

@@ -57,7 +57,7 @@ var errorClasses = []struct {
 	{class: "bad upstream URL: scheme", new: "uplink: {upstreams: [{url: 'ftp://h'}]}", pos: "16:28", field: "uplink.upstreams[0].url", valid: `unknown scheme "ftp" in "ftp://h" (valid: mqtt, mqtts, http, https)`},
 	{class: "bad upstream URL: credentials", new: "uplink: {upstreams: [{url: 'mqtt://gw:s3cret@h'}]}", pos: "16:28", field: "uplink.upstreams[0].url", valid: "put credentials in username and password_file, not in the URL"},
 	{class: "bad upstream URL: no host", new: "uplink: {upstreams: [{url: 'mqtts:///api'}]}", pos: "16:28", field: "uplink.upstreams[0].url", valid: "(such as mqtts://host:8883 or https://host/api/packets)"},
-	{class: "unknown profile", old: "profile: wind, slave: 2", new: "profile: wnd, slave: 2", pos: "9:39", field: "buses[0].devices[1].profile", valid: `(did you mean "wind"?) (known: nmea-wind, wind; gateway profiles lists them)`},
+	{class: "unknown profile", old: "profile: wind, slave: 2", new: "profile: wnd, slave: 2", pos: "9:39", field: "buses[0].devices[1].profile", valid: `(did you mean "wind"?) (nearest: wind, nmea-wind; gateway profiles lists them all)`},
 	{class: "profile of the wrong kind", old: "profile: wind, slave: 2", new: "profile: nmea-wind, slave: 2", pos: "9:39", field: "buses[0].devices[1].profile", valid: "put the device under serial_sensors"},
 	{class: "duplicate device name", old: "name: wind-tcp", new: "name: anemometer-1", pos: "13:16", field: "buses[1].devices[0].name", valid: "is already used by buses[0].devices[0].name (device names become DeviceId and must be unique)"},
 	{class: "duplicate bus name", old: "name: plc", new: "name: field-a", pos: "10:11", field: "buses[1].name", valid: `bus name "field-a" is already used by buses[0] (bus names must be unique)`},

@@ -18,11 +18,13 @@
 package yamlconf
 
 import (
+	"cmp"
 	"encoding"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -419,6 +421,25 @@ func DidYouMean(key string, names []string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// Nearest is at most n of names, nearest to key first (by edit distance,
+// then by name): a message names a few, not every one there is.
+func Nearest(key string, names []string, n int) []string {
+	type scored struct {
+		name string
+		d    int
+	}
+	all := make([]scored, len(names))
+	for i, name := range names {
+		all[i] = scored{name, distance(strings.ToLower(key), strings.ToLower(name))}
+	}
+	slices.SortStableFunc(all, func(a, b scored) int { return cmp.Or(cmp.Compare(a.d, b.d), strings.Compare(a.name, b.name)) })
+	out := make([]string, 0, min(n, len(all)))
+	for _, s := range all[:min(n, len(all))] {
+		out = append(out, s.name)
+	}
+	return out
 }
 
 // distance is the Levenshtein distance between a and b.
