@@ -14,7 +14,7 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long cluster-check-fleet
+.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long cluster-check-fleet cluster-check-puback
 
 all: test
 
@@ -215,6 +215,11 @@ cluster-check:
 ## cluster-check-long: make cluster-check with every fault held a minute (about 9 minutes)
 cluster-check-long:
 	@CLUSTER_LONG=1 $(MAKE) --no-print-directory cluster-check
+
+## cluster-check-puback: each node's PUBACK latency against the rate offered to it alone, the
+## $MQTT_msgs leader apart from its followers (TestPuback; what the lab's S13 models; about a minute)
+cluster-check-puback:
+	@CLUSTER_PUBACK=1 CLUSTER_RUN='TestPuback' $(MAKE) --no-print-directory cluster-check
 
 ## cluster-check-fleet: 50 gateways (real agents in one test process, each with its own buffer and a
 ## connection to every node) at the demo farm's rate against the cluster, n1 restarted, for drf_cswlc,
