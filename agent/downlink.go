@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	gm "github.com/goburrow/modbus"
@@ -215,6 +216,20 @@ func writeOnce(ctx context.Context, c *config.Config, q *buffer.Buffer, sens *Se
 	return res, nil
 }
 
+// commandWords is what a command asked, as far as it is known: "Open =
+// true (cmd-42)"; its id alone when its point could not be read; "" when
+// nothing of it could.
+func commandWords(r downlink.Recent) string {
+	var parts []string
+	if r.Point != "" {
+		parts = append(parts, r.Point+" = "+r.Value.String())
+	}
+	if r.ID != "" {
+		parts = append(parts, "("+r.ID+")")
+	}
+	return strings.Join(parts, " ")
+}
+
 // downlinkStatus is the downlink as the status page shows it: newest
 // command first.
 func downlinkStatus(c *config.Config, e *downlink.Engine) metrics.DownlinkStatus {
@@ -222,15 +237,11 @@ func downlinkStatus(c *config.Config, e *downlink.Engine) metrics.DownlinkStatus
 	recent := e.Recent()
 	for i := len(recent) - 1; i >= 0; i-- {
 		r := recent[i]
-		what := r.Point + " = " + r.Value.String()
-		if r.Point == "" {
-			what = "(unreadable command)"
-		}
 		result := string(r.Status)
 		if r.Reason != "" {
 			result += ": " + r.Reason
 		}
-		st.Commands = append(st.Commands, metrics.DownlinkCommand{At: r.At, Device: r.Device, Command: what + " (" + r.ID + ")", OK: r.Status == downlink.StatusDone, Result: result})
+		st.Commands = append(st.Commands, metrics.DownlinkCommand{At: r.At, Device: r.Device, Command: commandWords(r), OK: r.Status == downlink.StatusDone, Result: result})
 	}
 	return st
 }
