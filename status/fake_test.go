@@ -35,6 +35,9 @@ type fake struct {
 	// lastDelivered when an upstream last acknowledged a batch.
 	upErr         map[string]string
 	lastDelivered time.Time
+	// upDown and upFailing are when an upstream went down, or began to
+	// fail its deliveries.
+	upDown, upFailing map[string]time.Time
 }
 
 func (f *fake) sources() metrics.Sources {
@@ -56,6 +59,7 @@ func (f *fake) sources() metrics.Sources {
 			st := uplink.DeliveryStats{LastDelivered: f.lastDelivered}
 			for _, name := range []string{"mqtt://one:1883", "mqtt://two:1883"} {
 				u := uplink.UpstreamCounters{Name: name, Delivered: f.delivered[name]}
+				u.DownSince, u.FailingSince = f.upDown[name], f.upFailing[name]
 				if e := f.upErr[name]; e != "" {
 					u.LastError, u.LastErrorAt = e, t0.Add(-5*time.Second)
 				}

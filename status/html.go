@@ -3,6 +3,7 @@ package status
 import (
 	_ "embed"
 	"html"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -89,6 +90,41 @@ func (p *writer) raw(s string) { p.sb.WriteString(s) }
 
 //go:noinline
 func (p *writer) text(s string) { p.sb.WriteString(html.EscapeString(s)) }
+
+// lines writes s, a line break where it has one: a refused reload's
+// errors, one a line.
+func (p *writer) lines(s string) {
+	for i, l := range strings.Split(s, "\n") {
+		if i > 0 {
+			p.raw(`<br>`)
+		}
+		p.text(l)
+	}
+}
+
+// rfc3339 finds the times a source wrote into its text ("expired at
+// 2026-11-30T07:59:00Z").
+var rfc3339 = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
+
+// textTimes writes s with each time in it in the site's zone, as every
+// other time on the page.
+func (p *writer) textTimes(s string) {
+	for {
+		loc := rfc3339.FindStringIndex(s)
+		if loc == nil {
+			p.text(s)
+			return
+		}
+		t, err := time.Parse(time.RFC3339Nano, s[loc[0]:loc[1]])
+		if err != nil {
+			p.text(s[:loc[1]])
+		} else {
+			p.text(s[:loc[0]])
+			p.time(t)
+		}
+		s = s[loc[1]:]
+	}
+}
 func (p *writer) bytes() []byte { return []byte(p.sb.String()) }
 
 // pill writes a state as a coloured label.
@@ -115,6 +151,12 @@ func (p *writer) time(t time.Time) {
 	p.raw(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">`)
 	p.text(lt.Format(layout) + " " + zone(lt))
 	p.raw(`</time>`)
+}
+
+// since writes t and how long ago it was: 21:51:03 UTC+8 (1 min 14 s).
+func (p *writer) since(t time.Time) {
+	p.time(t)
+	p.raw(` (` + forText(max(p.now.Sub(t).Seconds(), 0)) + `)`)
 }
 
 // zone names t's offset from UTC: UTC, UTC+8, UTC+5:30, UTC-3. The page
@@ -164,6 +206,7 @@ func fine(well bool) string {
 }
 
 func (p *writer) main(s *Snapshot) {
+	p.alarms(s)
 	p.alerts(s)
 	p.summary(s)
 	var serial []Device
@@ -187,7 +230,7 @@ func (p *writer) main(s *Snapshot) {
 			p.raw(`<p class="why cause">`)
 			if b.DownSince != nil {
 				p.raw(`down since `)
-				p.time(*b.DownSince)
+				p.since(*b.DownSince)
 				p.raw(` because `)
 			}
 			p.text(str(b.Cause))
@@ -234,11 +277,60 @@ func deviceWell(d Device) bool {
 		return false
 	}
 	for _, pt := range d.Points {
-		if pt.Quality != "good" {
+		if pt.Quality != "good" || pt.Alarm {
 			return false
 		}
 	}
 	return true
+}
+
+// alarms are the points past an alarm threshold, first on the page: for
+// a mine's methane sensor they are what a technician looks for first.
+// Each says its value (or its last reading, marked, when no longer
+// good), the threshold crossed, and since when.
+func (p *writer) alarms(s *Snapshot) {
+	if s.Summary.PointsInAlarm == 0 {
+		return
+	}
+	p.raw(`<section class=alarm id=alarms><h2>Alarm: ` + plural(s.Summary.PointsInAlarm, "point") + ` past a threshold</h2><ul>`)
+	for _, d := range s.Devices {
+		for _, pt := range d.Points {
+			if !pt.Alarm {
+				continue
+			}
+			p.raw(`<li data-alarm="`)
+			p.text(d.Name + "/" + pt.Name)
+			p.raw(`">`)
+			p.name(d.Name)
+			p.raw(` `)
+			p.name(pt.Name)
+			p.raw(` `)
+			unit := ""
+			if pt.Unit != nil {
+				unit = " " + *pt.Unit
+			}
+			if pt.Value != nil {
+				p.raw(`<b>`)
+				p.text(*pt.Value + unit)
+				p.raw(`</b>`)
+			} else {
+				p.raw(`<b>`)
+				p.text(pt.Quality)
+				p.raw(`</b> (last read `)
+				p.text(str(pt.LastValue) + unit)
+				p.raw(`)`)
+			}
+			if th := pt.AlarmThreshold; th != nil {
+				p.text(", at or " + th.Crossed + " " + strconv.FormatFloat(th.Limit, 'f', -1, 64) + unit)
+			}
+			if pt.AlarmSince != nil {
+				p.raw(` since `)
+				p.since(*pt.AlarmSince)
+			}
+			p.raw(`</li>`)
+		}
+	}
+	p.raw(`</ul></section>`)
 }
 
 func itoa(n int) string    { return strconv.Itoa(n) }
@@ -270,6 +362,19 @@ func ageText(s float64) string {
 		return strconv.FormatInt(n/3600, 10) + " h " + strconv.FormatInt(n%3600/60, 10) + " min"
 	}
 	return strconv.FormatInt(n/86400, 10) + " d " + strconv.FormatInt(n%86400/3600, 10) + " h"
+}
+
+// forText writes how long something has lasted, to the second below an
+// hour: 14 s, 1 min 14 s, 2 h 5 min, 3 d 4 h.
+func forText(s float64) string {
+	n := int64(s + 0.5)
+	switch {
+	case n < 60:
+		return strconv.FormatInt(n, 10) + " s"
+	case n < 3600:
+		return strconv.FormatInt(n/60, 10) + " min " + strconv.FormatInt(n%60, 10) + " s"
+	}
+	return ageText(s)
 }
 
 // size writes bytes in binary units.

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"strings"
 	"time"
 )
 
@@ -87,7 +88,9 @@ func (p *writer) uplink(u *Uplink) {
 		p.raw(`</th><td>`)
 		p.pill(up.State)
 		p.raw(`</td><td><span class=n>`)
-		if up.Share != nil {
+		// A share of the window's deliveries is no figure for an upstream
+		// that does not deliver now.
+		if up.Share != nil && upstreamWell(up.State) {
 			p.raw(percent(*up.Share))
 		} else {
 			p.raw(`—`)
@@ -99,6 +102,13 @@ func (p *writer) uplink(u *Uplink) {
 			p.raw(`—`)
 		}
 		p.raw(`</span></td><td>`)
+		if up.DownSince != nil {
+			p.raw(up.State + ` since `)
+			p.since(*up.DownSince)
+			if up.LastFailure != nil {
+				p.raw(`; `)
+			}
+		}
 		switch {
 		case up.LastFailure != nil:
 			if up.ConsecutiveFailures > 0 {
@@ -109,8 +119,11 @@ func (p *writer) uplink(u *Uplink) {
 				p.raw(`(a timeout) `)
 			}
 			p.time(*up.LastFailure)
-		case up.LastError != nil:
+		case up.DownSince != nil:
+		case up.LastError != nil && upstreamWell(up.State):
 			p.raw(`no delivery failed`)
+		case up.LastError != nil:
+			p.raw(`no delivery tried`)
 		default:
 			p.raw(`none`)
 		}
@@ -162,7 +175,7 @@ func (p *writer) downlink(d *Downlink) {
 			p.raw(`</td><td>`)
 			p.name(c.Device)
 			p.raw(`</td><td>`)
-			p.text(c.Command)
+			p.command(c.Command)
 			p.raw(`</td><td>`)
 			if c.OK {
 				p.pill("ok")
@@ -170,10 +183,25 @@ func (p *writer) downlink(d *Downlink) {
 				p.pill("bad")
 			}
 			p.raw(` `)
-			p.text(c.Result)
+			p.textTimes(c.Result)
 			p.raw(`</td></tr>`)
 		}
 		p.raw(`</table>`)
 	}
 	p.raw(`</section>`)
+}
+
+// command writes a command as the downlink tells it, "Open = true
+// (cmd-0042)": its id, in parentheses at the end, never breaks (at its
+// hyphens) across lines.
+func (p *writer) command(c string) {
+	i := strings.LastIndex(c, "(")
+	if i < 0 || !strings.HasSuffix(c, ")") || (i > 0 && c[i-1] != ' ') {
+		p.text(c)
+		return
+	}
+	p.text(c[:i])
+	p.raw(`<span class=id>`)
+	p.text(c[i:])
+	p.raw(`</span>`)
 }

@@ -1,5 +1,7 @@
 package status
 
+import "fieldlink/internal/words"
+
 func (p *writer) bus(b Bus) {
 	p.raw(plural(b.Devices, "device") + ` · ` + utoa(b.Requests) + ` requests · errors: `)
 	e := b.Errors
@@ -48,7 +50,7 @@ func (p *writer) device(d Device) {
 	if d.LastPollSeconds != nil {
 		p.raw(` · last poll ` + dur(*d.LastPollSeconds))
 	}
-	p.raw(` · ` + utoa(d.Polls) + ` polls, ` + utoa(d.Errors) + ` failed</p>`)
+	p.raw(` · ` + words.Count(d.Polls, "poll") + `, ` + utoa(d.Errors) + ` failed</p>`)
 	if len(d.Points) > 0 {
 		p.raw(`<table><tr><th>point</th><th>value</th><th>quality</th><th class=age>age</th><th class=raw>registers</th></tr>`)
 		for _, pt := range d.Points {
@@ -65,13 +67,17 @@ func (p *writer) device(d Device) {
 func (p *writer) point(pt Point) {
 	p.raw(`<tr class="q-`)
 	p.text(pt.Quality)
-	p.raw(fine(pt.Quality == "good") + `" data-point="`)
+	p.raw(fine(pt.Quality == "good" && !pt.Alarm) + `" data-point="`)
 	p.text(pt.Name)
 	p.raw(`" data-quality="`)
 	p.text(pt.Quality)
 	p.raw(`"><th>`)
 	p.name(pt.Name)
-	p.raw(`</th><td class=v>`)
+	if pt.Alarm {
+		p.raw(`</th><td class="v alarm">`)
+	} else {
+		p.raw(`</th><td class=v>`)
+	}
 	switch {
 	case pt.Value != nil:
 		p.text(*pt.Value)

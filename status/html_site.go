@@ -51,8 +51,8 @@ func (p *writer) site(s *Snapshot) {
 	default:
 		p.raw(`<span class=why>refused `)
 		p.time(r.At)
-		p.raw(`: `)
-		p.text(str(r.Error))
+		p.raw(`:<br>`)
+		p.lines(str(r.Error))
 		p.raw(`</span>`)
 	}
 	if r := st.Remote; r != nil {
@@ -66,7 +66,7 @@ func (p *writer) site(s *Snapshot) {
 		p.time(r.At)
 		if r.Reason != nil {
 			p.raw(`: `)
-			p.text(str(r.Reason))
+			p.textTimes(str(r.Reason))
 		}
 		p.raw(`</span>`)
 	}

@@ -8,7 +8,7 @@ import (
 
 func (p *writer) summary(s *Snapshot) {
 	sum := s.Summary
-	problems := sum.DevicesNotOK + sum.PointsNotGood + sum.UpstreamsDown
+	problems := sum.DevicesNotOK + sum.PointsNotGood + sum.UpstreamsDown + sum.PointsInAlarm
 	p.raw(`<section id=summary>`)
 	if d := sum.NothingDeliveredSeconds; d != nil && s.Buffer != nil && s.Uplink != nil {
 		problems++
@@ -33,6 +33,9 @@ func (p *writer) summary(s *Snapshot) {
 	p.raw(`</h2><p class=meta>` + itoa(sum.Points-sum.PointsNotGood) + ` of ` + itoa(sum.Points) + ` points good`)
 	if s.Uplink != nil {
 		p.raw(` · ` + itoa(sum.UpstreamsActive) + ` of ` + itoa(len(s.Uplink.Upstreams)) + ` upstreams up`)
+		if sum.UpstreamsFailing > 0 {
+			p.raw(` (` + itoa(sum.UpstreamsFailing) + ` failing)`)
+		}
 	}
 	if s.Buffer != nil {
 		p.raw(` · ` + itoa(s.Buffer.Waiting) + ` packets waiting`)
@@ -93,7 +96,7 @@ func (p *writer) alerts(s *Snapshot) {
 	refused := s.Site.LastReload != nil && !s.Site.LastReload.Applied
 	if refused {
 		msgs = append(msgs, "The last reload was refused; the previous configuration stays in force. Fix the site file (gateway check -c "+
-			s.Site.Config.File+" shows every error), then reload again: "+str(s.Site.LastReload.Error))
+			s.Site.Config.File+" shows every error), then reload again:\n"+str(s.Site.LastReload.Error))
 	}
 	if s.Clock.Problem != nil {
 		msgs = append(msgs, "Clock: "+*s.Clock.Problem+".")
@@ -119,7 +122,7 @@ func (p *writer) alerts(s *Snapshot) {
 	p.raw(`<section class=alert id=alerts>`)
 	for _, m := range msgs {
 		p.raw(`<p>`)
-		p.text(m)
+		p.lines(m)
 		p.raw(`</p>`)
 	}
 	p.raw(`</section>`)

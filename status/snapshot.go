@@ -28,12 +28,19 @@ type Snapshot struct {
 
 // Summary counts the devices, points and upstreams that are not well.
 type Summary struct {
-	Devices         int `json:"devices"`
-	DevicesNotOK    int `json:"devices_not_ok"`
-	Points          int `json:"points"`
-	PointsNotGood   int `json:"points_not_good"`
-	UpstreamsDown   int `json:"upstreams_down"`
-	UpstreamsActive int `json:"upstreams_active"`
+	Devices       int `json:"devices"`
+	DevicesNotOK  int `json:"devices_not_ok"`
+	Points        int `json:"points"`
+	PointsNotGood int `json:"points_not_good"`
+	// PointsInAlarm counts the points whose last reading is past an alarm
+	// threshold.
+	PointsInAlarm int `json:"points_in_alarm"`
+	// UpstreamsDown counts the upstreams that do not deliver: down, or
+	// failing (up, their deliveries refused), which UpstreamsFailing
+	// counts apart. UpstreamsActive are those up.
+	UpstreamsDown    int `json:"upstreams_down"`
+	UpstreamsActive  int `json:"upstreams_active"`
+	UpstreamsFailing int `json:"upstreams_failing"`
 	// NothingDeliveredSeconds is how long nothing was delivered while
 	// packets wait: set once the oldest waiting packet and the last
 	// delivery (or the start) are both at least [StallAfter] old; null
@@ -218,6 +225,9 @@ func summarise(s *Snapshot) Summary {
 			if p.Quality != "good" {
 				sum.PointsNotGood++
 			}
+			if p.Alarm {
+				sum.PointsInAlarm++
+			}
 		}
 	}
 	if s.Uplink != nil {
@@ -225,6 +235,9 @@ func summarise(s *Snapshot) Summary {
 			switch u.State {
 			case "up":
 				sum.UpstreamsActive++
+			case "failing":
+				sum.UpstreamsFailing++
+				sum.UpstreamsDown++
 			case "down":
 				sum.UpstreamsDown++
 			}

@@ -81,6 +81,10 @@ type Upstream struct {
 	// words, and LastErrorAt when; null when none since the start.
 	LastError   *string    `json:"last_error"`
 	LastErrorAt *time.Time `json:"last_error_at"`
+	// DownSince is when a down upstream went down, or a failing one's
+	// deliveries began to fail (the first failure since the last
+	// success); null otherwise.
+	DownSince *time.Time `json:"down_since"`
 }
 
 // Downlink is the state of the downlink.
@@ -151,8 +155,10 @@ func (s *Server) uplink(past *sample, now time.Time) *Uplink {
 	u.lastDelivered = del.LastDelivered
 	delivered := map[string]uint64{}
 	lastErr := map[string]uplink.UpstreamCounters{}
+	counters := map[string]uplink.UpstreamCounters{}
 	for _, c := range del.Upstreams {
 		delivered[c.Name] += c.Delivered
+		counters[c.Name] = c
 		if c.LastError != "" {
 			lastErr[c.Name] = c
 		}
@@ -187,6 +193,12 @@ func (s *Server) uplink(past *sample, now time.Time) *Uplink {
 				up.State = "failing"
 			case st.Up:
 				up.State = "up"
+			}
+			switch up.State {
+			case "down":
+				up.DownSince = timePtr(counters[st.Name].DownSince)
+			case "failing":
+				up.DownSince = timePtr(counters[st.Name].FailingSince)
 			}
 			if total > 0 {
 				up.Share = ptr(float64(delivered[st.Name]-base[st.Name]) / float64(total))

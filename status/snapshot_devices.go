@@ -27,9 +27,10 @@ type Bus struct {
 	// address refuses connections, its serial port is missing): said once
 	// here rather than under each device.
 	Cause *string `json:"cause"`
-	// DownSince is when the bus's serial port went down (could not be
-	// opened, or went away): null while it is open. The bus retries it
-	// and polls again once it opens.
+	// DownSince is when the bus went down: its serial port went down
+	// (could not be opened, or went away; the bus retries it and polls
+	// again once it opens), or, when no device answers, the last answer
+	// of any (the start when none ever came); null while it is not down.
 	DownSince *time.Time `json:"down_since"`
 	// LastRoundTripSeconds is the latest successful poll's time on the
 	// wire (all its requests), of LastRoundTripDevice.
@@ -86,6 +87,22 @@ type Point struct {
 	// Raw is the wire bytes of the last reading in hex, two bytes per
 	// register ("00 7d"); "" for a serial sensor's field.
 	Raw *string `json:"raw"`
+	// Alarm says the last reading is past one of the point's alarm
+	// thresholds: its packets carry "Alarm":"True" and name it in
+	// "AlarmFields". AlarmThreshold is the threshold crossed, AlarmSince
+	// the first reading of the run in alarm; both null when not in alarm.
+	// A point no longer good keeps its last reading's alarm, beside its
+	// last_value.
+	Alarm          bool       `json:"alarm"`
+	AlarmThreshold *Threshold `json:"alarm_threshold"`
+	AlarmSince     *time.Time `json:"alarm_since"`
+}
+
+// Threshold is an alarm threshold crossed: Crossed is above (the value
+// is at or above Limit) or below (at or below it).
+type Threshold struct {
+	Crossed string  `json:"crossed"`
+	Limit   float64 `json:"limit"`
 }
 
 // devices joins each device's status with its points.
@@ -129,7 +146,8 @@ func devices(devs []sensors.DeviceStatus, points []sensors.Point, now time.Time)
 	return out
 }
 
-// why says in words why a device is not ok.
+// why says in words why a device is not ok: what its last poll ran into
+// and what to check, as the log's hint says it.
 func why(d sensors.DeviceStatus) string {
 	if d.Port.Down() {
 		return "its port does not open, retried until it does: " + portCause(d.Port.Err)
@@ -137,12 +155,25 @@ func why(d sensors.DeviceStatus) string {
 	switch d.Health {
 	case sensors.Unknown:
 		return "not polled yet"
-	case sensors.Degraded:
-		return "last poll failed: " + d.LastError
-	case sensors.Offline:
-		return "no answer: " + plural(d.ConsecutiveFailures, "failure") + " in a row, polled less often until it answers; last: " + d.LastError
+	case sensors.Degraded, sensors.Offline:
+	default:
+		return ""
 	}
-	return ""
+	what, check := failureWords(d)
+	tail := ""
+	switch {
+	case d.Failure.Kind == sensors.NoFailure || d.Failure.Kind == sensors.FailOther:
+		// The driver's words: after the figures, as the last of them.
+		if d.Health == sensors.Offline {
+			what, tail = "no answer", "; last: "+what
+		}
+	case check != "":
+		tail = "; " + check
+	}
+	if d.Health == sensors.Degraded {
+		return "last poll failed: " + what + tail
+	}
+	return what + ": " + plural(d.ConsecutiveFailures, "failure") + " in a row, polled less often until it answers" + tail
 }
 
 // whyOnBus is why a device does not answer when its bus says why.
@@ -172,6 +203,13 @@ func point(p sensors.Point, now time.Time) Point {
 	if len(p.Raw) > 0 {
 		out.Raw = text(hexBytes(p.Raw))
 	}
+	if a := p.Alarm; a != nil {
+		th := Threshold{Crossed: "below", Limit: a.Limit}
+		if a.Above {
+			th.Crossed = "above"
+		}
+		out.Alarm, out.AlarmThreshold, out.AlarmSince = true, &th, timePtr(a.Since)
+	}
 	return out
 }
 
@@ -196,7 +234,7 @@ func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []senso
 			b.Errors = BusErrors{Timeout: st.Timeouts, CRC: st.CRCErrors, Exception: st.Exceptions, Framing: st.FrameErrors, IO: st.IOErrors}
 		}
 		var n [sensors.Offline + 1]int
-		var latest time.Time
+		var latest, lastAnswer time.Time
 		portDown := false
 		for _, d := range devs {
 			if d.Bus != smp.Name || d.Health > sensors.Offline {
@@ -208,6 +246,9 @@ func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []senso
 			}
 			b.Devices++
 			n[d.Health]++
+			if d.LastOK.After(lastAnswer) {
+				lastAnswer = d.LastOK
+			}
 			if d.Health == sensors.OK && d.LastOK.After(latest) {
 				latest = d.LastOK
 				b.LastRoundTripSeconds, b.LastRoundTripDevice = ptr(seconds(d.LastDuration)), text(d.Name)
@@ -226,6 +267,10 @@ func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []senso
 			b.State = "ok"
 		case n[sensors.OK] == 0:
 			b.State = "down"
+			if lastAnswer.IsZero() {
+				lastAnswer = started
+			}
+			b.DownSince = timePtr(lastAnswer)
 		default:
 			b.State = "degraded"
 		}

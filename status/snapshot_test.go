@@ -107,7 +107,8 @@ func TestSnapshotJSON(t *testing.T) {
      "age_s": null,
      "at": null,
      "last_value": null,
-     "raw": null
+     "raw": null,
+     "alarm": false,
 `) {
 		t.Errorf("a point never read: %s", text[max(i, 0):])
 	}
