@@ -21,7 +21,12 @@
 // when its broker dies. S7 adds a server to every table mid-run (a cold
 // join), S9 and S10 are high load on 16 varied servers and low load on 4
 // equal ones, S11 a sinkhole that fails fast while staying up, S12 the
-// MQTT shape at fleet scale (500 gateways picking a broker per message).
+// MQTT shape at fleet scale (500 gateways picking a broker per message),
+// S13 the cluster tier's fleet: 50 gateways on three NATS nodes whose
+// stream leader answers PUBACKs faster than its followers (Server.Forward),
+// probed with publishes, with [Trial]'s fleet figures (the busiest node's
+// share over its fair share, steady and with a node down, the return of
+// traffic to a restarted node, the swing of the shares).
 // Every scenario counts in the verdict, on p99 and success. Besides those,
 // a [Trial] measures the first attempts' success, convergence after faults
 // and recoveries, oscillation of the servers' shares, how a joining server

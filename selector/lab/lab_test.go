@@ -356,12 +356,56 @@ func TestSinkholeStaysUp(t *testing.T) {
 }
 
 func TestFleetMQTTShape(t *testing.T) {
-	sc := Scenarios()[len(Scenarios())-1]
+	scs, err := Select([]string{"S12"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scs[0]
 	if sc.Name != "S12" || sc.Gateways != 500 || sc.Placement != nil || len(sc.Servers) != 4 || sc.ReconnectSpread <= 0 {
 		t.Fatalf("%s: %d gateways, placement %v, %d brokers, reconnect spread %v; want S12: 500 gateways picking per message over 4 brokers, spread reconnections",
 			sc.Name, sc.Gateways, sc.Placement, len(sc.Servers), sc.ReconnectSpread)
 	}
 	if len(sc.Faults) != 1 || sc.Faults[0].Kind != FastFail || sc.Faults[0].To == 0 {
 		t.Fatalf("faults %v: want one broker dying and returning", sc.Faults)
+	}
+}
+
+// fleetTrial runs strategy st in fleet scenario name with seed.
+func fleetTrial(t *testing.T, name, st string, seed uint64) Trial {
+	t.Helper()
+	scs, err := Select([]string{name})
+	if err != nil || len(scs) != 1 {
+		t.Fatalf("%s: %v", name, err)
+	}
+	tr, err := Simulate(scs[0], st, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// TestNATSFleetModel checks S13's cluster: the leader's PUBACKs are the
+// fastest (a follower adds its forward hop), and a blind round robin
+// spreads the fleet evenly over the nodes, two when one is down.
+func TestNATSFleetModel(t *testing.T) {
+	scs, err := Select([]string{"S13a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scs[0]
+	if sc.Servers[0].Forward != 0 || sc.Servers[1].Forward <= 0 || sc.Servers[2].Forward <= 0 || !sc.PublishProbe || !sc.Fleet {
+		t.Fatalf("S13a: nodes %+v, publish probe %v: want node 0 the leader, the others forwarding, publish probes", sc.Servers, sc.PublishProbe)
+	}
+	s, err := simulate(sc, "round_robin", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lead, fol := s.probeRTT(0, 0, 0), s.probeRTT(0, 1, 0); lead >= fol {
+		t.Errorf("the leader's probe %v not below a follower's %v", lead, fol)
+	}
+	tr := s.result()
+	t.Logf("round_robin: busiest %.2f steady, %.2f with node 2 down, back after %v s, swing %.2f", tr.BusiestSteady, tr.BusiestDown, tr.Back, tr.Swing)
+	if tr.BusiestSteady > 1.1 || tr.BusiestDown > 1.1 || tr.FaultyShare > 0.01 || tr.Success < 1 {
+		t.Errorf("round_robin: busiest %.2f steady, %.2f down, faulty share %.3f, success %v: want about the fair share, nothing to the dead node, every packet", tr.BusiestSteady, tr.BusiestDown, tr.FaultyShare, tr.Success)
 	}
 }

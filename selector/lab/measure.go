@@ -59,6 +59,13 @@ type Trial struct {
 	Reconnect   float64 // seconds from the fault until the last of its gateways reconnected
 	Balanced    float64 // Reconnect when PlaceMax ≤ placeBalanced at the end, else +Inf
 	Overloaded  int     // reconnected gateways whose broker is offered more than its capacity at the end
+
+	// Fleet (Scenario.Fleet), from the servers' shares of the requests
+	// sent in 1 s bins, the fair share being 1/n of the n servers up:
+	BusiestSteady float64 // the busiest server's share from Warmup to the first outage, over the fair share
+	BusiestDown   float64 // the busiest server's share from 2 s into the first outage to its end, over the fair share then
+	Back          float64 // seconds from the outage's end to the first bin from which the faulty server's share over 5 bins is half its fair share or more; +Inf never
+	Swing         float64 // the widest band, over the servers, of their 1 s shares in steady state (5th to 95th percentile), in share
 }
 
 func (s *sim) result() Trial {
@@ -107,6 +114,10 @@ func (s *sim) result() Trial {
 		return r
 	}
 	r.Osc = s.oscillation()
+	r.BusiestSteady, r.BusiestDown, r.Back, r.Swing = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	if sc.Fleet {
+		s.fleetResult(&r)
+	}
 	if sc.Faulty >= 0 {
 		r.Share = s.share(sc.Faulty)
 		if sc.Servers[sc.Faulty].JoinAt > 0 {
@@ -345,4 +356,70 @@ func quantile(sorted []int64, q float64) float64 {
 	k := int(math.Ceil(q*float64(len(sorted)))) - 1
 	k = min(max(k, 0), len(sorted)-1)
 	return float64(sorted[k]) / 1e9
+}
+
+// fleetBackFor is how many 1 s bins the faulty server's share is averaged
+// over for Back, as the cluster tier's fleet run does (5 s).
+const fleetBackFor = 5
+
+// fleetResult computes the fleet's figures of a scenario with one outage of
+// the faulty server.
+func (s *sim) fleetResult(r *Trial) {
+	sc := s.sc
+	os := sc.outages()
+	if len(os) == 0 || os[0].to == 0 {
+		return
+	}
+	n := len(s.servers)
+	sec := func(d time.Duration) int { return int(d / time.Second) }
+	from, to := sec(os[0].from), sec(os[0].to)
+	// busiest is the largest share of one server over bins [a, b), over
+	// the fair share of the m servers up then.
+	busiest := func(a, b, m int) float64 {
+		total := 0
+		per := make([]int, n)
+		for k := a; k < b && k < len(s.perSec); k++ {
+			total += s.perSec[k]
+			for i := range n {
+				per[i] += s.perSrv[k][i]
+			}
+		}
+		if total == 0 {
+			return math.NaN()
+		}
+		return float64(slices.Max(per)) / float64(total) * float64(m)
+	}
+	warm := sec(sc.Warmup)
+	r.BusiestSteady = busiest(warm, from, n)
+	down := n
+	if sc.Faults[0].Kind == FastFail || sc.Faults[0].Kind == BlackHole {
+		down = n - 1
+	}
+	r.BusiestDown = busiest(from+2, to, down)
+	r.Back = math.Inf(1)
+	for k := to; k+fleetBackFor <= len(s.perSec)-1; k++ {
+		var got, all int
+		for j := k; j < k+fleetBackFor; j++ {
+			got, all = got+s.perSrv[j][sc.Faulty], all+s.perSec[j]
+		}
+		if all > 0 && float64(got)/float64(all) >= 0.5/float64(n) {
+			r.Back = float64(k - to)
+			break
+		}
+	}
+	r.Swing = 0
+	for i := range n {
+		var sh []float64
+		for k := warm; k < from; k++ {
+			if s.perSec[k] > 0 {
+				sh = append(sh, float64(s.perSrv[k][i])/float64(s.perSec[k]))
+			}
+		}
+		if len(sh) == 0 {
+			continue
+		}
+		slices.Sort(sh)
+		lo, hi := sh[int(0.05*float64(len(sh)-1)+0.5)], sh[int(0.95*float64(len(sh)-1)+0.5)]
+		r.Swing = max(r.Swing, hi-lo)
+	}
 }

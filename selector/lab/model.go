@@ -2,7 +2,6 @@ package lab
 
 import (
 	"fmt"
-	"time"
 
 	"fieldlink/selector"
 )
@@ -101,7 +100,7 @@ func (s *sim) handle(e event) {
 				continue
 			}
 			if s.servers[i].mode.answers() {
-				t.Probe(i, time.Duration(s.rtt[g][i]), nil)
+				t.Probe(i, s.probeRTT(g, i, now), nil)
 			} else {
 				t.Probe(i, 0, errTimeout)
 			}

@@ -58,6 +58,10 @@ type Cell struct {
 	PlaceBefore, PlaceJain      Estimate
 	PlaceMax, Overloaded        Estimate
 	Reconnect, Balanced         Censored
+
+	BusiestSteady, BusiestDown Estimate // see Trial
+	Back                       Censored
+	Swing                      Estimate
 }
 
 // Censored is a time that may never come (a run that never settled): the
@@ -235,6 +239,9 @@ func summarise(name string, rs []Trial) Cell {
 		}
 		return float64(r.Overloaded)
 	})
+	c.BusiestSteady = pick(func(r Trial) float64 { return r.BusiestSteady })
+	c.BusiestDown = pick(func(r Trial) float64 { return r.BusiestDown })
+	c.Swing = pick(func(r Trial) float64 { return r.Swing })
 	censored := func(f func(Trial) float64) Censored {
 		var v []float64
 		var out Censored
@@ -258,6 +265,7 @@ func summarise(name string, rs []Trial) Cell {
 	c.JoinRamp = censored(func(r Trial) float64 { return r.JoinRamp })
 	c.Reconnect = censored(func(r Trial) float64 { return r.Reconnect })
 	c.Balanced = censored(func(r Trial) float64 { return r.Balanced })
+	c.Back = censored(func(r Trial) float64 { return r.Back })
 	n := 0
 	for _, r := range rs {
 		n += r.Requests

@@ -43,6 +43,10 @@ type Fault struct {
 	From, To time.Duration
 	Factor   float64       // Slow, SlowDeath
 	Ramp     time.Duration // SlowDeath
+	// Delay is added to every answer of a Slow server, after its
+	// service: a broker whose PUBACKs are late by a fixed time as well as
+	// Factor times slower.
+	Delay time.Duration
 }
 
 // answers reports whether a server in this mode answers probes and sends
@@ -62,6 +66,11 @@ type Server struct {
 	Service time.Duration
 	Sigma   float64
 	JoinAt  time.Duration // 0: from the start
+	// Forward is added to every answer without holding a worker: a
+	// clustered broker's follower, which forwards each publish to the
+	// stream's leader and waits for its answer (docs/cluster.md,
+	// TestPuback: about 0.5 ms on loopback).
+	Forward time.Duration
 }
 
 // Placement makes a scenario one of long-lived connections (MQTT brokers)
@@ -113,7 +122,17 @@ type Scenario struct {
 	// back to the buffer, as uplink.Delivery does.
 	SingleAttempt bool
 
-	ProbeInterval   time.Duration // each gateway probes every server
+	ProbeInterval time.Duration // each gateway probes every server
+	// PublishProbe makes a probe time what a publish costs (round trip,
+	// median service, Forward, a slow server's Factor and Delay), as the
+	// gateway's MQTT probe does; without it a probe is a TCP connect (the
+	// round trip alone).
+	PublishProbe bool
+	// Fleet adds the fleet's figures to the report: the busiest server's
+	// share in steady state and during the fault, over the fair share,
+	// when the faulty server has traffic again, and the swing of the 1 s
+	// shares.
+	Fleet           bool
 	Reports         bool          // servers report their load
 	RefreshInterval time.Duration // each gateway reads reports this often
 	ReportAge       time.Duration // how old a report is when read
@@ -408,6 +427,56 @@ func Scenarios() []Scenario {
 	s.Duration, s.StartSpread = 45*time.Second, 10*time.Second
 	s.Faults, s.Faulty = []Fault{{Server: 0, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 0
 	s.ReconnectSpread = 5 * time.Second
+	out = append(out, s)
+
+	out = append(out, fleetScenarios()...)
+	return out
+}
+
+// The fleet on a three-node NATS cluster, as the cluster tier's TestFleet
+// runs it and TestPuback measured it (docs/cluster.md): 50 gateways at 7
+// packets a second each (350 in all, about 3% of the nodes' capacity), each
+// connected to every node and picking one per message; loopback round
+// trips; a PUBACK takes about 1 ms on the node that leads $MQTT_msgs, and
+// a follower adds its forward hop, 0.5 ms; the gateways probe with a
+// publish every 10 s; no load reports.
+const (
+	fleetGateways = 50
+	fleetRate     = 7 // packets a second per gateway
+)
+
+// natsNodes returns the three nodes: node 0 leads, the others forward.
+func natsNodes(forward time.Duration) []Server {
+	s := make([]Server, 3)
+	for i := range s {
+		s[i] = Server{Workers: 4, Service: time.Millisecond, Sigma: 0.5}
+		if i > 0 {
+			s[i].Forward = forward
+		}
+	}
+	return s
+}
+
+// fleetScenarios are S13a to S13c.
+func fleetScenarios() []Scenario {
+	fleet := func(name, title string, forward time.Duration) Scenario {
+		s := base(name, title)
+		s.Servers, s.Gateways = natsNodes(forward), fleetGateways
+		s.Load = fleetGateways * fleetRate / s.capacity()
+		s.RTT = uniformRTT(50*time.Microsecond, 200*time.Microsecond)
+		s.ProbeInterval, s.PublishProbe, s.Reports = 10*time.Second, true, false
+		s.StartSpread, s.Fleet = 5*time.Second, true
+		return s
+	}
+	var out []Scenario
+	s := fleet("S13a", "fleet on a NATS cluster: 50 gateways at 7 packets/s each on three nodes, node 0 leads the stream (PUBACK ~1 ms), nodes 1 and 2 forward to it (+0.5 ms); node 2 killed from 20 s to 35 s, each gateway reconnects to it 1–11 s after it returns", 500*time.Microsecond)
+	s.Faults, s.Faulty, s.ReconnectSpread = []Fault{{Server: 2, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 2, 10*time.Second
+	out = append(out, s)
+	s = fleet("S13b", "fleet on independent brokers that answer alike: S13a without the forward hop", 0)
+	s.Faults, s.Faulty, s.ReconnectSpread = []Fault{{Server: 2, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 2, 10*time.Second
+	out = append(out, s)
+	s = fleet("S13c", "fleet on the NATS cluster of S13a, follower 1 truly slow from 20 s to 35 s: its PUBACKs 4× slower and 100 ms later", 500*time.Microsecond)
+	s.Faults, s.Faulty = []Fault{{Server: 1, Kind: Slow, Factor: 4, Delay: 100 * time.Millisecond, From: 20 * time.Second, To: 35 * time.Second}}, 1
 	out = append(out, s)
 	return out
 }

@@ -166,9 +166,30 @@ func (s *sim) done(id int, now int64) {
 	case FastFail:
 		// Killed with the connection; already answered with an error.
 	default:
-		s.q.push(event{at: now + s.rtt[s.pkts[rq.pkt].gw][i]/2, kind: evResponse, a: int32(id), b: respOK})
+		s.q.push(event{at: now + s.rtt[s.pkts[rq.pkt].gw][i]/2 + s.extra(i), kind: evResponse, a: int32(id), b: respOK})
 	}
 	s.next(i, now)
+}
+
+// extra is what server i adds to an answer after its service without
+// holding a worker: a follower's forward hop, a slow server's delay.
+func (s *sim) extra(i int) int64 {
+	d := int64(s.sc.Servers[i].Forward)
+	if m := s.servers[i].mode; m.Kind == Slow {
+		d += int64(m.Delay)
+	}
+	return d
+}
+
+// probeRTT is what gateway g's probe of server i, which answers, times at
+// now: the round trip, or with PublishProbe a publish's answer (the round
+// trip, the median service as the server's speed is then, and extra).
+func (s *sim) probeRTT(g, i int, now int64) time.Duration {
+	d := s.rtt[g][i]
+	if s.sc.PublishProbe {
+		d += int64(float64(s.sc.Servers[i].Service)*s.slow(i, now)) + s.extra(i)
+	}
+	return time.Duration(d)
 }
 
 // next starts the next queued request on server i if a worker is free.
