@@ -23,7 +23,7 @@ import (
 // "valve-/1") at a phone's width.
 func checkWords(t *testing.T, ctx context.Context) {
 	t.Helper()
-	broke, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll('#main .pill, #main .name, #main time, #main tr:first-child>th, #main .n')].filter(e=>e.offsetParent!==null).filter(e=>{
+	broke, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll('#main .pill, #main .name, #main time, #main tr:first-child>th, #main .n, #main .id, #main td.age')].filter(e=>e.offsetParent!==null).filter(e=>{
 		const lh=parseFloat(getComputedStyle(e).lineHeight)||parseFloat(getComputedStyle(e).fontSize)*1.4;
 		return e.getClientRects().length!==1||e.getBoundingClientRect().height>1.5*lh}).map(e=>JSON.stringify(e.textContent)).join(', ')`))
 	if err != nil {

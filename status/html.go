@@ -177,17 +177,36 @@ func zone(t time.Time) string {
 	return z
 }
 
-// url writes an upstream's name, which may break after a slash and
-// nowhere else.
+// url writes an upstream's name, which may break after a slash, a colon
+// or a question mark and nowhere else: "127.0.0.1:8086/" is too wide
+// for a phone's column beside the figures.
 func (p *writer) url(s string) {
 	p.raw(`<span class=url>`)
-	for i, part := range strings.SplitAfter(s, "/") {
-		if i > 0 {
-			p.raw(`<wbr>`)
+	first := true
+	for part := range strings.SplitAfterSeq(s, "/") {
+		for _, piece := range splitAfterAny(part, ":?") {
+			if !first {
+				p.raw(`<wbr>`)
+			}
+			first = false
+			p.text(piece)
 		}
-		p.text(part)
 	}
 	p.raw(`</span>`)
+}
+
+// splitAfterAny cuts s after each of the bytes in seps, but for the
+// colon of a scheme ("http:/").
+func splitAfterAny(s, seps string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s)-1; i++ {
+		if strings.IndexByte(seps, s[i]) >= 0 && s[i+1] != '/' {
+			out = append(out, s[start:i+1])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
 }
 
 // name writes a device's, point's or bus's name, kept on one line.
