@@ -25,7 +25,7 @@ func ExampleOpen() {
 	defer b.Close()
 
 	p := &packet.Packet{At: time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC), Loc: time.UTC, IDField: "FarmId", SiteID: "001",
-		DataType: "Weather", GatewayID: "gw-01", DeviceID: "rain-1", Fields: []packet.Field{{"Rainfall", packet.Float(0.2, 1)}}}
+		DataType: "Weather", GatewayID: "gw-01", DeviceID: "rain-1", Fields: []packet.Field{{Name: "Rainfall", Value: packet.Float(0.2, 1)}}}
 	seq, err := b.Append(context.Background(), p)
 	if err != nil {
 		fmt.Println(err)
