@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/buffer/cardstore"
 	"fieldlink/config"
 	"fieldlink/downlink"
 	"fieldlink/fleet"
-	"fieldlink/internal/cardstore"
 	"fieldlink/internal/kclock"
 	"fieldlink/metrics"
 	"fieldlink/packet"

@@ -13,8 +13,8 @@ import (
 	"syscall"
 
 	"fieldlink/buffer"
+	"fieldlink/buffer/cardstore"
 	"fieldlink/config"
-	"fieldlink/internal/cardstore"
 	"fieldlink/metrics"
 )
 

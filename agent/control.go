@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/buffer/cardstore"
 	"fieldlink/config"
 	"fieldlink/downlink"
-	"fieldlink/internal/cardstore"
 )
 
 // ControlPath is the daemon's local socket, beside its buffer file: gateway

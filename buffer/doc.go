@@ -42,7 +42,7 @@
 // IMPORTANT: an EIO from a write or an fsync is fatal ([ErrFatal]): the
 // kernel may have dropped the dirty pages, and a retried fsync would report
 // success. The caller must close the buffer and Open it again, or exit and
-// be restarted; the gateway reopens it (internal/cardstore) and meanwhile
+// be restarted; the gateway reopens it (buffer/cardstore) and meanwhile
 // keeps its live readings in a volatile buffer. A full disk is not fatal
 // ([ErrDiskFull]): the appends of the failed transaction are refused, the
 // records committed before stay, and the buffer recovers by itself when

@@ -29,7 +29,7 @@ var (
 	// fsync is never retried (the kernel may have dropped the dirty pages and
 	// would report the retry as a success). Every later write fails with
 	// ErrFatal; the caller must close the buffer and Open it again (what the
-	// gateway's internal/cardstore does), or exit and let its supervisor
+	// gateway's buffer/cardstore does), or exit and let its supervisor
 	// restart it. The next Open checks the whole file and salvages it if
 	// needed.
 	ErrFatal = errors.New("buffer: fatal I/O error, exit and restart")

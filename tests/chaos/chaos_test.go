@@ -218,7 +218,7 @@ func TestChaos(t *testing.T) {
 		bit = bit || s.bit
 	}
 	// A full card refuses appends, or, since the gateway keeps its live
-	// readings in a volatile buffer meanwhile (internal/cardstore), says
+	// readings in a volatile buffer meanwhile (buffer/cardstore), says
 	// so; refused (seqs a refused commit took) is no longer sure to be
 	// above zero.
 	if w.disk != nil && !bit {

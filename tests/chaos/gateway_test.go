@@ -316,7 +316,7 @@ func (g *gateway) current() int {
 }
 
 // fullCounter counts the writes that say the buffer is not durable
-// because the card is full (internal/cardstore): each is one log line.
+// because the card is full (buffer/cardstore): each is one log line.
 type fullCounter struct{ n *atomic.Int64 }
 
 func (c fullCounter) Write(p []byte) (int, error) {
