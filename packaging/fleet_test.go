@@ -19,8 +19,8 @@ import (
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/internal/testtool/emutest"
-	"fieldlink/internal/updategate"
 	"fieldlink/packet"
+	"fieldlink/updategate"
 )
 
 // TestFleet is make fleet-check: the .deb on a real systemd, in a Debian

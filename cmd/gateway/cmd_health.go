@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"fieldlink/internal/updategate"
+	"fieldlink/updategate"
 )
 
 // defaultSiteFile is the site file of the Debian package.
