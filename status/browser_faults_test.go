@@ -100,7 +100,7 @@ uplink:
 		visible(`[data-device="o2-sensor-1"][data-health="ok"]`))
 	await("the stall headline", `document.getElementById('stall')!==null`, status.StallAfter+30*time.Second)
 	stall := evalAs("the stall", `(document.getElementById('stall')||{}).textContent||''`)
-	if !regexp.MustCompile(`^Nothing delivered for \d+ s: \d+ packets waiting; http://` + regexp.QuoteMeta(closed) +
+	if !regexp.MustCompile(`^Nothing delivered for \d+ s: \d+ packets? waiting; http://` + regexp.QuoteMeta(closed) +
 		`/ingest: connection refused: nothing listens at ` + regexp.QuoteMeta(closed)).MatchString(stall) {
 		t.Errorf("the stall headline: %q", stall)
 	}
@@ -125,7 +125,7 @@ uplink:
 
 	// The buffer box agrees with itself: an age only for packets waiting.
 	box := evalAs("the buffer box", `[...document.querySelectorAll('#buffer dd')].slice(0,2).map(d=>d.textContent).join(' | ')`)
-	if m := regexp.MustCompile(`^(\d+) packets .* \| (.*)$`).FindStringSubmatch(box); m == nil ||
+	if m := regexp.MustCompile(`^(\d+) packets? .* \| (.*)$`).FindStringSubmatch(box); m == nil ||
 		(m[1] == "0") != (m[2] == "none waiting") {
 		t.Errorf("the buffer box: %q", box)
 	}

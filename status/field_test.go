@@ -162,6 +162,7 @@ func TestPageSmallThings(t *testing.T) {
 	f.site.Location = time.FixedZone("", 8*3600)
 	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "site.yaml:7:63: buses[0].devices[0].windw: unknown field\nsite.yaml:9:3: buses[0].devices[1].slave: must be 1 to 247"}
 	f.devs[0].Polls = 1
+	f.buf.Normal, f.buf.Alarms = 0, 1
 	f.downlink = &metrics.DownlinkStatus{Enabled: true, Commands: []metrics.DownlinkCommand{
 		{At: t0, Device: "valve-1", Command: "Open = true (cmd-2026-0042)", Result: "expired: expired at 2026-11-30T07:59:00Z"},
 		{At: t0, Device: "valve-1", Command: "", Result: "rejected: unreadable"},
@@ -172,8 +173,10 @@ func TestPageSmallThings(t *testing.T) {
 	if !strings.Contains(alerts, "windw: unknown field<br>") && !strings.Contains(alerts, "windw: unknown field</li>") {
 		t.Errorf("the refused reload's errors are not one per line: %s", alerts)
 	}
-	if strings.Contains(html, "1 polls") {
-		t.Error(`the page says "1 polls"`)
+	for _, w := range []string{"1 polls", "1 packets", "1 alarms"} {
+		if strings.Contains(html, w) {
+			t.Errorf("the page says %q", w)
+		}
 	}
 	if strings.Contains(pageStyle, "th.age,td.age{display:none}") {
 		t.Error("the age column is hidden at a phone's width")

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fieldlink/internal/words"
 	"strings"
 	"time"
 )
@@ -35,9 +36,9 @@ func (p *writer) buffer(b *Buffer) {
 		p.raw(`</dd>`)
 	}
 	if b.Volatile > 0 {
-		p.raw(`<dt>in memory</dt><dd>` + itoa(b.Volatile) + ` packets, not durable</dd>`)
+		p.raw(`<dt>in memory</dt><dd>` + words.Count(b.Volatile, "packet") + `, not durable</dd>`)
 	}
-	p.raw(`<dt>waiting</dt><dd>` + itoa(b.Waiting) + ` packets (` + itoa(b.Alarms) + ` alarms), ` + itoa(b.Leased) + ` being sent</dd>`)
+	p.raw(`<dt>waiting</dt><dd>` + words.Count(b.Waiting, "packet") + ` (` + words.Count(b.Alarms, "alarm") + `), ` + itoa(b.Leased) + ` being sent</dd>`)
 	p.raw(`<dt>oldest</dt><dd>`)
 	if b.OldestAgeSeconds != nil {
 		p.raw(ageText(*b.OldestAgeSeconds) + ` old`)
@@ -45,7 +46,7 @@ func (p *writer) buffer(b *Buffer) {
 		p.raw(`none waiting`)
 	}
 	p.raw(`</dd><dt>size</dt><dd>` + size(uint64(b.Bytes)) + ` of ` + size(uint64(b.MaxBytes)) + ` (file ` + size(uint64(b.FileSize)) + `)</dd>`)
-	p.raw(`<dt>evicted</dt><dd>` + utoa(b.Evicted) + ` packets, ` + utoa(b.Rejected) + ` refused when full, ` + utoa(b.DeadLetters) + ` dead letters</dd>`)
+	p.raw(`<dt>evicted</dt><dd>` + words.Count(b.Evicted, "packet") + `, ` + utoa(b.Rejected) + ` refused when full, ` + words.Count(b.DeadLetters, "dead letter") + `</dd>`)
 	p.raw(`<dt>free disk</dt><dd>`)
 	if b.DiskFree != nil && b.DiskTotal != nil {
 		p.raw(size(*b.DiskFree) + ` of ` + size(*b.DiskTotal))

@@ -3,7 +3,7 @@ package status
 import "fieldlink/internal/words"
 
 func (p *writer) bus(b Bus) {
-	p.raw(plural(b.Devices, "device") + ` · ` + utoa(b.Requests) + ` requests · errors: `)
+	p.raw(plural(b.Devices, "device") + ` · ` + words.Count(b.Requests, "request") + ` · errors: `)
 	e := b.Errors
 	p.raw(`timeout ` + utoa(e.Timeout) + `, CRC ` + utoa(e.CRC) + `, exception ` + utoa(e.Exception) +
 		`, framing ` + utoa(e.Framing) + `, link ` + utoa(e.IO))

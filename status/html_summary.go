@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fieldlink/internal/words"
 	"strings"
 
 	"fieldlink/uplink"
@@ -38,7 +39,7 @@ func (p *writer) summary(s *Snapshot) {
 		}
 	}
 	if s.Buffer != nil {
-		p.raw(` · ` + itoa(s.Buffer.Waiting) + ` packets waiting`)
+		p.raw(` · ` + words.Count(s.Buffer.Waiting, "packet") + ` waiting`)
 	}
 	p.raw(`</p></section>`)
 	if problems == 0 && s.Clock.Problem == nil && !s.Site.Config.Changed && (s.Downlink == nil || !s.Downlink.Unsigned) &&

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fieldlink/internal/words"
 	"time"
 
 	"fieldlink/metrics"
@@ -275,9 +276,4 @@ func timePtr(t time.Time) *time.Time {
 	return &u
 }
 
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return itoa(n) + " " + what + "s"
-}
+func plural(n int, what string) string { return words.Count(n, what) }
