@@ -31,7 +31,7 @@ var layers = []struct {
 	}},
 	{"upstreams", []string{"uplink", "uplink/..."}},
 	{"the site file", []string{"config"}},
-	{"features over the site file", []string{"downlink", "fleet", "updategate", "metrics", "status"}},
+	{"features over the site file", []string{"downlink", "exception", "fleet", "updategate", "metrics", "status"}},
 	{"the composition root", []string{"agent"}},
 	{"front ends over the root", []string{"commission", "demo"}},
 	{"binaries", []string{"cmd/..."}},

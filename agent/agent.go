@@ -14,6 +14,7 @@ import (
 	"fieldlink/buffer/cardstore"
 	"fieldlink/config"
 	"fieldlink/downlink"
+	"fieldlink/exception"
 	"fieldlink/fleet"
 	"fieldlink/internal/kclock"
 	"fieldlink/metrics"
@@ -178,14 +179,14 @@ func (g *Agent) Fatal() error {
 // emit is where the pollers' packets go; x, the site's report by
 // exception, decides which of them are stored (nil: every one). A packet
 // it holds back never reaches the buffer, so it takes no Seq there.
-func (g *Agent) emit(p *packet.Packet, x *exceptions) {
+func (g *Agent) emit(p *packet.Packet, x *exception.Filter) {
 	if !p.At.IsZero() {
 		p.ClockUnsynced, p.Mono = g.clock.Unsynced(p.At)
 	}
 	if g.opt.OnPolled != nil {
 		g.opt.OnPolled(p)
 	}
-	if !x.keep(p) {
+	if !x.Keep(p) {
 		g.heldBack.Add(1)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"fieldlink/config"
+	"fieldlink/exception"
 	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors"
@@ -25,7 +26,7 @@ type Sensors struct {
 	enc     packet.Encoding
 	// exceptions holds back the packets that report by exception finds
 	// unchanged; nil stores every packet.
-	exceptions *exceptions
+	exceptions *exception.Filter
 }
 
 // BusCost is the request planner's timing model for a bus: wire timing on
@@ -58,7 +59,7 @@ func MaxGap(b config.Bus) int {
 // is buffered and the status page run meanwhile. A one-shot poll or write
 // gets the port's error for each of the bus's devices.
 func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
-	s := &Sensors{cfg: c, enc: c.Packet.Values, exceptions: newExceptions(c)}
+	s := &Sensors{cfg: c, enc: c.Packet.Values, exceptions: exception.New(c)}
 	var buses []*sensors.Bus
 	for _, b := range c.Buses {
 		ep, err := modbus.ParseURL(b.URL)

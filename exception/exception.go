@@ -1,4 +1,8 @@
-package agent
+// Package exception is report by exception: of the packets the sensors
+// poll, it keeps those that say something new (see [config.Exception]) so
+// that the buffer, the card and the uplink carry changes, alarms and
+// heartbeats rather than every poll.
+package exception
 
 import (
 	"math"
@@ -9,17 +13,17 @@ import (
 	"fieldlink/packet"
 )
 
-// exceptions decides, packet by packet, which packets of the devices that
+// Filter decides, packet by packet, which packets of the devices that
 // report by exception go to the buffer (see [config.Exception]). A packet
 // goes whole or not at all. What it keeps is by device name; it is safe
-// for concurrent use.
-type exceptions struct {
+// for concurrent use. A nil Filter keeps every packet.
+type Filter struct {
 	mu      sync.Mutex
-	devices map[string]*exceptionDevice // only the devices that report by exception
+	devices map[string]*device // only the devices that report by exception
 }
 
-// exceptionDevice is one device's rules and what it last sent.
-type exceptionDevice struct {
+// device is one device's rules and what it last sent.
+type device struct {
 	interval  time.Duration
 	heartbeat time.Duration               // the shortest of its points'
 	rules     map[string]config.Exception // by field name
@@ -28,16 +32,16 @@ type exceptionDevice struct {
 	sent   *packet.Packet
 }
 
-// newExceptions takes the rules of c's devices.
-func newExceptions(c *config.Config) *exceptions {
-	x := &exceptions{devices: map[string]*exceptionDevice{}}
+// New takes the rules of c's devices.
+func New(c *config.Config) *Filter {
+	x := &Filter{devices: map[string]*device{}}
 	for _, b := range c.Buses {
 		for i := range b.Devices {
 			d := &b.Devices[i]
 			if !d.ReportsByException() {
 				continue
 			}
-			e := &exceptionDevice{interval: d.Interval, rules: map[string]config.Exception{}}
+			e := &device{interval: d.Interval, rules: map[string]config.Exception{}}
 			for _, r := range c.DeviceProfile(d).Registers {
 				rule := d.PointException(r.Name)
 				e.rules[r.Name] = rule
@@ -51,8 +55,8 @@ func newExceptions(c *config.Config) *exceptions {
 	return x
 }
 
-// keep reports whether p goes to the buffer, and records it.
-func (x *exceptions) keep(p *packet.Packet) bool {
+// Keep reports whether p goes to the buffer, and records it.
+func (x *Filter) Keep(p *packet.Packet) bool {
 	if x == nil {
 		return true
 	}
@@ -73,7 +77,7 @@ func (x *exceptions) keep(p *packet.Packet) bool {
 // changed applies the rules in order: the first packet, an alarm or the
 // packet after one, the first packet after missed polls (the device's
 // quality changed), a heartbeat due, a point beyond its deadband.
-func (e *exceptionDevice) changed(p *packet.Packet) bool {
+func (e *device) changed(p *packet.Packet) bool {
 	last := e.sent
 	switch {
 	case last == nil:
