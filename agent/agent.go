@@ -44,6 +44,9 @@ type Options struct {
 	// [packet.Packet.ClockUnsynced]) and carry their monotonic reading for
 	// the buffer's re-stamp. Nil means the kernel's NTP state.
 	ClockSynced func() bool
+	// Version is the gateway's version as the status page shows it; empty
+	// means the module's build information.
+	Version string
 }
 
 // Agent is one site's running gateway: the sensors side (buses and line

@@ -20,10 +20,6 @@ import (
 	"fieldlink/status"
 )
 
-// Version is the gateway's version as the status page shows it; empty
-// means the module's build information. The binary sets it from its own.
-var Version string
-
 // Retries of a metrics listener that could not start: its port may be
 // held by a program that lets it go (the previous gateway still
 // stopping, a technician's tool).
@@ -218,7 +214,7 @@ func (g *Agent) identity() metrics.Identity {
 	}
 	st.mu.Unlock()
 	si := metrics.Identity{
-		SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Location: c.Location, Version: Version,
+		SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Location: c.Location, Version: g.opt.Version,
 		Started: st.started, ConfigFile: c.File, ConfigSHA256: hash, LastReload: reload,
 	}
 	si.Remote = g.remoteState()

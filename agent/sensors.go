@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	"fieldlink/config"
 	"fieldlink/exception"
@@ -12,7 +11,6 @@ import (
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
-	"fieldlink/sensors/plan"
 )
 
 // Sensors is a site file's sensors side, open: its buses on their Modbus
@@ -27,26 +25,6 @@ type Sensors struct {
 	// exceptions holds back the packets that report by exception finds
 	// unchanged; nil stores every packet.
 	exceptions *exception.Filter
-}
-
-// BusCost is the request planner's timing model for a bus: wire timing on
-// a serial line (and behind an RTU-over-TCP server, whose serial side has
-// the same physics), a fixed round trip over Modbus TCP.
-func BusCost(ep modbus.Endpoint, turnaround time.Duration) plan.Cost {
-	if ep.Serial() {
-		return plan.Serial(ep.Baud, ep.BitsPerChar(), turnaround)
-	}
-	// Over TCP a register costs nanoseconds and a request a round trip:
-	// fill every gap the limits allow.
-	return plan.Cost{CharTime: time.Microsecond / 10, Turnaround: turnaround + time.Millisecond}
-}
-
-// MaxGap is a bus's max_gap setting as the planner takes it (-1: its own).
-func MaxGap(b config.Bus) int {
-	if b.MaxGap != nil {
-		return *b.MaxGap
-	}
-	return -1
 }
 
 // OpenSensors opens every bus of c and builds its line sensors. Nothing polls
@@ -105,7 +83,7 @@ func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
 			specs[i] = sensors.DeviceSpec{Name: d.Name, Slave: byte(d.Slave), Profile: c.DeviceProfile(&d), Interval: d.Interval, DataType: d.DataType}
 		}
 		bus, err := sensors.NewBus(b.Name, r, specs, sensors.BusOptions{
-			Cost: BusCost(ep, *b.Turnaround), MaxGap: MaxGap(b), Backoff: b.Backoff, Logger: log, Hint: modbus.Hint,
+			Cost: sensors.BusCost(ep, *b.Turnaround), MaxGap: b.PlanMaxGap(), Backoff: b.Backoff, Logger: log, Hint: modbus.Hint,
 			Port: port, Open: open,
 		})
 		if err != nil {

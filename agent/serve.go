@@ -30,6 +30,9 @@ type ServeOptions struct {
 	Print  bool
 	// Reload delivers a value for each reload asked for (SIGHUP).
 	Reload <-chan os.Signal
+	// Version is the gateway's version as the status page shows it (see
+	// [Options.Version]); the binary gives its own.
+	Version string
 }
 
 // Serve runs the daemon's life for the site file's configuration local:
@@ -49,7 +52,7 @@ func Serve(ctx context.Context, local *config.Config, o ServeOptions) error {
 	if err != nil {
 		log.Error("remote configuration", "err", err)
 	}
-	opt := Options{Logger: log}
+	opt := Options{Logger: log, Version: o.Version}
 	if (o.Print || c.Uplink == nil) && o.Stdout != nil {
 		opt.OnPacket = printer(o.Stdout, c.Packet.Values)
 	}

@@ -9,7 +9,6 @@ import (
 
 	gm "github.com/goburrow/modbus"
 
-	"fieldlink/agent"
 	"fieldlink/config"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
@@ -72,7 +71,7 @@ func device(b *config.Bus, d config.Device) string {
 // bus's TCP peer cannot be reached: no other slave behind it will answer.
 func (k *checker) slave(ctx context.Context, client *modbus.Client, b *config.Bus, ep modbus.Endpoint, d config.Device) (row Row, down bool) {
 	what := device(b, d)
-	reqs, err := sensors.PlanDevice(k.c.DeviceProfile(&d), agent.MaxGap(*b), agent.BusCost(ep, turnaround(b)))
+	reqs, err := sensors.PlanDevice(k.c.DeviceProfile(&d), b.PlanMaxGap(), sensors.BusCost(ep, turnaround(b)))
 	if err != nil || len(reqs) == 0 {
 		return Row{what, false, fmt.Sprintf("profile %s plans no read: %v", d.Profile, err)}, false
 	}

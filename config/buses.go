@@ -31,6 +31,15 @@ type Bus struct {
 	Devices []Device      `yaml:"devices"`
 }
 
+// PlanMaxGap is max_gap as the request planner takes it: -1 lets it
+// decide from the bus timing.
+func (b Bus) PlanMaxGap() int {
+	if b.MaxGap != nil {
+		return *b.MaxGap
+	}
+	return -1
+}
+
 // Device is one slave on a bus.
 type Device struct {
 	// Name is the packet's DeviceId; unique in the site.

@@ -19,9 +19,22 @@ import (
 	"time"
 
 	"fieldlink/packet"
+	"fieldlink/sensors/modbus"
 	"fieldlink/sensors/plan"
 	"fieldlink/sensors/profile"
 )
+
+// BusCost is the request planner's timing model for a bus: wire timing on
+// a serial line (and behind an RTU-over-TCP server, whose serial side has
+// the same physics), a fixed round trip over Modbus TCP.
+func BusCost(ep modbus.Endpoint, turnaround time.Duration) plan.Cost {
+	if ep.Serial() {
+		return plan.Serial(ep.Baud, ep.BitsPerChar(), turnaround)
+	}
+	// Over TCP a register costs nanoseconds and a request a round trip:
+	// fill every gap the limits allow.
+	return plan.Cost{CharTime: time.Microsecond / 10, Turnaround: turnaround + time.Millisecond}
+}
 
 // Reader reads registers or bits from a slave: a Modbus client. fc is the
 // read function (1–4); the reply is the wire bytes (2 per register, or the

@@ -53,7 +53,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "bus %s: %s (%s), timeout %v\n", b.Name, b.URL, ep.LineSettings(), b.Timeout)
 		for _, d := range b.Devices {
 			prof := c.DeviceProfile(&d)
-			reqs, err := sensors.PlanDevice(prof, agent.MaxGap(b), agent.BusCost(ep, *b.Turnaround))
+			reqs, err := sensors.PlanDevice(prof, b.PlanMaxGap(), sensors.BusCost(ep, *b.Turnaround))
 			if err != nil {
 				return err
 			}
@@ -208,8 +208,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	opt := agent.ServeOptions{File: *file, Profiles: loadProfiles, Logger: log, Print: *printAll, Stdout: stdout, Reload: hup}
-	agent.Version = version + " (" + commit + ")"
+	opt := agent.ServeOptions{File: *file, Profiles: loadProfiles, Logger: log, Print: *printAll, Stdout: stdout, Reload: hup,
+		Version: version + " (" + commit + ")"}
 	return agent.Serve(ctx, local, opt)
 }
 
