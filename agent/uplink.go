@@ -13,6 +13,7 @@ import (
 	"fieldlink/internal/cardstore"
 	"fieldlink/selector"
 	"fieldlink/uplink"
+	_ "fieldlink/uplink/kinds" // every kind of upstream the site file may name
 )
 
 // uplinkSide is the delivery side of a running gateway: the selector and

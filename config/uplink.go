@@ -15,6 +15,8 @@ import (
 	"fieldlink/internal/yamlconf"
 	"fieldlink/selector"
 	"fieldlink/uplink"
+	uplinkhttp "fieldlink/uplink/http"
+	_ "fieldlink/uplink/kinds" // uplink.UpstreamName knows each kind's URLs
 )
 
 // Buffer is where packets wait until an upstream acknowledged them.
@@ -469,7 +471,7 @@ func (c *Config) validateHTTPAuth(doc *yamlconf.Doc, f string, up *Upstream, mqt
 	} else if up.Encoding != "" && !slices.Contains(uplink.Encodings, up.Encoding) {
 		doc.Errorf(f+".encoding", "unknown encoding %q for an HTTP upstream (valid: json, influx_line)", up.Encoding)
 	} else if up.Encoding == uplink.EncodingInfluxLine {
-		if err := uplink.CheckInfluxURL(up.URL); err != nil {
+		if err := uplinkhttp.CheckInfluxURL(up.URL); err != nil {
 			doc.Errorf(f+".url", "%v", err)
 		}
 	}

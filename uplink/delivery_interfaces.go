@@ -21,7 +21,7 @@ type Buffer interface {
 }
 
 // DeadLetters takes records that an upstream refused for good (see
-// [HTTPSender.Send] for which answers those are), so that one poison packet
+// [fieldlink/uplink/http.Sender.Send] for which answers those are), so that one poison packet
 // cannot block the queue.
 type DeadLetters interface {
 	DeadLetter(reason string, seqs ...uint64) error

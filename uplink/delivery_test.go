@@ -396,7 +396,7 @@ func httpDelivery(t *testing.T, q *memQueue, url string, window int) (*Delivery,
 		t.Fatal(err)
 	}
 	d := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: q, Backoff: 50 * time.Millisecond})
-	hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: url + "/ingest"}), 10, window)
+	hs := httpTestSender(t, url+"/ingest", 10, window)
 	idx, err := table.Add(hs.Name(), 1)
 	if err != nil {
 		t.Fatal(err)

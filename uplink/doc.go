@@ -13,7 +13,7 @@
 // the [selector.Table]'s statistics (latency, failures, load, requests in
 // flight), skipping upstreams that are down, resting or whose window is full.
 // Each upstream is a [Sender]: [MQTTSender] publishes one record per send at
-// QoS 1 and succeeds on its PUBACK; [HTTPSender] posts a batch as a JSON
+// QoS 1 and succeeds on its PUBACK; [fieldlink/uplink/http.Sender] posts a batch as a JSON
 // array and succeeds on a 2xx, the batch named by an
 // Idempotency-Key so that the platform can drop a resend; with
 // [EncodingInfluxLine] it writes the batch to InfluxDB as line protocol
@@ -32,7 +32,7 @@
 //
 // An upstream may refuse the packets themselves rather than fail: for HTTP a
 // 400, 413 or 422 answer, or a packet that is not JSON (the one rule is on
-// [HTTPSender.Send]; a 401, 403, 404 or 5xx is the upstream's failure, and the
+// [fieldlink/uplink/http.Sender.Send]; a 401, 403, 404 or 5xx is the upstream's failure, and the
 // records stay buffered until it is fixed). For MQTT, a packet whose topic
 // cannot be made. The loop then resends the batch one record at a time on the
 // same upstream, so that one poison packet does not take its neighbours with
@@ -42,7 +42,7 @@
 //
 // A [Prober] measures each upstream's round trip on an interval; the gateway
 // hands its results to [selector.Table.Probe] and, for HTTP, to
-// [HTTPSender.ProbeResult],
+// [fieldlink/uplink/http.Sender.ProbeResult],
 // which marks the upstream up or down ([MQTTSender] is up while connected,
 // and [MQTT.Kick] reconnects at once when a probe answers again). Servers
 // report their load on a retained MQTT topic ([MQTTConfig.OnLoad]) or an HTTP
@@ -55,6 +55,15 @@
 // pool in step with it (new names connected, weights applied, dropped names
 // retired after [RetireGrace]), and [SaveRegistryList] keeps its last good
 // answer for a restart without network.
+//
+// # Kinds of upstream
+//
+// What is particular to a kind of upstream lives in its own package, which
+// implements [Kind] and is registered by [Register] with the schemes and
+// encodings it serves: fieldlink/uplink/http (HTTP, and InfluxDB's line
+// protocol). The table of fieldlink/uplink/kinds registers every kind; a
+// program imports it. The pool opens each upstream through its kind
+// ([Open]), and [Explain] asks the kind first for its errors' words.
 //
 // # Window and Retry-After
 //
@@ -69,7 +78,7 @@
 //
 // When the context of [Delivery.Run] ends, the loop leases nothing more and
 // starts no send; the sends in flight run to their own end (each publisher
-// bounds them: MQTTConfig.PublishTimeout, HTTPConfig.Timeout), and Run returns
+// bounds them: MQTTConfig.PublishTimeout, http.Config.Timeout), and Run returns
 // once each of their batches is acked, dead-lettered or back in the buffer.
 // When its own context ends, [MQTT.Run] publishes a retained "offline" and
 // disconnects.

@@ -10,11 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"fieldlink/uplink/internal/httpc"
 )
 
 // httpTestRequest is what an httpTestServer saw of one request.
@@ -74,26 +75,24 @@ func (s *httpTestServer) httpTestHang(r *http.Request) {
 	}
 }
 
-func httpTestPublisher(t *testing.T, cfg HTTPConfig) *HTTP {
+// httpTestSender is the sender of an HTTP upstream at url, opened by its
+// kind (registered by kinds_test.go) with the pool's defaults for batch
+// and window.
+func httpTestSender(t *testing.T, url string, batch, window int) Sender {
 	t.Helper()
-	if cfg.GatewayID == "" {
-		cfg.GatewayID = "gw-1"
-	}
-	if cfg.Epoch == "" {
-		cfg.Epoch = "ep7"
-	}
-	h, err := NewHTTP(cfg)
+	c, err := Open(UpstreamConfig{URL: url}, PoolConfig{Batch: batch, Window: window * 8, GatewayID: "gw-1", Epoch: "ep7"})
 	if err != nil {
-		t.Fatalf("NewHTTP: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	t.Cleanup(func() { c.Close() })
+	return c.Sender
 }
 
-func httpTestPacket(seq int) []byte {
-	return []byte(`{"DataHead":{"Date":"2020-01-01","Time":"20:00:00","FarmId":"001","DataType":"Rain","GatewayId":"gw-1","Seq":` +
-		strconv.Itoa(seq) + `},"DataBody":{"Rainfall":"0"}}`)
-}
+// permanentErr is an upstream's refusal of the packets.
+type permanentErr struct{ error }
+
+func (permanentErr) Permanent() bool { return true }
+func (p permanentErr) Unwrap() error { return p.error }
 
 // IsRetryable reports whether err is a transient failure, worth retrying
 // soon, on this or another upstream: an answer 408, 409, 425, 429 or 5xx, or
@@ -111,7 +110,7 @@ func IsRetryable(err error) bool {
 	if err == nil {
 		return false
 	}
-	var he *httpError
+	var he *httpc.Error
 	if errors.As(err, &he) && he.StatusCode != 0 {
 		return httpRetryableStatus(he.StatusCode)
 	}

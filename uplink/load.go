@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/uplink/internal/httpc"
+
 	"fieldlink/internal/jsonkind"
 	"fieldlink/selector"
 )
@@ -210,7 +212,7 @@ type loadPoller struct {
 // The answer must be a 2xx with a body parseLoad accepts; its Content-Type is
 // not checked.
 func newLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.Config, report func(selector.Load, error)) (*loadPoller, error) {
-	u, err := httpParseURL(loadURL)
+	u, err := httpc.ParseURL(loadURL)
 	if err != nil {
 		return nil, fmt.Errorf("uplink: load: %w", err)
 	}
@@ -224,17 +226,17 @@ func newLoadPoller(loadURL string, interval, timeout time.Duration, tlsCfg *tls.
 		report = func(selector.Load, error) {}
 	}
 	p := &loadPoller{
-		name:     httpRedactURL(u),
-		header:   httpBasicAuthFromURL(u, nil),
+		name:     httpc.RedactURL(u),
+		header:   httpc.BasicAuthFromURL(u, nil),
 		interval: interval,
 		timeout:  timeout,
 		report:   report,
 	}
 	p.url = u.String()
-	p.transport = httpNewTransport(tlsCfg)
+	p.transport = httpc.NewTransport(tlsCfg)
 	p.transport.MaxIdleConns = 1
 	p.transport.MaxIdleConnsPerHost = 1
-	p.client = httpNewClient(p.transport)
+	p.client = httpc.NewClient(p.transport)
 	return p, nil
 }
 
@@ -249,7 +251,7 @@ func (p *loadPoller) Poll(ctx context.Context) (selector.Load, error) {
 		ctx, cancel = context.WithTimeout(ctx, p.timeout)
 		defer cancel()
 	}
-	_, body, err := httpGet(ctx, p.client, p.url, p.name, p.header, loadMaxBytes)
+	_, body, err := httpc.Get(ctx, p.client, p.url, p.name, p.header, loadMaxBytes)
 	if err != nil {
 		return selector.Load{}, err // it names the load URL
 	}

@@ -2,12 +2,13 @@ package uplink
 
 import (
 	"context"
-	"fieldlink/internal/testtool"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"fieldlink/internal/testtool"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 )

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +34,7 @@ type UpstreamConfig struct {
 	AtMostOnce         bool
 	Username, Password string
 	TLS                *tls.Config // nil over mqtt:// and http://
-	// Encoding, Token and Header are an HTTP upstream's (see [HTTPConfig]).
+	// Encoding, Token and Header are an HTTP upstream's (see [fieldlink/uplink/http.Config]).
 	Encoding Encoding
 	Token    string
 	Header   http.Header
@@ -49,6 +48,10 @@ type UpstreamConfig struct {
 	// Sparkplug makes an MQTT upstream a Sparkplug B edge node; nil
 	// publishes the packets as they are.
 	Sparkplug *SparkplugConfig
+	// Timeout bounds one HTTP post; 0 is the kind's default (10 s).
+	Timeout time.Duration
+	// OnLoad takes each load report from LoadTopic; the pool sets it.
+	OnLoad func(payload []byte)
 }
 
 // PoolConfig configures a [Pool]. Table and Delivery are required.
@@ -73,7 +76,7 @@ type PoolConfig struct {
 	// namespace has no room for a probe topic) and upstreams with a
 	// ProbeURL of their own.
 	ProbeTopic string
-	// GatewayID and Epoch go with every HTTP batch (see [HTTPConfig]).
+	// GatewayID and Epoch go with every HTTP batch (see [fieldlink/uplink/http.Config]).
 	GatewayID, Epoch string
 	// Subscriptions are made on every MQTT upstream, the site's and the
 	// registry's: the downlink's commands, requests for a configuration
@@ -112,8 +115,7 @@ type member struct {
 	weight int
 	drain  bool
 	owner  string // who added it: "site" or "registry"
-	http   *HTTP
-	mqtt   *MQTT
+	conn   *Conn
 	cancel context.CancelFunc
 	timer  *time.Timer // retiring: closes it when its grace is over
 	// gone is set at retire: its probes and load reports stop feeding the
@@ -132,32 +134,6 @@ func NewPool(cfg PoolConfig) *Pool {
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p
-}
-
-// UpstreamName is an upstream URL's name: scheme, host and port for MQTT,
-// the URL without credentials or query for HTTP. It is what logs and
-// metrics show, and the upstream's identity in a [Pool] and the table.
-func UpstreamName(raw string) (string, error) {
-	scheme, _, ok := strings.Cut(raw, "://")
-	switch {
-	case !ok:
-		// Not echoed: without a scheme, what could be a password is not
-		// where a parser would find it.
-		return "", errors.New("uplink: an upstream URL needs a scheme: mqtt://, mqtts://, http:// or https://")
-	case scheme == "mqtt" || scheme == "mqtts":
-		addr, _, err := mqttParseURL(raw)
-		if err != nil {
-			return "", fmt.Errorf("uplink: mqtt: %w", err)
-		}
-		return scheme + "://" + addr, nil
-	case scheme == "http" || scheme == "https":
-		u, err := httpParseURL(raw)
-		if err != nil {
-			return "", fmt.Errorf("uplink: http: %w", err)
-		}
-		return httpRedactURL(u), nil
-	}
-	return "", fmt.Errorf("uplink: scheme %q is not mqtt, mqtts, http or https", scheme)
 }
 
 // ErrPoolStopped is returned by Add after Stop.
@@ -248,17 +224,6 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	probeTopic := ""
-	if scheme, _, _ := strings.Cut(u.URL, "://"); (scheme == "mqtt" || scheme == "mqtts") && u.ProbeURL == "" && u.Sparkplug == nil {
-		// A Sparkplug B edge node publishes only under spBv1.0/ and only
-		// its births, deaths and data: a host application or a broker
-		// that enforces the namespace would take any other topic for a
-		// fault (or deny it), so its probes stay TCP connects.
-		var err error
-		if probeTopic, err = poolProbeTopic(cfg.ProbeTopic, cfg.Vars); err != nil {
-			return nil, nil, fmt.Errorf("%s: probe topic: %w", name, err)
-		}
-	}
 	m := &member{name: name}
 	ctx, cancel := context.WithCancel(p.ctx)
 	m.cancel = cancel
@@ -291,68 +256,50 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	var sender Sender
-	var hs *HTTPSender
-	scheme, _, _ := strings.Cut(u.URL, "://")
-	switch scheme {
-	case "mqtt", "mqtts":
-		mc := MQTTConfig{
-			URL: u.URL, Topic: u.Topic, Window: cfg.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
-			Logger: p.log, Vars: cfg.Vars, AtMostOnce: u.AtMostOnce, StatusTopic: cfg.StatusTopic,
-			Subscriptions: cfg.Subscriptions,
-		}
-		if u.LoadTopic != "" {
-			mc.LoadTopic = u.LoadTopic
-			mc.OnLoad = func(payload []byte) { p.report(name, at(), payload) }
-		}
-		mq, err := NewMQTT(mc)
-		if err != nil {
+	if u.LoadTopic != "" {
+		u.OnLoad = func(payload []byte) { p.report(name, at(), payload) }
+	}
+	kind, err := kindOfURL(u.URL, u.Encoding)
+	if err == nil {
+		pc := cfg
+		pc.Logger = p.log
+		m.conn, err = kind.Open(u, pc)
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	c := m.conn
+	probeTopic := ""
+	if c.NewProber != nil && u.ProbeURL == "" {
+		if probeTopic, err = poolProbeTopic(cfg.ProbeTopic, cfg.Vars); err != nil {
 			cancel()
-			return nil, nil, err
-		}
-		m.mqtt = mq
-		sender = NewMQTTSender(mq, cfg.Window)
-		if u.Sparkplug != nil {
-			if sender, err = newSparkplug(mq, *u.Sparkplug, cfg.Window); err != nil {
-				cancel()
-				return nil, nil, err
+			if c.Close != nil {
+				_ = c.Close()
 			}
+			return nil, nil, fmt.Errorf("%s: probe topic: %w", name, err)
 		}
-	default:
-		h, err := NewHTTP(HTTPConfig{URL: u.URL, TLS: u.TLS, Username: u.Username, Password: u.Password,
-			Encoding: u.Encoding, Token: u.Token, Header: u.Header,
-			Logger: p.log, GatewayID: cfg.GatewayID, Epoch: cfg.Epoch})
-		if err != nil {
-			cancel()
-			return nil, nil, err
-		}
-		m.http = h
-		hs = NewHTTPSender(h, cfg.Batch, max(1, cfg.Window/8))
-		sender = hs
 	}
 	run := func(idx int) {
 		indexMu.Lock()
 		index = idx
 		indexMu.Unlock()
-		cfg.Delivery.Add(idx, sender)
-		if m.mqtt != nil {
-			p.wg.Go(func() { m.mqtt.Run(ctx) })
+		cfg.Delivery.Add(idx, c.Sender)
+		if c.Run != nil {
+			p.wg.Go(func() { c.Run(ctx) })
 		}
 		report := func(rtt time.Duration, err error) {
 			if m.gone.Load() {
 				return
 			}
 			cfg.Table.Probe(idx, rtt, err)
-			if hs != nil {
-				hs.ProbeResult(err)
-			}
-			if m.mqtt != nil && err == nil && !m.mqtt.Connected() {
-				m.mqtt.Kick() // the broker answers again: reconnect now
+			if c.ProbeResult != nil {
+				c.ProbeResult(err)
 			}
 		}
 		var pr *Prober
 		if probeTopic != "" {
-			pr = NewMQTTProber(m.mqtt, probeTopic, cfg.ProbeInterval, cfg.ProbeTimeout, report)
+			pr = c.NewProber(probeTopic, cfg.ProbeInterval, cfg.ProbeTimeout, report)
 		} else {
 			pr = NewProber(target, cfg.ProbeInterval, cfg.ProbeTimeout, u.TLS, report)
 		}
@@ -427,8 +374,8 @@ func (p *Pool) closeMember(m *member) {
 	m.closed = true
 	m.mu.Unlock()
 	m.cancel()
-	if m.http != nil {
-		_ = m.http.Close()
+	if m.conn.Close != nil {
+		_ = m.conn.Close()
 	}
 }
 
@@ -450,17 +397,17 @@ func (p *Pool) names() map[string]string {
 // platform may watch.
 func (p *Pool) PublishAll(ctx context.Context, topic string, payload []byte, retained bool) (int, error) {
 	p.mu.Lock()
-	var mqs []*MQTT
+	var cs []*Conn
 	for _, m := range p.live {
-		if m.mqtt != nil && m.mqtt.Connected() {
-			mqs = append(mqs, m.mqtt)
+		if m.conn.Publish != nil && m.conn.Connected() {
+			cs = append(cs, m.conn)
 		}
 	}
 	p.mu.Unlock()
 	n := 0
 	var errs []error
-	for _, mq := range mqs {
-		if err := mq.PublishTo(ctx, topic, payload, retained); err != nil {
+	for _, c := range cs {
+		if err := c.Publish(ctx, topic, payload, retained); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -222,7 +222,7 @@ func TestAddErrorNamesTheUpstreamOnce(t *testing.T) {
 	p := NewPool(PoolConfig{Table: table, Delivery: NewDelivery(nil, table, mustStrategy(t, "least_conn"), DeliveryOptions{})})
 	defer p.Stop()
 	for _, tc := range []struct{ url, name string }{
-		{"http://u:secret@127.0.0.1:9/api", "http://127.0.0.1:9/api"}, // no GatewayID: NewHTTP refuses
+		{"http://u:secret@127.0.0.1:9/api", "http://127.0.0.1:9/api"}, // no GatewayID: the HTTP kind refuses
 		{"http://127.0.0.1:9/api", "http://127.0.0.1:9/api"},
 	} {
 		_, err := p.Add(UpstreamConfig{URL: tc.url, LoadURL: "http://127.0.0.1:9/load"})
@@ -307,9 +307,9 @@ func TestPoolProbesWithTCPWhenTold(t *testing.T) {
 			// marker published after it on the same broker comes after.
 			name, _ := UpstreamName(b.URL())
 			p.mu.Lock()
-			mq := p.live[name].mqtt
+			c := p.live[name].conn
 			p.mu.Unlock()
-			mqttWaitConnected(t, mq, true)
+			testtool.WaitFor(t, 10*time.Second, "Connected() == true", c.Connected)
 			up := time.Now()
 			testtool.WaitFor(t, 10*time.Second, "a probe while connected", func() bool {
 				s := p.cfg.Table.Snapshot()[idx]

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"fieldlink/uplink/internal/httpc"
 )
 
 // Defaults of [NewProber].
@@ -114,18 +116,18 @@ func NewProber(target string, interval, timeout time.Duration, tlsCfg *tls.Confi
 	}
 	p := &Prober{target: target, name: target, interval: interval, timeout: timeout, report: report}
 	if probeIsURL(target) {
-		u, err := httpParseURL(target)
+		u, err := httpc.ParseURL(target)
 		if err != nil {
 			p.name = "(bad URL)"
 			p.badURL = err
 			return p
 		}
-		p.name = httpRedactURL(u)
+		p.name = httpc.RedactURL(u)
 		p.url = u.String()
-		p.transport = httpNewTransport(tlsCfg)
+		p.transport = httpc.NewTransport(tlsCfg)
 		p.transport.MaxIdleConns = 1
 		p.transport.MaxIdleConnsPerHost = 1
-		p.client = httpNewClient(p.transport)
+		p.client = httpc.NewClient(p.transport)
 	}
 	return p
 }
@@ -321,7 +323,7 @@ func (p *Prober) probeHTTP(ctx context.Context) (time.Duration, error) {
 		},
 	}
 	begin := time.Now()
-	_, _, err := httpGet(httptrace.WithClientTrace(ctx, trace), p.client, p.url, p.name, nil, httpDrainLimit)
+	_, _, err := httpc.Get(httptrace.WithClientTrace(ctx, trace), p.client, p.url, p.name, nil, httpc.DrainLimit)
 	end := time.Now()
 	if err != nil {
 		return 0, err // it names the health URL
@@ -349,7 +351,7 @@ func ProbeTarget(upstreamURL string) (string, error) {
 func probeTargetOf(upstreamURL string) (string, error) {
 	u, err := url.Parse(upstreamURL)
 	if err != nil {
-		return "", httpUnwrapURLError(err)
+		return "", httpc.UnwrapURLError(err)
 	}
 	var port string
 	switch strings.ToLower(u.Scheme) {
@@ -362,20 +364,20 @@ func probeTargetOf(upstreamURL string) (string, error) {
 	case "https":
 		port = "443"
 	default:
-		return "", fmt.Errorf("%s: scheme %q is not mqtt, mqtts, http or https", httpRedactURL(u), u.Scheme)
+		return "", fmt.Errorf("%s: scheme %q is not mqtt, mqtts, http or https", httpc.RedactURL(u), u.Scheme)
 	}
 	host := u.Hostname()
 	if host == "" {
-		return "", fmt.Errorf("%s: no host", httpRedactURL(u))
+		return "", fmt.Errorf("%s: no host", httpc.RedactURL(u))
 	}
 	if p := u.Port(); p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)
 		if err != nil || n == 0 {
-			return "", fmt.Errorf("%s: bad port %q", httpRedactURL(u), p)
+			return "", fmt.Errorf("%s: bad port %q", httpc.RedactURL(u), p)
 		}
 		port = p
 	} else if strings.HasSuffix(u.Host, ":") {
-		return "", fmt.Errorf("%s: empty port", httpRedactURL(u))
+		return "", fmt.Errorf("%s: empty port", httpc.RedactURL(u))
 	}
 	return net.JoinHostPort(host, port), nil
 }

@@ -1,11 +1,8 @@
 package uplink
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strings"
 )
 
 // Redaction: what an upstream's configuration or answer holds that must never
@@ -30,36 +27,4 @@ func mqttRedact(s string) string {
 		return ""
 	}
 	return "[redacted]"
-}
-
-// httpRedactURL renders u as scheme://host/path: without userinfo, and with
-// "?..." in place of a query (tokens often travel there) and no fragment.
-func httpRedactURL(u *url.URL) string {
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath, Opaque: u.Opaque}
-	s := r.String()
-	if u.RawQuery != "" || u.ForceQuery {
-		s += "?..."
-	}
-	return s
-}
-
-// httpUnwrapURLError drops the *url.Error wrapper, whose message repeats the
-// URL with its query.
-func httpUnwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) && ue.Err != nil {
-		return ue.Err
-	}
-	return err
-}
-
-// httpExcerpt makes a bounded, valid UTF-8, secret-free string of a body.
-func httpExcerpt(b []byte, secrets []string) string {
-	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
-	for _, secret := range secrets {
-		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "xxxxx")
-		}
-	}
-	return s
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"fieldlink/uplink/internal/httpc"
+
 	"fieldlink/selector"
 )
 
@@ -222,15 +224,15 @@ type Registry struct {
 // NewRegistry checks cfg and returns a registry client with an empty list.
 // It does no I/O.
 func NewRegistry(cfg RegistryConfig) (*Registry, error) {
-	u, err := httpParseURL(cfg.URL)
+	u, err := httpc.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("uplink: registry: %w", err)
 	}
 	if cfg.Interval < 0 || cfg.Timeout < 0 {
-		return nil, fmt.Errorf("uplink: registry %s: negative interval or timeout", httpRedactURL(u))
+		return nil, fmt.Errorf("uplink: registry %s: negative interval or timeout", httpc.RedactURL(u))
 	}
 	r := &Registry{
-		name:     httpRedactURL(u),
+		name:     httpc.RedactURL(u),
 		interval: cfg.Interval,
 		timeout:  cfg.Timeout,
 		header:   cfg.Header,
@@ -246,12 +248,12 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.header = httpBasicAuthFromURL(u, r.header)
+	r.header = httpc.BasicAuthFromURL(u, r.header)
 	r.url = u.String()
-	r.transport = httpNewTransport(cfg.TLS)
+	r.transport = httpc.NewTransport(cfg.TLS)
 	r.transport.MaxIdleConns = 1
 	r.transport.MaxIdleConnsPerHost = 1
-	r.client = httpNewClient(r.transport)
+	r.client = httpc.NewClient(r.transport)
 	return r, nil
 }
 
@@ -320,7 +322,7 @@ func (r *Registry) refresh(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 
-	resp, body, err := httpGet(ctx, r.client, r.url, r.name, header, registryMaxBytes, http.StatusNotModified)
+	resp, body, err := httpc.Get(ctx, r.client, r.url, r.name, header, registryMaxBytes, http.StatusNotModified)
 	if err != nil {
 		return err // it names the registry
 	}
@@ -384,7 +386,7 @@ func registrySame(a, b []RegistryUpstream) bool {
 // or query, and only a bounded prefix of something that does not parse.
 func registryShowURL(s string) string {
 	if u, err := url.Parse(s); err == nil {
-		return httpRedactURL(u)
+		return httpc.RedactURL(u)
 	}
 	if len(s) > 32 {
 		s = s[:32] + "..."

@@ -5,24 +5,40 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"fieldlink/uplink/internal/httpc"
+
 	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
-// explain says in words, for the technician reading the status page, why
+// Explain says in words, for the technician reading the status page, why
 // an upstream failed: what the error means rather than where in the code
-// it arose. It names no credential (the errors of this package never
-// hold one).
+// it arose. The kind whose error it is says it first. It names no
+// credential (the errors of the uplink never hold one).
+func Explain(err error) string {
+	if err == nil {
+		return ""
+	}
+	kinds.RLock()
+	list := kinds.list
+	kinds.RUnlock()
+	for _, e := range list {
+		if w, ok := e.kind.Explain(err); ok {
+			return w
+		}
+	}
+	return explain(err)
+}
+
+// explain says the errors that are no kind's own.
 func explain(err error) string {
 	var (
 		op  *net.OpError
 		dns *net.DNSError
-		he  *httpError
+		he  *httpc.Error
 		ne  net.Error
 	)
 	addr := ""
@@ -32,8 +48,8 @@ func explain(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.As(err, &he) && he.Kind != httpOther:
-		return he.words(addr)
+	case errors.As(err, &he) && he.Kind != httpc.Other:
+		return he.Words(addr)
 	case errors.Is(err, ErrMQTTClientIDInUse):
 		return err.Error()
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -66,68 +82,6 @@ func explain(err error) string {
 	return err.Error()
 }
 
-// words says an HTTP exchange's failure by its kind; addr is " host:port"
-// of the connection when the transport named it, "" otherwise.
-func (e *httpError) words(addr string) string {
-	peer := e.Peer
-	if peer == "" {
-		peer = "the server"
-	}
-	if addr == "" {
-		if u, err := url.Parse(strings.TrimSuffix(e.URL, "?...")); err == nil && u.Host != "" {
-			addr = " " + u.Host
-		}
-	}
-	var dns *net.DNSError
-	switch e.Kind {
-	case httpRefused:
-		return "connection refused: nothing listens at" + addr + " (the server is down, or the address is wrong)"
-	case httpTimeout:
-		return "no answer in time from" + addr + " (the network or the server is slow or down)"
-	case httpUnreachable:
-		return "no route to" + addr + " (the network is down, or the address is wrong)"
-	case httpDNS:
-		if errors.As(e.Err, &dns) {
-			return "the name " + dns.Name + " is not found (DNS: " + dns.Err + ")"
-		}
-		return "the name of" + addr + " is not found (DNS)"
-	case httpTLS:
-		return "TLS with" + addr + " failed: " + e.Err.Error() + " (check the server's certificate and tls.ca)"
-	case httpClosed:
-		return peer + " closed the connection"
-	case httpAuth:
-		w := peer + " refuses the credentials: " + e.Status
-		if e.Message != "" {
-			w += ": " + e.Message
-		}
-		return w
-	}
-	// httpAnswer: the server's own refusal, in its words.
-	switch {
-	case e.Message == "" && e.StatusCode == http.StatusNotFound && e.Peer == "":
-		return "the server has no such path: " + e.Status
-	case e.Message == "":
-		return peer + " answers " + e.Status
-	case e.Method != http.MethodPost:
-		return peer + " answers " + e.Status + ": " + e.Message
-	case e.Peer == "InfluxDB":
-		return "InfluxDB refused the write: " + e.Message + influxHint(e.Message)
-	}
-	return peer + " refused the write (" + e.Status + "): " + e.Message
-}
-
-// influxHint is what to do about an InfluxDB refusal, after a dash; "" when
-// its message says it well enough.
-func influxHint(msg string) string {
-	switch {
-	case strings.Contains(msg, "database not found"), strings.Contains(msg, "bucket") && strings.Contains(msg, "not found"):
-		return " — create it first"
-	case strings.Contains(msg, "field type conflict"):
-		return " — the field had another type before: rename the register, or drop the measurement"
-	}
-	return ""
-}
-
 // errNote is an error in words and when it happened.
 type errNote struct {
 	text string
@@ -140,7 +94,7 @@ type lastErr struct{ p atomic.Pointer[errNote] }
 // note records err (nil is ignored) at now.
 func (l *lastErr) note(err error) {
 	if err != nil {
-		l.p.Store(&errNote{text: explain(err), at: time.Now()})
+		l.p.Store(&errNote{text: Explain(err), at: time.Now()})
 	}
 }
 

@@ -3,11 +3,13 @@ package uplink
 import (
 	"context"
 	"errors"
-	"fieldlink/internal/testtool"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
+
+	"fieldlink/internal/testtool"
+	"fieldlink/uplink/internal/httpc"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 )
@@ -23,7 +25,7 @@ func TestExplain(t *testing.T) {
 	}{
 		{fmt.Errorf("connect: %w", refused), "connection refused: nothing listens at " + addr},
 		{fmt.Errorf("connect: %w", packets.ErrorRefusedBadUsernameOrPassword), "refuses the user name or password"},
-		{&httpError{Method: "POST", URL: "http://x/ingest", StatusCode: 401, Status: "401 Unauthorized"}, "refuses the credentials: 401 Unauthorized"},
+		{&httpc.Error{Method: "POST", URL: "http://x/ingest", StatusCode: 401, Status: "401 Unauthorized"}, "refuses the credentials: 401 Unauthorized"},
 		{fmt.Errorf("%w (fieldlink-gw-1): …", ErrMQTTClientIDInUse), "another client uses this gateway's MQTT client id (fieldlink-gw-1)"},
 		{errors.New("something else"), "something else"},
 	} {

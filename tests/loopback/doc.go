@@ -24,9 +24,9 @@
 // production code unchanged: a [fieldlink/buffer.Buffer] in a temporary
 // directory, a [fieldlink/selector.Table] and a strategy from
 // [fieldlink/selector.New], a [fieldlink/uplink.Delivery] with one
-// [fieldlink/uplink.HTTPSender] per upstream (the gateway's default batch and
+// [fieldlink/uplink/http.Sender] per upstream (the gateway's default batch and
 // window), and a TCP [fieldlink/uplink.Prober] per upstream feeding
-// Table.Probe and HTTPSender.ProbeResult as the gateway wires them.
+// Table.Probe and the sender's ProbeResult as the gateway wires them.
 //
 // Packets arrive open-loop at a fixed rate, whatever the uplink is doing,
 // and each packet's latency runs from its intended arrival time to the

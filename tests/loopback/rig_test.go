@@ -21,6 +21,7 @@ import (
 	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/uplink"
+	_ "fieldlink/uplink/kinds"
 )
 
 // rig is a set of upstreams on loopback, each behind a toxiproxy proxy.
@@ -80,19 +81,19 @@ func (r *rig) proxy(i int, addr string) {
 	r.proxies = append(r.proxies, brokertest.NewProxy(r.t, fmt.Sprintf("up%d", i), addr))
 }
 
-// dialHTTP is the gateway side of an HTTP upstream: an HTTPSender with the
+// dialHTTP is the gateway side of an HTTP upstream: the HTTP kind's sender with the
 // gateway's default batch and window, and a TCP prober feeding Table.Probe
-// and HTTPSender.ProbeResult.
+// and the sender's ProbeResult.
 func dialHTTP(r *rig, i int, table *selector.Table, epoch string, plan blockPlan) endpoint {
 	t := r.t
 	t.Helper()
 	p := r.proxies[i]
-	h, err := uplink.NewHTTP(uplink.HTTPConfig{URL: "http://" + p.Addr() + "/ingest", GatewayID: "gw-loopback", Epoch: epoch, Timeout: plan.timeout})
+	// The gateway's defaults: batches of 50, window 64/8.
+	hs, err := uplink.Open(uplink.UpstreamConfig{URL: "http://" + p.Addr() + "/ingest", Timeout: plan.timeout},
+		uplink.PoolConfig{Batch: 50, Window: 64, GatewayID: "gw-loopback", Epoch: epoch})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The gateway's defaults: batches of 50, window 64/8.
-	hs := uplink.NewHTTPSender(h, 50, 8)
 	target, err := uplink.ProbeTarget("http://" + p.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func dialHTTP(r *rig, i int, table *selector.Table, epoch string, plan blockPlan
 		table.Probe(i, rtt, err)
 		hs.ProbeResult(err)
 	})
-	return endpoint{sender: hs, prober: pr, close: func() { h.Close() }}
+	return endpoint{sender: hs.Sender, prober: pr, close: func() { hs.Close() }}
 }
 
 // setLatency makes upstream i answer d late (toxiproxy's latency toxic on
@@ -146,7 +147,7 @@ type blockPlan struct {
 	// (else it ends after the drain).
 	after      time.Duration
 	probeEvery time.Duration
-	timeout    time.Duration // of one HTTP post (HTTPConfig.Timeout), or of an MQTT PUBACK
+	timeout    time.Duration // of one HTTP post (UpstreamConfig.Timeout), or of an MQTT PUBACK
 	// publishProbe probes a broker with a QoS 1 publish timed to its
 	// PUBACK (uplink.NewMQTTProber) rather than a TCP connect.
 	publishProbe bool

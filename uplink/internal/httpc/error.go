@@ -1,4 +1,4 @@
-package uplink
+package httpc
 
 import (
 	"context"
@@ -17,56 +17,56 @@ import (
 	"unicode"
 )
 
-// httpKind is what kind of failure an [httpError] is, decided where the
+// Kind is what kind of failure an [Error] is, decided where the
 // failure arises (the transport's error, or the answer's status), so that
 // the words for it (see explain) need not guess from a message.
-type httpKind uint8
+type Kind uint8
 
 const (
-	httpOther       httpKind = iota // none of the kinds below
-	httpRefused                     // the connection was refused: nothing listens
-	httpTimeout                     // no answer in time
-	httpUnreachable                 // no route to the host or its network
-	httpDNS                         // the host name does not resolve
-	httpTLS                         // the TLS handshake or the certificate failed
-	httpClosed                      // the server closed the connection without an answer
-	httpAuth                        // 401 or 403: the credentials are refused
-	httpAnswer                      // any other answer but a 2xx: the server's own refusal
+	Other       Kind = iota // none of the kinds below
+	Refused                 // the connection was refused: nothing listens
+	Timeout                 // no answer in time
+	Unreachable             // no route to the host or its network
+	DNS                     // the host name does not resolve
+	TLS                     // the TLS handshake or the certificate failed
+	Closed                  // the server closed the connection without an answer
+	Auth                    // 401 or 403: the credentials are refused
+	Answer                  // any other answer but a 2xx: the server's own refusal
 )
 
-var httpKindNames = [...]string{"other", "refused", "timeout", "unreachable", "dns", "tls", "closed", "authentication", "answer"}
+var kindNames = [...]string{"other", "refused", "timeout", "unreachable", "dns", "tls", "closed", "authentication", "answer"}
 
-func (k httpKind) String() string {
-	if int(k) < len(httpKindNames) {
-		return httpKindNames[k]
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
 	}
 	return "httpKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// httpError is the error of an HTTP exchange with an upstream that did not end
+// Error is the error of an HTTP exchange with an upstream that did not end
 // in a 2xx: either an answer with another status (StatusCode != 0) or no
 // usable answer at all (Err != nil: refused, reset, timeout, TLS, …).
-type httpError struct {
+type Error struct {
 	Method     string        // POST for a publish, GET for probes, load and registry
 	URL        string        // the upstream, without credentials or query
-	Kind       httpKind      // what failed
+	Kind       Kind          // what failed
 	Peer       string        // who answers, for words: "InfluxDB", or "" for the server
 	StatusCode int           // 0 when no answer came
 	Status     string        // e.g. "503 Service Unavailable"
 	Body       string        // up to 200 bytes of the answer's body, secrets blanked
-	Message    string        // the server's own message from Body, plain (see httpMessage)
+	Message    string        // the server's own message from Body, plain (see MessageOf)
 	RetryAfter time.Duration // the answer's Retry-After, 0 if none (a hint, ≤ 24h)
 	Err        error         // why no answer came; nil when StatusCode != 0
 }
 
-// httpFailed is the *httpError of an exchange that got no answer, its kind
+// Failed is the *Error of an exchange that got no answer, its kind
 // read from err.
-func httpFailed(method, name, peer string, err error) *httpError {
-	return &httpError{Method: method, URL: name, Peer: peer, Kind: httpKindOf(err), Err: err}
+func Failed(method, name, peer string, err error) *Error {
+	return &Error{Method: method, URL: name, Peer: peer, Kind: KindOf(err), Err: err}
 }
 
-// httpKindOf classifies a transport error.
-func httpKindOf(err error) httpKind {
+// KindOf classifies a transport error.
+func KindOf(err error) Kind {
 	var (
 		dns     *net.DNSError
 		ne      net.Error
@@ -79,23 +79,23 @@ func httpKindOf(err error) httpKind {
 	)
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return httpRefused
+		return Refused
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return httpUnreachable
+		return Unreachable
 	case errors.As(err, &dns):
-		return httpDNS
+		return DNS
 	case errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host), errors.As(err, &verify),
 		errors.As(err, &record), errors.As(err, &alert):
-		return httpTLS
+		return TLS
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return httpTimeout
+		return Timeout
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
-		return httpClosed
+		return Closed
 	}
-	return httpOther
+	return Other
 }
 
-func (e *httpError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("uplink: http ")
 	b.WriteString(e.Method)
@@ -126,12 +126,12 @@ func (e *httpError) Error() string {
 	return b.String()
 }
 
-// httpMessage is the server's own message in an error answer's excerpt,
+// MessageOf is the server's own message in an error answer's excerpt,
 // plain: the "error" (InfluxDB 1.x) or "message" (InfluxDB 2.x and many
 // APIs) of a JSON object, else the text itself; control characters become
 // spaces. The excerpt is already free of secrets; they are blanked again
 // in case JSON escaping hid one.
-func httpMessage(excerpt string, secrets []string) string {
+func MessageOf(excerpt string, secrets []string) string {
 	msg := excerpt
 	var obj struct {
 		Error   *string `json:"error"`
@@ -151,30 +151,30 @@ func httpMessage(excerpt string, secrets []string) string {
 		}
 		return r
 	}, msg)
-	return httpExcerpt([]byte(msg), secrets)
+	return Excerpt([]byte(msg), secrets)
 }
 
 // Unwrap returns the transport error, if any.
-func (e *httpError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// httpCheckResponse consumes resp's body so that its connection can be
-// reused, and returns nil for a 2xx or an *httpError with an excerpt and
+// CheckResponse consumes resp's body so that its connection can be
+// reused, and returns nil for a 2xx or an *Error with an excerpt and
 // the server's message; peer names the server for words ("" for none).
-func httpCheckResponse(method, name, peer string, resp *http.Response, secrets []string) *httpError {
+func CheckResponse(method, name, peer string, resp *http.Response, secrets []string) *Error {
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, DrainLimit))
 		return nil
 	}
-	head := make([]byte, httpExcerptLen)
+	head := make([]byte, ExcerptLen)
 	n, _ := io.ReadFull(resp.Body, head)
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
-	kind := httpAnswer
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, DrainLimit))
+	kind := Answer
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		kind = httpAuth
+		kind = Auth
 	}
-	body := httpExcerpt(head[:n], secrets)
-	return &httpError{
+	body := Excerpt(head[:n], secrets)
+	return &Error{
 		Method:     method,
 		URL:        name,
 		Kind:       kind,
@@ -182,14 +182,14 @@ func httpCheckResponse(method, name, peer string, resp *http.Response, secrets [
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
 		Body:       body,
-		Message:    httpMessage(body, secrets),
-		RetryAfter: httpParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		Message:    MessageOf(body, secrets),
+		RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 }
 
-// httpParseRetryAfter reads delta-seconds or an HTTP date; 0 when absent,
-// unreadable or past; capped at httpMaxRetryAfter.
-func httpParseRetryAfter(v string, now time.Time) time.Duration {
+// ParseRetryAfter reads delta-seconds or an HTTP date; 0 when absent,
+// unreadable or past; capped at MaxRetryAfter.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
@@ -197,12 +197,12 @@ func httpParseRetryAfter(v string, now time.Time) time.Duration {
 	var d time.Duration
 	if strings.Trim(v, "0123456789") == "" { // delta-seconds
 		secs, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || secs > uint64(httpMaxRetryAfter/time.Second) {
-			return httpMaxRetryAfter // only a range error is possible
+		if err != nil || secs > uint64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter // only a range error is possible
 		}
 		d = time.Duration(secs) * time.Second
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = t.Sub(now)
 	}
-	return max(0, min(d, httpMaxRetryAfter))
+	return max(0, min(d, MaxRetryAfter))
 }

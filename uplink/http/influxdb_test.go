@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
 	"fieldlink/selector"
+	"fieldlink/uplink"
 )
 
 // influxPoints reads every point of db back as influxParsed, tags split
@@ -173,7 +174,7 @@ func TestInfluxDBStoresEveryReading(t *testing.T) {
 		}
 		want = append(want, w)
 	}
-	h := httpTestPublisher(t, HTTPConfig{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
+	h := httpTestPublisher(t, Config{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: uplink.EncodingInfluxLine})
 	for range 2 { // at least once: the second write is a resend
 		if err := h.post(context.Background(), seqs, batch); err != nil {
 			t.Fatal(err)
@@ -210,9 +211,9 @@ func TestInfluxDBOutageLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dl := NewDelivery(q, table, strat, DeliveryOptions{DeadLetters: influxNoDeadLetters{t, q}, Backoff: 100 * time.Millisecond})
-	hs := NewHTTPSender(httpTestPublisher(t, HTTPConfig{
-		URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine, Epoch: q.Epoch(),
+	dl := uplink.NewDelivery(q, table, strat, uplink.DeliveryOptions{DeadLetters: influxNoDeadLetters{t, q}, Backoff: 100 * time.Millisecond})
+	hs := NewSender(httpTestPublisher(t, Config{
+		URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: uplink.EncodingInfluxLine, Epoch: q.Epoch(),
 	}), 10, 2)
 	idx, err := table.Add(hs.Name(), 1)
 	if err != nil {
@@ -220,7 +221,7 @@ func TestInfluxDBOutageLosesNothing(t *testing.T) {
 	}
 	dl.Add(idx, hs)
 	// As the pool does: a probe marks the upstream up again once it answers.
-	pr := NewProber(d.Addr(), 100*time.Millisecond, time.Second, nil, func(rtt time.Duration, err error) {
+	pr := uplink.NewProber(d.Addr(), 100*time.Millisecond, time.Second, nil, func(rtt time.Duration, err error) {
 		table.Probe(idx, rtt, err)
 		hs.ProbeResult(err)
 	})
@@ -328,7 +329,7 @@ func TestInfluxDBReadsBackRandomNames(t *testing.T) {
 	if len(want) < 100 || refused == 0 {
 		t.Fatalf("%d packets written, %d refused: the draw does not test much", len(want), refused)
 	}
-	h := httpTestPublisher(t, HTTPConfig{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
+	h := httpTestPublisher(t, Config{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: uplink.EncodingInfluxLine})
 	for i := 0; i < len(batch); i += 50 {
 		j := min(i+50, len(batch))
 		if err := h.post(context.Background(), seqs[i:j], batch[i:j]); err != nil {
@@ -353,7 +354,7 @@ func TestInfluxDBKeepsSubSecondReadings(t *testing.T) {
 		p.At = at.Add(time.Duration(i) * 300 * time.Millisecond)
 		seqs, batch = append(seqs, p.Seq), append(batch, p.AppendJSON(nil, packet.Strings))
 	}
-	h := httpTestPublisher(t, HTTPConfig{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: EncodingInfluxLine})
+	h := httpTestPublisher(t, Config{URL: d.URL("/write", url.Values{"db": {"farm"}}), Encoding: uplink.EncodingInfluxLine})
 	for i := 0; i < len(batch); i += 10 {
 		j := min(i+10, len(batch))
 		if err := h.post(context.Background(), seqs[i:j], batch[i:j]); err != nil {

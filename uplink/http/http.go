@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"bytes"
@@ -11,32 +11,22 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"fieldlink/uplink/internal/httpc"
 )
 
-// Defaults and bounds of the HTTP publisher.
-const (
-	// defaultHTTPTimeout bounds one post whose ctx has no deadline.
-	defaultHTTPTimeout = 10 * time.Second
-
-	// httpExcerptLen is how much of a response body an [httpError] quotes.
-	httpExcerptLen = 200
-	// httpDrainLimit is how much of a response body is read and discarded
-	// so that its connection can be reused; a longer body closes the
-	// connection instead.
-	httpDrainLimit = 64 << 10
-	// httpMaxRetryAfter caps the Retry-After hint.
-	httpMaxRetryAfter = 24 * time.Hour
-)
+// defaultHTTPTimeout bounds one post whose ctx has no deadline.
+const defaultHTTPTimeout = 10 * time.Second
 
 // errInvalidPacket is returned by post when a packet of the batch is
 // not valid JSON. Nothing is sent; resending will not make the packet valid,
-// so [HTTPSender.Send] counts it as refused.
+// so [Sender.Send] counts it as refused.
 var errInvalidPacket = errors.New("uplink: packet is not valid JSON")
 
 // HTTP publishes packets to one HTTP(S) ingest endpoint by POST. A 2xx answer
 // acknowledges the packets; every other outcome is an error (one naming
 // the status, or an invalid packet). Which errors refuse the packets and
-// which are the upstream's failure is [HTTPSender.Send]'s rule; retrying,
+// which are the upstream's failure is [Sender.Send]'s rule; retrying,
 // backing off and choosing another upstream are the delivery loop's.
 //
 // Each HTTP has its own connection pool (one [http.Transport]): connections
@@ -54,7 +44,7 @@ type HTTP struct {
 	url       string // request URL, without userinfo
 	name      string // for errors and logs: no userinfo, no query
 	header    http.Header
-	influx    bool     // Encoding is EncodingInfluxLine
+	influx    bool     // Encoding is uplink.EncodingInfluxLine
 	precision string   // of the lines' times with influx: ms or s
 	secrets   []string // blanked out of response excerpts
 	timeout   time.Duration
@@ -82,8 +72,8 @@ func (h *HTTP) Close() error {
 // Body: with one packet, the packet's JSON as it is; with several, a JSON
 // array of them in order, "[p1,p2,…]". Content-Type is application/json.
 // Every packet must be valid JSON, or nothing is sent and the error says
-// so. With [EncodingInfluxLine] the body is line protocol instead, one
-// line per packet (see [HTTPConfig.Encoding] and
+// so. With [uplink.EncodingInfluxLine] the body is line protocol instead, one
+// line per packet (see [Config.Encoding] and
 // docs/influx.md); a batch with no line to write is acknowledged unsent.
 //
 // seqs are the packets' sequence numbers, one per packet, in the same order;
@@ -124,7 +114,7 @@ func (h *HTTP) post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	key := idempotencyKey(h.gateway, h.epoch, seqs[0], seqs[len(seqs)-1])
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
-		return httpFailed(http.MethodPost, h.name, h.peer(), httpUnwrapURLError(err))
+		return httpc.Failed(http.MethodPost, h.name, h.peer(), httpc.UnwrapURLError(err))
 	}
 	for k, v := range h.header {
 		req.Header[k] = v
@@ -134,16 +124,16 @@ func (h *HTTP) post(ctx context.Context, seqs []uint64, batch [][]byte) error {
 	start := time.Now()
 	resp, err := h.client.Do(req)
 	if err != nil {
-		err = httpUnwrapURLError(err)
+		err = httpc.UnwrapURLError(err)
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %v: %w", time.Since(start).Round(time.Millisecond), err)
 		}
 		h.log.Debug("uplink: http post failed", "upstream", h.name, "packets", len(batch),
 			"key", key, "elapsed", time.Since(start), "err", err)
 		h.reached.Store(false)
-		return httpFailed(http.MethodPost, h.name, h.peer(), err)
+		return httpc.Failed(http.MethodPost, h.name, h.peer(), err)
 	}
-	herr := httpCheckResponse(http.MethodPost, h.name, h.peer(), resp, h.secrets)
+	herr := httpc.CheckResponse(http.MethodPost, h.name, h.peer(), resp, h.secrets)
 	h.log.Debug("uplink: http post", "upstream", h.name, "packets", len(batch),
 		"key", key, "status", resp.StatusCode, "elapsed", time.Since(start))
 	if herr != nil {

@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"fmt"
@@ -8,21 +8,8 @@ import (
 	"strings"
 
 	"fieldlink/packet"
+	"fieldlink/uplink"
 )
-
-// Encoding is how an [HTTP] upstream receives packets: the zero value,
-// [EncodingJSON], posts them as they are; [EncodingInfluxLine] writes them
-// as InfluxDB line protocol.
-type Encoding string
-
-// The encodings of an HTTP upstream, as the site file spells them.
-const (
-	EncodingJSON       Encoding = "json"
-	EncodingInfluxLine Encoding = "influx_line"
-)
-
-// Encodings are the valid values of [HTTPConfig.Encoding] ("" is json).
-var Encodings = []Encoding{EncodingJSON, EncodingInfluxLine}
 
 // The names [appendInfluxLine] gives what it takes from DataHead.
 const (
@@ -77,7 +64,7 @@ func influxURL(u *url.URL) (string, error) {
 	return prec, nil
 }
 
-// CheckInfluxURL checks the URL of an influx_line upstream as [NewHTTP]
+// CheckInfluxURL checks the URL of an influx_line upstream as [New]
 // will, for gateway check: InfluxDB 1.x's /write needs db, 2.x's
 // /api/v2/write org (or orgID) and bucket, and precision may only be ms
 // (the default) or s. The error does not show the URL.
@@ -314,10 +301,10 @@ func influxQuote(dst []byte, s string) []byte {
 
 // setEncoding applies cfg's Encoding, Token and Header to h and to the
 // request URL u (line protocol's precision).
-func (h *HTTP) setEncoding(cfg HTTPConfig, u *url.URL) error {
+func (h *HTTP) setEncoding(cfg Config, u *url.URL) error {
 	switch cfg.Encoding {
-	case "", EncodingJSON:
-	case EncodingInfluxLine:
+	case "", uplink.EncodingJSON:
+	case uplink.EncodingInfluxLine:
 		h.influx = true
 		prec, err := influxURL(u)
 		if err != nil {

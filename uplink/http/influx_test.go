@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"fieldlink/packet"
+	"fieldlink/uplink"
+	"fieldlink/uplink/internal/httpc"
 )
 
 // influxPacket is a rain gauge's packet at 2026-11-29T08:00:00Z.
@@ -154,7 +156,7 @@ func TestInfluxURL(t *testing.T) {
 			t.Errorf("%s: got %s, %v; want %s", tc.in, u, err, tc.want)
 		}
 	}
-	_, err := NewHTTP(HTTPConfig{URL: "http://h/write?db=x", Encoding: "csv", GatewayID: "g", Epoch: "e"})
+	_, err := New(Config{URL: "http://h/write?db=x", Encoding: "csv", GatewayID: "g", Epoch: "e"})
 	if err == nil || !strings.Contains(err.Error(), `unknown encoding "csv"`) {
 		t.Errorf("unknown encoding: %v", err)
 	}
@@ -192,9 +194,9 @@ func TestInfluxV2RequestForm(t *testing.T) {
 	}))
 	defer srv.Close()
 	var logs bytes.Buffer
-	h := httpTestPublisher(t, HTTPConfig{
+	h := httpTestPublisher(t, Config{
 		URL:      srv.URL + "/api/v2/write?org=farm+co&bucket=farm%2Fautogen",
-		Encoding: EncodingInfluxLine, Token: token,
+		Encoding: uplink.EncodingInfluxLine, Token: token,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	p1 := influxPacket(1, packet.Field{Name: "Rainfall", Value: packet.Float(0.5, 1)})
@@ -226,13 +228,13 @@ func TestHTTPTokenAndHeaders(t *testing.T) {
 	}))
 	defer srv.Close()
 	var logs bytes.Buffer
-	h := httpTestPublisher(t, HTTPConfig{
+	h := httpTestPublisher(t, Config{
 		URL: srv.URL + "/ingest", Token: token, Header: http.Header{"X-Api-Key": {key}},
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	p := influxPacket(1, packet.Field{Name: "Rainfall", Value: packet.Float(0.5, 1)})
 	err := h.post(context.Background(), []uint64{1}, [][]byte{p.AppendJSON(nil, packet.Strings)})
-	var he *httpError
+	var he *httpc.Error
 	if !errors.As(err, &he) || he.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("err = %v, want a 503", err)
 	}
@@ -244,7 +246,7 @@ func TestHTTPTokenAndHeaders(t *testing.T) {
 			t.Errorf("%q shows in the error or the log:\n%v\n%s", s, err, logs.String())
 		}
 	}
-	_, err = NewHTTP(HTTPConfig{URL: srv.URL, Token: "t", Username: "u", GatewayID: "g", Epoch: "e"})
+	_, err = New(Config{URL: srv.URL, Token: "t", Username: "u", GatewayID: "g", Epoch: "e"})
 	if err == nil || !strings.Contains(err.Error(), "exclusive") {
 		t.Errorf("token with basic auth: %v", err)
 	}

@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func TestHTTPConnectionReset(t *testing.T) {
 				}
 				c.Close()
 			})
-			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
+			h := httpTestPublisher(t, Config{URL: srv.URL})
 			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			if err == nil || !IsRetryable(err) || refusesPackets(err) {
 				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
@@ -45,7 +45,7 @@ func TestHTTPConnectionReset(t *testing.T) {
 
 func TestHTTPConnectionRefused(t *testing.T) {
 	addr := testtool.RefusedAddr(t) // nothing listens there
-	h := httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/in"})
+	h := httpTestPublisher(t, Config{URL: "http://" + addr + "/in"})
 	err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 	if !IsRetryable(err) || refusesPackets(err) {
 		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
@@ -82,7 +82,7 @@ func TestHTTPTimeout(t *testing.T) {
 	var srv *httpTestServer
 	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.httpTestHang(r) })
 	const timeout = 300 * time.Millisecond
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, Timeout: timeout})
+	h := httpTestPublisher(t, Config{URL: srv.URL, Timeout: timeout})
 
 	elapsed, err := httpTestPostWithin(t, context.Background(), h, timeout+2*time.Second)
 	if err == nil || !IsRetryable(err) || refusesPackets(err) {
@@ -110,7 +110,7 @@ func TestHTTPTimeout(t *testing.T) {
 func TestHTTPContextCancel(t *testing.T) {
 	var srv *httpTestServer
 	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.httpTestHang(r) })
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, Timeout: time.Minute})
+	h := httpTestPublisher(t, Config{URL: srv.URL, Timeout: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	elapsed, err := httpTestPostWithin(t, ctx, h, 2*time.Second)
@@ -150,7 +150,7 @@ func TestHTTPKeepAlive(t *testing.T) {
 			io.WriteString(w, `{"ok":true}`+strings.Repeat(" ", 8000))
 		}
 	})
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
+	h := httpTestPublisher(t, Config{URL: srv.URL})
 	const posts = 24
 	for i := range posts {
 		_ = h.post(context.Background(), []uint64{uint64(i)}, [][]byte{httpTestPacket(i)})

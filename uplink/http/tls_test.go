@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"fieldlink/uplink"
 )
 
 // httpTestCA returns a pool holding a fresh CA that signed nothing.
@@ -52,7 +54,7 @@ func TestHTTPTLS(t *testing.T) {
 	good := x509.NewCertPool()
 	good.AddCert(srv.Certificate())
 
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, TLS: &tls.Config{RootCAs: good}})
+	h := httpTestPublisher(t, Config{URL: srv.URL, TLS: &tls.Config{RootCAs: good}})
 	if err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)}); err != nil {
 		t.Fatalf("Post over TLS with the server's CA: %v", err)
 	}
@@ -63,7 +65,7 @@ func TestHTTPTLS(t *testing.T) {
 		"other CA":     {RootCAs: httpTestCA(t)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, TLS: cfg})
+			h := httpTestPublisher(t, Config{URL: srv.URL, TLS: cfg})
 			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			if err == nil {
 				t.Fatal("Post succeeded with a CA that did not sign the server's certificate")
@@ -104,12 +106,12 @@ func TestHTTPSRefusesBadServerCertificates(t *testing.T) {
 			srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 			srv.StartTLS()
 			defer srv.Close()
-			cfg, err := TLSConfig(certs.ca, "", "", false)
+			cfg, err := uplink.TLSConfig(certs.ca, "", "", false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			url := "https://" + tc.host + ":" + strings.Split(srv.Listener.Addr().String(), ":")[1]
-			h := httpTestPublisher(t, HTTPConfig{URL: url, TLS: cfg})
+			h := httpTestPublisher(t, Config{URL: url, TLS: cfg})
 			err = h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			var cve *tls.CertificateVerificationError
 			if !errors.As(err, &cve) || !strings.Contains(err.Error(), tc.want) {

@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func TestHTTPSecretsNeverShown(t *testing.T) {
 	deadAddr := testtool.RefusedAddr(t)
 
 	var errs []error
-	for _, cfg := range []HTTPConfig{
+	for _, cfg := range []Config{
 		{URL: srv.URL + "/ok", Username: user, Password: password},
 		{URL: srv.URL + "/401", Username: user, Password: password},
 		{URL: srv.URL + "/500", Username: user, Password: password},
@@ -49,7 +49,7 @@ func TestHTTPSecretsNeverShown(t *testing.T) {
 	} {
 		cfg.Logger = logger
 		cfg.GatewayID, cfg.Epoch = "gw", "ep"
-		h, err := NewHTTP(cfg)
+		h, err := New(cfg)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -1,4 +1,4 @@
-package uplink
+package httpc
 
 import (
 	"context"
@@ -13,27 +13,27 @@ import (
 	"time"
 )
 
-// httpParseURL parses an http(s) URL; its errors, without a prefix, never
+// ParseURL parses an http(s) URL; its errors, without a prefix, never
 // show the URL's userinfo or query.
-func httpParseURL(raw string) (*url.URL, error) {
+func ParseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("bad URL: %w", httpUnwrapURLError(err))
+		return nil, fmt.Errorf("bad URL: %w", UnwrapURLError(err))
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%s: scheme must be http or https", httpRedactURL(u))
+		return nil, fmt.Errorf("%s: scheme must be http or https", RedactURL(u))
 	}
 	if u.Hostname() == "" {
-		return nil, fmt.Errorf("%s: no host", httpRedactURL(u))
+		return nil, fmt.Errorf("%s: no host", RedactURL(u))
 	}
 	return u, nil
 }
 
-// httpBasicAuthFromURL returns a copy of header (nil: a new one) with basic
+// BasicAuthFromURL returns a copy of header (nil: a new one) with basic
 // auth from u's userinfo, unless header already has an Authorization, and
 // removes the userinfo from u.
-func httpBasicAuthFromURL(u *url.URL, header http.Header) http.Header {
+func BasicAuthFromURL(u *url.URL, header http.Header) http.Header {
 	header = header.Clone()
 	if header == nil {
 		header = make(http.Header)
@@ -49,9 +49,9 @@ func httpBasicAuthFromURL(u *url.URL, header http.Header) http.Header {
 	return header
 }
 
-// httpNewTransport returns a transport with a small keep-alive pool for one
+// NewTransport returns a transport with a small keep-alive pool for one
 // upstream: a gateway talks to each upstream over a few connections at most.
-func httpNewTransport(tlsCfg *tls.Config) *http.Transport {
+func NewTransport(tlsCfg *tls.Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -67,10 +67,10 @@ func httpNewTransport(tlsCfg *tls.Config) *http.Transport {
 	}
 }
 
-// httpNewClient returns a client that does not follow redirects: a POST
+// NewClient returns a client that does not follow redirects: a POST
 // redirected elsewhere is a configuration error to see, not to follow (and
 // credentials must not travel to another host).
-func httpNewClient(t *http.Transport) *http.Client {
+func NewClient(t *http.Transport) *http.Client {
 	return &http.Client{
 		Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -79,14 +79,14 @@ func httpNewClient(t *http.Transport) *http.Client {
 	}
 }
 
-// httpGet does a GET of rawURL (already checked) with header, and returns
+// Get does a GET of rawURL (already checked) with header, and returns
 // the answer and its body, at most limit bytes (more is an error). Non-2xx
-// answers are *httpError, except the statuses listed in pass, which are
+// answers are *Error, except the statuses listed in pass, which are
 // returned with their (empty) body.
-func httpGet(ctx context.Context, client *http.Client, rawURL, name string, header http.Header, limit int64, pass ...int) (*http.Response, []byte, error) {
+func Get(ctx context.Context, client *http.Client, rawURL, name string, header http.Header, limit int64, pass ...int) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return nil, nil, httpFailed(http.MethodGet, name, "", httpUnwrapURLError(err))
+		return nil, nil, Failed(http.MethodGet, name, "", UnwrapURLError(err))
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -96,22 +96,22 @@ func httpGet(ctx context.Context, client *http.Client, rawURL, name string, head
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, nil, httpFailed(http.MethodGet, name, "", httpUnwrapURLError(err))
+		return nil, nil, Failed(http.MethodGet, name, "", UnwrapURLError(err))
 	}
 	for _, code := range pass {
 		if resp.StatusCode == code {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, DrainLimit))
 			resp.Body.Close()
 			return resp, nil, nil
 		}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp, nil, httpCheckResponse(http.MethodGet, name, "", resp, nil)
+		return resp, nil, CheckResponse(http.MethodGet, name, "", resp, nil)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return resp, nil, httpFailed(http.MethodGet, name, "", fmt.Errorf("reading the answer: %w", err))
+		return resp, nil, Failed(http.MethodGet, name, "", fmt.Errorf("reading the answer: %w", err))
 	}
 	if int64(len(body)) > limit {
 		return resp, nil, fmt.Errorf("uplink: http GET %s: answer longer than %d bytes", name, limit)

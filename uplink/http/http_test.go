@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"bytes"
@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"fieldlink/internal/testtool"
+	"fieldlink/uplink/internal/httpc"
 )
 
 func TestHTTPPostSingle(t *testing.T) {
 	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
-	h := httpTestPublisher(t, HTTPConfig{
+	h := httpTestPublisher(t, Config{
 		URL:      srv.URL + "/api/packets",
 		Header:   http.Header{"X-Site": {"farm-001"}, "Content-Type": {"text/plain"}},
 		Username: "gw", Password: "pw",
@@ -54,7 +55,7 @@ func TestHTTPPostSingle(t *testing.T) {
 
 func TestHTTPPostBatch(t *testing.T) {
 	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {})
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
+	h := httpTestPublisher(t, Config{URL: srv.URL})
 	batch := [][]byte{httpTestPacket(5), httpTestPacket(6), httpTestPacket(7)}
 	if err := h.post(context.Background(), []uint64{5, 6, 7}, batch); err != nil {
 		t.Fatalf("Post: %v", err)
@@ -84,7 +85,7 @@ func TestHTTPidempotencyKey(t *testing.T) {
 
 func TestHTTPInvalidPacket(t *testing.T) {
 	srv := httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {})
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
+	h := httpTestPublisher(t, Config{URL: srv.URL})
 	err := h.post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), []byte(`{"DataHead":`)})
 	if !errors.Is(err, errInvalidPacket) || !refusesPackets(err) {
 		t.Errorf("error %v, want errInvalidPacket, permanent", err)
@@ -114,9 +115,9 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 			http.Redirect(w, r, "/new", http.StatusPermanentRedirect)
 		}
 	})
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/old"})
+	h := httpTestPublisher(t, Config{URL: srv.URL + "/old"})
 	err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-	var he *httpError
+	var he *httpc.Error
 	if !errors.As(err, &he) || he.StatusCode != http.StatusPermanentRedirect {
 		t.Fatalf("error %v, want the 308", err)
 	}
@@ -129,7 +130,7 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 }
 
 func TestHTTPConfigErrors(t *testing.T) {
-	for name, cfg := range map[string]HTTPConfig{
+	for name, cfg := range map[string]Config{
 		"no URL":          {GatewayID: "g", Epoch: "e"},
 		"mqtt scheme":     {URL: "mqtt://h:1883", GatewayID: "g", Epoch: "e"},
 		"no host":         {URL: "http:///x", GatewayID: "g", Epoch: "e"},
@@ -141,13 +142,13 @@ func TestHTTPConfigErrors(t *testing.T) {
 		"control in id":   {URL: "http://h/", GatewayID: "g\n", Epoch: "e"},
 		"unparseable URL": {URL: "http://h:port/", GatewayID: "g", Epoch: "e"},
 	} {
-		if _, err := NewHTTP(cfg); err == nil {
-			t.Errorf("%s: NewHTTP accepted %+v", name, cfg)
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
 		} else if !strings.HasPrefix(err.Error(), "uplink: http") {
 			t.Errorf("%s: error %q lacks the package prefix", name, err)
 		}
 	}
-	h, err := NewHTTP(HTTPConfig{URL: "HTTPS://u:p@ingest.example.net:8443/api?key=k#frag", GatewayID: "g", Epoch: "e"})
+	h, err := New(Config{URL: "HTTPS://u:p@ingest.example.net:8443/api?key=k#frag", GatewayID: "g", Epoch: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestHTTPLogsReached(t *testing.T) {
 		}
 	})
 	var logs testtool.SyncBuffer
-	h := httpTestPublisher(t, HTTPConfig{URL: srv.URL, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h := httpTestPublisher(t, Config{URL: srv.URL, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	reached := func() int { return strings.Count(logs.String(), "http upstream reached") }
 	for i, step := range []struct {
 		fail bool

@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"crypto/tls"
@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"fieldlink/uplink"
+	"fieldlink/uplink/internal/httpc"
 )
 
-// HTTPConfig configures an [HTTP] publisher. Every field but URL, GatewayID
+// Config configures an [HTTP] publisher. Every field but URL, GatewayID
 // and Epoch may be left zero.
-type HTTPConfig struct {
+type Config struct {
 	// URL is the ingest endpoint, http:// or https://. Credentials written
 	// in it (https://user:pass@host/…) are used for basic auth when
 	// Username is empty; errors and logs never show them, nor the query.
@@ -34,12 +37,12 @@ type HTTPConfig struct {
 	// values are never logged, and are blanked out of response excerpts.
 	Header http.Header
 
-	// Encoding is how packets are posted: "" or [EncodingJSON] as JSON,
-	// [EncodingInfluxLine] as InfluxDB line protocol (see docs/influx.md).
-	Encoding Encoding
+	// Encoding is how packets are posted: "" or [uplink.EncodingJSON] as JSON,
+	// [uplink.EncodingInfluxLine] as InfluxDB line protocol (see docs/influx.md).
+	Encoding uplink.Encoding
 
 	// Token, if set, is sent as "Authorization: Bearer <token>", or
-	// "Authorization: Token <token>" with [EncodingInfluxLine], as InfluxDB
+	// "Authorization: Token <token>" with [uplink.EncodingInfluxLine], as InfluxDB
 	// wants it. It is never logged, and cannot go with basic auth or an
 	// Authorization in Header.
 	Token string
@@ -63,13 +66,13 @@ type HTTPConfig struct {
 	GatewayID, Epoch string
 }
 
-// NewHTTP checks cfg and returns a publisher. It does no I/O.
-func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
-	u, err := httpParseURL(cfg.URL)
+// New checks cfg and returns a publisher. It does no I/O.
+func New(cfg Config) (*HTTP, error) {
+	u, err := httpc.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("uplink: http: %w", err)
 	}
-	name := httpRedactURL(u)
+	name := httpc.RedactURL(u)
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("uplink: http %s: negative timeout %v", name, cfg.Timeout)
 	}
@@ -117,8 +120,8 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 	u.User = nil
 	h.url = u.String()
-	h.transport = httpNewTransport(cfg.TLS)
-	h.client = httpNewClient(h.transport)
+	h.transport = httpc.NewTransport(cfg.TLS)
+	h.client = httpc.NewClient(h.transport)
 	if cfg.TLS != nil && cfg.TLS.InsecureSkipVerify {
 		h.log.Warn("uplink: http: TLS server verification is OFF", "upstream", name)
 	}

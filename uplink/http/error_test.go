@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"fieldlink/uplink/internal/httpc"
 )
 
 func TestHTTPClientError(t *testing.T) {
@@ -22,16 +24,16 @@ func TestHTTPClientError(t *testing.T) {
 				w.WriteHeader(code)
 				io.WriteString(w, body)
 			})
-			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/in?token=abc123"})
+			h := httpTestPublisher(t, Config{URL: srv.URL + "/in?token=abc123"})
 			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
 			if IsRetryable(err) {
 				t.Fatalf("%v: retryable", err)
 			}
-			var he *httpError
+			var he *httpc.Error
 			if !errors.As(err, &he) || he.StatusCode != code {
-				t.Fatalf("error %#v, want an *httpError with status %d", err, code)
+				t.Fatalf("error %#v, want an *httpc.Error with status %d", err, code)
 			}
-			if len(he.Body) > httpExcerptLen || !strings.HasPrefix(he.Body, `{"error":"bad packet"}`) {
+			if len(he.Body) > httpc.ExcerptLen || !strings.HasPrefix(he.Body, `{"error":"bad packet"}`) {
 				t.Errorf("excerpt %d bytes %q", len(he.Body), he.Body)
 			}
 			msg := err.Error()
@@ -73,13 +75,13 @@ func TestHTTPRetryableStatus(t *testing.T) {
 				w.WriteHeader(tc.code)
 				io.WriteString(w, "try later")
 			})
-			h := httpTestPublisher(t, HTTPConfig{URL: srv.URL})
+			h := httpTestPublisher(t, Config{URL: srv.URL})
 			err := h.post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), httpTestPacket(2)})
 			if !IsRetryable(err) || refusesPackets(err) {
 				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
 			}
 			var got time.Duration
-			if he := (*httpError)(nil); errors.As(err, &he) {
+			if he := (*httpc.Error)(nil); errors.As(err, &he) {
 				got = he.RetryAfter
 			}
 			if d := got - tc.want; d < -2*time.Second || d > 0 || (tc.want == 0 && got != 0) {
@@ -103,14 +105,14 @@ func TestHTTPRetryAfterParse(t *testing.T) {
 		{" 120 ", 2 * time.Minute},
 		{"-5", 0},
 		{"soon", 0},
-		{"99999999999999999999", httpMaxRetryAfter},
-		{"999999999", httpMaxRetryAfter},
+		{"99999999999999999999", httpc.MaxRetryAfter},
+		{"999999999", httpc.MaxRetryAfter},
 		{now.Add(30 * time.Second).Format(http.TimeFormat), 30 * time.Second},
 		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
-		{now.Add(48 * time.Hour).Format(http.TimeFormat), httpMaxRetryAfter},
+		{now.Add(48 * time.Hour).Format(http.TimeFormat), httpc.MaxRetryAfter},
 	} {
-		if got := httpParseRetryAfter(tc.in, now); got != tc.want {
-			t.Errorf("httpParseRetryAfter(%q) = %v, want %v", tc.in, got, tc.want)
+		if got := httpc.ParseRetryAfter(tc.in, now); got != tc.want {
+			t.Errorf("httpc.ParseRetryAfter(%q) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
 }
@@ -130,9 +132,9 @@ func TestHTTPClassifyTransportErrors(t *testing.T) {
 		{&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("network is down")}, true},
 		{&net.OpError{Op: "remote error", Err: tls.AlertError(42)}, false},
 		{x509.UnknownAuthorityError{}, false},
-		{&httpError{Method: "POST", URL: "u", Err: io.EOF}, true},
-		{&httpError{Method: "POST", URL: "u", StatusCode: 304}, false},
-		{&httpError{Method: "POST", URL: "u", StatusCode: 425}, true},
+		{&httpc.Error{Method: "POST", URL: "u", Err: io.EOF}, true},
+		{&httpc.Error{Method: "POST", URL: "u", StatusCode: 304}, false},
+		{&httpc.Error{Method: "POST", URL: "u", StatusCode: 425}, true},
 	} {
 		if got := IsRetryable(tc.err); got != tc.retryable {
 			t.Errorf("IsRetryable(%v) = %v", tc.err, got)

@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // brings it back.
 func TestHTTPSenderRefusedConnectionIsDown(t *testing.T) {
 	addr := testtool.RefusedAddr(t) // nothing listens: connections are refused
-	s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: "http://" + addr + "/ingest"}), 1, 1)
+	s := NewSender(httpTestPublisher(t, Config{URL: "http://" + addr + "/ingest"}), 1, 1)
 	s.ProbeResult(nil)
 	if !s.Up() {
 		t.Fatal("down after a successful probe")
@@ -71,7 +71,7 @@ func TestHTTPSenderRefusalRule(t *testing.T) {
 		{308, false, 0},
 	} {
 		t.Run(strconv.Itoa(tc.code), func(t *testing.T) {
-			s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/" + strconv.Itoa(tc.code)}), 10, 1)
+			s := NewSender(httpTestPublisher(t, Config{URL: srv.URL + "/" + strconv.Itoa(tc.code)}), 10, 1)
 			err := s.Send(context.Background(), []buffer.Record{{Seq: 1, Data: httpTestPacket(1)}, {Seq: 2, Data: httpTestPacket(2)}})
 			if err == nil {
 				t.Fatal("Send succeeded")
@@ -91,7 +91,7 @@ func TestHTTPSenderRefusalRule(t *testing.T) {
 		})
 	}
 	// A packet that is not JSON is refused without being sent.
-	s := NewHTTPSender(httpTestPublisher(t, HTTPConfig{URL: srv.URL + "/200"}), 10, 1)
+	s := NewSender(httpTestPublisher(t, Config{URL: srv.URL + "/200"}), 10, 1)
 	err := s.Send(context.Background(), []buffer.Record{{Seq: 1, Data: []byte(`{"DataHead":`)}})
 	var p interface{ Permanent() bool }
 	if !errors.As(err, &p) || !p.Permanent() {

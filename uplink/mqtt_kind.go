@@ -1,0 +1,67 @@
+package uplink
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+func init() {
+	Register([]string{"mqtt", "mqtts"}, []Encoding{EncodingJSON, EncodingInfluxLine, EncodingSparkplugB}, mqttKind{})
+}
+
+// mqttKind is the kind of MQTT upstreams, and of Sparkplug B edge nodes
+// (an upstream with a [UpstreamConfig.Sparkplug]).
+type mqttKind struct{}
+
+func (mqttKind) Name(raw string) (string, error) {
+	addr, _, err := mqttParseURL(raw)
+	if err != nil {
+		return "", fmt.Errorf("uplink: mqtt: %w", err)
+	}
+	scheme, _, _ := strings.Cut(raw, "://")
+	return scheme + "://" + addr, nil
+}
+
+func (mqttKind) Open(u UpstreamConfig, pc PoolConfig) (*Conn, error) {
+	mc := MQTTConfig{
+		URL: u.URL, Topic: u.Topic, Window: pc.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
+		Logger: pc.Logger, Vars: pc.Vars, AtMostOnce: u.AtMostOnce, StatusTopic: pc.StatusTopic,
+		Subscriptions: pc.Subscriptions,
+	}
+	if u.LoadTopic != "" {
+		mc.LoadTopic = u.LoadTopic
+		mc.OnLoad = u.OnLoad
+	}
+	mq, err := NewMQTT(mc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{
+		Sender: NewMQTTSender(mq, pc.Window),
+		Run:    mq.Run,
+		ProbeResult: func(err error) {
+			if err == nil && !mq.Connected() {
+				mq.Kick() // the broker answers again: reconnect now
+			}
+		},
+		Publish:   mq.PublishTo,
+		Connected: mq.Connected,
+		NewProber: func(topic string, interval, timeout time.Duration, report func(time.Duration, error)) *Prober {
+			return NewMQTTProber(mq, topic, interval, timeout, report)
+		},
+	}
+	if u.Sparkplug != nil {
+		// A Sparkplug B edge node publishes only under spBv1.0/ and only
+		// its births, deaths and data: a host application or a broker
+		// that enforces the namespace would take any other topic for a
+		// fault (or deny it), so its probes stay TCP connects.
+		c.NewProber = nil
+		if c.Sender, err = newSparkplug(mq, *u.Sparkplug, pc.Window); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (mqttKind) Explain(error) (string, bool) { return "", false }
