@@ -23,8 +23,11 @@ import (
 //     own answer, as an MQTT publish is, not a TCP connect) is believed at
 //     once when it next answers 4× faster than the estimate.
 //   - Pick: among the upstreams that are not hot, the least
-//     (in-flight + 1 + Reported · connections) / W, a full scan, exact ties
-//     at random; connections is a fresh load report's count, counted only
+//     (in-flight + 1 + Reported · connections) / W · e^Spread, a full
+//     scan, e drawn per upstream and pick from an exponential of mean 1
+//     (see scan: upstreams far apart are told apart, upstreams a few
+//     percent apart share, so that a fleet of gateways does not all send
+//     to the one that answers fastest); connections is a fresh load report's count, counted only
 //     for an upstream this gateway has no delivery measure of (C3's
 //     correction where the gateway is blind, without herding on stale
 //     reports where it is not).
@@ -34,7 +37,9 @@ import (
 //     row, at most MaxEject, jittered ±20%; at most half the upstreams at
 //     once. A timeout or a fast error is never fast.
 //   - Warm-up: an upstream that joins, comes back up or back from an
-//     ejection has W scaled by max(0.1, t/WarmUp).
+//     ejection has its chance of a pick scaled by max(0.1,
+//     (t/WarmUp)^(1/Aggression)), Envoy's slow start (W by that to the
+//     power Spread).
 //
 // Pick reads the published weights, the hot mask and the live in-flight
 // counts; it does not allocate or lock.
@@ -70,6 +75,21 @@ type DRFCSWLCOptions struct {
 	// WarmUp is how long an upstream takes to reach its full weight after
 	// it joins or comes back. Default 3 s.
 	WarmUp time.Duration
+	// Spread is how far the pick strays from the least weighted load to
+	// spread a fleet: the load of each upstream is multiplied by e^Spread,
+	// e drawn from an exponential of mean 1 per upstream and pick, so that
+	// upstream i is picked with probability proportional to
+	// (W_i / (in-flight_i + 1))^(1/Spread). Default 1/3: an upstream 10%
+	// slower than another gets 0.73 of its picks, one half as fast an
+	// eighth; 0 is the plain least weighted load, 1 a pick proportional
+	// to W when nothing is in flight.
+	Spread float64
+	// Aggression shapes the warm-up as Envoy's slow start does: W is
+	// scaled by max(0.1, (t/WarmUp)^(1/Aggression)), so above 1 the weight
+	// comes back faster at first. Default 2: a gateway gives an upstream
+	// back up a sixth of its traffic (of three) within half a second, and
+	// all its share after WarmUp.
+	Aggression float64
 	// Stall and MinStall: deliveries pending with none ending for Stall
 	// times the latency estimate, and at least MinStall, eject. Defaults 10
 	// and 1 s.
@@ -114,6 +134,12 @@ func (o *DRFCSWLCOptions) defaults() {
 	}
 	if o.WarmUp <= 0 {
 		o.WarmUp = 3 * time.Second
+	}
+	if !(o.Spread > 0) || math.IsInf(o.Spread, 0) {
+		o.Spread = 1.0 / 3
+	}
+	if !(o.Aggression > 0) || math.IsInf(o.Aggression, 0) {
+		o.Aggression = 2
 	}
 	if o.Stall <= 0 {
 		o.Stall = 5
@@ -186,21 +212,28 @@ func (s *drfCSWLC) Pick(t *Table, skip uint64) (int, bool) {
 	return s.scan(t, p, cand), true
 }
 
-// scan returns the member of cand with the lowest weighted load; ties go to
-// one of them at random.
+// scan returns the member of cand with the lowest weighted load times
+// e^Spread, e drawn from an exponential of mean 1 for each upstream at each
+// pick. −ln e is a Gumbel draw, so this is a Gumbel-max pick: upstream i
+// wins with probability proportional to load_i^(−1/Spread), that is
+// (W_i / (in-flight_i + 1))^(1/Spread). Upstreams whose loads differ much
+// (a capacity 8 against 1, a slow node) are told apart almost as by the
+// least weighted load; upstreams within a few percent share. The plain
+// least weighted load gave an idle gateway's every pick to the largest W,
+// and a fleet of idle gateways (each with a packet in flight now and then)
+// all sent to the upstream that answered fastest for all of them: on a
+// NATS cluster the stream's leader (docs/cluster.md). Ties have
+// probability 0; the first wins.
 func (s *drfCSWLC) scan(t *Table, p *dcWeights, cand uint64) int {
-	var ties uint64
-	best := math.Inf(1)
+	best, at := math.Inf(1), trailingZeros(cand)
 	for m := cand; m != 0; m &= m - 1 {
 		i := trailingZeros(m) & (MaxUpstreams - 1)
-		switch l := s.load(t, p, i); {
-		case l < best:
-			best, ties = l, 1<<i
-		case l == best:
-			ties |= 1 << i
+		e := -math.Log1p(-t.float01())
+		if l := s.load(t, p, i) * math.Pow(e, s.opt.Spread); l < best {
+			best, at = l, i
 		}
 	}
-	return pickTie(t, ties)
+	return at
 }
 
 // load is upstream i's weighted load, as the pick compares it.
@@ -353,7 +386,10 @@ func (s *drfCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 			w *= math.Pow((best+c)/(lat[i]+c), o.Latency)
 		}
 		if age := now - s.st[i].warmFrom; age < int64(o.WarmUp) {
-			w *= max(0.1, float64(max(age, 0))/float64(o.WarmUp))
+			// Raised to Spread, the warm-up scales the upstream's chance
+			// of a pick by Envoy's factor itself.
+			warm := max(0.1, math.Pow(float64(max(age, 0))/float64(o.WarmUp), 1/o.Aggression))
+			w *= math.Pow(warm, o.Spread)
 		}
 		w = max(w, 1e-9)
 		out.w[i].Store(math.Float64bits(w))

@@ -35,6 +35,8 @@ var knobs = []knob{
 	{name: "fall", lo: 0.1, hi: 1, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Fall = v }, get: func(o *selector.DRFCSWLCOptions) float64 { return o.Fall }},
 	{name: "eject", lo: 200, hi: 5000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Eject = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.Eject) }},
 	{name: "warmup", fixed: true, lo: 500, hi: 10000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.WarmUp = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.WarmUp) }},
+	{name: "spread", lo: 0.1, hi: 1, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Spread = v }, get: func(o *selector.DRFCSWLCOptions) float64 { return o.Spread }},
+	{name: "aggression", fixed: true, lo: 1, hi: 4, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Aggression = v }, get: func(o *selector.DRFCSWLCOptions) float64 { return o.Aggression }},
 	{name: "stall", fixed: true, lo: 2, hi: 20, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Stall = v }, get: func(o *selector.DRFCSWLCOptions) float64 { return o.Stall }},
 	{name: "minstall", fixed: true, lo: 100, hi: 2000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.MinStall = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.MinStall) }},
 	{name: "interval", lo: 50, hi: 1000, log: true, duration: true, set: func(o *selector.DRFCSWLCOptions, v float64) { o.Interval = msDur(v) }, get: func(o *selector.DRFCSWLCOptions) float64 { return msOf(o.Interval) }},
@@ -71,7 +73,7 @@ func knobString(o selector.DRFCSWLCOptions) string {
 	o = o.WithDefaults()
 	parts := make([]string, len(knobs))
 	for i, kn := range knobs {
-		parts[i] = kn.name + "=" + strconv.FormatFloat(kn.get(&o), 'g', 4, 64)
+		parts[i] = kn.name + "=" + strconv.FormatFloat(kn.get(&o), 'g', -1, 64)
 	}
 	return "drf_cswlc:" + strings.Join(parts, ";")
 }
