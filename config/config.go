@@ -205,8 +205,8 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 		if *b.Turnaround < 0 || *b.Turnaround > maxTimeout {
 			doc.Errorf(f+".turnaround", "must be between 0 and %v, got %v", maxTimeout, *b.Turnaround)
 		}
-		if b.MaxGap != nil && (*b.MaxGap < 0 || *b.MaxGap > 124) {
-			doc.Errorf(f+".max_gap", "must be 0..124 registers, got %d", *b.MaxGap)
+		if b.MaxGap != nil && (*b.MaxGap < 0 || *b.MaxGap > modbus.MaxReadRegisters-1) {
+			doc.Errorf(f+".max_gap", "must be 0..%d registers, got %d", modbus.MaxReadRegisters-1, *b.MaxGap)
 		}
 		if b.Backoff < b.Timeout {
 			doc.Errorf(f+".backoff", "must be at least the timeout (%v), got %v", b.Timeout, b.Backoff)

@@ -61,9 +61,9 @@ func cmdRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		errs = append(errs, "-type: coils and discrete inputs are bool")
 	}
 	words := max(reg.Words(), 1)
-	limit := 125
+	limit := modbus.MaxReadRegisters
 	if reg.Area.IsBit() {
-		limit = 2000
+		limit = modbus.MaxReadBits
 	}
 	if *count < 1 || *count*words > limit {
 		errs = append(errs, fmt.Sprintf("-count: %d values of %d words do not fit one request (max %d)", *count, words, limit))

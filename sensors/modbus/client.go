@@ -254,9 +254,13 @@ type request struct {
 }
 
 // Limits of the quantity per function (Modbus application protocol v1.1b3).
+// The read limits are exported: profiles, the planner, the emulator, the
+// site file and the command line bound their reads by them.
 const (
-	maxReadBits       = 2000
-	maxReadRegisters  = 125
+	// MaxReadBits is the most coils or discrete inputs one read returns.
+	MaxReadBits = 2000
+	// MaxReadRegisters is the most registers one read returns.
+	MaxReadRegisters  = 125
 	maxWriteBits      = 1968
 	maxWriteRegisters = 123
 )
@@ -295,9 +299,9 @@ func (r *request) validate(serialLine bool) error {
 	var maxQty uint16
 	switch r.fc {
 	case gm.FuncCodeReadCoils, gm.FuncCodeReadDiscreteInputs:
-		maxQty, r.want = maxReadBits, (int(r.qty)+7)/8
+		maxQty, r.want = MaxReadBits, (int(r.qty)+7)/8
 	case gm.FuncCodeReadHoldingRegisters, gm.FuncCodeReadInputRegisters:
-		maxQty, r.want = maxReadRegisters, 2*int(r.qty)
+		maxQty, r.want = MaxReadRegisters, 2*int(r.qty)
 	case gm.FuncCodeWriteSingleCoil, gm.FuncCodeWriteSingleRegister:
 		maxQty = 1
 	case gm.FuncCodeWriteMultipleCoils:

@@ -152,11 +152,11 @@ func (p *Profile) validate(doc *yamlconf.Doc) {
 	if s := p.Serial; s != nil {
 		checkSerial(doc, "serial", s)
 	}
-	if p.Limits.MaxRegisters < 0 || p.Limits.MaxRegisters > 125 {
-		doc.Errorf("limits.max_registers", "must be 1..125, got %d", p.Limits.MaxRegisters)
+	if p.Limits.MaxRegisters < 0 || p.Limits.MaxRegisters > maxReadRegisters {
+		doc.Errorf("limits.max_registers", "must be 1..%d, got %d", maxReadRegisters, p.Limits.MaxRegisters)
 	}
-	if p.Limits.MaxBits < 0 || p.Limits.MaxBits > 2000 {
-		doc.Errorf("limits.max_bits", "must be 1..2000, got %d", p.Limits.MaxBits)
+	if p.Limits.MaxBits < 0 || p.Limits.MaxBits > maxReadBits {
+		doc.Errorf("limits.max_bits", "must be 1..%d, got %d", maxReadBits, p.Limits.MaxBits)
 	}
 	for i, h := range p.Holes {
 		if h.From > h.To {
@@ -214,8 +214,8 @@ func (r *Register) validate(doc *yamlconf.Doc, f string) {
 		doc.Errorf(f+".type", "a %s holds single bits: type must be bool, got %s", r.Area, r.Type)
 	}
 	if r.Type == String {
-		if r.Length < 1 || r.Length > 125 {
-			doc.Errorf(f+".length", "a string needs length 1..125 registers, got %d", r.Length)
+		if r.Length < 1 || r.Length > maxReadRegisters {
+			doc.Errorf(f+".length", "a string needs length 1..%d registers, got %d", maxReadRegisters, r.Length)
 		}
 	} else if r.Length != 0 {
 		doc.Errorf(f+".length", "length is only for type string")

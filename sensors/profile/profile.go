@@ -355,12 +355,21 @@ type Profile struct {
 // IsLine reports whether the profile is for a line-protocol serial sensor.
 func (p *Profile) IsLine() bool { return p.Line != nil }
 
+// The protocol's read limits, modbus.MaxReadRegisters and
+// modbus.MaxReadBits: this package does not import sensors/modbus, whose
+// tests import it (through the emulator); TestLimitsAreModbus holds them
+// equal.
+const (
+	maxReadRegisters = 125
+	maxReadBits      = 2000
+)
+
 // MaxRegisters is the largest register read the device accepts.
 func (p *Profile) MaxRegisters() int {
 	if p.Limits.MaxRegisters > 0 {
 		return p.Limits.MaxRegisters
 	}
-	return 125
+	return maxReadRegisters
 }
 
 // MaxBits is the largest coil/discrete read the device accepts.
@@ -368,7 +377,7 @@ func (p *Profile) MaxBits() int {
 	if p.Limits.MaxBits > 0 {
 		return p.Limits.MaxBits
 	}
-	return 2000
+	return maxReadBits
 }
 
 // Register returns the register with the given name.
