@@ -46,7 +46,7 @@ func TestBusPortGoneSaysWhy(t *testing.T) {
 	if b.State != "down" || str(b.Cause) != want || b.DownSince == nil || !b.DownSince.Equal(since) {
 		t.Errorf("bus a: state %s, cause %q, down since %v; want down, %q, %v", b.State, str(b.Cause), b.DownSince, want, since)
 	}
-	if !strings.Contains(html, `down since <time datetime="2026-11-30T07:58:30Z">07:58:30 UTC</time> because `+want) {
+	if !strings.Contains(html, `down since <time datetime="2026-11-30T07:58:30Z">07:58:30 UTC</time> (1 min 30 s) because `+want) {
 		t.Errorf("the page does not say since when and why the bus is down:\n%s", html)
 	}
 	if n := strings.Count(html, "missing: is the adapter plugged in?"); n != 1 {
