@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -60,18 +60,8 @@ func cmdEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	faults := emulator.Faults{Drop: *drop, BadCRC: *badCRC, Exception: *exception, Turnaround: *turnaround,
 		RefuseWrites: *refuseWrites, DropWriteReplies: *dropWriteReplies, WriteReplyDelay: *writeReplyDelay}
-	if *clampMin != -1 || *clampMax != -1 {
-		lo, hi := *clampMin, *clampMax
-		if lo == -1 {
-			lo = 0
-		}
-		if hi == -1 {
-			hi = 0xFFFF
-		}
-		if lo < 0 || hi < lo || hi > 0xFFFF {
-			return fmt.Errorf("--clamp-min %d --clamp-max %d: want 0 <= min <= max <= 65535", *clampMin, *clampMax)
-		}
-		faults.ClampWrite = emulator.ClampRange(uint16(lo), uint16(hi))
+	if faults.ClampWrite, err = emulator.Clamp(*clampMin, *clampMax); err != nil {
+		return fmt.Errorf("--clamp-min %d --clamp-max %d: %w", *clampMin, *clampMax, err)
 	}
 	var devs []emulator.Device
 	next := *first
@@ -102,23 +92,24 @@ func cmdEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "slave %d: %s (%s %s)\n", d.Slave, d.Profile.Name, d.Profile.Manufacturer, d.Profile.Model)
 	}
 	if *serialPath != "" {
-		if *parity != "N" && *parity != "E" && *parity != "O" {
-			return fmt.Errorf("--parity must be N, E or O")
+		par, err := emulator.ParseParity(*parity)
+		if err != nil {
+			return fmt.Errorf("--parity %w", err)
 		}
-		port, err := emulator.OpenSerial(*serialPath, *baud, (*parity)[0], 8, *stopBits)
+		port, err := emulator.OpenSerial(*serialPath, *baud, par, 8, *stopBits)
 		if err != nil {
 			return err
 		}
 		defer port.Close()
 		fmt.Fprintf(stderr, "serving RTU on %s at %d 8%s%d\n", *serialPath, *baud, *parity, *stopBits)
-		return emu.ServeRTU(ctx, port, *baud, emulator.CharBits((*parity)[0], 8, *stopBits))
+		return emu.ServeRTU(ctx, port, *baud, emulator.CharBits(par, 8, *stopBits))
 	}
-	u, err := url.Parse(*listen)
-	if err != nil || (u.Scheme != "tcp" && u.Scheme != "rtuovertcp") || u.Host == "" {
-		return fmt.Errorf("--listen %q: want tcp://HOST:PORT or rtuovertcp://HOST:PORT", *listen)
+	u, err := emulator.ListenURL(*listen, *allowRemote)
+	if errors.Is(err, emulator.ErrNotLoopback) {
+		return fmt.Errorf("%w (pass --allow-remote to serve a network)", err)
 	}
-	if err := checkLoopback(u.Hostname(), *allowRemote); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("--listen %w", err)
 	}
 	ln, err := net.Listen("tcp", u.Host)
 	if err != nil {
@@ -129,20 +120,4 @@ func cmdEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return emu.ServeTCP(ctx, ln)
 	}
 	return emu.ServeRTUOverTCP(ctx, ln)
-}
-
-// checkLoopback refuses a non-loopback listen address unless allowed: an
-// emulator answering on a plant network could be mistaken for real sensors.
-func checkLoopback(host string, allow bool) error {
-	if allow {
-		return nil
-	}
-	if host == "localhost" {
-		return nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("refusing to listen on %q: not a loopback address (pass --allow-remote to serve a network)", host)
-	}
-	return nil
 }
