@@ -1,9 +1,12 @@
 package uplink
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
 func init() {
@@ -64,4 +67,19 @@ func (mqttKind) Open(u UpstreamConfig, pc PoolConfig) (*Conn, error) {
 	return c, nil
 }
 
-func (mqttKind) Explain(error) (string, bool) { return "", false }
+// Explain says the broker's refusals and the connection's own failures.
+func (mqttKind) Explain(err error) (string, bool) {
+	switch {
+	case errors.Is(err, ErrMQTTClientIDInUse):
+		return err.Error(), true
+	case errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword), errors.Is(err, packets.ErrorRefusedNotAuthorised):
+		return "the broker refuses the user name or password", true
+	case errors.Is(err, packets.ErrorRefusedIDRejected):
+		return "the broker refuses this gateway's client id", true
+	case errors.Is(err, packets.ErrorRefusedServerUnavailable):
+		return "the broker says it is unavailable", true
+	case errors.Is(err, errMQTTAckTimeout):
+		return "the broker did not acknowledge a packet in time; the connection is made again", true
+	}
+	return "", false
+}

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"fieldlink/uplink/internal/httpc"
-
-	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
 // Explain says in words, for the technician reading the status page, why
@@ -50,22 +48,12 @@ func explain(err error) string {
 		return ""
 	case errors.As(err, &he) && he.Kind != httpc.Other:
 		return he.Words(addr)
-	case errors.Is(err, ErrMQTTClientIDInUse):
-		return err.Error()
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused: nothing listens at" + addr + " (the server is down, or the address is wrong)"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "no route to" + addr + " (the network is down, or the address is wrong)"
 	case errors.As(err, &dns):
 		return "the name " + dns.Name + " is not found (DNS: " + dns.Err + ")"
-	case errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword), errors.Is(err, packets.ErrorRefusedNotAuthorised):
-		return "the broker refuses the user name or password"
-	case errors.Is(err, packets.ErrorRefusedIDRejected):
-		return "the broker refuses this gateway's client id"
-	case errors.Is(err, packets.ErrorRefusedServerUnavailable):
-		return "the broker says it is unavailable"
-	case errors.Is(err, errMQTTAckTimeout):
-		return "the broker did not acknowledge a packet in time; the connection is made again"
 	case errors.As(err, &he) && he.StatusCode != 0:
 		switch he.StatusCode {
 		case http.StatusUnauthorized, http.StatusForbidden:

@@ -29,7 +29,7 @@ func TestExplain(t *testing.T) {
 		{fmt.Errorf("%w (fieldlink-gw-1): …", ErrMQTTClientIDInUse), "another client uses this gateway's MQTT client id (fieldlink-gw-1)"},
 		{errors.New("something else"), "something else"},
 	} {
-		if got := explain(c.err); !strings.Contains(got, c.want) {
+		if got := Explain(c.err); !strings.Contains(got, c.want) {
 			t.Errorf("Explain(%v) = %q, want it to say %q", c.err, got, c.want)
 		}
 	}
