@@ -95,15 +95,14 @@ func (m *MQTT) Run(ctx context.Context) {
 		m.log.Error("uplink: mqtt: Run called twice; the second call returns at once", "upstream", m.name)
 		return
 	}
-	if m.session != nil && len(m.session.servers) > 1 {
-		m.session.walk(ctx) // a Sparkplug node on one server at a time
-		return
+	if m.hook != nil && m.hook.runs(ctx) {
+		return // a Sparkplug node on one server at a time
 	}
 	m.serve(ctx)
 }
 
 // serve is Run's loop on m's broker; a Sparkplug node with several
-// servers runs each server's in turn (see sparkplugSession.walk).
+// servers runs each server's in turn (see [mqttHook]).
 func (m *MQTT) serve(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -113,9 +112,8 @@ func (m *MQTT) serve(ctx context.Context) {
 	for _, sub := range m.subs {
 		wg.Go(func() { m.dispatch(ctx, sub) })
 	}
-	if m.session != nil {
-		wg.Go(func() { m.session.run(ctx) })
-		wg.Go(func() { m.session.runCommands(ctx) })
+	if m.hook != nil {
+		m.hook.serving(ctx, &wg)
 	}
 	attempt, drops := 0, 0
 	for {
@@ -179,8 +177,8 @@ func (m *MQTT) serve(ctx context.Context) {
 		}
 		m.setLastErr(err)
 		m.noted.note(err)
-		if m.session != nil {
-			m.session.down(m) // a node with other servers walks to the next
+		if m.hook != nil {
+			m.hook.down(m) // a node with other servers walks to the next
 		}
 		d := m.backoff(attempt)
 		attempt++
@@ -284,9 +282,10 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 	if m.status != "" {
 		o.SetWill(m.status, mqttStatusOffline, 1, true)
 	}
-	if m.session != nil { // a Sparkplug node's will is its NDEATH
-		topic, payload := m.session.will()
-		o.SetBinaryWill(topic, payload, 1, false)
+	if m.hook != nil { // a Sparkplug node's will is its NDEATH
+		if topic, payload := m.hook.will(); topic != "" {
+			o.SetBinaryWill(topic, payload, 1, false)
+		}
 	}
 	if m.cfg.Username != "" {
 		o.SetUsername(m.cfg.Username)
@@ -343,11 +342,8 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 			return fail(fmt.Errorf("publish %q on the status topic: %w", mqttStatusOnline, err))
 		}
 	}
-	if m.session != nil {
-		if err := m.session.subscribe(ctx, c); err != nil {
-			return fail(err)
-		}
-		if err := m.session.connected(ctx, c); err != nil {
+	if m.hook != nil {
+		if err := m.hook.connected(ctx, c); err != nil {
 			return fail(err)
 		}
 	}
@@ -404,8 +400,8 @@ func (m *MQTT) shutdown(c *mqttConn) {
 		err = m.await(context.Background(), c, c.cl.Publish(m.status, 1, true, mqttStatusOffline),
 			min(m.cfg.PublishTimeout, mqttOfflineTimeout))
 	}
-	if m.session != nil {
-		if serr := m.session.ending(c); serr != nil {
+	if m.hook != nil {
+		if serr := m.hook.ending(c); serr != nil {
 			m.log.Warn("mqtt NDEATH not acknowledged; the broker publishes the will", "upstream", m.name, "err", serr)
 		}
 	}

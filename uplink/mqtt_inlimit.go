@@ -187,8 +187,8 @@ func (m *MQTT) inboundLimit() int {
 	for _, sub := range m.subs {
 		limit = max(limit, sub.max)
 	}
-	if m.session != nil {
-		limit = max(limit, sparkplugStateMax, SparkplugMaxCommandBytes)
+	if m.hook != nil {
+		limit = max(limit, m.hook.inboundLimit())
 	}
 	return limit
 }

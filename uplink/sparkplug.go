@@ -205,9 +205,13 @@ func (s *sparkplugSession) subscribe(ctx context.Context, c *mqttConn) error {
 	return nil
 }
 
-// connected is called on each new connection once subscribed: the births,
-// at once without a primary host, else when its STATE says it is online.
+// connected is called on each new connection: the subscriptions, then the
+// births, at once without a primary host, else when its STATE says it is
+// online.
 func (s *sparkplugSession) connected(ctx context.Context, c *mqttConn) error {
+	if err := s.subscribe(ctx, c); err != nil {
+		return err
+	}
 	if s.cfg.PrimaryHost != "" {
 		return nil
 	}

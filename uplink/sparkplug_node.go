@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -125,11 +126,30 @@ func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, err
 		s.servers = append(s.servers, o)
 	}
 	for _, o := range s.servers {
-		o.session = s
+		o.hook = s
 	}
 	s.srv.Store(m)
 	if window <= 0 {
 		window = m.window()
 	}
 	return &sparkplugNode{s: s, window: window}, nil
+}
+
+// The session is its servers' [mqttHook].
+
+func (s *sparkplugSession) runs(ctx context.Context) bool {
+	if len(s.servers) < 2 {
+		return false
+	}
+	s.walk(ctx)
+	return true
+}
+
+func (s *sparkplugSession) serving(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Go(func() { s.run(ctx) })
+	wg.Go(func() { s.runCommands(ctx) })
+}
+
+func (s *sparkplugSession) inboundLimit() int {
+	return max(sparkplugStateMax, SparkplugMaxCommandBytes)
 }
