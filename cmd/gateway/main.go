@@ -195,33 +195,16 @@ func newLoggerFormat(w io.Writer, level, format string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("-log-level: %v (valid: debug, info, warn, error)", err)
 	}
-	what := "-log-format"
-	if format == "auto" {
-		switch env := os.Getenv("FIELDLINK_LOG_FORMAT"); {
-		case env != "" && env != "auto":
-			format, what = env, "FIELDLINK_LOG_FORMAT"
-		case journal.IsStream(w):
-			format = "journal"
-		case os.Getenv("INVOCATION_ID") != "":
-			format = "json"
-		default:
-			format = "text"
+	format, fromEnv := journal.ChooseFormat(w, format)
+	log, err := journal.NewLogger(w, format, journalSocket, "fieldlink-gateway", &slog.HandlerOptions{Level: l})
+	if err != nil {
+		what := "-log-format"
+		if fromEnv {
+			what = journal.FormatEnv
 		}
+		return nil, fmt.Errorf("%s: %q (valid: auto, text, json, journal)", what, format)
 	}
-	opt := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opt)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opt)), nil
-	case "journal":
-		h, err := journal.NewHandler(journalSocket, "fieldlink-gateway", w, opt)
-		if err != nil {
-			return slog.New(slog.NewJSONHandler(w, opt)), nil
-		}
-		return slog.New(h), nil
-	}
-	return nil, fmt.Errorf("%s: %q (valid: auto, text, json, journal)", what, format)
+	return log, nil
 }
 
 // journalSocket is the journal's socket; tests point it elsewhere.
