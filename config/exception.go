@@ -1,7 +1,9 @@
 package config
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"fieldlink/internal/yamlconf"
@@ -22,6 +24,25 @@ type Exception struct {
 	// Heartbeat sends the packet at least this often, changed or not. A
 	// packet goes when the shortest heartbeat of its points is due.
 	Heartbeat time.Duration
+}
+
+// String says the setting: "deadband 0.5, heartbeat 5m0s", "deadband
+// 10%", "any change".
+func (e Exception) String() string {
+	var s []string
+	switch {
+	case e.Deadband != nil:
+		s = append(s, fmt.Sprintf("deadband %g", *e.Deadband))
+	case e.DeadbandPercent != nil:
+		s = append(s, fmt.Sprintf("deadband %g%%", *e.DeadbandPercent))
+	}
+	if e.Heartbeat != 0 {
+		s = append(s, "heartbeat "+e.Heartbeat.String())
+	}
+	if len(s) == 0 {
+		return "any change"
+	}
+	return strings.Join(s, ", ")
 }
 
 // Exception is the device's own report by exception.

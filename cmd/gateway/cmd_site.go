@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -22,7 +21,6 @@ import (
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
-	"fieldlink/sensors/profile"
 )
 
 // printErr prints a config error list one per line, so each names its
@@ -63,9 +61,11 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			fmt.Fprintf(stdout, "  %s: slave %d, %s, every %v, %s in %s (%s)\n",
 				d.Name, d.Slave, d.Profile, d.Interval, words.Count(len(prof.Registers), "register"), words.Count(len(reqs), "request"), strings.Join(parts, ", "))
-			printPoints(stdout, c, &d)
+			for _, l := range c.PointChanges(&d) {
+				fmt.Fprintf(stdout, "    %s\n", l)
+			}
 			if d.ReportsByException() {
-				fmt.Fprintf(stdout, "    report by exception: %s\n", exceptionText(d.Exception()))
+				fmt.Fprintf(stdout, "    report by exception: %s\n", d.Exception())
 			}
 		}
 	}
@@ -249,69 +249,4 @@ func cmdProfiles(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "%-28s %-8s %-14s %s\n", n, p.DataType, kind, maker(p.Manufacturer, p.Model))
 	}
 	return nil
-}
-
-// printPoints shows what each of a device's points changes, with the line
-// of the site file that says so.
-func printPoints(w io.Writer, c *config.Config, d *config.Device) {
-	base, eff := c.Profiles[d.Profile], c.DeviceProfile(d)
-	for _, pt := range d.Points {
-		i := slices.IndexFunc(base.Registers, func(r profile.Register) bool { return r.Name == pt.Point })
-		if i < 0 {
-			continue
-		}
-		was, now := &base.Registers[i], &eff.Registers[i]
-		var ch []string
-		if now.Name != was.Name {
-			ch = append(ch, fmt.Sprintf("name %s (profile %s)", now.Name, was.Name))
-		}
-		if pt.Scale != nil {
-			ch = append(ch, fmt.Sprintf("scale %g (profile %g)", now.ScaleOr1(), was.ScaleOr1()))
-		}
-		if pt.Offset != nil {
-			ch = append(ch, fmt.Sprintf("offset %g (profile %g)", now.Offset, was.Offset))
-		}
-		if pt.Alarm != nil {
-			ch = append(ch, fmt.Sprintf("alarm %s (profile %s)", alarmText(now.Alarm), alarmText(was.Alarm)))
-		}
-		if e := (config.Exception{Deadband: pt.Deadband, DeadbandPercent: pt.DeadbandPercent, Heartbeat: pt.Heartbeat}); e != (config.Exception{}) {
-			ch = append(ch, exceptionText(e))
-		}
-		if len(ch) == 0 {
-			ch = append(ch, "unchanged")
-		}
-		fmt.Fprintf(w, "    %s:%d: point %s: %s\n", c.File, pt.Line, pt.Point, strings.Join(ch, ", "))
-	}
-}
-
-func alarmText(a *profile.Alarm) string {
-	var s []string
-	if a != nil && a.Above != nil {
-		s = append(s, fmt.Sprintf("above %g", *a.Above))
-	}
-	if a != nil && a.Below != nil {
-		s = append(s, fmt.Sprintf("below %g", *a.Below))
-	}
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, " and ")
-}
-
-// exceptionText says a report-by-exception setting.
-func exceptionText(e config.Exception) string {
-	var s []string
-	switch {
-	case e.Deadband != nil:
-		s = append(s, fmt.Sprintf("deadband %g", *e.Deadband))
-	case e.DeadbandPercent != nil:
-		s = append(s, fmt.Sprintf("deadband %g%%", *e.DeadbandPercent))
-	}
-	if e.Heartbeat != 0 {
-		s = append(s, "heartbeat "+e.Heartbeat.String())
-	}
-	if len(s) == 0 {
-		return "any change"
-	}
-	return strings.Join(s, ", ")
 }

@@ -158,6 +158,22 @@ type Alarm struct {
 	Below *float64 `yaml:"below"`
 }
 
+// String says the thresholds: "above 1.5 and below 0.2", "none" for a
+// nil alarm or one without thresholds.
+func (a *Alarm) String() string {
+	var s []string
+	if a != nil && a.Above != nil {
+		s = append(s, fmt.Sprintf("above %g", *a.Above))
+	}
+	if a != nil && a.Below != nil {
+		s = append(s, fmt.Sprintf("below %g", *a.Below))
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, " and ")
+}
+
 // Fires reports whether v is past a threshold.
 func (a *Alarm) Fires(v float64) bool {
 	if a == nil {
