@@ -1,11 +1,12 @@
 package config
 
 import (
+	"errors"
 	"net"
-	"net/netip"
 	"path/filepath"
 	"strconv"
 
+	"fieldlink/internal/loopback"
 	"fieldlink/internal/yamlconf"
 )
 
@@ -56,9 +57,10 @@ func (c *Config) validateMetrics(doc *yamlconf.Doc) {
 	if m.AllowRemote {
 		return
 	}
-	if host == "" {
+	switch err := loopback.Host(host); {
+	case errors.Is(err, loopback.ErrEveryInterface):
 		doc.Errorf("metrics.listen", "%q listens on every interface; use a loopback address such as 127.0.0.1:9273, or set metrics.allow_remote: true", m.Listen)
-	} else if ip, err := netip.ParseAddr(host); err == nil && !ip.Unmap().IsLoopback() {
+	case err != nil:
 		doc.Errorf("metrics.listen", "%s is not a loopback address; use one such as 127.0.0.1:9273, or set metrics.allow_remote: true", host)
 	}
 }

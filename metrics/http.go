@@ -8,10 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"fieldlink/internal/loopback"
 )
 
 // ErrNotLoopback means a listen address is not a loopback address and
@@ -192,10 +193,10 @@ func listenTCP(addr string, allowRemote bool) (net.Listener, error) {
 		return nil, fmt.Errorf("metrics: listen address %q: %w", addr, err)
 	}
 	if !allowRemote {
-		if host == "" {
+		switch err := loopback.Host(host); {
+		case errors.Is(err, loopback.ErrEveryInterface):
 			return nil, fmt.Errorf("%w: %q listens on every interface; name a loopback address (127.0.0.1 or ::1), or allow remote access", ErrNotLoopback, addr)
-		}
-		if ip, err := netip.ParseAddr(host); err == nil && !ip.Unmap().IsLoopback() {
+		case err != nil:
 			return nil, fmt.Errorf("%w: %q; name a loopback address (127.0.0.1 or ::1), or allow remote access", ErrNotLoopback, addr)
 		}
 	}
