@@ -203,7 +203,9 @@ power-check-long:
 ## with a persistent session: a node killed, the stream leader killed, a node black-holed, a node's
 ## PUBACKs 200 ms late, the whole cluster down 30 s, then mixed; fails on any packet lost; one figures
 ## line per fault (docs/cluster.md), and checks of what a PUBACK means there; then 50 gateways with
-## drf_cswlc while a node restarts (the short TestFleet, about a minute). Needs nats-server.
+## drf_cswlc while a node restarts (the short TestFleet, about a minute), failing when the busiest
+## node takes over 1.5x its fair share steady or 1.25x with a node down, or traffic is slow to come
+## back to the restarted node. Needs nats-server.
 ## About 4 minutes on 2 cores.
 CLUSTER_RUN ?= .
 cluster-check:
@@ -223,6 +225,7 @@ cluster-check-puback:
 
 ## cluster-check-fleet: 50 gateways (real agents in one test process, each with its own buffer and a
 ## connection to every node) at the demo farm's rate against the cluster, n1 restarted, for drf_cswlc,
-## p2c_ewma and round_robin: reconnection spread, return of connections and traffic, loss (docs/cluster.md)
+## p2c_ewma and round_robin: reconnection spread, return of connections and traffic, loss, and a table
+## of the busiest node's share and the traffic's return beside the lab's predictions (S13a; docs/cluster.md)
 cluster-check-fleet:
 	@CLUSTER_FLEET=1 CLUSTER_RUN='TestFleet' $(MAKE) --no-print-directory cluster-check

@@ -5,6 +5,7 @@ package cluster
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
+	"fieldlink/selector/lab"
 	"fieldlink/sensors/profile"
 )
 
@@ -51,12 +53,19 @@ type fleetPlan struct {
 // fleet's, the nodes' store timeouts, and that nothing was lost. It fails
 // on a packet lost, on a gateway not connected to the node again within
 // fleetBackWithin of the restart, and on the node not carrying a sixth of
-// the traffic (half its share) in some 5 s within fleetBackWithin.
+// the traffic (half its share) in some 5 s within fleetBackWithin. For the
+// default selector it fails on a missed target too: the busiest node over
+// targetSteady times its fair share in steady state or targetDown times
+// with a node down, the gateways not giving the restarted node a sixth of
+// their traffic within targetGatewayBack of reconnecting to it, or the
+// node not carrying a sixth of the fleet's within targetGatewayBack of
+// half the fleet's reconnections.
 //
 // make cluster-check runs the short version: drf_cswlc alone, 10 s of
 // steady state, the node down 10 s, 30 s after (about a minute). CLUSTER_FLEET=1
 // (make cluster-check-fleet, about 4 minutes) runs drf_cswlc, p2c_ewma and
-// round_robin with 15 s, 15 s and 45 s; CLUSTER_FLEET_STRATEGIES=a,b picks
+// round_robin with 15 s, 15 s and 45 s and prints a table of the runs
+// beside the lab's predictions (S13a); CLUSTER_FLEET_STRATEGIES=a,b picks
 // the strategies.
 func TestFleet(t *testing.T) {
 	bin := testtool.RequireSbin(t, "nats-server", "nats-server")
@@ -70,15 +79,69 @@ func TestFleet(t *testing.T) {
 	if s := os.Getenv("CLUSTER_FLEET_STRATEGIES"); s != "" {
 		strategies = strings.Split(s, ",")
 	}
-	var lines []string
+	var runs []fleetRun
 	for _, strat := range strategies {
 		t.Run(strat, func(t *testing.T) {
-			lines = append(lines, runFleet(t, bin, strat, plan))
+			runs = append(runs, runFleet(t, bin, strat, plan))
 		})
 	}
-	for _, l := range lines {
-		fmt.Println(l) // the figures, for make's grep
+	for _, r := range runs {
+		fmt.Println(r.line) // the figures, for make's grep
 	}
+	if os.Getenv("CLUSTER_FLEET") != "" {
+		for _, l := range fleetTable(t, runs) {
+			fmt.Println(l)
+		}
+	}
+}
+
+// fleetLabSeeds is how many seeds of the lab's S13a the table's
+// predictions average.
+const fleetLabSeeds = 5
+
+// fleetTable sets each run beside the lab's prediction for its strategy in
+// S13a, the lab's model of this test (docs/selector-lab.md), one line each
+// with "cluster fleet table:" before it for make's grep.
+func fleetTable(t *testing.T, runs []fleetRun) []string {
+	scs, err := lab.Select([]string{"S13a"})
+	if err != nil || len(scs) != 1 {
+		t.Fatalf("the lab's S13a: %v", err)
+	}
+	out := []string{
+		"| selector | busiest node, steady (× fair): real / lab | with a node down: real / lab | traffic back (s): real / lab | after each gateway's reconnection (s), real | swing of 1 s shares, real / lab |",
+		"|---|---|---|---|---|---|",
+	}
+	for _, r := range runs {
+		var steady, down, back, swing float64
+		never := 0
+		for seed := range uint64(fleetLabSeeds) {
+			tr, err := lab.Simulate(scs[0], r.strat, seed+1)
+			if err != nil {
+				t.Fatalf("lab: %v", err)
+			}
+			steady += tr.BusiestSteady / fleetLabSeeds
+			down += tr.BusiestDown / fleetLabSeeds
+			swing += tr.Swing / fleetLabSeeds
+			if math.IsInf(tr.Back, 1) {
+				never++
+			} else {
+				back += tr.Back
+			}
+		}
+		labBack := "never"
+		if never < fleetLabSeeds {
+			labBack = fmt.Sprintf("%.1f", back/float64(fleetLabSeeds-never))
+			if never > 0 {
+				labBack += fmt.Sprintf(" (%d of %d never)", never, fleetLabSeeds)
+			}
+		}
+		out = append(out, fmt.Sprintf("| `%s` | %.2f / %.2f | %.2f / %.2f | %s / %s | %s | %.2f / %.2f |",
+			r.strat, r.f.busiestSteady, steady, r.f.busiestDown, down, secs(r.f.trafficBack), labBack, secs(r.f.gatewayBack), r.f.swing, swing))
+	}
+	for k := range out {
+		out[k] = "cluster fleet table: " + out[k]
+	}
+	return out
 }
 
 // fleetBackWithin bounds the return of the restarted node.
@@ -89,9 +152,18 @@ type fleetSample struct {
 	at        time.Time
 	conns     [3]int     // client connections per node (/varz)
 	delivered [3]float64 // records acknowledged per node, over the fleet
+	// Per gateway: records acknowledged per node, and whether its
+	// connection to each node is up.
+	gw []fleetGateway
 }
 
-func runFleet(t *testing.T, bin, strat string, plan fleetPlan) string {
+// fleetGateway is one gateway's part of a sample.
+type fleetGateway struct {
+	delivered [3]float64
+	up        [3]bool
+}
+
+func runFleet(t *testing.T, bin, strat string, plan fleetPlan) fleetRun {
 	nodes := newCluster(t, bin)
 	led := newLedger()
 	subscribe(t, led, nodes[2].mqttAddr(), nodes[1].mqttAddr(), nodes[0].mqttAddr())
@@ -150,11 +222,14 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) string {
 					s.conns[i] = v.Connections
 				}
 			}
-			for _, g := range gws {
+			s.gw = make([]fleetGateway, len(gws))
+			for k, g := range gws {
 				st, _ := g.Delivery()
 				for _, u := range st.Upstreams {
 					if i := slices.Index(names, u.Name); i >= 0 {
 						s.delivered[i] += float64(u.Delivered)
+						s.gw[k].delivered[i] = float64(u.Delivered)
+						s.gw[k].up[i] = u.DownSince.IsZero()
 					}
 				}
 			}
@@ -183,7 +258,8 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) string {
 	time.Sleep(plan.steady) // the fleet's steady state: a measure, not a synchronisation
 	// The node restarted is one that does not lead $MQTT_msgs: the
 	// leader's death costs an election, which TestCluster measures.
-	victim := (msgsLeader(t, nodes) + 1) % len(nodes)
+	leader := msgsLeader(t, nodes)
+	victim := (leader + 1) % len(nodes)
 	killAt := time.Now()
 	nodes[victim].kill()
 	time.Sleep(plan.down)
@@ -215,10 +291,25 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) string {
 	mu.Lock()
 	defer mu.Unlock()
 	f := fleetFigures(samples, victim, killAt, backAt, plan)
-	line := fmt.Sprintf("cluster fleet %s: gateways=%d restarted=%s rate_pkt_s=%.0f connected_all_s=%.1f reconnect_s=p10:%s,p50:%s,p90:%s,all:%s reconnect_peak_per_s=%d traffic_back_s=%s share_before=%.2f share_last10s=%.2f busiest_node_pkt_s=%.0f(fleet %.0f) node_store_timeouts=%d stored=%d lost=%d duplicates=%d",
-		strat, fleetSize, nodes[victim].name, f.rate, connectedIn.Seconds(), secs(f.reconnect[0]), secs(f.reconnect[1]), secs(f.reconnect[2]), secs(f.reconnect[3]),
-		f.peakPerSecond, secs(f.trafficBack), f.shareBefore, f.shareLast, f.busiest, f.busiestFleet, stalls, tot.stored, tot.lost, tot.duplicates)
+	line := fmt.Sprintf("cluster fleet %s: gateways=%d restarted=%s leader=%s rate_pkt_s=%.0f connected_all_s=%.1f reconnect_s=p10:%s,p50:%s,p90:%s,all:%s reconnect_peak_per_s=%d traffic_back_s=%s gateway_back_s=%s share_before=%.2f share_last10s=%.2f busiest_steady=%.2f busiest_down=%.2f swing=%.2f busiest_node_pkt_s=%.0f(fleet %.0f) node_store_timeouts=%d stored=%d lost=%d duplicates=%d",
+		strat, fleetSize, nodes[victim].name, nodes[leader].name, f.rate, connectedIn.Seconds(), secs(f.reconnect[0]), secs(f.reconnect[1]), secs(f.reconnect[2]), secs(f.reconnect[3]),
+		f.peakPerSecond, secs(f.trafficBack), secs(f.gatewayBack), f.shareBefore, f.shareLast, f.busiestSteady, f.busiestDown, f.swing, f.busiest, f.busiestFleet, stalls, tot.stored, tot.lost, tot.duplicates)
 	t.Log(line)
+	if strat == config.DefaultSelector {
+		// The default's targets (docs/cluster.md, "Fifty gateways and a
+		// node restarted"): the fleet spread, not herded on the leader.
+		if f.busiestSteady > targetSteady || f.busiestDown > targetDown {
+			t.Errorf("%s: the busiest node took %.2f× its fair share in steady state and %.2f× with a node down, want at most %.2f× and %.2f×", strat, f.busiestSteady, f.busiestDown, targetSteady, targetDown)
+		}
+		if f.gatewayBack < 0 || f.gatewayBack > targetGatewayBack {
+			t.Errorf("%s: the gateways sent %s a sixth of their traffic %s s after they reconnected to it, want within %v", strat, nodes[victim].name, secs(f.gatewayBack), targetGatewayBack)
+		}
+		// The fleet's traffic back: once half the gateways are connected to
+		// the node again, each giving it a third, it carries a sixth.
+		if half := f.reconnect[1]; half >= 0 && (f.trafficBack < 0 || f.trafficBack > half+targetGatewayBack) {
+			t.Errorf("%s: %s carried a sixth of the fleet's traffic %s s after its restart, want within %v of half the fleet's reconnections (%s s)", strat, nodes[victim].name, secs(f.trafficBack), targetGatewayBack, secs(half))
+		}
+	}
 	if tot.lost > 0 {
 		t.Errorf("%d packets lost", tot.lost)
 	}
@@ -228,7 +319,14 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) string {
 	if f.trafficBack < 0 || f.trafficBack > fleetBackWithin {
 		t.Errorf("%s did not carry a sixth of the traffic in any 5 s within %v of its restart (%s)", nodes[victim].name, fleetBackWithin, secs(f.trafficBack))
 	}
-	return line
+	return fleetRun{strat: strat, line: line, f: f}
+}
+
+// fleetRun is one strategy's run: its figures line and its figures.
+type fleetRun struct {
+	strat string
+	line  string
+	f     fleetResult
 }
 
 // fleetSite parses the site file of gateway i: the farm's devices on bus,
@@ -265,7 +363,28 @@ type fleetResult struct {
 	shareLast     float64          // the node's share over the last 10 s
 	busiest       float64          // the busiest node's highest rate over 5 s, after the kill
 	busiestFleet  float64          // the fleet's rate over the same 5 s
+	// The busiest node's share of the traffic over its fair share: in
+	// steady state (of three) and from 2 s after the kill to the restart
+	// (of two).
+	busiestSteady, busiestDown float64
+	// swing is the widest band of one node's shares of 1 s windows in
+	// steady state, 5th to 95th percentile.
+	swing float64
+	// gatewayBack is the selector's own return to the node, without the
+	// reconnections' spread: from each gateway's reconnection, the traffic
+	// of every gateway pooled, the first 250 ms step from which the node
+	// has a sixth of it over 1 s; -1: never.
+	gatewayBack time.Duration
 }
+
+// Targets of the default selector (docs/cluster.md): the busiest node's
+// share over its fair share, steady and with a node down, and the
+// selector's return to a restarted node from each gateway's reconnection.
+const (
+	targetSteady      = 1.5
+	targetDown        = 1.25
+	targetGatewayBack = 2 * time.Second
+)
 
 func fleetFigures(ss []fleetSample, v int, killAt, backAt time.Time, plan fleetPlan) fleetResult {
 	r := fleetResult{reconnect: [4]time.Duration{-1, -1, -1, -1}, trafficBack: -1}
@@ -329,7 +448,69 @@ func fleetFigures(ss []fleetSample, v int, killAt, backAt time.Time, plan fleetP
 			}
 		}
 	}
+	busiest := func(a, b time.Time, fair float64) float64 {
+		per, total := rateOver(a, b)
+		if total == 0 {
+			return 0
+		}
+		return slices.Max(per[:]) / total / fair
+	}
+	steadyFrom := killAt.Add(-plan.steady + 2*time.Second)
+	r.busiestSteady = busiest(steadyFrom, killAt, 1.0/3)
+	r.busiestDown = busiest(killAt.Add(2*time.Second), backAt, 1.0/2)
+	for n := range 3 {
+		var sh []float64
+		for a := steadyFrom; !a.Add(time.Second).After(killAt); a = a.Add(time.Second) {
+			if per, total := rateOver(a, a.Add(time.Second)); total > 0 {
+				sh = append(sh, per[n]/total)
+			}
+		}
+		if len(sh) > 0 {
+			slices.Sort(sh)
+			r.swing = max(r.swing, sh[len(sh)*95/100]-sh[len(sh)*5/100])
+		}
+	}
+	r.gatewayBack = gatewayBack(ss, v, backAt)
 	return r
+}
+
+// gatewayBack is fleetResult.gatewayBack.
+func gatewayBack(ss []fleetSample, v int, backAt time.Time) time.Duration {
+	at := func(t time.Time) int {
+		return slices.IndexFunc(ss, func(s fleetSample) bool { return !s.at.Before(t) })
+	}
+	recon := make([]time.Time, len(ss[len(ss)-1].gw)) // each gateway's reconnection to v; zero: none
+	for k := range recon {
+		for _, s := range ss {
+			if !s.at.Before(backAt) && k < len(s.gw) && s.gw[k].up[v] {
+				recon[k] = s.at
+				break
+			}
+		}
+	}
+	for tau := time.Duration(0); tau <= 20*time.Second; tau += 250 * time.Millisecond {
+		var got, all float64
+		for k, r := range recon {
+			if r.IsZero() {
+				continue
+			}
+			i, j := at(r.Add(tau)), at(r.Add(tau+time.Second))
+			if i < 0 || j < 0 {
+				continue
+			}
+			for n := range 3 {
+				d := ss[j].gw[k].delivered[n] - ss[i].gw[k].delivered[n]
+				all += d
+				if n == v {
+					got += d
+				}
+			}
+		}
+		if all > 0 && got/all >= 1.0/6 {
+			return tau
+		}
+	}
+	return -1
 }
 
 func secs(d time.Duration) string {
