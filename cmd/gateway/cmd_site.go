@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -183,21 +181,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer stopProfiles(stderr)
-	// The daemon's live heap is under 1 MB; Go's default GOGC=100 lets the
-	// heap grow to its 4 MB minimum goal before collecting. 25 keeps it near
-	// 1 MB on a Pi Zero's 512 MB, for a CPU cost the footprint run measures
-	// (scripts/footprint). GOGC in the environment overrides it.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(25)
-	}
-	// One P: the daemon's work is a chain of hand-offs between goroutines
-	// (poll, store, publish, ack), not parallel computation, and with more
-	// Ps the runtime wakes an OS thread for many of them. At 100 pkt/s one
-	// P cut the CPU per packet by a third (scripts/footprint). GOMAXPROCS
-	// in the environment overrides it.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
+	agent.TuneRuntime()
 	// SIGHUP reloads the site file; caught from the start (see earlyHUP)
 	// so that an early one cannot kill the daemon.
 	hup := make(chan os.Signal, 1)
