@@ -79,13 +79,16 @@ func (l *rtuLine) misbehave(ctx context.Context, req []byte) {
 		l.h.start(ctx, func(ctx context.Context) {
 			_ = l.write([]byte{badSlave, fc, byte(want)})
 			end := time.Now().Add(l.h.streamFor)
-			// 64 bytes a millisecond: faster than the line, with no gap
-			// long enough to pass for a silence.
+			// As fast as the line takes it: each write waits for room
+			// in the pty, so the master never finds it empty for long
+			// enough to pass for a silence, however loaded the machine
+			// (a writer that slept between writes left gaps of tens of
+			// milliseconds on a busy machine, and the good device's
+			// requests went out into the stream).
 			for time.Now().Before(end) && ctx.Err() == nil {
 				if l.write(l.h.bytes(64)) != nil {
 					return
 				}
-				time.Sleep(time.Millisecond)
 			}
 		})
 	case drip:

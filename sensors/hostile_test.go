@@ -260,8 +260,17 @@ func runHostile(t *testing.T, url string, timeout time.Duration, cost plan.Cost,
 	if good.Polls < bad.Polls {
 		t.Errorf("good device: %d polls while the hostile one had %d; status %+v", good.Polls, bad.Polls, good)
 	}
-	if good.Errors*5 > good.Polls {
-		t.Errorf("good device: %d of %d polls failed; last error: %s", good.Errors, good.Polls, good.LastError)
+	limit := good.Polls / 5
+	if behaviour(h.mode.Load()) == endless {
+		// A babble the test's writer cannot keep gapless on a machine
+		// too busy to run it on time: a gap longer than the quiet the
+		// master waits for passes for silence, and the good device's
+		// next request or two go out into the rest of the stream (seen
+		// at a load of 10 on 2 cores). Each babble may spoil two.
+		limit = max(limit, 2*bad.Errors)
+	}
+	if good.Errors > limit {
+		t.Errorf("good device: %d of %d polls failed (at most %d may); last error: %s", good.Errors, good.Polls, limit, good.LastError)
 	}
 	// The bad device's error names it, its slave id and the bus, and says
 	// what was wrong.
