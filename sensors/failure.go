@@ -44,6 +44,47 @@ type Failure struct {
 	// Hint is what to check, as the bus's log says it ([BusOptions.Hint]);
 	// "" when it has nothing to add.
 	Hint string
+	// Link is how the link failed, for FailLink on a network link, and
+	// Addr the address it was dialling ("" when unknown).
+	Link LinkKind
+	Addr string
+}
+
+// LinkKind is how a network link (Modbus TCP, RTU over TCP) failed to
+// connect, from the system's error where it arose.
+type LinkKind uint8
+
+// Link kinds.
+const (
+	LinkOther       LinkKind = iota // another failure of the link, or not a network one
+	LinkRefused                     // the address refuses connections: nothing listens there
+	LinkNoAnswer                    // the connection was not answered before the deadline
+	LinkUnreachable                 // no route to the address
+	LinkDNS                         // the name does not resolve
+)
+
+// linkKindOf classifies a failure to connect to a network link.
+func linkKindOf(err error) (LinkKind, string) {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		return LinkOther, ""
+	}
+	addr := ""
+	if op.Addr != nil {
+		addr = op.Addr.String()
+	}
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &dns):
+		return LinkDNS, dns.Name
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return LinkRefused, addr
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return LinkUnreachable, addr
+	case op.Timeout():
+		return LinkNoAnswer, addr
+	}
+	return LinkOther, addr
 }
 
 // FailureOf classifies err, a device's failed poll; the zero Failure when
@@ -76,6 +117,7 @@ func FailureOf(err error) Failure {
 	case errors.As(err, &op), errors.As(err, &pe), errors.As(err, &se), errors.As(err, &errno),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), IsPortError(err):
 		f.Kind = FailLink
+		f.Link, f.Addr = linkKindOf(err)
 	}
 	return f
 }

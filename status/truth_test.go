@@ -2,8 +2,12 @@ package status
 
 import (
 	"encoding/json"
+	"fmt"
 	"html"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,14 +108,15 @@ func TestNothingDeliveredHeadline(t *testing.T) {
 // once, at the bus, in words; the headline's badge says down.
 func TestBusDownCauseOnce(t *testing.T) {
 	f := newFake()
-	refused := func(dev string, slave int) string {
-		return "device " + dev + " (slave " + itoa(slave) + " on bus a): read holding 0+1: modbus: slave " + itoa(slave) +
-			", read holding registers (fc 3) addr 0 qty 1: dial tcp 127.0.0.1:5020: connect: connection refused"
+	// The error as the Modbus client returns it: the dial's, wrapped.
+	dial := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5020},
+		Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	refused := func(dev string, slave int) sensors.DeviceStatus {
+		err := fmt.Errorf("device %s (slave %d on bus a): read holding 0+1: modbus: slave %d, read holding registers (fc 3) addr 0 qty 1: %w", dev, slave, slave, dial)
+		return sensors.DeviceStatus{Name: dev, Bus: "a", Health: sensors.Offline, Polls: 10, Errors: 7, ConsecutiveFailures: 7,
+			LastError: err.Error(), Failure: sensors.FailureOf(err)}
 	}
-	f.devs = []sensors.DeviceStatus{
-		{Name: "ch4-1", Bus: "a", Health: sensors.Offline, Polls: 10, Errors: 7, ConsecutiveFailures: 7, LastError: refused("ch4-1", 1)},
-		{Name: "co-1", Bus: "a", Health: sensors.Offline, Polls: 10, Errors: 7, ConsecutiveFailures: 7, LastError: refused("co-1", 2)},
-	}
+	f.devs = []sensors.DeviceStatus{refused("ch4-1", 1), refused("co-1", 2)}
 	f.points = f.points[:2]
 	html, js := page(t, f, t0)
 	if n := strings.Count(html, "refuses connections"); n != 1 {

@@ -1,10 +1,6 @@
 package status
 
-import (
-	"strings"
-
-	"fieldlink/sensors"
-)
+import "fieldlink/sensors"
 
 // busCause is why every failing device of bus fails, in words, when it is
 // one reason on the link itself (the address refuses connections or does
@@ -22,7 +18,7 @@ func busCause(bus string, devs []sensors.DeviceStatus) string {
 		if d.Bus != bus || (d.Health != sensors.Degraded && d.Health != sensors.Offline) {
 			continue
 		}
-		c := linkCause(d.LastError)
+		c := linkCause(d.Failure)
 		if c == "" || (cause != "" && c != cause) {
 			return nothingAnswers(bus, devs)
 		}
@@ -70,7 +66,7 @@ func failureWords(d sensors.DeviceStatus) (what, check string) {
 	case sensors.FailException:
 		what = "the device refused the read: exception " + itoa(int(f.Exception)) + ", " + exceptionMeaning(f.Exception)
 	case sensors.FailLink:
-		if what = linkCause(f.Detail); what == "" {
+		if what = linkCause(f); what == "" {
 			what = "the link failed: " + f.Detail
 		}
 	case sensors.FailOther:
@@ -113,21 +109,22 @@ func portCause(pe *sensors.PortError) string {
 	return pe.Advice()
 }
 
-// linkCause reads a poll's error for a failure to dial the link, and says
-// it in words; "" for any other error. A serial port's failures are not
-// read from the text: they carry their kind (see portCause).
-func linkCause(err string) string {
-	if i := strings.LastIndex(err, "dial tcp "); i >= 0 {
-		rest := err[i+len("dial tcp "):]
-		addr, why, _ := strings.Cut(rest, ": ")
-		switch {
-		case strings.Contains(why, "connection refused"):
-			return addr + " refuses connections: nothing listens there (the Modbus gateway is off or restarting, or the address is wrong)"
-		case strings.Contains(why, "i/o timeout"):
-			return addr + " does not answer connections (the network or the Modbus gateway is down, or the address is wrong)"
-		case strings.Contains(why, "no route to host"), strings.Contains(why, "network is unreachable"):
-			return "no route to " + addr + " (the network is down, or the address is wrong)"
-		}
+// linkCause says in words why a network link does not connect, by the
+// kind its failure carries (see [sensors.LinkKind]); "" for any other
+// failure.
+func linkCause(f sensors.Failure) string {
+	if f.Kind != sensors.FailLink {
+		return ""
+	}
+	switch f.Link {
+	case sensors.LinkRefused:
+		return f.Addr + " refuses connections: nothing listens there (the Modbus gateway is off or restarting, or the address is wrong)"
+	case sensors.LinkNoAnswer:
+		return f.Addr + " does not answer connections (the network or the Modbus gateway is down, or the address is wrong)"
+	case sensors.LinkUnreachable:
+		return "no route to " + f.Addr + " (the network is down, or the address is wrong)"
+	case sensors.LinkDNS:
+		return "the name " + f.Addr + " does not resolve (check the address, and the gateway's DNS)"
 	}
 	return ""
 }
