@@ -41,7 +41,7 @@ func fillBuffer(b *testing.B, n int) *buffer.Buffer {
 }
 
 // drain runs the delivery loop over q to m until q is empty.
-func drain(b *testing.B, q *buffer.Buffer, m *MQTT) time.Duration {
+func drain(b *testing.B, q *buffer.Buffer, m *mqttUpstream) time.Duration {
 	table := selector.NewTable(selector.Options{})
 	strat, _ := selector.New("p2c_ewma", selector.StrategyOptions{})
 	d := NewDelivery(q, table, strat, DeliveryOptions{})
@@ -49,7 +49,7 @@ func drain(b *testing.B, q *buffer.Buffer, m *MQTT) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d.Add(idx, NewMQTTSender(m, mqttBenchWindow))
+	d.Add(idx, newMQTTSender(m, mqttBenchWindow))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	start := time.Now()
@@ -139,7 +139,7 @@ func BenchmarkPollToAck(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := &timedSender{Sender: NewMQTTSender(m, mqttBenchWindow)}
+	s := &timedSender{Sender: newMQTTSender(m, mqttBenchWindow)}
 	d.Add(idx, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

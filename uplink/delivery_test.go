@@ -263,7 +263,7 @@ func TestDeliveryStopsWithoutLosingInFlight(t *testing.T) {
 }
 
 func TestTopicVars(t *testing.T) {
-	v := (&MQTTSender{}).topicVars([]byte(`{"DataHead":{"Date":"2026-01-01","DataType":"Gas","DeviceId":"ch4-1","Seq":1}}`))
+	v := (&mqttSender{}).topicVars([]byte(`{"DataHead":{"Date":"2026-01-01","DataType":"Gas","DeviceId":"ch4-1","Seq":1}}`))
 	if v["data_type"] != "Gas" || v["device"] != "ch4-1" {
 		t.Fatalf("%v", v)
 	}

@@ -12,7 +12,7 @@
 // For each batch the loop asks a [selector.Strategy] to pick an upstream from
 // the [selector.Table]'s statistics (latency, failures, load, requests in
 // flight), skipping upstreams that are down, resting or whose window is full.
-// Each upstream is a [Sender]: [MQTTSender] publishes one record per send at
+// Each upstream is a [Sender]: the MQTT kind's sender publishes one record per send at
 // QoS 1 and succeeds on its PUBACK; [fieldlink/uplink/http.Sender] posts a batch as a JSON
 // array and succeeds on a 2xx, the batch named by an
 // Idempotency-Key so that the platform can drop a resend; with
@@ -43,9 +43,9 @@
 // A [Prober] measures each upstream's round trip on an interval; the gateway
 // hands its results to [selector.Table.Probe] and, for HTTP, to
 // [fieldlink/uplink/http.Sender.ProbeResult],
-// which marks the upstream up or down ([MQTTSender] is up while connected,
-// and [MQTT.Kick] reconnects at once when a probe answers again). Servers
-// report their load on a retained MQTT topic ([MQTTConfig.OnLoad]) or an HTTP
+// which marks the upstream up or down (an MQTT sender is up while connected,
+// and its connection reconnects at once when a probe answers again). Servers
+// report their load on a retained MQTT topic ([UpstreamConfig.LoadTopic]) or an HTTP
 // endpoint (polled by the pool), read as a [selector.Load] into
 // [selector.Table.Report].
 // A [Pool] owns the upstreams and what runs for each (publisher, probe, load
@@ -78,8 +78,8 @@
 //
 // When the context of [Delivery.Run] ends, the loop leases nothing more and
 // starts no send; the sends in flight run to their own end (each publisher
-// bounds them: MQTTConfig.PublishTimeout, http.Config.Timeout), and Run returns
+// bounds them: mqttConfig.PublishTimeout, http.Config.Timeout), and Run returns
 // once each of their batches is acked, dead-lettered or back in the buffer.
-// When its own context ends, [MQTT.Run] publishes a retained "offline" and
+// When its own context ends, an MQTT upstream's Run publishes a retained "offline" and
 // disconnects.
 package uplink

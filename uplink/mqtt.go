@@ -29,12 +29,12 @@ var (
 	// just after accepting them, several times in a row, as it does when
 	// another client connects with the same client id (two gateways with
 	// the same gateway.id, installed from one image): each connection
-	// knocks the other off. See [MQTT.Run].
+	// knocks the other off. See [mqttUpstream.Run].
 	ErrMQTTClientIDInUse = errors.New("another client uses this gateway's MQTT client id")
 )
 
 // mqttTakeoverDrops is how many connections in a row the broker must drop
-// just after accepting them before [MQTT] says another client uses its id.
+// just after accepting them before [mqttUpstream] says another client uses its id.
 const mqttTakeoverDrops = 3
 
 // mqttStallAge is how long a publish must have waited for its PUBACK when
@@ -48,7 +48,7 @@ const mqttStallAge = 2 * time.Second
 // mqttClientSeq numbers the default client ids.
 var mqttClientSeq atomic.Uint64
 
-// MQTT is one MQTT upstream: a broker connection kept up by Run, and
+// mqttUpstream is one MQTT upstream: a broker connection kept up by Run, and
 // publish, which returns nil only once the broker's PUBACK for the packet
 // arrived.
 //
@@ -65,8 +65,8 @@ var mqttClientSeq atomic.Uint64
 // and answers publish's callers, in order, as PUBACKs come in; callers
 // wait on their answer or on the loss of the connection, whichever comes
 // first. publish, Connected, Name and window are safe for concurrent use.
-type MQTT struct {
-	cfg        MQTTConfig
+type mqttUpstream struct {
+	cfg        mqttConfig
 	name       string // the URL, for logs and errors
 	addr       string // host:port
 	useTLS     bool
@@ -89,14 +89,14 @@ type MQTT struct {
 	hook    mqttHook      // a kind built on the connection (a Sparkplug B node), or nil
 
 	queued                         atomic.Int64 // bytes waiting in the inbound queues (see take)
-	oversize, notAdmitted, dropped refusals     // see InboundStats
+	oversize, notAdmitted, dropped refusals     // see inboundStats
 }
 
 // Kick tells Run that the broker looks reachable again (a latency probe
 // answered): a reconnect wait in progress ends now, and the backoff starts
 // over, so a recovered broker is used within a probe interval rather than
 // after a backoff that grew during the outage. Safe to call at any time.
-func (m *MQTT) Kick() {
+func (m *mqttUpstream) Kick() {
 	select {
 	case m.kick <- struct{}{}:
 	default:
@@ -105,21 +105,21 @@ func (m *MQTT) Kick() {
 
 // Name identifies the upstream in logs and statistics: its URL without
 // credentials.
-func (m *MQTT) Name() string { return m.name }
+func (m *mqttUpstream) Name() string { return m.name }
 
-// window is the most publishes in flight at once (MQTTConfig.Window).
-func (m *MQTT) window() int { return m.cfg.Window }
+// window is the most publishes in flight at once (mqttConfig.Window).
+func (m *mqttUpstream) window() int { return m.cfg.Window }
 
 // String is Name, so that printing an MQTT cannot show its password.
-func (m *MQTT) String() string { return "MQTT(" + m.name + ")" }
+func (m *mqttUpstream) String() string { return "MQTT(" + m.name + ")" }
 
 // Connected reports whether a connection is up and announced "online".
 // Once it turns false, publish fails at once, not connected, until Run
 // has made a new connection.
-func (m *MQTT) Connected() bool { return m.conn() != nil }
+func (m *mqttUpstream) Connected() bool { return m.conn() != nil }
 
 // conn returns the current connection if it is up, else nil.
-func (m *MQTT) conn() *mqttConn {
+func (m *mqttUpstream) conn() *mqttConn {
 	c := m.cur.Load()
 	if c == nil || !c.cl.IsConnectionOpen() {
 		return nil
@@ -147,7 +147,7 @@ func (m *MQTT) conn() *mqttConn {
 // returns at once, but its packet keeps its slot until its PUBACK or the
 // end of the connection. payload is sent as it is, not copied: do not
 // modify it after the call, even after an error.
-func (m *MQTT) publish(ctx context.Context, topicVars map[string]string, payload []byte) error {
+func (m *mqttUpstream) publish(ctx context.Context, topicVars map[string]string, payload []byte) error {
 	topic, err := m.topic.render(topicVars)
 	if err != nil {
 		return mqttTopicError{fmt.Errorf("uplink: mqtt %s: %w", m.name, err)}
@@ -202,7 +202,7 @@ type mqttHook interface {
 	// serving starts, in wg, what runs while the connection is served.
 	serving(ctx context.Context, wg *sync.WaitGroup)
 	// down is told each failed or ended connection to m.
-	down(m *MQTT)
+	down(m *mqttUpstream)
 	// will is the connection's last will; "" for none.
 	will() (topic string, payload []byte)
 	// connected runs on each connect, after the status topic's "online":

@@ -29,7 +29,7 @@ var mqttBenchPayload = []byte(`{"DataHead":{"Date":"2026-11-29","Time":"17:00:00
 	`"DataBody":{"CH4":"0.42","CO":"3"` + strings.Repeat(" ", 5) + `}}`)
 
 // mqttBenchOurs publishes n packets through m from Window goroutines.
-func mqttBenchOurs(b *testing.B, m *MQTT, n int) time.Duration {
+func mqttBenchOurs(b *testing.B, m *mqttUpstream, n int) time.Duration {
 	vars := map[string]string{"data_type": "gas", "device": "ch4-1"}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -72,8 +72,8 @@ func mqttBenchRaw(b *testing.B, c paho.Client, n int) time.Duration {
 	return time.Since(start)
 }
 
-func mqttBenchUpstream(b *testing.B, br *testtool.Mosquitto) *MQTT {
-	m, _ := mqttRun(b, MQTTConfig{URL: br.URL(), Window: mqttBenchWindow})
+func mqttBenchUpstream(b *testing.B, br *testtool.Mosquitto) *mqttUpstream {
+	m, _ := mqttRun(b, mqttConfig{URL: br.URL(), Window: mqttBenchWindow})
 	mqttWaitConnected(b, m, true)
 	return m
 }

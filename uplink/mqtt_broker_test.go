@@ -65,7 +65,7 @@ func mqttLogger(t testing.TB) (*slog.Logger, *testtool.SyncBuffer) {
 // mqttRun makes the upstream, with a reconnect backoff of a few tens of
 // milliseconds, runs it until the test ends and returns it with a function
 // that stops Run and waits for it to return.
-func mqttRun(t testing.TB, cfg MQTTConfig) (*MQTT, func()) {
+func mqttRun(t testing.TB, cfg mqttConfig) (*mqttUpstream, func()) {
 	t.Helper()
 	if cfg.Vars == nil {
 		cfg.Vars = map[string]string{"site": "s1", "gateway": "gw1"}
@@ -73,7 +73,7 @@ func mqttRun(t testing.TB, cfg MQTTConfig) (*MQTT, func()) {
 	if cfg.Logger == nil {
 		cfg.Logger, _ = mqttLogger(t)
 	}
-	m, err := NewMQTT(cfg)
+	m, err := newMQTT(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func mqttRun(t testing.TB, cfg MQTTConfig) (*MQTT, func()) {
 
 // mqttStart runs m until the test ends and returns a function that stops
 // Run and waits for it to return.
-func mqttStart(t testing.TB, m *MQTT) func() {
+func mqttStart(t testing.TB, m *mqttUpstream) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -103,7 +103,7 @@ func mqttStart(t testing.TB, m *MQTT) func() {
 	return stop
 }
 
-func mqttWaitConnected(t testing.TB, m *MQTT, want bool) {
+func mqttWaitConnected(t testing.TB, m *mqttUpstream, want bool) {
 	t.Helper()
 	testtool.WaitFor(t, 10*time.Second, fmt.Sprintf("Connected() == %v", want), func() bool { return m.Connected() == want })
 }

@@ -19,8 +19,8 @@ func TestMQTTClientIDInUseElsewhere(t *testing.T) {
 	const id = "fieldlink-gw1-1"
 	logA, bufA := mqttLogger(t)
 	logB, _ := mqttLogger(t)
-	a, _ := mqttRun(t, MQTTConfig{URL: b.URL(), ClientID: id, Logger: logA})
-	mqttRun(t, MQTTConfig{URL: b.URL(), ClientID: id, Logger: logB})
+	a, _ := mqttRun(t, mqttConfig{URL: b.URL(), ClientID: id, Logger: logA})
+	mqttRun(t, mqttConfig{URL: b.URL(), ClientID: id, Logger: logB})
 	const words = "another client uses this gateway's MQTT client id"
 	testtool.WaitFor(t, 30*time.Second, "the log to say another client uses the id", func() bool {
 		return strings.Contains(bufA.String(), words)
@@ -32,7 +32,7 @@ func TestMQTTClientIDInUseElsewhere(t *testing.T) {
 	// One client alone, its broker killed and started again: a lost
 	// connection, not another client.
 	b2 := mqttStartBroker(t, mqttBrokerOpts{})
-	c, _ := mqttRun(t, MQTTConfig{URL: b2.URL(), ClientID: "fieldlink-gw2-1"})
+	c, _ := mqttRun(t, mqttConfig{URL: b2.URL(), ClientID: "fieldlink-gw2-1"})
 	mqttWaitConnected(t, c, true)
 	b2.Kill()
 	mqttWaitConnected(t, c, false)
@@ -68,7 +68,7 @@ func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 			relay := mqttStartRelay(t, b.Addr())
 			relay.stallFor.Store(int64(500 * time.Millisecond))
 			log, buf := mqttLogger(t)
-			m, err := NewMQTT(MQTTConfig{URL: relay.url(), StatusTopic: tc.status, Logger: log,
+			m, err := newMQTT(mqttConfig{URL: relay.url(), StatusTopic: tc.status, Logger: log,
 				Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 			if err != nil {
 				t.Fatal(err)
@@ -119,7 +119,7 @@ func TestMQTTRefusedBeforeCONNACKIsNoTakeover(t *testing.T) {
 	relay := mqttStartRelay(t, b.Addr())
 	relay.refuse.Store(true)
 	log, buf := mqttLogger(t)
-	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), Logger: log})
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), Logger: log})
 	testtool.WaitFor(t, 30*time.Second, "several connects refused", func() bool {
 		return strings.Count(buf.String(), "mqtt upstream down") >= mqttTakeoverDrops+2
 	})

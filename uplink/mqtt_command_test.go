@@ -23,7 +23,7 @@ func TestMQTTCommandTopic(t *testing.T) {
 	if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, true, "stale"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
 		mu.Lock()
 		got = append(got, string(p))
 		mu.Unlock()
@@ -50,14 +50,14 @@ func TestMQTTCommandTopic(t *testing.T) {
 }
 
 func TestMQTTSubscriptionConfig(t *testing.T) {
-	for _, cfg := range []MQTTConfig{
+	for _, cfg := range []mqttConfig{
 		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "a/b"}}},
 		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "", Handle: func([]byte) {}}}},
 		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "a/+/b", Handle: func([]byte) {}}}},
 		{URL: "mqtt://h", Subscriptions: []Subscription{{Topic: "a/{nope}", Handle: func([]byte) {}}}},
 	} {
 		cfg.Vars = map[string]string{"site": "s", "gateway": "g"}
-		if _, err := NewMQTT(cfg); err == nil {
+		if _, err := newMQTT(cfg); err == nil {
 			t.Errorf("%+v: accepted", cfg)
 		}
 	}
@@ -75,7 +75,7 @@ func TestMQTTAdmittedQueue(t *testing.T) {
 	t.Cleanup(release)
 	var mu sync.Mutex
 	var got []string
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd",
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd",
 		Admit: func(p []byte) bool { return string(p) == "signed" },
 		Handle: func(p []byte) {
 			<-busy

@@ -12,13 +12,13 @@ import (
 	"time"
 )
 
-// Defaults of [MQTTConfig].
+// Defaults of [mqttConfig].
 const (
 	DefaultTopic = "fieldlink/{site}/{gateway}/{data_type}"
-	// DefaultStatusTopic is where [MQTTConfig.StatusTopic] publishes
+	// DefaultStatusTopic is where [mqttConfig.StatusTopic] publishes
 	// when it is empty.
 	DefaultStatusTopic = "fieldlink/{site}/{gateway}/status"
-	// statusTopicOff as [MQTTConfig.StatusTopic] publishes no status: no
+	// statusTopicOff as [mqttConfig.StatusTopic] publishes no status: no
 	// "online", no "offline", no last will.
 	statusTopicOff            = "off"
 	DefaultWindow             = 64
@@ -37,23 +37,23 @@ const (
 	mqttDisconnectQuiesce = 500 // ms
 )
 
-// MQTTConfig configures one MQTT upstream (one broker). The zero value of
+// mqttConfig configures one MQTT upstream (one broker). The zero value of
 // every field but URL and Vars means its documented default.
-type MQTTConfig struct {
+type mqttConfig struct {
 	// URL of the broker: mqtt://host[:1883] (plain TCP) or
 	// mqtts://host[:8883] (TLS). One spelling per concept: tcp://, ssl://,
 	// tls:// and ws:// are refused, and so are credentials, a path or a
 	// query in the URL (use Username and Password).
 	URL string
 	// ClientID defaults to "fieldlink-<gateway>-<n>", n counting the MQTT
-	// upstreams made by this process from 1, in the order NewMQTT was called.
+	// upstreams made by this process from 1, in the order newMQTT was called.
 	// It must be unique on the broker: a second client with the same id
 	// takes the session over.
 	ClientID string
 	// Topic is the template of data topics, default
 	// "fieldlink/{site}/{gateway}/{data_type}". {data_type} and {device}
 	// are replaced by each packet's own values; any
-	// other {name} by Vars[name], once, in NewMQTT. Values may not be empty
+	// other {name} by Vars[name], once, in newMQTT. Values may not be empty
 	// nor contain '/', '+', '#' or NUL.
 	Topic string
 	// QoS of data publishes. 1 (at least once) is the default, and is also
@@ -104,7 +104,7 @@ type MQTTConfig struct {
 	// a goroutine owned by Run. Retained messages are dropped: a command
 	// kept by the broker through an outage is a late command. Messages
 	// over their MaxSize, and messages that arrive while subscriptionQueue
-	// are waiting, are dropped, counted and logged (see InboundStats).
+	// are waiting, are dropped, counted and logged (see inboundStats).
 	Subscriptions []Subscription
 	// Logger gets connects, losses and retries; nil means slog.Default().
 	Logger *slog.Logger
@@ -112,14 +112,14 @@ type MQTTConfig struct {
 	Vars map[string]string
 }
 
-// NewMQTT checks cfg, applies its defaults and returns an upstream that is
+// newMQTT checks cfg, applies its defaults and returns an upstream that is
 // not connected yet: call Run.
-func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
+func newMQTT(cfg mqttConfig) (*mqttUpstream, error) {
 	addr, useTLS, err := mqttParseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("uplink: mqtt: %w", err)
 	}
-	m := &MQTT{
+	m := &mqttUpstream{
 		addr:       addr,
 		useTLS:     useTLS,
 		log:        cfg.Logger,
@@ -134,7 +134,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 	} else {
 		m.name = "mqtt://" + addr
 	}
-	fail := func(format string, a ...any) (*MQTT, error) {
+	fail := func(format string, a ...any) (*mqttUpstream, error) {
 		return nil, fmt.Errorf("uplink: mqtt %s: %s", m.name, fmt.Sprintf(format, a...))
 	}
 	switch {
@@ -198,7 +198,7 @@ func NewMQTT(cfg MQTTConfig) (*MQTT, error) {
 			return fail("subscription %q: max size %d is negative", sub.Topic, sub.MaxSize)
 		}
 		if sub.MaxSize == 0 {
-			sub.MaxSize = DefaultSubscriptionMax
+			sub.MaxSize = defaultSubscriptionMax
 		}
 		m.subs = append(m.subs, &subscription{topic: topic, handle: sub.Handle, admit: sub.Admit, max: sub.MaxSize,
 			queue: make(chan []byte, subscriptionQueue), admitted: make(chan []byte, subscriptionQueue)})

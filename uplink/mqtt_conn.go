@@ -17,7 +17,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
-func (m *MQTT) setLastErr(err error) {
+func (m *mqttUpstream) setLastErr(err error) {
 	if err == nil {
 		m.lastErr.Store(nil)
 		return
@@ -29,9 +29,9 @@ func (m *MQTT) setLastErr(err error) {
 // ended, in words, and when; "" before the first. It stays
 // after the connection is made again: the status page shows it beside
 // the time. Safe for concurrent use.
-func (m *MQTT) lastError() (string, time.Time) { return m.noted.get() }
+func (m *mqttUpstream) lastError() (string, time.Time) { return m.noted.get() }
 
-// acceptedErr is a failure of [MQTT.connect] after the broker accepted
+// acceptedErr is a failure of [mqttUpstream.connect] after the broker accepted
 // the connection (its CONNACK came): the link was up, if briefly. stalled
 // is set when a publish or subscription had waited for its answer
 // mqttStallAge or longer as the connection was lost.
@@ -49,7 +49,7 @@ func refusedBeforeCONNACK(err error) bool {
 	return errors.As(err, &pre) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET))
 }
 
-// connectErr is a failure of [MQTT.connect] before the broker's CONNACK.
+// connectErr is a failure of [mqttUpstream.connect] before the broker's CONNACK.
 type connectErr struct{ error }
 
 func (e connectErr) Unwrap() error { return e.error }
@@ -77,7 +77,7 @@ func droppedByBroker(err error, lived, within time.Duration, stalled bool) bool 
 // after a failure or a lost connection waits a jittered exponential backoff
 // (1 s doubling to 60 s; reset after a connection that stayed up that long)
 // and connects again, each time with a fresh paho client (clean session,
-// no automatic reconnect: see [MQTT]). When the broker closes
+// no automatic reconnect: see [mqttUpstream]). When the broker closes
 // mqttTakeoverDrops connections in a row that it had accepted, each before
 // it was up for the longest backoff, the loss is reported as
 // [ErrMQTTClientIDInUse]: a broker that drops a client as another connects
@@ -90,7 +90,7 @@ func droppedByBroker(err error, lived, within time.Duration, stalled bool) bool 
 // retained "offline", disconnects cleanly and returns once its goroutines
 // have stopped: at once on a healthy link, after at most about
 // 2×PublishTimeout on a stuck one. Call Run once.
-func (m *MQTT) Run(ctx context.Context) {
+func (m *mqttUpstream) Run(ctx context.Context) {
 	if !m.running.CompareAndSwap(false, true) {
 		m.log.Error("uplink: mqtt: Run called twice; the second call returns at once", "upstream", m.name)
 		return
@@ -103,7 +103,7 @@ func (m *MQTT) Run(ctx context.Context) {
 
 // serve is Run's loop on m's broker; a Sparkplug node with several
 // servers runs each server's in turn (see [mqttHook]).
-func (m *MQTT) serve(ctx context.Context) {
+func (m *mqttUpstream) serve(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if m.cfg.OnLoad != nil {
@@ -198,7 +198,7 @@ func (m *MQTT) serve(ctx context.Context) {
 
 // backoff is the wait before connect attempt n+1: min·2^n capped at max,
 // then jittered to between half and all of that.
-func (m *MQTT) backoff(n int) time.Duration {
+func (m *mqttUpstream) backoff(n int) time.Duration {
 	d := m.backoffMax
 	if n < 30 {
 		d = min(m.backoffMin<<n, m.backoffMax)
@@ -260,7 +260,7 @@ func (c *mqttConn) drop(err error) {
 // connect makes a connection and announces it: subscribes to the load
 // topic and publishes the retained "online". On error nothing is left
 // running.
-func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
+func (m *mqttUpstream) connect(ctx context.Context) (*mqttConn, error) {
 	c := &mqttConn{
 		lost:     make(chan struct{}),
 		slots:    make(chan struct{}, m.cfg.Window),
@@ -351,7 +351,7 @@ func (m *MQTT) connect(ctx context.Context) (*mqttConn, error) {
 }
 
 // dial opens the socket (and TLS) for connection c within ConnectTimeout.
-func (m *MQTT) dial(ctx context.Context, c *mqttConn) (net.Conn, error) {
+func (m *mqttUpstream) dial(ctx context.Context, c *mqttConn) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
 	defer cancel()
 	var (
@@ -392,7 +392,7 @@ func (m *MQTT) dial(ctx context.Context, c *mqttConn) (net.Conn, error) {
 
 // shutdown lets the pump finish (the PUBACKs in flight come in while the
 // link is up), publishes the retained "offline" and disconnects.
-func (m *MQTT) shutdown(c *mqttConn) {
+func (m *mqttUpstream) shutdown(c *mqttConn) {
 	close(c.closing)
 	<-c.pumpDone
 	var err error

@@ -24,7 +24,7 @@ import (
 // again on the same port and checks Run reconnects by itself.
 func TestMQTTReconnect(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL()})
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL()})
 	mqttWaitConnected(t, m, true)
 	vars := map[string]string{"data_type": "r"}
 	if err := m.publish(context.Background(), vars, []byte("before")); err != nil {
@@ -51,7 +51,7 @@ func TestMQTTStatusTopic(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	relay := mqttStartRelay(t, b.Addr())
 	logger, logs := mqttLogger(t)
-	m, stop := mqttRun(t, MQTTConfig{URL: relay.url(), Logger: logger})
+	m, stop := mqttRun(t, mqttConfig{URL: relay.url(), Logger: logger})
 	const topic = "fieldlink/s1/gw1/status"
 	mqttWaitConnected(t, m, true)
 	if got := mqttRetained(t, b.Addr(), topic); got != "online" {
@@ -103,7 +103,7 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 			}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 				t.Fatalf("subscribe: %v", tok.Error())
 			}
-			m, stop := mqttRun(t, MQTTConfig{URL: relay.url(), StatusTopic: tc.setting})
+			m, stop := mqttRun(t, mqttConfig{URL: relay.url(), StatusTopic: tc.setting})
 			defer stop()
 			var got []string
 			// upTo collects what the broker passed on up to the data
@@ -166,7 +166,7 @@ func TestMQTTCredentials(t *testing.T) {
 	vars := map[string]string{"data_type": "c"}
 
 	t.Run("wrong password", func(t *testing.T) {
-		cfg := MQTTConfig{URL: b.URL(), Username: user, Password: wrong, Logger: logger}
+		cfg := mqttConfig{URL: b.URL(), Username: user, Password: wrong, Logger: logger}
 		m, stop := mqttRun(t, cfg)
 		var err error
 		testtool.WaitFor(t, 10*time.Second, "a connect error", func() bool {
@@ -185,7 +185,7 @@ func TestMQTTCredentials(t *testing.T) {
 		}
 	})
 	t.Run("right password", func(t *testing.T) {
-		m, stop := mqttRun(t, MQTTConfig{URL: b.URL(), Username: user, Password: secret, Logger: logger})
+		m, stop := mqttRun(t, mqttConfig{URL: b.URL(), Username: user, Password: secret, Logger: logger})
 		mqttWaitConnected(t, m, true)
 		if err := m.publish(context.Background(), vars, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -234,22 +234,22 @@ func TestMQTTRunStops(t *testing.T) {
 	tests := []struct {
 		name  string
 		url   string
-		ready func(m *MQTT) bool
+		ready func(m *mqttUpstream) bool
 	}{
-		{"backing off", "mqtt://" + testtool.RefusedAddr(t), func(m *MQTT) bool { return m.lastErr.Load() != nil }},
-		{"waiting for CONNACK", "mqtt://" + silent.Addr().String(), func(m *MQTT) bool { mu.Lock(); defer mu.Unlock(); return len(held) > 0 }},
-		{"connected", b.URL(), func(m *MQTT) bool { return m.Connected() }},
+		{"backing off", "mqtt://" + testtool.RefusedAddr(t), func(m *mqttUpstream) bool { return m.lastErr.Load() != nil }},
+		{"waiting for CONNACK", "mqtt://" + silent.Addr().String(), func(m *mqttUpstream) bool { mu.Lock(); defer mu.Unlock(); return len(held) > 0 }},
+		{"connected", b.URL(), func(m *mqttUpstream) bool { return m.Connected() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// An hour's connect timeout: a Run that waited for it would
 			// hang the test (go test -timeout).
-			m, stop := mqttRun(t, MQTTConfig{URL: tt.url, ConnectTimeout: time.Hour})
+			m, stop := mqttRun(t, mqttConfig{URL: tt.url, ConnectTimeout: time.Hour})
 			testtool.WaitFor(t, 10*time.Second, tt.name, func() bool { return tt.ready(m) })
 			stop()
 			testtool.WaitFor(t, 2*time.Second, "no goroutine of MQTT left", func() bool {
 				buf := make([]byte, 1<<20)
-				return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "uplink.(*MQTT).")
+				return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "uplink.(*mqttUpstream).")
 			})
 		})
 	}
@@ -261,7 +261,7 @@ func TestMQTTRunStops(t *testing.T) {
 func TestMQTTStopWhilePublishing(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	relay := mqttStartRelay(t, b.Addr())
-	m, stop := mqttRun(t, MQTTConfig{URL: relay.url(), PublishTimeout: time.Hour})
+	m, stop := mqttRun(t, mqttConfig{URL: relay.url(), PublishTimeout: time.Hour})
 	mqttWaitConnected(t, m, true)
 	base := relay.pubacks.Load()
 	var acked atomic.Int64
@@ -297,7 +297,7 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 func TestMQTTKickReconnectsAtOnce(t *testing.T) {
 	br := mqttStartBroker(t, mqttBrokerOpts{})
 	log, logged := mqttLogger(t)
-	m, err := NewMQTT(MQTTConfig{URL: br.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	m, err := newMQTT(mqttConfig{URL: br.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func (pendingToken) Error() error                   { return nil }
 // error that publish quotes; the upstream's URL must appear once, not once
 // per layer.
 func TestMQTTConnectErrorNamesTheUpstreamOnce(t *testing.T) {
-	m := &MQTT{name: "mqtt://broker.example:1883"}
+	m := &mqttUpstream{name: "mqtt://broker.example:1883"}
 	lost := &mqttConn{lost: make(chan struct{})}
 	lost.markLost(errors.New("connection lost: EOF"))
 	cancelled, cancel := context.WithCancel(context.Background())

@@ -13,9 +13,9 @@ import (
 // broker can publish on the topics the gateway subscribes to, key or no
 // key: these bound what that costs the gateway.
 const (
-	// DefaultSubscriptionMax is the largest payload a [Subscription]
+	// defaultSubscriptionMax is the largest payload a [Subscription]
 	// takes when it does not say (a command is at most 4 KiB).
-	DefaultSubscriptionMax = 4 << 10
+	defaultSubscriptionMax = 4 << 10
 	// sparkplugStateMax bounds a primary host's STATE message and an
 	// NCMD: a small JSON object, a rebirth request.
 	sparkplugStateMax = 4 << 10
@@ -156,9 +156,9 @@ func mqttRemainingLength(n int) []byte {
 	}
 }
 
-// InboundStats count the messages an upstream refused to take in from
+// inboundStats count the messages an upstream refused to take in from
 // its broker (for the status page and the metrics).
-type InboundStats struct {
+type inboundStats struct {
 	// Oversize: payloads over the connection's limit, dropped as they
 	// streamed in, or over their subscription's.
 	Oversize uint64
@@ -173,13 +173,13 @@ type InboundStats struct {
 
 // Inbound returns the upstream's counts of refused messages. Safe for
 // concurrent use.
-func (m *MQTT) Inbound() InboundStats {
-	return InboundStats{Oversize: m.oversize.n.Load(), NotAdmitted: m.notAdmitted.n.Load(), Dropped: m.dropped.n.Load()}
+func (m *mqttUpstream) Inbound() inboundStats {
+	return inboundStats{Oversize: m.oversize.n.Load(), NotAdmitted: m.notAdmitted.n.Load(), Dropped: m.dropped.n.Load()}
 }
 
 // inboundLimit is the largest payload any topic of m takes: the
 // connection drops every payload over it.
-func (m *MQTT) inboundLimit() int {
+func (m *mqttUpstream) inboundLimit() int {
 	limit := 0
 	if m.cfg.LoadTopic != "" {
 		limit = loadMaxBytes
@@ -216,7 +216,7 @@ func (r *refusals) note(log *slog.Logger, msg string, args ...any) {
 
 // take reserves n bytes of the upstream's inbound budget; false if they
 // would pass mqttInboundBytes.
-func (m *MQTT) take(n int) bool {
+func (m *mqttUpstream) take(n int) bool {
 	if m.queued.Add(int64(n)) > mqttInboundBytes {
 		m.queued.Add(-int64(n))
 		return false
@@ -225,4 +225,4 @@ func (m *MQTT) take(n int) bool {
 }
 
 // give returns n bytes taken from the inbound budget.
-func (m *MQTT) give(n int) { m.queued.Add(-int64(n)) }
+func (m *mqttUpstream) give(n int) { m.queued.Add(-int64(n)) }

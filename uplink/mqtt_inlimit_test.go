@@ -113,7 +113,7 @@ func TestMQTTOversizeFloodHeldAtTheConnection(t *testing.T) {
 	var mu sync.Mutex
 	var got []int
 	log, logs := mqttLogger(t)
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), Logger: log, Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), Logger: log, Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
 		<-busy // the engine is busy with a write
 		mu.Lock()
 		got = append(got, len(p))
@@ -264,7 +264,7 @@ func TestMQTTOversizeQoS1(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	var mu sync.Mutex
 	var got []string
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), LoadTopic: "fieldlink/load", OnLoad: func([]byte) {},
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), LoadTopic: "fieldlink/load", OnLoad: func([]byte) {},
 		Subscriptions: []Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
 			mu.Lock()
 			got = append(got, string(p))

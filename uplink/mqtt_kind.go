@@ -27,21 +27,21 @@ func (mqttKind) Name(raw string) (string, error) {
 }
 
 func (mqttKind) Open(u UpstreamConfig, pc PoolConfig) (*Conn, error) {
-	mc := MQTTConfig{
+	mc := mqttConfig{
 		URL: u.URL, Topic: u.Topic, Window: pc.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
 		Logger: pc.Logger, Vars: pc.Vars, AtMostOnce: u.AtMostOnce, StatusTopic: pc.StatusTopic,
-		Subscriptions: pc.Subscriptions,
+		Subscriptions: pc.Subscriptions, PublishTimeout: u.Timeout,
 	}
 	if u.LoadTopic != "" {
 		mc.LoadTopic = u.LoadTopic
 		mc.OnLoad = u.OnLoad
 	}
-	mq, err := NewMQTT(mc)
+	mq, err := newMQTT(mc)
 	if err != nil {
 		return nil, err
 	}
 	c := &Conn{
-		Sender: NewMQTTSender(mq, pc.Window),
+		Sender: newMQTTSender(mq, pc.Window),
 		Run:    mq.Run,
 		ProbeResult: func(err error) {
 			if err == nil && !mq.Connected() {
@@ -51,7 +51,7 @@ func (mqttKind) Open(u UpstreamConfig, pc PoolConfig) (*Conn, error) {
 		Publish:   mq.PublishTo,
 		Connected: mq.Connected,
 		NewProber: func(topic string, interval, timeout time.Duration, report func(time.Duration, error)) *Prober {
-			return NewMQTTProber(mq, topic, interval, timeout, report)
+			return newMQTTProber(mq, topic, interval, timeout, report)
 		},
 	}
 	if u.Sparkplug != nil {

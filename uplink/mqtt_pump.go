@@ -46,7 +46,7 @@ type mqttInflight struct {
 // connection dropped. When c.closing is closed, the pump answers the
 // requests not yet sent, waits a little for the PUBACKs of those in
 // flight, and returns.
-func (m *MQTT) pump(c *mqttConn) {
+func (m *mqttUpstream) pump(c *mqttConn) {
 	defer close(c.pumpDone)
 	ring := make([]mqttInflight, m.cfg.Window) // FIFO of at most Window
 	head, n := 0, 0
@@ -118,7 +118,7 @@ func (m *MQTT) pump(c *mqttConn) {
 
 // answerAll gives the n requests in flight from ring[head] their outcome
 // when the connection ends: nil for those whose PUBACK came, else err.
-func (m *MQTT) answerAll(ring []mqttInflight, head, n int, err error) {
+func (m *mqttUpstream) answerAll(ring []mqttInflight, head, n int, err error) {
 	for ; n > 0; n-- {
 		e := ring[head]
 		if mqttTokenDone(e.tok) && e.tok.Error() == nil {
@@ -157,7 +157,7 @@ func mqttTokenDone(tok paho.Token) bool {
 // only on its PUBACK (or, at QoS 0, once written); losing the connection
 // fails it. Its errors do not name the upstream: they end up in a log line
 // that does, or in the last error that publish's error quotes.
-func (m *MQTT) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout time.Duration) error {
+func (m *mqttUpstream) await(ctx context.Context, c *mqttConn, tok paho.Token, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	sent := time.Now()
@@ -226,14 +226,14 @@ func awaitErr(tok paho.Token) error {
 	return nil
 }
 
-func (m *MQTT) lostErr(c *mqttConn) error {
+func (m *mqttUpstream) lostErr(c *mqttConn) error {
 	if errors.Is(c.lostErr, errMQTTAckTimeout) {
 		return fmt.Errorf("uplink: mqtt %s: %w: %w", m.name, errMQTTConnLost, c.lostErr)
 	}
 	return fmt.Errorf("uplink: mqtt %s: %w: %v", m.name, errMQTTConnLost, c.lostErr)
 }
 
-func (m *MQTT) tokenErr(tok paho.Token) error {
+func (m *mqttUpstream) tokenErr(tok paho.Token) error {
 	err := tok.Error()
 	switch {
 	case err == nil:
@@ -245,7 +245,7 @@ func (m *MQTT) tokenErr(tok paho.Token) error {
 	}
 }
 
-func (m *MQTT) notConnected() error {
+func (m *mqttUpstream) notConnected() error {
 	if p := m.lastErr.Load(); p != nil {
 		return fmt.Errorf("uplink: mqtt %s: %w (last error: %v)", m.name, errMQTTNotConnected, *p)
 	}

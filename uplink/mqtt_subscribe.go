@@ -13,7 +13,7 @@ import (
 
 // onLoadMessage runs on paho's router goroutine: it must not block, so it
 // leaves the payload in a one-slot mailbox (the latest report wins).
-func (m *MQTT) onLoadMessage(_ paho.Client, msg paho.Message) {
+func (m *mqttUpstream) onLoadMessage(_ paho.Client, msg paho.Message) {
 	if len(msg.Payload()) > loadMaxBytes {
 		m.oversize.note(m.log, "load report over the size limit refused", "upstream", m.name, "topic", msg.Topic(),
 			"bytes", len(msg.Payload()), "limit", loadMaxBytes)
@@ -33,7 +33,7 @@ func (m *MQTT) onLoadMessage(_ paho.Client, msg paho.Message) {
 	}
 }
 
-func (m *MQTT) dispatchLoads(ctx context.Context) {
+func (m *mqttUpstream) dispatchLoads(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -50,7 +50,7 @@ type Subscription struct {
 	// Topic template: {site} and {gateway} are filled in from Vars.
 	Topic  string
 	Handle func(payload []byte)
-	// MaxSize is the largest payload handled (0: DefaultSubscriptionMax);
+	// MaxSize is the largest payload handled (0: defaultSubscriptionMax);
 	// a larger one is dropped and counted, and the connection drops a
 	// payload larger than every subscription's as it arrives, never
 	// holding it.
@@ -80,7 +80,7 @@ type subscription struct {
 }
 
 // deliver runs on paho's router goroutine: it must not block.
-func (m *MQTT) deliver(sub *subscription, msg paho.Message) {
+func (m *mqttUpstream) deliver(sub *subscription, msg paho.Message) {
 	if msg.Retained() {
 		m.log.Warn("retained message dropped: commands and requests are never run late (clear the retained message on the broker)", "upstream", m.name, "topic", msg.Topic())
 		return
@@ -120,7 +120,7 @@ func (m *MQTT) deliver(sub *subscription, msg paho.Message) {
 
 // dispatch hands sub's messages to its handler, admitted ones first,
 // until ctx ends.
-func (m *MQTT) dispatch(ctx context.Context, sub *subscription) {
+func (m *mqttUpstream) dispatch(ctx context.Context, sub *subscription) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -145,7 +145,7 @@ func (m *MQTT) dispatch(ctx context.Context, sub *subscription) {
 // PublishTo publishes payload on topic at QoS 1, outside the packet
 // stream (command results, state reports), and returns once the broker
 // acknowledged it, or with the error that stopped it.
-func (m *MQTT) PublishTo(ctx context.Context, topic string, payload []byte, retained bool) error {
+func (m *mqttUpstream) PublishTo(ctx context.Context, topic string, payload []byte, retained bool) error {
 	_, err := m.publishTo(ctx, topic, payload, retained)
 	return err
 }
@@ -153,7 +153,7 @@ func (m *MQTT) PublishTo(ctx context.Context, topic string, payload []byte, reta
 // publishTo is PublishTo, and also reports whether the broker closed the
 // connection before its PUBACK came (the connection was lost to an EOF or
 // a reset, not dropped by this side).
-func (m *MQTT) publishTo(ctx context.Context, topic string, payload []byte, retained bool) (closedByBroker bool, err error) {
+func (m *mqttUpstream) publishTo(ctx context.Context, topic string, payload []byte, retained bool) (closedByBroker bool, err error) {
 	c := m.conn()
 	if c == nil {
 		return false, m.notConnected()

@@ -16,7 +16,7 @@ import (
 func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
 	// An hour's publish timeout: a publish that waited for it instead of
 	// failing at once would hang the test.
-	m, err := NewMQTT(MQTTConfig{URL: "mqtt://127.0.0.1:1", Vars: mqttVars, PublishTimeout: time.Hour})
+	m, err := newMQTT(mqttConfig{URL: "mqtt://127.0.0.1:1", Vars: mqttVars, PublishTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
 func TestMQTTPipelined(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/gas")
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL()})
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL()})
 	mqttWaitConnected(t, m, true)
 
 	const workers, each = 100, 20
@@ -83,7 +83,7 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/t")
 	relay := mqttStartRelay(t, b.Addr())
 	const window, n = 8, 20
-	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), Window: window, PublishTimeout: 30 * time.Second})
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), Window: window, PublishTimeout: 30 * time.Second})
 	mqttWaitConnected(t, m, true)
 	pubacksBefore := relay.pubacks.Load() // the status "online"
 
@@ -150,7 +150,7 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 func TestMQTTAckTimeout(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	relay := mqttStartRelay(t, b.Addr())
-	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), PublishTimeout: 300 * time.Millisecond})
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), PublishTimeout: 300 * time.Millisecond})
 	mqttWaitConnected(t, m, true)
 	relay.swallow.Store(true)
 	start := time.Now()
@@ -174,7 +174,7 @@ func TestMQTTBrokerKilled(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	relay := mqttStartRelay(t, b.Addr()) // only to count PUBACKs
 	// PublishTimeout bounds how long paho may hold Run's pump after the loss.
-	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), PublishTimeout: 2 * time.Second})
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), PublishTimeout: 2 * time.Second})
 	mqttWaitConnected(t, m, true)
 	base := relay.pubacks.Load()
 
@@ -231,7 +231,7 @@ func TestMQTTLoadTopic(t *testing.T) {
 		t.Fatalf("publish load report: %v", tok.Error())
 	}
 	loads := make(chan string, 10)
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), LoadTopic: topic, OnLoad: func(p []byte) { loads <- string(p) }})
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), LoadTopic: topic, OnLoad: func(p []byte) { loads <- string(p) }})
 	want := func(p string) {
 		t.Helper()
 		select {
@@ -255,7 +255,7 @@ func TestMQTTLoadTopic(t *testing.T) {
 func TestMQTTAtMostOnce(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/q0")
-	m, _ := mqttRun(t, MQTTConfig{URL: b.URL(), AtMostOnce: true})
+	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), AtMostOnce: true})
 	mqttWaitConnected(t, m, true)
 	for i := range 100 {
 		if err := m.publish(context.Background(), map[string]string{"data_type": "q0"}, fmt.Appendf(nil, "%d", i)); err != nil {

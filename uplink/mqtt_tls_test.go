@@ -239,7 +239,7 @@ func TestMQTTTLS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, _ := mqttRun(t, MQTTConfig{URL: tt.url, TLS: tt.tls, ConnectTimeout: 2 * time.Second})
+			m, _ := mqttRun(t, mqttConfig{URL: tt.url, TLS: tt.tls, ConnectTimeout: 2 * time.Second})
 			ctx := context.Background()
 			if tt.wantOK {
 				mqttWaitConnected(t, m, true)
@@ -266,7 +266,7 @@ func TestMQTTTLS(t *testing.T) {
 }
 
 func TestMQTTTLSNeedsMQTTS(t *testing.T) {
-	_, err := NewMQTT(MQTTConfig{URL: "mqtt://127.0.0.1:1883", TLS: &tls.Config{}, Vars: map[string]string{"site": "s", "gateway": "g"}})
+	_, err := newMQTT(mqttConfig{URL: "mqtt://127.0.0.1:1883", TLS: &tls.Config{}, Vars: map[string]string{"site": "s", "gateway": "g"}})
 	if err == nil || !strings.Contains(err.Error(), "mqtts://") {
 		t.Fatalf("TLS config with a mqtt:// URL: err = %v, want a refusal", err)
 	}

@@ -48,7 +48,8 @@ type UpstreamConfig struct {
 	// Sparkplug makes an MQTT upstream a Sparkplug B edge node; nil
 	// publishes the packets as they are.
 	Sparkplug *SparkplugConfig
-	// Timeout bounds one HTTP post; 0 is the kind's default (10 s).
+	// Timeout bounds one HTTP post, or one MQTT publish's wait for its
+	// PUBACK; 0 is the kind's default.
 	Timeout time.Duration
 	// OnLoad takes each load report from LoadTopic; the pool sets it.
 	OnLoad func(payload []byte)
@@ -66,10 +67,10 @@ type PoolConfig struct {
 	ProbeInterval, ProbeTimeout time.Duration
 	// Vars are the topic variables the site fixes ({site}, {gateway}).
 	Vars map[string]string
-	// StatusTopic is every MQTT upstream's [MQTTConfig.StatusTopic].
+	// StatusTopic is every MQTT upstream's status topic.
 	StatusTopic string
 	// ProbeTopic is where the latency probes of MQTT upstreams publish
-	// (QoS 1, not retained, an empty payload: [NewMQTTProber]), a topic
+	// (QoS 1, not retained, an empty payload: the kind's [Conn].NewProber), a topic
 	// template whose only variables are {site} and {gateway} (from Vars);
 	// "" means [DefaultProbeTopic], "off" TCP connects. Kept to
 	// TCP connects whatever it says: Sparkplug B upstreams (their topic
@@ -136,8 +137,8 @@ func NewPool(cfg PoolConfig) *Pool {
 	return p
 }
 
-// ErrPoolStopped is returned by Add after Stop.
-var ErrPoolStopped = errors.New("uplink: pool stopped")
+// errPoolStopped is returned by Add after Stop.
+var errPoolStopped = errors.New("uplink: pool stopped")
 
 // Add connects an upstream the site file lists and returns its table index.
 // Everything that can fail is done before it joins the table, so a failed
@@ -153,7 +154,7 @@ func (p *Pool) add(u UpstreamConfig, owner string) (int, error) {
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
-		return 0, ErrPoolStopped
+		return 0, errPoolStopped
 	}
 	if m, ok := p.live[name]; ok {
 		p.mu.Unlock()
@@ -170,7 +171,7 @@ func (p *Pool) add(u UpstreamConfig, owner string) (int, error) {
 	defer p.mu.Unlock()
 	if p.stopped {
 		m.cancel()
-		return 0, ErrPoolStopped
+		return 0, errPoolStopped
 	}
 	idx, err := p.cfg.Table.Add(name, m.weight)
 	if err != nil {

@@ -53,7 +53,7 @@ const mqttProbeDeniedLosses = 2
 //     byte of the answer, so that connection setup, reused or not, is left
 //     out. Only a 2xx is a success. Connections are kept alive between
 //     probes; redirects are not followed.
-//   - MQTT ([NewMQTTProber]): a QoS 1 publish on a probe topic over the
+//   - MQTT (an MQTT kind's [Conn].NewProber): a QoS 1 publish on a probe topic over the
 //     upstream's own connection, timed from the publish to its PUBACK: the
 //     broker's answer, as slow as its acks to the packets are, which a TCP
 //     connect is not (a broker whose acks come late, or never, still
@@ -77,7 +77,7 @@ type Prober struct {
 	report   func(rtt time.Duration, err error)
 
 	// MQTT probes only.
-	mqtt       *MQTT
+	mqtt       *mqttUpstream
 	mqttTopic  string
 	log        *slog.Logger // nil: m's
 	mqttMu     sync.Mutex
@@ -132,14 +132,14 @@ func NewProber(target string, interval, timeout time.Duration, tlsCfg *tls.Confi
 	return p
 }
 
-// NewMQTTProber returns a prober of m's broker: a QoS 1 publish of an empty
+// newMQTTProber returns a prober of m's broker: a QoS 1 publish of an empty
 // message on topic, timed to its PUBACK, while m is connected, and a TCP
 // connect to the broker while it is not (see [Prober]). interval, timeout
 // and report are as for [NewProber]. The publish does not wait for a
 // window slot of m's packets; a PUBACK later than the probe's timeout
 // fails the probe, and drops the connection only past m's publish
 // timeout, as a packet's would.
-func NewMQTTProber(m *MQTT, topic string, interval, timeout time.Duration, report func(rtt time.Duration, err error)) *Prober {
+func newMQTTProber(m *mqttUpstream, topic string, interval, timeout time.Duration, report func(rtt time.Duration, err error)) *Prober {
 	p := NewProber(m.addr, interval, timeout, nil, report)
 	p.mqtt, p.mqttTopic, p.troubledEvery = m, topic, mqttProbeTroubled
 	return p

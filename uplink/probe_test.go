@@ -257,9 +257,9 @@ func TestProbeTarget(t *testing.T) {
 func TestMQTTProber(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	sub := mqttSubscribe(t, b.Addr(), "fl/probe")
-	m, stop := mqttRun(t, MQTTConfig{URL: b.URL()})
+	m, stop := mqttRun(t, mqttConfig{URL: b.URL()})
 	mqttWaitConnected(t, m, true)
-	p := NewMQTTProber(m, "fl/probe", time.Second, 5*time.Second, nil)
+	p := newMQTTProber(m, "fl/probe", time.Second, 5*time.Second, nil)
 	if rtt, err := p.probeOnce(context.Background()); err != nil || rtt <= 0 {
 		t.Fatalf("probe over the connection: %v, %v", rtt, err)
 	}
@@ -290,8 +290,8 @@ func TestMQTTProberDeniedFallsBackToTCP(t *testing.T) {
 	topic := "fl-probe/s1/gw1"
 	relay.cutOn.Store(&topic)
 	log, logBuf := mqttLogger(t)
-	m, _ := mqttRun(t, MQTTConfig{URL: relay.url(), Logger: log})
-	p := NewMQTTProber(m, topic, time.Second, 5*time.Second, nil)
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), Logger: log})
+	p := newMQTTProber(m, topic, time.Second, 5*time.Second, nil)
 	for i := range mqttProbeDeniedLosses {
 		mqttWaitConnected(t, m, true)
 		if p.denied() {
@@ -327,8 +327,8 @@ func TestMQTTProberOneLossIsNotADenial(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	relay := mqttStartRelay(t, b.Addr())
 	topic := "fl-probe/s1/gw1"
-	m, _ := mqttRun(t, MQTTConfig{URL: relay.url()})
-	p := NewMQTTProber(m, topic, time.Second, 5*time.Second, nil)
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url()})
+	p := newMQTTProber(m, topic, time.Second, 5*time.Second, nil)
 	for range 2 * mqttProbeDeniedLosses {
 		mqttWaitConnected(t, m, true)
 		relay.cutOn.Store(&topic)
@@ -376,10 +376,10 @@ func TestProberTroubled(t *testing.T) {
 func TestMQTTProberProbesATroubledBrokerOften(t *testing.T) {
 	b := mqttStartBroker(t, mqttBrokerOpts{})
 	relay := mqttStartRelay(t, b.Addr())
-	m, _ := mqttRun(t, MQTTConfig{URL: relay.url()})
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url()})
 	mqttWaitConnected(t, m, true)
 	var failed, ok atomic.Int64
-	p := NewMQTTProber(m, "fl-probe/s1/gw1", time.Hour, 100*time.Millisecond, func(_ time.Duration, err error) {
+	p := newMQTTProber(m, "fl-probe/s1/gw1", time.Hour, 100*time.Millisecond, func(_ time.Duration, err error) {
 		if err != nil {
 			failed.Add(1)
 		} else {

@@ -11,16 +11,16 @@ import (
 
 // String describes c without its password, so that printing a config
 // cannot leak it.
-func (c MQTTConfig) String() string {
-	return fmt.Sprintf("MQTTConfig{URL:%s ClientID:%s Topic:%s Username:%s Password:%s}",
+func (c mqttConfig) String() string {
+	return fmt.Sprintf("mqttConfig{URL:%s ClientID:%s Topic:%s Username:%s Password:%s}",
 		c.URL, c.ClientID, c.Topic, c.Username, mqttRedact(c.Password))
 }
 
 // GoString is String, for %#v.
-func (c MQTTConfig) GoString() string { return c.String() }
+func (c mqttConfig) GoString() string { return c.String() }
 
 // LogValue is String, for slog.
-func (c MQTTConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+func (c mqttConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 func mqttRedact(s string) string {
 	if s == "" {

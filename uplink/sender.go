@@ -12,10 +12,10 @@ import (
 // The senders adapt the publishers (MQTT, HTTP) to the delivery loop's
 // [Sender].
 
-// MQTTSender adapts an MQTT publisher to the delivery loop: one record
+// mqttSender adapts an MQTT publisher to the delivery loop: one record
 // per Send, pipelined up to the window.
-type MQTTSender struct {
-	m      *MQTT
+type mqttSender struct {
+	m      *mqttUpstream
 	window int
 
 	mu   sync.Mutex
@@ -23,7 +23,7 @@ type MQTTSender struct {
 }
 
 // topicVars returns the (shared, read-only) template values of a packet.
-func (s *MQTTSender) topicVars(data []byte) map[string]string {
+func (s *mqttSender) topicVars(data []byte) map[string]string {
 	dt, dev := headField(data, `"DataType":"`), headField(data, `"DeviceId":"`)
 	key := dt + "\x00" + dev
 	s.mu.Lock()
@@ -39,20 +39,20 @@ func (s *MQTTSender) topicVars(data []byte) map[string]string {
 	return v
 }
 
-// NewMQTTSender returns the sender of m with up to window publishes in
-// flight; window ≤ 0 means m's own [MQTTConfig.Window].
-func NewMQTTSender(m *MQTT, window int) *MQTTSender {
+// newMQTTSender returns the sender of m with up to window publishes in
+// flight; window ≤ 0 means m's own [mqttConfig.Window].
+func newMQTTSender(m *mqttUpstream, window int) *mqttSender {
 	if window <= 0 {
 		window = m.window()
 	}
-	return &MQTTSender{m: m, window: window}
+	return &mqttSender{m: m, window: window}
 }
 
 // Name implements Sender.
-func (s *MQTTSender) Name() string { return s.m.Name() }
+func (s *mqttSender) Name() string { return s.m.Name() }
 
 // Send publishes each record and waits for its PUBACK.
-func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
+func (s *mqttSender) Send(ctx context.Context, batch []buffer.Record) error {
 	for _, r := range batch {
 		if err := s.m.publish(ctx, s.topicVars(r.Data), r.Data); err != nil {
 			return fmt.Errorf("publish seq %d: %w", r.Seq, err)
@@ -62,17 +62,17 @@ func (s *MQTTSender) Send(ctx context.Context, batch []buffer.Record) error {
 }
 
 // MaxBatch implements Sender: one record, so each is acked on its own.
-func (s *MQTTSender) MaxBatch() int { return 1 }
+func (s *mqttSender) MaxBatch() int { return 1 }
 
 // Window implements Sender.
-func (s *MQTTSender) Window() int { return s.window }
+func (s *mqttSender) Window() int { return s.window }
 
 // Up implements Sender: connected.
-func (s *MQTTSender) Up() bool { return s.m.Connected() }
+func (s *mqttSender) Up() bool { return s.m.Connected() }
 
 // LastError is the latest reason the broker connection failed or ended,
 // in words, and when; it stays after a reconnect.
-func (s *MQTTSender) LastError() (string, time.Time) { return s.m.lastError() }
+func (s *mqttSender) LastError() (string, time.Time) { return s.m.lastError() }
 
 // DefaultBatch is how many records one POST carries at most when the site
 // file does not say (uplink.batch).

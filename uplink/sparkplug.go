@@ -22,9 +22,9 @@ type sparkplugSession struct {
 	cfg SparkplugConfig
 	// servers are the node's MQTT servers, in the order of the site
 	// file; the node is on one at a time, srv (see walk).
-	servers []*MQTT
-	srv     atomic.Pointer[MQTT]
-	walkc   chan *MQTT // walk asks to leave a server (see leave)
+	servers []*mqttUpstream
+	srv     atomic.Pointer[mqttUpstream]
+	walkc   chan *mqttUpstream // walk asks to leave a server (see leave)
 	log     *slog.Logger
 	now     func() time.Time
 	devs    map[string]*spDevice
@@ -79,9 +79,9 @@ type spDevice struct {
 }
 
 type spIncoming struct {
-	m       *MQTT  // the server it came through
-	device  string // "" for NCMD
-	state   bool   // a STATE message of the primary host
+	m       *mqttUpstream // the server it came through
+	device  string        // "" for NCMD
+	state   bool          // a STATE message of the primary host
 	payload []byte
 }
 
@@ -102,7 +102,7 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 		dcmd:    sparkplug.Topic(cfg.GroupID, sparkplug.DCMD, cfg.EdgeNode, "") + "/",
 		barrier: sparkplug.Topic(cfg.GroupID, sparkplug.NCMD, cfg.EdgeNode, "") + "/confirm",
 		cmds:    make(chan spIncoming, subscriptionQueue), dcmds: make(chan spIncoming, subscriptionQueue),
-		walkc: make(chan *MQTT, 1)}
+		walkc: make(chan *mqttUpstream, 1)}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -148,8 +148,8 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 			if !m.Alarm {
 				continue
 			}
-			if _, dup := sd.byName[m.Name+SparkplugAlarmSuffix]; dup {
-				return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the alarm metric of %q", d.Name, m.Name+SparkplugAlarmSuffix, m.Name)
+			if _, dup := sd.byName[m.Name+sparkplugAlarmSuffix]; dup {
+				return nil, fmt.Errorf("sparkplug: device %q: a point is named %q, the alarm metric of %q", d.Name, m.Name+sparkplugAlarmSuffix, m.Name)
 			}
 			sd.alarm[i] = alias
 			alias++
@@ -159,7 +159,7 @@ func newSparkplugSession(cfg SparkplugConfig, log *slog.Logger) (*sparkplugSessi
 }
 
 // mq is the server the node is on now.
-func (s *sparkplugSession) mq() *MQTT { return s.srv.Load() }
+func (s *sparkplugSession) mq() *mqttUpstream { return s.srv.Load() }
 
 func (s *sparkplugSession) stamp() uint64 { return uint64(s.now().UnixMilli()) }
 
@@ -256,7 +256,7 @@ const sparkplugQoS = 0
 // connection's packets in order, and paho writes the UNSUBSCRIBE after
 // the publishes already written). So a DDATA leaves the buffer only once
 // the broker has it, as its PUBACK used to say at QoS 1.
-func (s *sparkplugSession) confirm(ctx context.Context, m *MQTT, c *mqttConn, toks []paho.Token) error {
+func (s *sparkplugSession) confirm(ctx context.Context, m *mqttUpstream, c *mqttConn, toks []paho.Token) error {
 	n := 0
 	for _, tok := range toks {
 		if tok == nil {
@@ -288,21 +288,21 @@ func (s *sparkplugSession) dbirth(c *mqttConn, d *spDevice) paho.Token {
 		}
 		q := d.lastQ[i]
 		if sm.Value.Kind == sparkplug.NoValue {
-			sm.Null, q = true, SparkplugQualityBad
+			sm.Null, q = true, sparkplugQualityBad
 		}
 		if m.Unit != "" {
 			sm.Properties = &sparkplug.PropertySet{}
 			sm.Properties.Add("engUnit", sparkplug.PropertyValue{Type: sparkplug.String, Value: sparkplug.StringOf(m.Unit)})
 		}
-		d.sentQ[i] = spQuality(&sm, q, SparkplugQualityGood)
+		d.sentQ[i] = spQuality(&sm, q, sparkplugQualityGood)
 		p.Metrics = append(p.Metrics, sm)
 		if d.alarm[i] != 0 {
-			am := sparkplug.Metric{Name: m.Name + SparkplugAlarmSuffix, Alias: d.alarm[i], HasAlias: true, Type: sparkplug.Boolean, Timestamp: sm.Timestamp, Value: d.lastAlarm[i]}
+			am := sparkplug.Metric{Name: m.Name + sparkplugAlarmSuffix, Alias: d.alarm[i], HasAlias: true, Type: sparkplug.Boolean, Timestamp: sm.Timestamp, Value: d.lastAlarm[i]}
 			q := d.lastQ[i]
 			if am.Value.Kind == sparkplug.NoValue {
-				am.Null, q = true, SparkplugQualityBad
+				am.Null, q = true, sparkplugQualityBad
 			}
-			d.sentAlarmQ[i] = spQuality(&am, q, SparkplugQualityGood)
+			d.sentAlarmQ[i] = spQuality(&am, q, sparkplugQualityGood)
 			p.Metrics = append(p.Metrics, am)
 		}
 	}

@@ -22,7 +22,7 @@ import (
 // walks to the next server (see walk). With several servers an offline
 // STATE found on a new connection (the host has no session on this
 // server) walks on too; with one it only keeps the node waiting.
-func (s *sparkplugSession) hostState(ctx context.Context, m *MQTT, payload []byte) {
+func (s *sparkplugSession) hostState(ctx context.Context, m *mqttUpstream, payload []byte) {
 	var st struct {
 		Online    *bool   `json:"online"`
 		Timestamp *uint64 `json:"timestamp"`
@@ -66,7 +66,7 @@ func (s *sparkplugSession) hostState(ctx context.Context, m *MQTT, payload []byt
 
 // onMessage runs on paho's router goroutine: it must not block. STATE and
 // NCMD wait for run, DCMD for runCommands, each in a queue of its own.
-func (s *sparkplugSession) onMessage(m *MQTT, msg paho.Message) {
+func (s *sparkplugSession) onMessage(m *mqttUpstream, msg paho.Message) {
 	in := spIncoming{m: m}
 	q, limit := s.cmds, sparkplugStateMax
 	if s.cfg.PrimaryHost != "" && msg.Topic() == sparkplug.StateTopic(s.cfg.PrimaryHost) {
@@ -101,7 +101,7 @@ func (s *sparkplugSession) onMessage(m *MQTT, msg paho.Message) {
 }
 
 // run handles NCMD and STATE, and follows the devices' health, until ctx
-// ends; [MQTT.Run] owns it. DCMDs, whose writes may take long, are
+// ends; [mqttUpstream.Run] owns it. DCMDs, whose writes may take long, are
 // runCommands'.
 func (s *sparkplugSession) run(ctx context.Context) {
 	var tick <-chan time.Time
@@ -133,7 +133,7 @@ func (s *sparkplugSession) run(ctx context.Context) {
 	}
 }
 
-// runCommands runs DCMDs, one at a time, until ctx ends; [MQTT.Run] owns
+// runCommands runs DCMDs, one at a time, until ctx ends; [mqttUpstream.Run] owns
 // it.
 func (s *sparkplugSession) runCommands(ctx context.Context) {
 	for {

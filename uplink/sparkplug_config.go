@@ -66,15 +66,15 @@ type SparkplugMetric struct {
 	Alarm bool
 }
 
-// SparkplugAlarmSuffix makes the name of a point's alarm metric.
-const SparkplugAlarmSuffix = "/Alarm"
+// sparkplugAlarmSuffix makes the name of a point's alarm metric.
+const sparkplugAlarmSuffix = "/Alarm"
 
 // The values of a metric's "Quality" property (Int32), as Sparkplug 3.0
 // defines them and Ignition reads them.
 const (
-	SparkplugQualityBad   = 0   // no value: a failed read, a device offline
-	SparkplugQualityGood  = 192 // a reading of the point, timed by a clock in step
-	SparkplugQualityStale = 500 // a reading whose time is uncertain (ClockUnsynced)
+	sparkplugQualityBad   = 0   // no value: a failed read, a device offline
+	sparkplugQualityGood  = 192 // a reading of the point, timed by a clock in step
+	sparkplugQualityStale = 500 // a reading whose time is uncertain (ClockUnsynced)
 )
 
 // Bounds of a DCMD. A DCMD needs no key where DCMDs run at all

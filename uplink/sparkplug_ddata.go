@@ -31,9 +31,9 @@ func (s *sparkplugSession) ddata(c *mqttConn, d *spDevice, pk *packet.Packet) pa
 	hist := d.dead || s.cfg.PrimaryHost != "" && pk.At.Before(s.hostSince)
 	// A reading timed by a clock not in step is stale: its value is
 	// the device's, its time is not known.
-	q := int32(SparkplugQualityGood)
+	q := int32(sparkplugQualityGood)
 	if pk.ClockUnsynced {
-		q = SparkplugQualityStale
+		q = sparkplugQualityStale
 	}
 	seen := make([]bool, len(d.metrics))
 	for _, f := range pk.Fields {
@@ -73,11 +73,11 @@ func (s *sparkplugSession) appendReading(ms []sparkplug.Metric, d *spDevice, i i
 	if ok {
 		av = sparkplug.BoolOf(alarm)
 	} else {
-		m.Value, m.Null, q = sparkplug.Value{}, true, SparkplugQualityBad
+		m.Value, m.Null, q = sparkplug.Value{}, true, sparkplugQualityBad
 	}
 	was, wasAlarm := d.sentQ[i], d.sentAlarmQ[i]
 	if hist { // its quality is its own; the live one stays as sent
-		was, wasAlarm = SparkplugQualityGood, SparkplugQualityGood
+		was, wasAlarm = sparkplugQualityGood, sparkplugQualityGood
 	}
 	sent := spQuality(&m, q, was)
 	ms = append(ms, m)
@@ -98,7 +98,7 @@ func (s *sparkplugSession) appendReading(ms []sparkplug.Metric, d *spDevice, i i
 // spQuality gives m a Quality property of q when q is not good or the
 // host last read quality was for it, and returns q.
 func spQuality(m *sparkplug.Metric, q, was int32) int32 {
-	if q == SparkplugQualityGood && was == SparkplugQualityGood {
+	if q == sparkplugQualityGood && was == sparkplugQualityGood {
 		return q
 	}
 	if m.Properties == nil {

@@ -50,7 +50,7 @@ func (sp *sparkplugNode) Up() bool {
 func (sp *sparkplugNode) LastError() (string, time.Time) { return sp.s.mq().lastError() }
 
 // MQTT is the connection of the server the node is on.
-func (sp *sparkplugNode) MQTT() *MQTT { return sp.s.mq() }
+func (sp *sparkplugNode) MQTT() *mqttUpstream { return sp.s.mq() }
 
 // Send publishes the records as DDATA, in order, pipelined, and returns
 // nil once the broker acknowledged every one. A record that is no packet,
@@ -99,7 +99,7 @@ func (sp *sparkplugNode) SetOnline(ctx context.Context, device string, online bo
 // newSparkplug makes m a Sparkplug B edge node ([SparkplugConfig]) and
 // returns its sender: m is its first server, cfg.Servers the others, each
 // a connection made like m's. Call it before m's Run.
-func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, error) {
+func newSparkplug(m *mqttUpstream, cfg SparkplugConfig, window int) (*sparkplugNode, error) {
 	if m.running.Load() {
 		return nil, errors.New("uplink: sparkplug: the MQTT upstream already runs")
 	}
@@ -112,12 +112,12 @@ func newSparkplug(m *MQTT, cfg SparkplugConfig, window int) (*sparkplugNode, err
 	// (tck-id-principles-birth-certificates-order). NBIRTH and NDEATH
 	// say whether it is up.
 	m.status = ""
-	s.servers = []*MQTT{m}
+	s.servers = []*mqttUpstream{m}
 	for _, sv := range cfg.Servers {
 		mc := m.cfg
 		mc.URL, mc.Username, mc.Password, mc.TLS = sv.URL, sv.Username, sv.Password, sv.TLS
 		mc.LoadTopic, mc.OnLoad = "", nil // the load reports are the first server's
-		o, err := NewMQTT(mc)
+		o, err := newMQTT(mc)
 		if err != nil {
 			return nil, fmt.Errorf("uplink: sparkplug %s: server %w", m.name, err)
 		}

@@ -90,7 +90,7 @@ func tckScenario(t *testing.T, tahu *sparkplugtest.Tahu) *tckRun {
 
 	state("scada", false, 100)
 	log, logBuf := mqttLogger(t)
-	m, err := NewMQTT(MQTTConfig{URL: px.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	m, err := newMQTT(mqttConfig{URL: px.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,10 +103,10 @@ var spTestDevices = []SparkplugDevice{
 
 // spRun makes a Sparkplug upstream on the broker and runs it until the
 // test ends; stop ends Run and waits for it.
-func spRun(t *testing.T, url string, cfg SparkplugConfig) (*MQTT, *sparkplugNode, func()) {
+func spRun(t *testing.T, url string, cfg SparkplugConfig) (*mqttUpstream, *sparkplugNode, func()) {
 	t.Helper()
 	log, _ := mqttLogger(t)
-	m, err := NewMQTT(MQTTConfig{URL: url, Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	m, err := newMQTT(mqttConfig{URL: url, Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // server down) is followed by a pause, a connection's backoff (1 s
 // doubling to 60 s), so that such a node does not spin; a birth starts
 // the pauses over. Packets wait in the buffer meanwhile, and go out after
-// the births on the next server, historical. [MQTT.Run] owns it.
+// the births on the next server, historical. [mqttUpstream.Run] owns it.
 func (s *sparkplugSession) walk(ctx context.Context) {
 	attempt, round := 0, false
 	for i := 0; ; i = (i + 1) % len(s.servers) {
@@ -69,7 +69,7 @@ func (s *sparkplugSession) walk(ctx context.Context) {
 // use makes m the server the node is on: nothing known of the host there
 // yet (its STATE timestamps are the server's own), no connection, no
 // births; a request to leave the previous server is forgotten.
-func (s *sparkplugSession) use(m *MQTT) {
+func (s *sparkplugSession) use(m *mqttUpstream) {
 	s.mu.Lock()
 	s.hostTS, s.hostOnline, s.conn, s.born = 0, false, nil, nil
 	s.mu.Unlock()
@@ -84,7 +84,7 @@ func (s *sparkplugSession) use(m *MQTT) {
 }
 
 // leave asks walk to take the node off server m; it never blocks.
-func (s *sparkplugSession) leave(m *MQTT) {
+func (s *sparkplugSession) leave(m *mqttUpstream) {
 	select {
 	case s.walkc <- m:
 	default:
@@ -93,7 +93,7 @@ func (s *sparkplugSession) leave(m *MQTT) {
 
 // down is called by m's Run loop when a connection failed or was lost: a
 // node with other servers walks to the next.
-func (s *sparkplugSession) down(m *MQTT) {
+func (s *sparkplugSession) down(m *mqttUpstream) {
 	if len(s.servers) > 1 {
 		s.leave(m)
 	}

@@ -19,7 +19,7 @@ import (
 func spWalkNode(t *testing.T, urls []string, host string) (*sparkplugNode, func()) {
 	t.Helper()
 	log, _ := mqttLogger(t)
-	m, err := NewMQTT(MQTTConfig{URL: urls[0], Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	m, err := newMQTT(mqttConfig{URL: urls[0], Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // MQTT topic templates: "fieldlink/{site}/{gateway}/{data_type}" is parsed
-// once, its gateway-wide {names} bound from the config's Vars in NewMQTT, and
+// once, its gateway-wide {names} bound from the config's Vars in newMQTT, and
 // the per-packet ones ({data_type}, {device}) rendered for each publish from
 // the packet's own DataHead.
 
@@ -153,10 +153,10 @@ func ExpandTopic(tmpl string, vars map[string]string) (string, error) {
 	return t.render(nil)
 }
 
-// CheckStatusTopic reports whether tmpl can be an [MQTTConfig.StatusTopic]
+// CheckStatusTopic reports whether tmpl can be an MQTT upstream's status topic
 // (uplink.status_topic): empty (the default), "off", or a topic
 // whose only {names} are {site} and {gateway}, the ones a gateway fills in.
-// It is for checking a site file; NewMQTT checks it again with the values.
+// It is for checking a site file; newMQTT checks it again with the values.
 func CheckStatusTopic(tmpl string) error { return checkSiteTopic(tmpl, statusTopicOff) }
 
 // CheckProbeTopic reports whether tmpl can be a [PoolConfig.ProbeTopic]

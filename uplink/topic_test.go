@@ -48,7 +48,7 @@ func TestMQTTTopicTemplate(t *testing.T) {
 			t.Errorf("%q %v = %q, %v; want %q", tt.tmpl, tt.pub, got, err, tt.want)
 		}
 	}
-	m, err := NewMQTT(MQTTConfig{URL: "mqtt://h", Vars: vars})
+	m, err := newMQTT(mqttConfig{URL: "mqtt://h", Vars: vars})
 	if err != nil {
 		t.Fatal(err)
 	}

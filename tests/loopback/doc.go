@@ -73,10 +73,10 @@
 // The same check runs over MQTT (TestLoopbackMQTTAgreesWithLab): three
 // mosquitto brokers, each started by the test on a free port and behind
 // its own toxiproxy proxy, and on the gateway side a
-// [fieldlink/uplink.MQTT] per broker (QoS 1: a publish counts once its
+// MQTT upstream per broker, opened by [fieldlink/uplink.Open] (QoS 1: a publish counts once its
 // PUBACK is in; the gateway's window of 64; the publish timeout of the
 // mode), kept connected by its own Run, with an
-// [fieldlink/uplink.MQTTSender] and a TCP prober that kicks a reconnect
+// its sender and a TCP prober that kicks a reconnect
 // when the broker answers while the connection is down, as the gateway's
 // pool wires them. Broker 2 is the faulty one: slow (its PUBACKs come 300
 // ms late, S2), a black hole (S4c), refusing connections (its proxy
@@ -92,7 +92,7 @@
 // PUBACKs 1.2 s late for 8 s, so that every packet it gets meanwhile misses
 // the 1 s mark), and the share of the slow phase's packets acked within
 // 1 s, with the pool's TCP probe and with an MQTT publish probe
-// ([fieldlink/uplink.NewMQTTProber]), for drf_cswlc's default decay and
+// ([fieldlink/uplink.Conn] NewProber), for drf_cswlc's default decay and
 // shorter ones, beside the lab's S2 for the same decays. A TCP connect
 // answers as fast from a slow broker as from a healthy one, so the only way
 // back is the estimate's decay toward it, which also sends packets to the

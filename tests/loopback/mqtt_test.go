@@ -28,7 +28,7 @@ func newMQTTRig(t *testing.T, n int) *rig {
 
 // dialMQTT is the gateway side of a broker as the gateway's pool wires it:
 // an MQTT connection (QoS 1, the gateway's window of 64, a publish timeout
-// of plan.timeout) kept up by its Run, an MQTTSender, and a TCP prober
+// of plan.timeout) kept up by its Run, its sender, and a TCP prober
 // (or, with plan.publishProbe, an MQTT publish prober) that feeds
 // Table.Probe and, when the broker answers while the connection is down,
 // kicks a reconnect.
@@ -36,24 +36,20 @@ func dialMQTT(r *rig, i int, table *selector.Table, _ string, plan blockPlan) en
 	t := r.t
 	t.Helper()
 	p := r.proxies[i]
-	m, err := uplink.NewMQTT(uplink.MQTTConfig{
-		URL: "mqtt://" + p.Addr(), PublishTimeout: plan.timeout,
-		Logger: slog.New(slog.DiscardHandler),
-		Vars:   map[string]string{"site": "001", "gateway": "gw-loopback"},
+	m, err := uplink.Open(uplink.UpstreamConfig{URL: "mqtt://" + p.Addr(), Timeout: plan.timeout}, uplink.PoolConfig{
+		Window: 64, Logger: slog.New(slog.DiscardHandler),
+		Vars: map[string]string{"site": "001", "gateway": "gw-loopback"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := uplink.NewMQTTSender(m, 64)
 	report := func(rtt time.Duration, err error) {
 		table.Probe(i, rtt, err)
-		if err == nil && !m.Connected() {
-			m.Kick()
-		}
+		m.ProbeResult(err) // reconnects at once when the broker answers again
 	}
 	var pr *uplink.Prober
 	if plan.publishProbe {
-		pr = uplink.NewMQTTProber(m, "fieldlink/001/gw-loopback/probe", plan.probeEvery, 500*time.Millisecond, report)
+		pr = m.NewProber("fieldlink/001/gw-loopback/probe", plan.probeEvery, 500*time.Millisecond, report)
 	} else {
 		target, err := uplink.ProbeTarget("mqtt://" + p.Addr())
 		if err != nil {
@@ -61,7 +57,7 @@ func dialMQTT(r *rig, i int, table *selector.Table, _ string, plan blockPlan) en
 		}
 		pr = uplink.NewProber(target, plan.probeEvery, 500*time.Millisecond, nil, report)
 	}
-	return endpoint{sender: ms, prober: pr, run: m.Run, close: func() {}}
+	return endpoint{sender: m.Sender, prober: pr, run: m.Run, close: func() {}}
 }
 
 // healthy3 are the round trips of three healthy brokers.

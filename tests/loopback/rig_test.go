@@ -149,7 +149,7 @@ type blockPlan struct {
 	probeEvery time.Duration
 	timeout    time.Duration // of one HTTP post (UpstreamConfig.Timeout), or of an MQTT PUBACK
 	// publishProbe probes a broker with a QoS 1 publish timed to its
-	// PUBACK (uplink.NewMQTTProber) rather than a TCP connect.
+	// PUBACK (the MQTT kind's Conn.NewProber) rather than a TCP connect.
 	publishProbe bool
 	// drf, if set, are the options of drf_cswlc instead of its defaults.
 	drf *selector.DRFCSWLCOptions
