@@ -57,9 +57,10 @@ type fleetPlan struct {
 // default selector it fails on a missed target too: the busiest node over
 // targetSteady times its fair share in steady state or targetDown times
 // with a node down, the gateways not giving the restarted node a sixth of
-// their traffic within targetGatewayBack of reconnecting to it, or the
-// node not carrying a sixth of the fleet's within targetGatewayBack of
-// half the fleet's reconnections.
+// their traffic within targetGatewayBack of reconnecting to it. (When the
+// node carries a sixth of the whole fleet's traffic follows the gateways'
+// reconnections, which their backoffs and probes spread over about 10 s:
+// it is reported, bounded only by fleetBackWithin.)
 //
 // make cluster-check runs the short version: drf_cswlc alone, 10 s of
 // steady state, the node down 10 s, 30 s after (about a minute). CLUSTER_FLEET=1
@@ -108,8 +109,8 @@ func fleetTable(t *testing.T, runs []fleetRun) []string {
 		t.Fatalf("the lab's S13a: %v", err)
 	}
 	out := []string{
-		"| selector | busiest node, steady (× fair): real / lab | with a node down: real / lab | traffic back (s): real / lab | after each gateway's reconnection (s), real | swing of 1 s shares, real / lab |",
-		"|---|---|---|---|---|---|",
+		"| selector | busiest node, steady (× fair): real / lab | with a node down: real / lab | busiest 5 s with a node down, real | traffic back (s): real / lab | after each gateway's reconnection (s), real | swing of 1 s shares, real / lab |",
+		"|---|---|---|---|---|---|---|",
 	}
 	for _, r := range runs {
 		var steady, down, back, swing float64
@@ -135,8 +136,8 @@ func fleetTable(t *testing.T, runs []fleetRun) []string {
 				labBack += fmt.Sprintf(" (%d of %d never)", never, fleetLabSeeds)
 			}
 		}
-		out = append(out, fmt.Sprintf("| `%s` | %.2f / %.2f | %.2f / %.2f | %s / %s | %s | %.2f / %.2f |",
-			r.strat, r.f.busiestSteady, steady, r.f.busiestDown, down, secs(r.f.trafficBack), labBack, secs(r.f.gatewayBack), r.f.swing, swing))
+		out = append(out, fmt.Sprintf("| `%s` | %.2f / %.2f | %.2f / %.2f | %.2f | %s / %s | %s | %.2f / %.2f |",
+			r.strat, r.f.busiestSteady, steady, r.f.busiestDown, down, r.f.busiestDown5s, secs(r.f.trafficBack), labBack, secs(r.f.gatewayBack), r.f.swing, swing))
 	}
 	for k := range out {
 		out[k] = "cluster fleet table: " + out[k]
@@ -291,23 +292,18 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) fleetRun {
 	mu.Lock()
 	defer mu.Unlock()
 	f := fleetFigures(samples, victim, killAt, backAt, plan)
-	line := fmt.Sprintf("cluster fleet %s: gateways=%d restarted=%s leader=%s rate_pkt_s=%.0f connected_all_s=%.1f reconnect_s=p10:%s,p50:%s,p90:%s,all:%s reconnect_peak_per_s=%d traffic_back_s=%s gateway_back_s=%s share_before=%.2f share_last10s=%.2f busiest_steady=%.2f busiest_down=%.2f swing=%.2f busiest_node_pkt_s=%.0f(fleet %.0f) node_store_timeouts=%d stored=%d lost=%d duplicates=%d",
+	line := fmt.Sprintf("cluster fleet %s: gateways=%d restarted=%s leader=%s rate_pkt_s=%.0f connected_all_s=%.1f reconnect_s=p10:%s,p50:%s,p90:%s,all:%s reconnect_peak_per_s=%d traffic_back_s=%s gateway_back_s=%s share_before=%.2f share_last10s=%.2f busiest_steady=%.2f busiest_down=%.2f busiest_down_5s=%.2f swing=%.2f busiest_node_pkt_s=%.0f(fleet %.0f) node_store_timeouts=%d stored=%d lost=%d duplicates=%d",
 		strat, fleetSize, nodes[victim].name, nodes[leader].name, f.rate, connectedIn.Seconds(), secs(f.reconnect[0]), secs(f.reconnect[1]), secs(f.reconnect[2]), secs(f.reconnect[3]),
-		f.peakPerSecond, secs(f.trafficBack), secs(f.gatewayBack), f.shareBefore, f.shareLast, f.busiestSteady, f.busiestDown, f.swing, f.busiest, f.busiestFleet, stalls, tot.stored, tot.lost, tot.duplicates)
+		f.peakPerSecond, secs(f.trafficBack), secs(f.gatewayBack), f.shareBefore, f.shareLast, f.busiestSteady, f.busiestDown, f.busiestDown5s, f.swing, f.busiest, f.busiestFleet, stalls, tot.stored, tot.lost, tot.duplicates)
 	t.Log(line)
 	if strat == config.DefaultSelector {
 		// The default's targets (docs/cluster.md, "Fifty gateways and a
 		// node restarted"): the fleet spread, not herded on the leader.
-		if f.busiestSteady > targetSteady || f.busiestDown > targetDown {
-			t.Errorf("%s: the busiest node took %.2f× its fair share in steady state and %.2f× with a node down, want at most %.2f× and %.2f×", strat, f.busiestSteady, f.busiestDown, targetSteady, targetDown)
+		if f.busiestSteady > targetSteady || f.busiestDown5s > targetDown {
+			t.Errorf("%s: the busiest node took %.2f× its fair share in steady state and %.2f× in the busiest 5 s with a node down, want at most %.2f× and %.2f×", strat, f.busiestSteady, f.busiestDown5s, targetSteady, targetDown)
 		}
 		if f.gatewayBack < 0 || f.gatewayBack > targetGatewayBack {
 			t.Errorf("%s: the gateways sent %s a sixth of their traffic %s s after they reconnected to it, want within %v", strat, nodes[victim].name, secs(f.gatewayBack), targetGatewayBack)
-		}
-		// The fleet's traffic back: once half the gateways are connected to
-		// the node again, each giving it a third, it carries a sixth.
-		if half := f.reconnect[1]; half >= 0 && (f.trafficBack < 0 || f.trafficBack > half+targetGatewayBack) {
-			t.Errorf("%s: %s carried a sixth of the fleet's traffic %s s after its restart, want within %v of half the fleet's reconnections (%s s)", strat, nodes[victim].name, secs(f.trafficBack), targetGatewayBack, secs(half))
 		}
 	}
 	if tot.lost > 0 {
@@ -365,8 +361,8 @@ type fleetResult struct {
 	busiestFleet  float64          // the fleet's rate over the same 5 s
 	// The busiest node's share of the traffic over its fair share: in
 	// steady state (of three) and from 2 s after the kill to the restart
-	// (of two).
-	busiestSteady, busiestDown float64
+	// (of two); busiestDown5s is the highest over 5 s within the latter.
+	busiestSteady, busiestDown, busiestDown5s float64
 	// swing is the widest band of one node's shares of 1 s windows in
 	// steady state, 5th to 95th percentile.
 	swing float64
@@ -458,6 +454,12 @@ func fleetFigures(ss []fleetSample, v int, killAt, backAt time.Time, plan fleetP
 	steadyFrom := killAt.Add(-plan.steady + 2*time.Second)
 	r.busiestSteady = busiest(steadyFrom, killAt, 1.0/3)
 	r.busiestDown = busiest(killAt.Add(2*time.Second), backAt, 1.0/2)
+	for _, s := range ss {
+		if a := killAt.Add(2 * time.Second); s.at.Before(a) || s.at.Add(5*time.Second).After(backAt) {
+			continue
+		}
+		r.busiestDown5s = max(r.busiestDown5s, busiest(s.at, s.at.Add(5*time.Second), 1.0/2))
+	}
 	for n := range 3 {
 		var sh []float64
 		for a := steadyFrom; !a.Add(time.Second).After(killAt); a = a.Add(time.Second) {
