@@ -16,6 +16,7 @@ import (
 const (
 	mqttCONNECT     = 1
 	mqttPUBLISH     = 3
+	mqttPUBACK      = 4
 	mqttSUBSCRIBE   = 8
 	mqttUNSUBSCRIBE = 10
 	mqttDISCONNECT  = 14
