@@ -172,3 +172,8 @@ func (m *mqttUpstream) publishTo(ctx context.Context, topic string, payload []by
 	}
 	return false, nil
 }
+
+// probePublish is a publish probe's message: empty, not retained.
+func (m *mqttUpstream) probePublish(ctx context.Context, topic string) (closedByBroker bool, err error) {
+	return m.publishTo(ctx, topic, nil, false)
+}

@@ -76,10 +76,10 @@ type Prober struct {
 	timeout  time.Duration
 	report   func(rtt time.Duration, err error)
 
-	// MQTT probes only.
-	mqtt       *mqttUpstream
+	// Publish probes (MQTT) only.
+	pub        publishProbe
 	mqttTopic  string
-	log        *slog.Logger // nil: m's
+	log        *slog.Logger // says a denied topic
 	mqttMu     sync.Mutex
 	mqttLosses int           // probe publishes in a row that lost the connection
 	mqttDenied bool          // the topic is taken for denied: TCP from now on
@@ -140,8 +140,28 @@ func NewProber(target string, interval, timeout time.Duration, tlsCfg *tls.Confi
 // fails the probe, and drops the connection only past m's publish
 // timeout, as a packet's would.
 func newMQTTProber(m *mqttUpstream, topic string, interval, timeout time.Duration, report func(rtt time.Duration, err error)) *Prober {
-	p := NewProber(m.addr, interval, timeout, nil, report)
-	p.mqtt, p.mqttTopic, p.troubledEvery = m, topic, mqttProbeTroubled
+	return newPublishProber(m, m.addr, topic, interval, timeout, m.log, report)
+}
+
+// publishProbe is a connection a probe publishes over (an MQTT
+// upstream's), so that the prober need not know the kind.
+type publishProbe interface {
+	// Connected reports whether a publish can go now.
+	Connected() bool
+	// probePublish publishes an empty message on topic and waits for its
+	// acknowledgement; closedByBroker says the broker closed the
+	// connection under it.
+	probePublish(ctx context.Context, topic string) (closedByBroker bool, err error)
+	// Name names the upstream in logs.
+	Name() string
+}
+
+// newPublishProber returns a prober that publishes on topic over c while c
+// is connected, and connects to addr (host:port) while it is not; log
+// says when the broker seems to deny the topic.
+func newPublishProber(c publishProbe, addr, topic string, interval, timeout time.Duration, log *slog.Logger, report func(rtt time.Duration, err error)) *Prober {
+	p := NewProber(addr, interval, timeout, nil, report)
+	p.pub, p.mqttTopic, p.log, p.troubledEvery = c, topic, log, mqttProbeTroubled
 	return p
 }
 
@@ -222,7 +242,7 @@ func (p *Prober) probe(ctx context.Context) (rtt time.Duration, viaMQTT bool, er
 		rtt, err = p.probeHTTP(ctx)
 		return rtt, false, err
 	}
-	if p.mqtt != nil && !p.denied() && p.mqtt.Connected() {
+	if p.pub != nil && !p.denied() && p.pub.Connected() {
 		rtt, err = p.probeMQTT(ctx)
 		return rtt, true, err
 	}
@@ -263,7 +283,7 @@ func (p *Prober) probeTCP(ctx context.Context) (time.Duration, error) {
 
 func (p *Prober) probeMQTT(ctx context.Context) (time.Duration, error) {
 	begin := time.Now()
-	closed, err := p.mqtt.publishTo(ctx, p.mqttTopic, nil, false)
+	closed, err := p.pub.probePublish(ctx, p.mqttTopic)
 	p.noteMQTT(err, closed)
 	if err != nil {
 		return 0, fmt.Errorf("uplink: probe: %w", err) // it names the broker
@@ -287,12 +307,8 @@ func (p *Prober) noteMQTT(err error, closedByBroker bool) {
 		return
 	}
 	p.mqttDenied = true
-	log := p.log
-	if log == nil {
-		log = p.mqtt.log
-	}
-	log.Warn("mqtt broker closed the connection under the probe's publish, twice in a row: the probe topic looks denied (ACL); probing with TCP connects from now on, which time the network, not the broker",
-		"upstream", p.mqtt.name, "topic", p.mqttTopic, "err", err)
+	p.log.Warn("mqtt broker closed the connection under the probe's publish, twice in a row: the probe topic looks denied (ACL); probing with TCP connects from now on, which time the network, not the broker",
+		"upstream", p.pub.Name(), "topic", p.mqttTopic, "err", err)
 }
 
 // denied reports whether an MQTT prober took its topic for denied by the
