@@ -13,6 +13,7 @@ import (
 	"fieldlink/internal/cardstore"
 	"fieldlink/selector"
 	"fieldlink/uplink"
+	uplinkhttp "fieldlink/uplink/http"
 	_ "fieldlink/uplink/kinds" // every kind of upstream the site file may name
 )
 
@@ -163,7 +164,7 @@ func upstreamConfig(c *config.Config, cu config.Upstream) (uplink.UpstreamConfig
 	if cu.HeadersFile != "" {
 		b, err := os.ReadFile(c.Rel(cu.HeadersFile))
 		if err == nil {
-			uc.Header, err = uplink.ParseHeaderFile(b)
+			uc.Header, err = uplinkhttp.ParseHeaderFile(b)
 		}
 		if err != nil {
 			return uplink.UpstreamConfig{}, fmt.Errorf("%s: headers: %s: %w", name, c.Rel(cu.HeadersFile), err)

@@ -21,6 +21,7 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/uplink"
+	uplinkhttp "fieldlink/uplink/http"
 )
 
 // upstream checks one upstream: its files may be read by the service's
@@ -138,7 +139,7 @@ func (k *checker) secrets(u config.Upstream) (secrets, error) {
 	if u.HeadersFile != "" {
 		b, err := os.ReadFile(k.c.Rel(u.HeadersFile))
 		if err == nil {
-			s.header, err = uplink.ParseHeaderFile(b)
+			s.header, err = uplinkhttp.ParseHeaderFile(b)
 		}
 		if err != nil {
 			return s, fmt.Errorf("headers_file: %w", err)

@@ -487,7 +487,7 @@ func (c *Config) validateHTTPAuth(doc *yamlconf.Doc, f string, up *Upstream, mqt
 		b, err := os.ReadFile(c.rel(up.HeadersFile))
 		if err == nil {
 			var h http.Header
-			if h, err = uplink.ParseHeaderFile(b); err == nil && h.Get("Authorization") != "" && (up.Username != "" || up.TokenFile != "") {
+			if h, err = uplinkhttp.ParseHeaderFile(b); err == nil && h.Get("Authorization") != "" && (up.Username != "" || up.TokenFile != "") {
 				err = fmt.Errorf("the file sets Authorization, and so does username or token_file")
 			}
 			if err != nil {

@@ -1,4 +1,4 @@
-package uplink
+package http
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 // "Name: value" a line; blank lines and lines that start with # are
 // skipped. The values are secrets (API keys, tokens): no error repeats
 // one, only the line number and the header's name. A name given twice, a
-// header that [fieldlink/uplink/http.HTTP] sets itself (Content-Type, Idempotency-Key,
+// header that [HTTP] sets itself (Content-Type, Idempotency-Key,
 // Content-Length, Host) and an empty value are errors.
 func ParseHeaderFile(data []byte) (http.Header, error) {
 	h := make(http.Header)
