@@ -113,7 +113,3 @@ const (
 	PacketSeq   = "Packet/Seq"
 	packetEpoch = "Packet/Epoch"
 )
-
-// EncodingSparkplugB is the encoding of an MQTT upstream that is a
-// Sparkplug B edge node (see [SparkplugConfig]).
-const EncodingSparkplugB Encoding = "sparkplug_b"
