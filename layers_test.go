@@ -27,7 +27,6 @@ var layers = []struct {
 	}},
 	{"readings, the store and the pick", []string{
 		"sensors", "sensors/...", "buffer", "buffer/...", "selector", "selector/...",
-		"internal/cardstore", // transitional: see below
 	}},
 	{"upstreams", []string{"uplink", "uplink/..."}},
 	{"the site file", []string{"config"}},
@@ -45,10 +44,7 @@ var testSupport = []string{
 }
 
 // transitional are the imports allowed across the rule for now, each with why.
-var transitional = map[string]string{
-	// the old path of buffer/cardstore, for agent/uplink.go until it imports the new one
-	"internal/cardstore -> buffer/cardstore": "alias",
-}
+var transitional = map[string]string{}
 
 const module = "fieldlink"
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"fieldlink/buffer/cardstore"
 	"fieldlink/config"
-	"fieldlink/internal/cardstore"
 	"fieldlink/selector"
 	"fieldlink/uplink"
 	uplinkhttp "fieldlink/uplink/http"
