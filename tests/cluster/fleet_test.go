@@ -55,8 +55,8 @@ type fleetPlan struct {
 // fleetBackWithin of the restart, and on the node not carrying a sixth of
 // the traffic (half its share) in some 5 s within fleetBackWithin. For the
 // default selector it fails on a missed target too: the busiest node over
-// targetSteady times its fair share in steady state or targetDown times
-// with a node down, the gateways not giving the restarted node a sixth of
+// targetSteady times its fair share in steady state, targetDown times
+// with a node down or targetDown5s times in any 5 s of it, the gateways not giving the restarted node a sixth of
 // their traffic within targetGatewayBack of reconnecting to it. (When the
 // node carries a sixth of the whole fleet's traffic follows the gateways'
 // reconnections, which their backoffs and probes spread over about 10 s:
@@ -299,8 +299,9 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) fleetRun {
 	if strat == config.DefaultSelector {
 		// The default's targets (docs/cluster.md, "Fifty gateways and a
 		// node restarted"): the fleet spread, not herded on the leader.
-		if f.busiestSteady > targetSteady || f.busiestDown5s > targetDown {
-			t.Errorf("%s: the busiest node took %.2f× its fair share in steady state and %.2f× in the busiest 5 s with a node down, want at most %.2f× and %.2f×", strat, f.busiestSteady, f.busiestDown5s, targetSteady, targetDown)
+		if f.busiestSteady > targetSteady || f.busiestDown > targetDown || f.busiestDown5s > targetDown5s {
+			t.Errorf("%s: the busiest node took %.2f× its fair share in steady state, %.2f× with a node down and %.2f× in the busiest 5 s of it, want at most %.2f×, %.2f× and %.2f×",
+				strat, f.busiestSteady, f.busiestDown, f.busiestDown5s, targetSteady, targetDown, targetDown5s)
 		}
 		if f.gatewayBack < 0 || f.gatewayBack > targetGatewayBack {
 			t.Errorf("%s: the gateways sent %s a sixth of their traffic %s s after they reconnected to it, want within %v", strat, nodes[victim].name, secs(f.gatewayBack), targetGatewayBack)
@@ -376,9 +377,15 @@ type fleetResult struct {
 // Targets of the default selector (docs/cluster.md): the busiest node's
 // share over its fair share, steady and with a node down, and the
 // selector's return to a restarted node from each gateway's reconnection.
+//
+// targetDown5s catches a herd that an average over the node's absence
+// hides (1.44× and 1.47× over 5 s where the average was 1.12×, before the
+// fleet pick); it is not 1.25: the spread default reached 1.24× over 5 s
+// in one of five runs, and a target that close fails by chance.
 const (
 	targetSteady      = 1.5
 	targetDown        = 1.25
+	targetDown5s      = 1.4
 	targetGatewayBack = 2 * time.Second
 )
 
