@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fieldlink/internal/testtool"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -73,5 +75,51 @@ func TestScanKeepsItsBound(t *testing.T) {
 	promised := int64(sweep/timeout) + found*int64(each/timeout)
 	if n := seen.Load(); n > promised || sweep == 0 {
 		t.Errorf("the devices saw %d requests of at most %v each; the bound scan promised (sweep %v, %v per device found, %d found) allows %d:\n%s", n, timeout, sweep, each, found, promised, errOut)
+	}
+}
+
+// servePty serves devs with the project's emulator on one end of a socat
+// pty pair and returns the other end's path: a serial line on which every
+// baud the master opens it at reaches the devices (a pty has no baud).
+func servePty(t *testing.T, devs []emulator.Device) string {
+	t.Helper()
+	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := testtool.PtyPair(t)
+	port, err := emulator.OpenSerial(a, 9600, 'N', 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { port.Close() }) // runs after ServeRTU has returned
+	testtool.Serve(t, func(ctx context.Context) error {
+		return emu.ServeRTU(ctx, port, 9600, emulator.CharBits('N', 8, 1))
+	})
+	return b
+}
+
+// Scanning one serial port at several bauds prints one bus for the port,
+// and the fragment passes check as it is (the same port at three bauds
+// printed three buses with the same device names: six errors).
+func TestScanFragmentOneBusPerPort(t *testing.T) {
+	line := servePty(t, emutest.Devices(t, "renke-rs-fxjt-n01", "generic-mine-multigas"))
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600,19200,4800", "-slaves", "1-3", "-timeout", "100ms")
+	if code != 0 {
+		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
+	}
+	_, frag, ok := strings.Cut(out, "\n# A site-file fragment")
+	if !ok {
+		t.Fatalf("scan printed no fragment:\n%s", out)
+	}
+	if n := strings.Count(frag, "\n  - name: "); n != 1 {
+		t.Errorf("the fragment has %d buses for one port, want 1:\n%s", n, frag)
+	}
+	file := writeSite(t, "site: {id: \"001\"}\ngateway: {id: gw-scan}\n# A site-file fragment"+frag)
+	if code, cout, cerr := gw(t, "check", "-c", file); code != 0 || !strings.Contains(cout, "2 devices") {
+		t.Fatalf("check of scan's fragment: %d\n%s\n%s\nthe fragment:%s", code, cout, cerr, frag)
+	}
+	if testing.Verbose() {
+		t.Log(frag)
 	}
 }

@@ -11,9 +11,12 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	gm "github.com/goburrow/modbus"
 
 	"fieldlink/internal/words"
 	"fieldlink/sensors"
@@ -73,15 +76,19 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// Every request the scan sends is bounded by -timeout: the sweep sends
 	// one per id and line setting (and is given one more, for opening the
-	// line), identifying a device found one per request of every profile
-	// and up to 8 for its identification. Say how long the worst case
-	// takes, and hold each part to it.
+	// line), then a device found is read ConfirmReads more times, to tell
+	// a line setting with clean replies from one with garbled ones, and
+	// identifying it sends one per request of every profile and up to 8
+	// for its identification. Say how long the worst case takes, and hold
+	// each part to it.
 	perURL := time.Duration(len(o.IDs)+1) * o.Timeout
 	perDevice := time.Duration(IdentifyRequests(o.Profiles)) * o.Timeout
-	then := ""
+	perConfirm := time.Duration(ConfirmReads) * o.Timeout
+	then := fmt.Sprintf(", then up to %v for each device found, to count its clean replies (%s)",
+		ceilSecond(perConfirm), words.Count(ConfirmReads, "read"))
 	if o.Identify {
-		then = fmt.Sprintf(", then up to %v for each device found, to identify it (%s; -identify=false skips it)",
-			ceilSecond(perDevice), words.Count(IdentifyRequests(o.Profiles), "request"))
+		then = fmt.Sprintf(", then up to %v for each device found, to count its clean replies and identify it (%s; -identify=false skips identifying)",
+			ceilSecond(perConfirm+perDevice), words.Count(ConfirmReads+IdentifyRequests(o.Profiles), "request"))
 	}
 	fmt.Fprintf(o.Log, "trying %s at %s: at most about %v to sweep (a silent id costs -timeout %v)%s; -slaves and -bauds narrow it, Ctrl-C stops\n",
 		words.Count(len(o.IDs), "slave id"), words.Count(len(urls), "line setting"), ceilSecond(time.Duration(len(urls))*perURL), o.Timeout, then)
@@ -90,7 +97,9 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Log, "scan stopped at slave %d of %s: %s found so far\n", id, u, words.Count(found, "device"))
 		return ErrStopped
 	}
-	var fragments []Bus
+	// Sweep every line setting first: the port is one bus, at the one
+	// setting whose replies were cleanest, and only that one is identified.
+	var answered []Bus
 	for _, u := range urls {
 		frag := Bus{URL: u}
 		client, err := modbus.Open(u, modbus.Options{Timeout: o.Timeout})
@@ -98,6 +107,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		ep, _ := modbus.ParseURL(u)
+		frag.Setting = ep.LineSettings()
 		fmt.Fprintf(o.Log, "scanning %s (%s), %d slave ids...\n", u, ep.LineSettings(), len(o.IDs))
 		sweep, cancel := context.WithTimeout(ctx, perURL)
 		res, at, err := sensors.Scan(sweep, client, o.IDs, o.Area, o.Address, func(a sensors.Answer) {
@@ -117,37 +127,109 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			fmt.Fprintf(o.Log, "  the sweep of %s stopped at slave %d, at its bound of %v\n", u, at, perURL)
 		}
-		garbled := res.Garbled
-		if o.Identify {
-			for _, id := range frag.Slaves {
-				one, cancel := context.WithTimeout(ctx, perDevice)
-				who, err := sensors.Identify(one, client, id, o.Profiles)
-				cancel()
-				if ctx.Err() != nil {
-					client.Close()
-					return stopped(u, id)
-				}
-				if err != nil {
-					fmt.Fprintf(o.Log, "slave %d at %s: %v\n", id, u, err)
-				}
-				frag.IDs = append(frag.IDs, who)
+		frag.Clean, frag.Garbled = len(res.Answers), res.Garbled
+		for _, id := range frag.Slaves {
+			one, cancel := context.WithTimeout(ctx, perConfirm)
+			clean, garbled := confirm(one, client, id, o.Area, o.Address)
+			cancel()
+			if ctx.Err() != nil {
+				client.Close()
+				return stopped(u, id)
 			}
+			frag.Clean += clean
+			frag.Garbled += garbled
 		}
 		client.Close()
 		if len(frag.Slaves) > 0 {
-			fragments = append(fragments, frag)
+			answered = append(answered, frag)
 		}
-		if garbled > 0 {
-			fmt.Fprintf(o.Log, "  %d garbled replies at %s: a device may be there at another baud rate or parity\n", garbled, ep.LineSettings())
+		if frag.Garbled > 0 {
+			fmt.Fprintf(o.Log, "  %d garbled replies (%d clean) at %s: a device may be there at another baud rate or parity\n", frag.Garbled, frag.Clean, ep.LineSettings())
 		}
 	}
 	if found == 0 {
 		return ErrNoDevice
 	}
+	bus := Best(answered)
 	if o.Identify {
-		WriteFragment(o.Out, fragments)
+		client, err := modbus.Open(bus.URL, modbus.Options{Timeout: o.Timeout})
+		if err != nil {
+			return err
+		}
+		for _, id := range bus.Slaves {
+			one, cancel := context.WithTimeout(ctx, perDevice)
+			who, err := sensors.Identify(one, client, id, o.Profiles)
+			cancel()
+			if ctx.Err() != nil {
+				client.Close()
+				return stopped(bus.URL, id)
+			}
+			if err != nil {
+				fmt.Fprintf(o.Log, "slave %d at %s: %v\n", id, bus.URL, err)
+			}
+			bus.IDs = append(bus.IDs, who)
+		}
+		client.Close()
+		WriteFragment(o.Out, []Bus{bus})
 	}
 	return nil
+}
+
+// ConfirmReads is how many more reads a device found is sent at each line
+// setting: one probe each says little of how clean a setting's replies
+// are, and a slave that answers at two bauds is at the cleaner one.
+const ConfirmReads = 3
+
+// confirm reads slave's probe register ConfirmReads times and counts the
+// replies that came back clean (the register or an exception) and garbled.
+func confirm(ctx context.Context, c sensors.Reader, slave byte, area profile.Area, address uint16) (clean, garbled int) {
+	for range ConfirmReads {
+		_, err := c.Read(ctx, slave, area.FunctionCode(), address, 1)
+		if ctx.Err() != nil {
+			return clean, garbled
+		}
+		var mbErr *gm.ModbusError
+		switch {
+		case err == nil, errors.As(err, &mbErr):
+			clean++
+		case errors.Is(err, modbus.ErrCRC), errors.Is(err, modbus.ErrUnexpectedReply), errors.Is(err, modbus.ErrShortFrame):
+			garbled++
+		}
+	}
+	return clean, garbled
+}
+
+// Best is the bus of a port that answered at each of setting: the
+// setting whose replies were cleanest (the smallest share garbled, then
+// the most clean replies, then the first tried). The others are kept in
+// its Others for the fragment to say: a port is one bus at one baud, and
+// devices that answer only at different settings cannot share it.
+func Best(settings []Bus) Bus {
+	best := 0
+	for i, b := range settings[1:] {
+		if cleaner(b, settings[best]) {
+			best = i + 1
+		}
+	}
+	bus := settings[best]
+	bus.Others = nil
+	for i, b := range settings {
+		if i != best {
+			bus.Others = append(bus.Others, b)
+		}
+	}
+	return bus
+}
+
+// cleaner says whether a's replies were cleaner than b's: a smaller share
+// garbled (compared as a.G/(a.G+a.C) < b.G/(b.G+b.C)), then more clean.
+func cleaner(a, b Bus) bool {
+	l := a.Garbled * (b.Garbled + b.Clean)
+	r := b.Garbled * (a.Garbled + a.Clean)
+	if l != r {
+		return l < r
+	}
+	return a.Clean > b.Clean
 }
 
 // IdentifyRequests is how many requests identifying one device may send:
@@ -177,18 +259,30 @@ func ceilSecond(d time.Duration) time.Duration {
 
 // Bus is what a scan found at one line setting.
 type Bus struct {
-	URL    string
-	Slaves []byte
-	IDs    []sensors.Identity // by slave, when identified
+	URL     string
+	Setting string // the line settings, as "9600 8N1"
+	Slaves  []byte
+	IDs     []sensors.Identity // by slave, when identified
+	// Clean and Garbled count the replies at this setting, the sweep's
+	// and the confirming reads'.
+	Clean, Garbled int
+	// Others are the port's other settings at which devices answered.
+	Others []Bus
 }
 
-// WriteFragment writes the site file's buses for what a scan found: each
-// slave with the profile it matched best and how sure, the other
-// candidates in a comment. Slaves that match no profile are comments.
+// WriteFragment writes the site file's buses for what a scan found, one
+// per port, so that gateway check takes it as it is: each slave with the
+// profile it matched best and how sure, the other candidates in a
+// comment, device names unique over the fragment. Slaves that match no
+// profile are comments, and so are a port's other line settings at which
+// devices answered.
 func WriteFragment(w io.Writer, frags []Bus) {
 	fmt.Fprintf(w, "\n# A site-file fragment for what answered: check the profiles, rename the devices, then gateway check.\nbuses:\n")
+	names := map[string]bool{}
 	for i, f := range frags {
-		fmt.Fprintf(w, "  - name: bus-%d\n    url: %q\n    devices:\n", i+1, f.URL)
+		fmt.Fprintf(w, "  - name: bus-%d\n    url: %q\n", i+1, f.URL)
+		writeOthers(w, f)
+		fmt.Fprintf(w, "    devices:\n")
 		listed := 0
 		for k, slave := range f.Slaves {
 			who := f.IDs[k]
@@ -201,7 +295,12 @@ func WriteFragment(w io.Writer, frags []Bus) {
 				continue
 			}
 			m := who.Matches[0]
-			fmt.Fprintf(w, "      - {name: %s-%d, profile: %s, slave: %d}   # %s: %s\n", m.Profile.Name, slave, m.Profile.Name, slave, m.Confidence, m.Why)
+			name := fmt.Sprintf("%s-%d", m.Profile.Name, slave)
+			for n := 2; names[name]; n++ {
+				name = fmt.Sprintf("%s-%d-%d", m.Profile.Name, slave, n)
+			}
+			names[name] = true
+			fmt.Fprintf(w, "      - {name: %s, profile: %s, slave: %d}   # %s: %s\n", name, m.Profile.Name, slave, m.Confidence, m.Why)
 			listed++
 			var others []string
 			for _, o := range who.Matches[1:] {
@@ -219,6 +318,32 @@ func WriteFragment(w io.Writer, frags []Bus) {
 			fmt.Fprintf(w, "      []\n")
 		}
 	}
+}
+
+// writeOthers comments f's other line settings: the same slaves there is
+// a line whose devices also answer at another baud; different ones is a
+// line that cannot work as it is, its devices set to different bauds.
+func writeOthers(w io.Writer, f Bus) {
+	if len(f.Others) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "    # at %s: %d clean replies, %d garbled; the cleanest of the port's line settings\n", f.Setting, f.Clean, f.Garbled)
+	split := false
+	for _, o := range f.Others {
+		fmt.Fprintf(w, "    # at %s: slaves %s answered, %d clean replies, %d garbled\n", o.Setting, slaveList(o.Slaves), o.Clean, o.Garbled)
+		split = split || !slices.Equal(o.Slaves, f.Slaves)
+	}
+	if split {
+		fmt.Fprintf(w, "    # devices answered at different line settings on this one port: a line that cannot work until they are set to one baud and parity\n")
+	}
+}
+
+func slaveList(ids []byte) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.Itoa(int(id))
+	}
+	return strings.Join(s, ", ")
 }
 
 // ParseIDs parses "1-10,32" into slave ids.
