@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fieldlink/internal/testtool"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -81,11 +82,21 @@ func TestScanKeepsItsBound(t *testing.T) {
 // servePty serves devs with the project's emulator on one end of a socat
 // pty pair and returns the other end's path: a serial line on which every
 // baud the master opens it at reaches the devices (a pty has no baud).
-func servePty(t *testing.T, devs []emulator.Device) string {
+func servePty(t *testing.T, devs []emulator.Device, opt emulator.Options) string {
 	t.Helper()
-	emu, err := emulator.New(devs, emulator.Options{Seed: 1})
+	return servePtyEmu(t, devs, opt, nil)
+}
+
+// servePtyEmu is servePty that stores the emulator in emu, if not nil,
+// before it serves, for an OnRequest hook to read its counters.
+func servePtyEmu(t *testing.T, devs []emulator.Device, opt emulator.Options, emuOut *atomic.Pointer[emulator.Emulator]) string {
+	t.Helper()
+	emu, err := emulator.New(devs, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if emuOut != nil {
+		emuOut.Store(emu)
 	}
 	a, b := testtool.PtyPair(t)
 	port, err := emulator.OpenSerial(a, 9600, 'N', 8, 1)
@@ -103,7 +114,7 @@ func servePty(t *testing.T, devs []emulator.Device) string {
 // and the fragment passes check as it is (the same port at three bauds
 // printed three buses with the same device names: six errors).
 func TestScanFragmentOneBusPerPort(t *testing.T) {
-	line := servePty(t, emutest.Devices(t, "renke-rs-fxjt-n01", "generic-mine-multigas"))
+	line := servePty(t, emutest.Devices(t, "renke-rs-fxjt-n01", "generic-mine-multigas"), emulator.Options{Seed: 1})
 	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600,19200,4800", "-slaves", "1-3", "-timeout", "100ms")
 	if code != 0 {
 		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
@@ -118,6 +129,61 @@ func TestScanFragmentOneBusPerPort(t *testing.T) {
 	file := writeSite(t, "site: {id: \"001\"}\ngateway: {id: gw-scan}\n# A site-file fragment"+frag)
 	if code, cout, cerr := gw(t, "check", "-c", file); code != 0 || !strings.Contains(cout, "2 devices") {
 		t.Fatalf("check of scan's fragment: %d\n%s\n%s\nthe fragment:%s", code, cout, cerr, frag)
+	}
+	if testing.Verbose() {
+		t.Log(frag)
+	}
+}
+
+// A slave that answers at several bauds, some replies garbled (the
+// emulator's bad-CRC fault), is put at the baud whose replies were
+// cleanest, and the scan counted every corrupted reply the device sent.
+func TestScanCleanBaudWins(t *testing.T) {
+	devs := emutest.Devices(t, "generic-mine-multigas")
+	devs[0].Faults.BadCRC = 0.4
+	var emu atomic.Pointer[emulator.Emulator]
+	var sweptCorrupted atomic.Int64
+	sweptCorrupted.Store(-1)
+	opt := emulator.Options{Seed: 1, OnRequest: func(_ byte, pdu []byte) {
+		// Identification (43/14 first) starts once every baud was swept.
+		if pdu[0] == 0x2B && sweptCorrupted.Load() < 0 {
+			sweptCorrupted.Store(int64(emu.Load().Stats().Slaves[1].CRCCorrupted))
+		}
+	}}
+	line := servePtyEmu(t, devs, opt, &emu)
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600,19200,4800,2400", "-slaves", "1-2", "-timeout", "100ms")
+	if code != 0 {
+		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
+	}
+	_, frag, _ := strings.Cut(out, "\n# A site-file fragment")
+	var chosen [2]int
+	var others [][2]int
+	total := 0
+	for _, l := range strings.Split(frag, "\n") {
+		var setting string
+		var c, g int
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "# at %s 8N1: %d clean replies, %d garbled;", &setting, &c, &g); err == nil {
+			chosen = [2]int{c, g}
+		} else if i := strings.Index(l, "answered, "); i >= 0 {
+			if _, err := fmt.Sscanf(l[i:], "answered, %d clean replies, %d garbled", &c, &g); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+			others = append(others, [2]int{c, g})
+		} else {
+			continue
+		}
+		total += g
+	}
+	if len(others) == 0 || total == 0 {
+		t.Fatalf("want the slave at several bauds with some replies garbled:\n%s\n%s", frag, errOut)
+	}
+	if int64(total) != sweptCorrupted.Load() {
+		t.Errorf("the scan counted %d garbled replies over the bauds; the emulator corrupted %d:\n%s", total, sweptCorrupted.Load(), frag)
+	}
+	for _, o := range others {
+		if chosen[1]*(o[0]+o[1]) > o[1]*(chosen[0]+chosen[1]) {
+			t.Errorf("the bus is at a baud with %d of %d replies garbled over one with %d of %d:\n%s", chosen[1], chosen[0]+chosen[1], o[1], o[0]+o[1], frag)
+		}
 	}
 	if testing.Verbose() {
 		t.Log(frag)

@@ -140,8 +140,8 @@ func Run(ctx context.Context, o Options) error {
 			frag.Garbled += garbled
 		}
 		client.Close()
-		if len(frag.Slaves) > 0 {
-			answered = append(answered, frag)
+		if len(frag.Slaves) > 0 || frag.Garbled > 0 {
+			answered = append(answered, frag) // garbled replies say something was there
 		}
 		if frag.Garbled > 0 {
 			fmt.Fprintf(o.Log, "  %d garbled replies (%d clean) at %s: a device may be there at another baud rate or parity\n", frag.Garbled, frag.Clean, ep.LineSettings())
@@ -224,6 +224,9 @@ func Best(settings []Bus) Bus {
 // cleaner says whether a's replies were cleaner than b's: a smaller share
 // garbled (compared as a.G/(a.G+a.C) < b.G/(b.G+b.C)), then more clean.
 func cleaner(a, b Bus) bool {
+	if (len(a.Slaves) == 0) != (len(b.Slaves) == 0) {
+		return len(b.Slaves) == 0 // a setting nothing answered cleanly at is no bus
+	}
 	l := a.Garbled * (b.Garbled + b.Clean)
 	r := b.Garbled * (a.Garbled + a.Clean)
 	if l != r {
@@ -285,7 +288,10 @@ func WriteFragment(w io.Writer, frags []Bus) {
 		fmt.Fprintf(w, "    devices:\n")
 		listed := 0
 		for k, slave := range f.Slaves {
-			who := f.IDs[k]
+			var who sensors.Identity // none: the slave is a comment
+			if k < len(f.IDs) {
+				who = f.IDs[k]
+			}
 			if who.ID != nil {
 				fmt.Fprintf(w, "      # slave %d identifies itself: vendor %q, product %q, model %q, revision %q\n",
 					slave, who.ID.Vendor(), who.ID.Product(), who.ID.Model(), who.ID[modbus.ObjectMajorMinorRevision])
@@ -331,7 +337,7 @@ func writeOthers(w io.Writer, f Bus) {
 	split := false
 	for _, o := range f.Others {
 		fmt.Fprintf(w, "    # at %s: slaves %s answered, %d clean replies, %d garbled\n", o.Setting, slaveList(o.Slaves), o.Clean, o.Garbled)
-		split = split || !slices.Equal(o.Slaves, f.Slaves)
+		split = split || len(o.Slaves) > 0 && !slices.Equal(o.Slaves, f.Slaves)
 	}
 	if split {
 		fmt.Fprintf(w, "    # devices answered at different line settings on this one port: a line that cannot work until they are set to one baud and parity\n")
@@ -339,6 +345,9 @@ func writeOthers(w io.Writer, f Bus) {
 }
 
 func slaveList(ids []byte) string {
+	if len(ids) == 0 {
+		return "none"
+	}
 	s := make([]string, len(ids))
 	for i, id := range ids {
 		s[i] = strconv.Itoa(int(id))
