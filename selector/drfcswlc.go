@@ -21,7 +21,9 @@ import (
 //     upstream slow (it failed, or answered no faster than half the
 //     estimate, while that was 4× ℓ_best or more: a probe of the server's
 //     own answer, as an MQTT publish is, not a TCP connect) is believed at
-//     once when it next answers 4× faster than the estimate.
+//     once when it next answers 4× faster than the estimate; a delivery
+//     that began before a probe found the upstream recovered (believed so,
+//     or answering after failures) does not count, its slowness outdated.
 //   - Pick: among the upstreams that are not hot, the least
 //     (in-flight + 1 + Reported · connections) / W · e^Spread, a full
 //     scan, e drawn per upstream and pick from an exponential of mean 1
@@ -178,9 +180,17 @@ type dcState struct {
 	// tracks: while the upstream was slow, a probe failed or answered as
 	// slowly as its deliveries (a probe of its own answer, not a TCP
 	// connect): the next probe that answers fast is believed at once.
-	tracks  bool
-	endedAt int64 // table time a delivery to it last ended (or it was last idle)
-	pending bool  // deliveries were pending at the last recomputation
+	tracks bool
+	// probeFailed: the latest probe seen had failed. freshAt, when
+	// hasFresh: the table time of the latest probe that found the upstream
+	// recovered (believed after it saw the slowness, or answering after
+	// failures): a delivery longer than the time since then began before
+	// it and measures the upstream as it was.
+	probeFailed bool
+	freshAt     int64
+	hasFresh    bool
+	endedAt     int64 // table time a delivery to it last ended (or it was last idle)
+	pending     bool  // deliveries were pending at the last recomputation
 }
 
 // newDRFCSWLC returns a drf_cswlc strategy.
@@ -276,12 +286,35 @@ func (s *drfCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		// the one before it may be from before the upstream turned slow.
 		probeFailing := u.probeConsecutive > 0
 		probeAt, probeFails := u.probeAt, u.probeFailures
+		// A probe that saw the slowness sees it gone (believed below), or
+		// one answers after failures: it found the upstream back.
+		answered := !probeFailing && probe > 0 && !probeAt.Equal(st.probeAt)
+		believe := answered && st.hasEst && st.tracks && probe < st.est/4
+		if believe || answered && (st.probeFailed || probeFails != st.probeFails) {
+			st.freshAt, st.hasFresh = now, true
+		}
+		st.probeFailed = probeFailing
+		// The latency of the deliveries that ended since: not of those
+		// that began before a probe found the upstream recovered (longer
+		// than the time since), whose slowness that probe outdated. One
+		// ending after the probe would otherwise make the upstream slow
+		// again until its next probe (an interval, 10 s by default) and
+		// the estimate's decay, and the pick's chances as W^(1/Spread)
+		// give a slow upstream almost no delivery to correct it.
 		var recent float64
 		if k := min(int(count-st.seen), u.ringLen); k > 0 {
+			var n int
 			for j := 1; j <= k; j++ {
-				recent += float64(u.ring[(u.ringNext-j+len(u.ring))%len(u.ring)])
+				l := float64(u.ring[(u.ringNext-j+len(u.ring))%len(u.ring)])
+				if st.hasFresh && l > float64(now-st.freshAt) {
+					continue
+				}
+				recent += l
+				n++
 			}
-			recent /= float64(k)
+			if n > 0 {
+				recent /= float64(n)
+			}
 		}
 		load, hasLoad := u.load, u.hasLoad
 		u.mu.Unlock()
@@ -308,7 +341,7 @@ func (s *drfCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 			st.hasEst, st.estAt = true, now
 		case st.hasEst && probe > 0 && probeFailing:
 			st.estAt = now // held: no decay while the probes fail
-		case st.hasEst && probe > 0 && st.tracks && probe < st.est/4 && !probeAt.Equal(st.probeAt):
+		case believe:
 			// A probe that saw the slowness sees it gone: believed at once.
 			st.est, st.estAt, st.tracks = probe, now, false
 		case st.hasEst && probe > 0:

@@ -242,3 +242,41 @@ func TestDRFCSWLCPickDoesNotAllocate(t *testing.T) {
 		t.Errorf("Pick allocates %v times", n)
 	}
 }
+
+// A delivery that began while the upstream was slow and ends after a probe
+// was believed (it saw the upstream fast again) measures the upstream before
+// it recovered: it does not make it slow again. Otherwise nothing would undo
+// it before the next probe (10 s by default, the upstream no longer
+// troubled) and the estimate's decay: with the pick's chances as
+// (W/(in-flight+1))^3, the recovered node had no traffic for 15–22 s.
+func TestDRFCSWLCBelievedProbeOutlivesALateDelivery(t *testing.T) {
+	for _, same := range []bool{false, true} { // it ends after the probe's recomputation, or before it
+		lateDeliveryAfterAFastProbe(t, same)
+	}
+}
+
+func lateDeliveryAfterAFastProbe(t *testing.T, same bool) {
+	tb, c, s := dcTable(t, DRFCSWLCOptions{})
+	s.Pick(tb, 0)
+	feed(tb, c, 0, 20, 1200*time.Millisecond, time.Millisecond, nil)
+	for range 3 { // a recomputation at least every 375 ms
+		tick(tb, c, 400*time.Millisecond)
+		tb.Probe(0, 0, errors.New("probe timeout"))
+		s.Pick(tb, 0)
+	}
+	late := tb.Begin(0) // sent while slow: its ack comes 1.2 s later
+	if same {
+		c.Advance(800 * time.Millisecond)
+		tb.End(late, nil)
+	}
+	tick(tb, c, 400*time.Millisecond) // every probe answers in 20 ms
+	s.Pick(tb, 0)                     // believed
+	if !same {
+		c.Advance(800 * time.Millisecond)
+		tb.End(late, nil)
+	}
+	c.Advance(400 * time.Millisecond) // no probe until the next interval
+	if got := dcPicks(tb, s, 1000); got[0] < 150 {
+		t.Errorf("a delivery begun before the upstream recovered ended with its fast probe (in its recomputation: %v): the upstream got %d of 1000 picks, want about a fair share (250): %v", same, got[0], got)
+	}
+}
