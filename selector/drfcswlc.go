@@ -37,7 +37,8 @@ import (
 //     pending with none ending for Stall times the latency estimate (at least
 //     MinStall) eject the upstream for Eject·2^(k−1), k its ejections in a
 //     row, at most MaxEject, jittered ±20%; at most half the upstreams at
-//     once. A timeout or a fast error is never fast.
+//     once; a probe that finds it recovered (as above) ends the ejection.
+//     A timeout or a fast error is never fast.
 //   - Warm-up: an upstream that joins, comes back up or back from an
 //     ejection has its chance of a pick scaled by max(0.1,
 //     (t/WarmUp)^(1/Aggression)), Envoy's slow start (W by that to the
@@ -290,7 +291,8 @@ func (s *drfCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		// one answers after failures: it found the upstream back.
 		answered := !probeFailing && probe > 0 && !probeAt.Equal(st.probeAt)
 		believe := answered && st.hasEst && st.tracks && probe < st.est/4
-		if believe || answered && (st.probeFailed || probeFails != st.probeFails) {
+		recovered := believe || answered && (st.probeFailed || probeFails != st.probeFails)
+		if recovered {
 			st.freshAt, st.hasFresh = now, true
 		}
 		st.probeFailed = probeFailing
@@ -359,6 +361,14 @@ func (s *drfCSWLC) recompute(t *Table, now int64, out *dcWeights) {
 		// (at least MinStall): a black hole is found before its timeouts.
 		stall := max(float64(o.MinStall), o.Stall*st.est)
 		stalled := pending > 0 && float64(now-st.endedAt) > stall
+		if recovered && now < st.ejectTill {
+			// A probe found it back: the ejection ends (Envoy's
+			// un-ejection by a passing active health check), its warm-up
+			// starts, and its stall is timed from now. Its doubling is not
+			// forgiven: if it fails again, it is out for longer.
+			st.ejectTill, st.warmFrom, st.endedAt = now, now, now
+			stalled = false
+		}
 		if now >= st.ejectTill && (newTouts > 0 || stalled || newFails > 0 && consec >= uint64(o.FailuresToEject)) {
 			st.ejections++
 			d := float64(o.Eject) * math.Pow(2, float64(st.ejections-1))

@@ -280,3 +280,43 @@ func lateDeliveryAfterAFastProbe(t *testing.T, same bool) {
 		t.Errorf("a delivery begun before the upstream recovered ended with its fast probe (in its recomputation: %v): the upstream got %d of 1000 picks, want about a fair share (250): %v", same, got[0], got)
 	}
 }
+
+// A probe that finds an ejected upstream back (believed after it saw the
+// slowness, or answering after failures) ends its ejection, as a passing
+// active health check does in Envoy: an ejection doubled by the faults
+// before (here the first one, made 30 s long) otherwise kept a recovered
+// node out for up to 36 s, whatever its probes said.
+func TestDRFCSWLCProbeEndsAnEjection(t *testing.T) {
+	for _, failing := range []bool{true, false} { // a black hole's probes, a slow node's
+		tb, c, s := dcTable(t, DRFCSWLCOptions{Eject: 30 * time.Second})
+		s.Pick(tb, 0)
+		if !failing {
+			feed(tb, c, 0, 20, 1200*time.Millisecond, time.Millisecond, nil)
+		}
+		feed(tb, c, 0, 1, 10*time.Second, time.Millisecond, timeoutErr{}) // ejected, 24 s at least
+		for range 3 {
+			tick(tb, c, 400*time.Millisecond)
+			if failing {
+				tb.Probe(0, 0, errors.New("probe timeout"))
+			} else {
+				tb.Probe(0, 1200*time.Millisecond, nil)
+			}
+			s.Pick(tb, 0)
+		}
+		if got := dcPicks(tb, s, 1000); got[0] != 0 {
+			t.Fatalf("ejected, the upstream got %d of 1000 picks", got[0])
+		}
+		tick(tb, c, 400*time.Millisecond) // every probe answers in 20 ms
+		s.Pick(tb, 0)
+		for range 10 { // past WarmUp, no probe of u0 since
+			c.Advance(400 * time.Millisecond)
+			for i := 1; i < 4; i++ {
+				tb.Probe(i, 20*time.Millisecond, nil)
+			}
+			s.Pick(tb, 0)
+		}
+		if got := dcPicks(tb, s, 1000); got[0] < 150 {
+			t.Errorf("probes failing %v, then answering fast: 4 s later the upstream got %d of 1000 picks, want about a fair share (250): %v", failing, got[0], got)
+		}
+	}
+}
