@@ -175,15 +175,7 @@ func (s *Store) volatilePath() string {
 	if s.memPath != "" {
 		return s.memPath
 	}
-	// One per card buffer: two gateways (or tests) on one machine do not
-	// share it.
-	abs, err := filepath.Abs(s.opt.Path)
-	if err != nil {
-		abs = s.opt.Path
-	}
-	h := fnv.New32a()
-	h.Write([]byte(abs))
-	name := fmt.Sprintf("%s-%08x.volatile.db", strings.TrimSuffix(filepath.Base(s.opt.Path), ".db"), h.Sum32())
+	name := volatileName(s.opt.Path)
 	if s.opt.VolatileDir != "" {
 		return filepath.Join(s.opt.VolatileDir, name)
 	}
@@ -193,6 +185,34 @@ func (s *Store) volatilePath() string {
 		}
 	}
 	return ""
+}
+
+// volatileName is the volatile buffer's file name for the card buffer at
+// cardPath: one per card buffer, so that two gateways (or tests) on one
+// machine do not share it.
+func volatileName(cardPath string) string {
+	abs, err := filepath.Abs(cardPath)
+	if err != nil {
+		abs = cardPath
+	}
+	h := fnv.New32a()
+	h.Write([]byte(abs))
+	return fmt.Sprintf("%s-%08x.volatile.db", strings.TrimSuffix(filepath.Base(cardPath), ".db"), h.Sum32())
+}
+
+// LeftVolatile returns the volatile buffer a stopped gateway left beside
+// the card buffer at cardPath (in the default directories), with the
+// readings it had not delivered yet; the next start delivers them. ok is
+// false when there is none.
+func LeftVolatile(cardPath string) (path string, ok bool) {
+	name := volatileName(cardPath)
+	for _, d := range volatileDirs() {
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // volatileDirs are the candidate directories of the volatile buffer,

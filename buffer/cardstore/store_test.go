@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -370,5 +371,29 @@ func TestVolatileNotStarved(t *testing.T) {
 	recs, err := r.s.Next(1)
 	if err != nil || len(recs) != 1 || recs[0].Seq&Volatile == 0 {
 		t.Fatalf("first of one: %v %+v, want the volatile reading", err, recs)
+	}
+}
+
+// LeftVolatile finds the volatile buffer a stopped gateway left for a
+// card buffer, in the default directories, and no other card's.
+func TestLeftVolatile(t *testing.T) {
+	card := filepath.Join(t.TempDir(), "buffer.db")
+	if p, ok := LeftVolatile(card); ok {
+		t.Fatalf("a volatile buffer before any: %s", p)
+	}
+	s := &Store{opt: Options{Path: card}}
+	p := s.volatilePath()
+	if p == "" {
+		t.Fatal("no directory for the volatile buffer")
+	}
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(p)
+	if got, ok := LeftVolatile(card); !ok || got != p {
+		t.Errorf("LeftVolatile = %q, %v; want %q", got, ok, p)
+	}
+	if got, ok := LeftVolatile(filepath.Join(t.TempDir(), "buffer.db")); ok {
+		t.Errorf("another card's volatile buffer: %q", got)
 	}
 }
