@@ -15,7 +15,7 @@ import (
 
 // Scan names what it found: a device that answers Read Device
 // Identification is matched to its profile for sure, one that does not by
-// the registers it answers; what it prints passes check.
+// the values its registers hold; what it prints passes check.
 func TestScanNamesWhatItFound(t *testing.T) {
 	_, addr := serve(t, true, "renke-rs-fxjt-n01", "generic-mine-multigas", "vaisala-gmp252")
 	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-4", "-timeout", "50ms")
@@ -25,7 +25,7 @@ func TestScanNamesWhatItFound(t *testing.T) {
 	for _, want := range []string{
 		`# slave 1 identifies itself: vendor "Jinan Renke (Shandong Renke Control Technology)", product "RS-FXJT-N01"`,
 		"- {name: renke-rs-fxjt-n01-1, profile: renke-rs-fxjt-n01, slave: 1}   # sure: the device names its vendor",
-		"- {name: generic-mine-multigas-2, profile: generic-mine-multigas, slave: 2}   # guess: all 6 registers answer, as do those of",
+		"- {name: generic-mine-multigas-2, profile: generic-mine-multigas, slave: 2}   # likely: all 6 registers hold plausible values",
 		"- {name: vaisala-gmp252-3, profile: vaisala-gmp252, slave: 3}   # sure:",
 	} {
 		if !strings.Contains(out, want) {
