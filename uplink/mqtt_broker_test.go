@@ -28,7 +28,7 @@ type mqttBrokerOpts struct {
 	passwordFile string // if set, anonymous clients are refused
 	// TLS listener: files of the CA, the server certificate and key; mtls
 	// asks for a client certificate.
-	tls  *mqttCertFiles
+	tls  *testtool.Certs
 	mtls bool
 }
 
@@ -37,7 +37,7 @@ func mqttStartBroker(t testing.TB, o mqttBrokerOpts) *testtool.Mosquitto {
 	t.Helper()
 	var conf []string
 	if o.tls != nil {
-		conf = append(conf, "cafile "+o.tls.ca, "certfile "+o.tls.serverCert, "keyfile "+o.tls.serverKey)
+		conf = append(conf, "cafile "+o.tls.CA, "certfile "+o.tls.ServerCert, "keyfile "+o.tls.ServerKey)
 		if o.mtls {
 			conf = append(conf, "require_certificate true")
 		}

@@ -2,16 +2,8 @@ package uplink
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,131 +13,8 @@ import (
 	"fieldlink/internal/testtool"
 )
 
-// mqttCertFiles are PEM files made by mqttMakeCerts.
-type mqttCertFiles struct {
-	ca, serverCert, serverKey string // the CA, and the server's for 127.0.0.1 and localhost
-	clientCert, clientKey     string // a client certificate signed by the CA
-	otherCA                   string // a CA that signed nothing here
-	// Server certificates by the same CA, with serverKey, that a client must
-	// refuse: one expired yesterday, one for another host name.
-	expiredCert, wrongNameCert string
-}
-
-// mqttMakeCerts writes a CA, a server certificate for 127.0.0.1 and
-// localhost, a client certificate, and an unrelated CA into a temp dir.
-func mqttMakeCerts(t testing.TB) *mqttCertFiles {
-	t.Helper()
-	dir := t.TempDir()
-	f := &mqttCertFiles{
-		ca:         filepath.Join(dir, "ca.pem"),
-		serverCert: filepath.Join(dir, "server.pem"),
-		serverKey:  filepath.Join(dir, "server-key.pem"),
-		clientCert: filepath.Join(dir, "client.pem"),
-		clientKey:  filepath.Join(dir, "client-key.pem"),
-		otherCA:    filepath.Join(dir, "other-ca.pem"),
-
-		expiredCert:   filepath.Join(dir, "server-expired.pem"),
-		wrongNameCert: filepath.Join(dir, "server-wrong-name.pem"),
-	}
-	serial := int64(1)
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	write := func(path, typ string, der []byte) {
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeKey := func(path string, k *ecdsa.PrivateKey) {
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(path, "PRIVATE KEY", der)
-	}
-	issue := func(tmpl, parent *x509.Certificate, pub, signer any) *x509.Certificate {
-		serial++
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore = time.Now().Add(-time.Hour)
-		tmpl.NotAfter = time.Now().Add(24 * time.Hour)
-		if parent == nil {
-			parent = tmpl
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	newCA := func(name, path string) (*x509.Certificate, *ecdsa.PrivateKey) {
-		k := newKey()
-		c := issue(&x509.Certificate{
-			Subject:               pkix.Name{CommonName: name},
-			IsCA:                  true,
-			BasicConstraintsValid: true,
-			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		}, nil, &k.PublicKey, k)
-		write(path, "CERTIFICATE", c.Raw)
-		return c, k
-	}
-	ca, caKey := newCA("fieldlink test CA", f.ca)
-	newCA("some other CA", f.otherCA)
-
-	sk := newKey()
-	sc := issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "localhost"},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca, &sk.PublicKey, caKey)
-	write(f.serverCert, "CERTIFICATE", sc.Raw)
-	writeKey(f.serverKey, sk)
-
-	expired := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "localhost"},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	serial++
-	expired.SerialNumber = big.NewInt(serial)
-	expired.NotBefore, expired.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
-	der, err := x509.CreateCertificate(rand.Reader, expired, ca, &sk.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write(f.expiredCert, "CERTIFICATE", der)
-	wn := issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "ingest.example.com"},
-		DNSNames:    []string{"ingest.example.com"},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca, &sk.PublicKey, caKey)
-	write(f.wrongNameCert, "CERTIFICATE", wn.Raw)
-
-	ck := newKey()
-	cc := issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "fieldlink-gw1"},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, ca, &ck.PublicKey, caKey)
-	write(f.clientCert, "CERTIFICATE", cc.Raw)
-	writeKey(f.clientKey, ck)
-	return f
-}
-
 func TestMQTTTLSConfigFiles(t *testing.T) {
-	certs := mqttMakeCerts(t)
+	certs := testtool.MakeCerts(t)
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
@@ -160,15 +29,15 @@ func TestMQTTTLSConfigFiles(t *testing.T) {
 		wantRoots, wantCert bool
 	}{
 		{name: "system roots", wantErr: ""},
-		{name: "ca", ca: certs.ca, wantRoots: true},
-		{name: "mutual", ca: certs.ca, cert: certs.clientCert, key: certs.clientKey, wantRoots: true, wantCert: true},
+		{name: "ca", ca: certs.CA, wantRoots: true},
+		{name: "mutual", ca: certs.CA, cert: certs.ClientCert, key: certs.ClientKey, wantRoots: true, wantCert: true},
 		{name: "insecure", insecure: true},
 		{name: "ca missing", ca: missing, wantErr: "missing.pem"},
 		{name: "ca not PEM", ca: notPEM, wantErr: "no PEM certificate"},
-		{name: "cert without key", cert: certs.clientCert, wantErr: "both cert and key"},
-		{name: "key without cert", key: certs.clientKey, wantErr: "both cert and key"},
-		{name: "key does not match", cert: certs.clientCert, key: certs.serverKey, wantErr: "client certificate"},
-		{name: "key not PEM", cert: certs.clientCert, key: notPEM, wantErr: "not.pem"},
+		{name: "cert without key", cert: certs.ClientCert, wantErr: "both cert and key"},
+		{name: "key without cert", key: certs.ClientKey, wantErr: "both cert and key"},
+		{name: "key does not match", cert: certs.ClientCert, key: certs.ServerKey, wantErr: "client certificate"},
+		{name: "key not PEM", cert: certs.ClientCert, key: notPEM, wantErr: "not.pem"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,15 +68,15 @@ func TestMQTTTLSConfigFiles(t *testing.T) {
 // here: one verifying nothing of the client, one requiring a client
 // certificate.
 func TestMQTTTLS(t *testing.T) {
-	certs := mqttMakeCerts(t)
+	certs := testtool.MakeCerts(t)
 	plain := mqttStartBroker(t, mqttBrokerOpts{tls: certs})
 	mutual := mqttStartBroker(t, mqttBrokerOpts{tls: certs, mtls: true})
 	withCert := func(cert string) *testtool.Mosquitto {
 		c := *certs
-		c.serverCert = cert
+		c.ServerCert = cert
 		return mqttStartBroker(t, mqttBrokerOpts{tls: &c})
 	}
-	expired, wrongName := withCert(certs.expiredCert), withCert(certs.wrongNameCert)
+	expired, wrongName := withCert(certs.ExpiredCert), withCert(certs.WrongNameCert)
 	tlsURL := func(b *testtool.Mosquitto) string { return "mqtts://" + b.Addr() }
 
 	mustTLS := func(ca, cert, key string, insecure bool) *tls.Config {
@@ -225,16 +94,16 @@ func TestMQTTTLS(t *testing.T) {
 		wantOK bool
 		errHas string // in the error of a failing Publish
 	}{
-		{"server verified by our CA", tlsURL(plain), mustTLS(certs.ca, "", "", false), true, ""},
-		{"server verified by host name localhost", "mqtts://localhost:" + strings.Split(plain.Addr(), ":")[1], mustTLS(certs.ca, "", "", false), true, ""},
-		{"wrong CA", tlsURL(plain), mustTLS(certs.otherCA, "", "", false), false, "certificate"},
+		{"server verified by our CA", tlsURL(plain), mustTLS(certs.CA, "", "", false), true, ""},
+		{"server verified by host name localhost", "mqtts://localhost:" + strings.Split(plain.Addr(), ":")[1], mustTLS(certs.CA, "", "", false), true, ""},
+		{"wrong CA", tlsURL(plain), mustTLS(certs.OtherCA, "", "", false), false, "certificate"},
 		{"system roots do not know the test CA", tlsURL(plain), nil, false, "certificate"},
-		{"wrong CA, verification off", tlsURL(plain), mustTLS(certs.otherCA, "", "", true), true, ""},
-		{"expired server certificate", tlsURL(expired), mustTLS(certs.ca, "", "", false), false, "expired"},
-		{"server certificate for another host name", tlsURL(wrongName), mustTLS(certs.ca, "", "", false), false, "127.0.0.1"},
-		{"server certificate for another host name, by name", "mqtts://localhost:" + strings.Split(wrongName.Addr(), ":")[1], mustTLS(certs.ca, "", "", false), false, "not localhost"},
-		{"mutual TLS with client certificate", tlsURL(mutual), mustTLS(certs.ca, certs.clientCert, certs.clientKey, false), true, ""},
-		{"mutual TLS without client certificate", tlsURL(mutual), mustTLS(certs.ca, "", "", false), false, ""},
+		{"wrong CA, verification off", tlsURL(plain), mustTLS(certs.OtherCA, "", "", true), true, ""},
+		{"expired server certificate", tlsURL(expired), mustTLS(certs.CA, "", "", false), false, "expired"},
+		{"server certificate for another host name", tlsURL(wrongName), mustTLS(certs.CA, "", "", false), false, "127.0.0.1"},
+		{"server certificate for another host name, by name", "mqtts://localhost:" + strings.Split(wrongName.Addr(), ":")[1], mustTLS(certs.CA, "", "", false), false, "not localhost"},
+		{"mutual TLS with client certificate", tlsURL(mutual), mustTLS(certs.CA, certs.ClientCert, certs.ClientKey, false), true, ""},
+		{"mutual TLS without client certificate", tlsURL(mutual), mustTLS(certs.CA, "", "", false), false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

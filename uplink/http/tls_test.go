@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool"
 	"fieldlink/uplink"
 )
 
@@ -89,15 +90,15 @@ func TestHTTPTLS(t *testing.T) {
 // verification error, by the CA that signed them, and the server sees no
 // request.
 func TestHTTPSRefusesBadServerCertificates(t *testing.T) {
-	certs := mqttMakeCerts(t)
+	certs := testtool.MakeCerts(t)
 	for _, tc := range []struct {
 		name, cert, host, want string
 	}{
-		{"expired", certs.expiredCert, "127.0.0.1", "expired"},
-		{"another host name", certs.wrongNameCert, "localhost", "not localhost"},
+		{"expired", certs.ExpiredCert, "127.0.0.1", "expired"},
+		{"another host name", certs.WrongNameCert, "localhost", "not localhost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pair, err := tls.LoadX509KeyPair(tc.cert, certs.serverKey)
+			pair, err := tls.LoadX509KeyPair(tc.cert, certs.ServerKey)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +107,7 @@ func TestHTTPSRefusesBadServerCertificates(t *testing.T) {
 			srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 			srv.StartTLS()
 			defer srv.Close()
-			cfg, err := uplink.TLSConfig(certs.ca, "", "", false)
+			cfg, err := uplink.TLSConfig(certs.CA, "", "", false)
 			if err != nil {
 				t.Fatal(err)
 			}

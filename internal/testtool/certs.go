@@ -1,4 +1,4 @@
-package http
+package testtool
 
 import (
 	"crypto/ecdsa"
@@ -15,31 +15,32 @@ import (
 	"time"
 )
 
-// mqttCertFiles are PEM files made by mqttMakeCerts.
-type mqttCertFiles struct {
-	ca, serverCert, serverKey string // the CA, and the server's for 127.0.0.1 and localhost
-	clientCert, clientKey     string // a client certificate signed by the CA
-	otherCA                   string // a CA that signed nothing here
+// Certs are PEM files made by MakeCerts, for the TLS tests of the MQTT
+// and HTTP upstreams.
+type Certs struct {
+	CA, ServerCert, ServerKey string // the CA, and the server's for 127.0.0.1 and localhost
+	ClientCert, ClientKey     string // a client certificate signed by the CA
+	OtherCA                   string // a CA that signed nothing here
 	// Server certificates by the same CA, with serverKey, that a client must
 	// refuse: one expired yesterday, one for another host name.
-	expiredCert, wrongNameCert string
+	ExpiredCert, WrongNameCert string
 }
 
-// mqttMakeCerts writes a CA, a server certificate for 127.0.0.1 and
+// MakeCerts writes a CA, a server certificate for 127.0.0.1 and
 // localhost, a client certificate, and an unrelated CA into a temp dir.
-func mqttMakeCerts(t testing.TB) *mqttCertFiles {
+func MakeCerts(t testing.TB) *Certs {
 	t.Helper()
 	dir := t.TempDir()
-	f := &mqttCertFiles{
-		ca:         filepath.Join(dir, "ca.pem"),
-		serverCert: filepath.Join(dir, "server.pem"),
-		serverKey:  filepath.Join(dir, "server-key.pem"),
-		clientCert: filepath.Join(dir, "client.pem"),
-		clientKey:  filepath.Join(dir, "client-key.pem"),
-		otherCA:    filepath.Join(dir, "other-ca.pem"),
+	f := &Certs{
+		CA:         filepath.Join(dir, "ca.pem"),
+		ServerCert: filepath.Join(dir, "server.pem"),
+		ServerKey:  filepath.Join(dir, "server-key.pem"),
+		ClientCert: filepath.Join(dir, "client.pem"),
+		ClientKey:  filepath.Join(dir, "client-key.pem"),
+		OtherCA:    filepath.Join(dir, "other-ca.pem"),
 
-		expiredCert:   filepath.Join(dir, "server-expired.pem"),
-		wrongNameCert: filepath.Join(dir, "server-wrong-name.pem"),
+		ExpiredCert:   filepath.Join(dir, "server-expired.pem"),
+		WrongNameCert: filepath.Join(dir, "server-wrong-name.pem"),
 	}
 	serial := int64(1)
 	newKey := func() *ecdsa.PrivateKey {
@@ -90,8 +91,8 @@ func mqttMakeCerts(t testing.TB) *mqttCertFiles {
 		write(path, "CERTIFICATE", c.Raw)
 		return c, k
 	}
-	ca, caKey := newCA("fieldlink test CA", f.ca)
-	newCA("some other CA", f.otherCA)
+	ca, caKey := newCA("fieldlink test CA", f.CA)
+	newCA("some other CA", f.OtherCA)
 
 	sk := newKey()
 	sc := issue(&x509.Certificate{
@@ -101,8 +102,8 @@ func mqttMakeCerts(t testing.TB) *mqttCertFiles {
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}, ca, &sk.PublicKey, caKey)
-	write(f.serverCert, "CERTIFICATE", sc.Raw)
-	writeKey(f.serverKey, sk)
+	write(f.ServerCert, "CERTIFICATE", sc.Raw)
+	writeKey(f.ServerKey, sk)
 
 	expired := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "localhost"},
@@ -118,14 +119,14 @@ func mqttMakeCerts(t testing.TB) *mqttCertFiles {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write(f.expiredCert, "CERTIFICATE", der)
+	write(f.ExpiredCert, "CERTIFICATE", der)
 	wn := issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "ingest.example.com"},
 		DNSNames:    []string{"ingest.example.com"},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}, ca, &sk.PublicKey, caKey)
-	write(f.wrongNameCert, "CERTIFICATE", wn.Raw)
+	write(f.WrongNameCert, "CERTIFICATE", wn.Raw)
 
 	ck := newKey()
 	cc := issue(&x509.Certificate{
@@ -133,7 +134,7 @@ func mqttMakeCerts(t testing.TB) *mqttCertFiles {
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}, ca, &ck.PublicKey, caKey)
-	write(f.clientCert, "CERTIFICATE", cc.Raw)
-	writeKey(f.clientKey, ck)
+	write(f.ClientCert, "CERTIFICATE", cc.Raw)
+	writeKey(f.ClientKey, ck)
 	return f
 }
