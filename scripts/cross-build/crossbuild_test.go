@@ -5,7 +5,7 @@
 // (as a step of its own, after the other tests: -tags crosscheck keeps it
 // out of `go test ./...`, where it would compete with them for the cores):
 // the field build for armv6, armv7, arm64 and amd64, reproducible from
-// another path and under the 10 MiB budget, then qemu-check (version, poll
+// another path and under the size budget (MAX_MIB), then qemu-check (version, poll
 // of the emulator, the SIGILL control, the demo, and the sensors, buffer
 // and selector tests as ARM binaries).
 package crossbuild_test
