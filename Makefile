@@ -14,7 +14,7 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long cluster-check-fleet cluster-check-puback
+.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench bench-compare footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long cluster-check-fleet cluster-check-puback
 
 all: test
 
@@ -107,6 +107,12 @@ bench:
 FOOTPRINT_FLAGS ?=
 footprint:
 	$(GO) run ./scripts/footprint $(FOOTPRINT_FLAGS)
+
+# This checkout against an earlier revision (BASE=rev), side by side in one
+# run: make bench's Go benchmarks in alternating rounds, and the footprint
+# with both gateways at once.
+bench-compare:
+	scripts/bench-compare $(BASE) $(ROUNDS)
 
 ## demo: emulated farm and mine devices, polled live
 demo:

@@ -88,7 +88,7 @@ func testProfileDecodesAsTheFlow(t *testing.T, n int) {
 func TestSiteFileIsValid(t *testing.T) {
 	dir, _ := loadFootprintProfile(t, 20)
 	site := filepath.Join(t.TempDir(), "site.yaml")
-	text := siteYAML(dir, profileFor(20), []string{"127.0.0.1:1502"}, "127.0.0.1:1883", filepath.Join(t.TempDir(), "buf.db"), 10, time.Second)
+	text := siteYAML(ourGateway, ourTopic, dir, profileFor(20), []string{"127.0.0.1:1502"}, "127.0.0.1:1883", filepath.Join(t.TempDir(), "buf.db"), 10, time.Second)
 	if err := os.WriteFile(site, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

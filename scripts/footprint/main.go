@@ -78,6 +78,7 @@ type options struct {
 	nodeRED, telegraf, editor, keep bool
 	nodeREDMax                      int
 	cache, mosquitto, dist, gateway string
+	base                            string // an earlier revision's gateway binary, measured beside
 	csv                             string
 }
 
@@ -99,6 +100,7 @@ func main() {
 	fs.StringVar(&o.cache, "cache", defaultCache(), "where Node-RED and Telegraf are installed (outside the repository)")
 	fs.StringVar(&o.mosquitto, "mosquitto", "", "mosquitto binary (default: PATH, then /usr/sbin/mosquitto)")
 	fs.StringVar(&o.gateway, "gateway", "", "measure this gateway binary instead of building ./cmd/gateway")
+	fs.StringVar(&o.base, "base-gateway", "", "also measure this gateway binary (an earlier revision's build, see scripts/bench-compare) in the same run, as \"fieldlink (base)\", and print the gateway's figures over it")
 	fs.StringVar(&o.csv, "samples", "", "also write every sample to this CSV file (step, system, seconds since start, in window, RSS, anon, file, CPU, written)")
 	fs.StringVar(&o.dist, "dist", "dist", "directory of `make dist`'s binaries, relative to the repository")
 	_ = fs.Parse(os.Args[1:])

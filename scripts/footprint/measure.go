@@ -21,7 +21,7 @@ import (
 
 // binaries are the programs the steps run.
 type binaries struct {
-	gateway, mosquitto, red, node, telegraf string
+	gateway, base, mosquitto, red, node, telegraf string
 }
 
 // measureAll installs and builds what the steps need, runs every step, and
@@ -59,6 +59,11 @@ func measureAll(ctx context.Context, o options, root, tmp string, out io.Writer)
 		}
 	} else if bin.gateway, err = filepath.Abs(bin.gateway); err != nil {
 		return 2, false, err
+	}
+	if o.base != "" {
+		if bin.base, err = filepath.Abs(o.base); err != nil {
+			return 2, false, err
+		}
 	}
 
 	var results [][]*system
@@ -135,7 +140,11 @@ func measureStep(ctx context.Context, o options, st step, bin binaries, tmp stri
 
 	ours := &system{name: "fieldlink", ledger: newLedger("fieldlink", ourTopic, ourGateway, st.devices, regs)}
 	systems := []*system{ours}
-	var tele, red *system
+	var base, tele, red *system
+	if bin.base != "" {
+		base = &system{name: "fieldlink (base)", ledger: newLedger("fieldlink (base)", baseTopic, baseGateway, st.devices, regs)}
+		systems = append(systems, base)
+	}
 	if o.telegraf {
 		tele = &system{name: "Telegraf", ledger: newLedger("Telegraf", telegrafTopic, telegrafGateway, st.devices, regs)}
 		tele.ledger.anyOrder = true
@@ -166,16 +175,28 @@ func measureStep(ctx context.Context, o options, st step, bin binaries, tmp stri
 	}
 
 	// The gateway.
-	site := filepath.Join(tmp, "site.yaml")
-	if err := os.WriteFile(site, []byte(siteYAML(profiles, profile, emuAddrs, brokerAddr, filepath.Join(tmp, "buffer.db"), st.devices, st.interval)), 0o644); err != nil {
+	startGateway := func(s *system, binary, gateway, topic, name string) error {
+		site := filepath.Join(tmp, name+".yaml")
+		if err := os.WriteFile(site, []byte(siteYAML(gateway, topic, profiles, profile, emuAddrs, brokerAddr, filepath.Join(tmp, name+".db"), st.devices, st.interval)), 0o644); err != nil {
+			return err
+		}
+		if err := startSystem(s, nil, binary, "run", "-c", site, "-log-level", "warn"); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(binary); err == nil {
+			s.install = fi.Size()
+			s.detail = fmt.Sprintf("one static binary, %s %s", runtime.GOOS, runtime.GOARCH)
+		}
+		return nil
+	}
+	if err := startGateway(ours, bin.gateway, ourGateway, ourTopic, "site"); err != nil {
 		return nil, err
 	}
-	if err := startSystem(ours, nil, bin.gateway, "run", "-c", site, "-log-level", "warn"); err != nil {
-		return nil, err
-	}
-	if fi, err := os.Stat(bin.gateway); err == nil {
-		ours.install = fi.Size()
-		ours.detail = fmt.Sprintf("one static binary, %s %s", runtime.GOOS, runtime.GOARCH)
+	// The earlier revision's gateway, at the same time, on the same devices.
+	if base != nil {
+		if err := startGateway(base, bin.base, baseGateway, baseTopic, "site-base"); err != nil {
+			return nil, err
+		}
 	}
 
 	// Telegraf, at the same time.

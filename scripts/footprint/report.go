@@ -87,6 +87,14 @@ func (f figures) writtenPerPacket() (bytes, times float64) {
 	return bytes, bytes / float64(f.size)
 }
 
+// over is a/b as a ratio, "n/a" when b is not positive.
+func over(a, b float64) string {
+	if b <= 0 || a < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
 func mb(b int64) string { return fmt.Sprintf("%.1f", float64(b)/1e6) }
 
 // targets are the gateway's figures to meet, by step rate:
@@ -166,6 +174,14 @@ func report(o options, root string, results [][]*system, out io.Writer) (code in
 			}
 		}
 		ours := systems[0].f
+		for _, s := range systems[1:] {
+			if s.name == "fieldlink (base)" {
+				ob, _ := ours.writtenPerPacket()
+				bb, _ := s.f.writtenPerPacket()
+				fmt.Fprintf(out, "this revision over the base, measured side by side: resident median %s, CPU per 1,000 packets %s, bytes written per packet %s\n",
+					over(float64(ours.rssMedian), float64(s.f.rssMedian)), over(ours.perK(), s.f.perK()), over(ob, bb))
+			}
+		}
 		if float64(ours.rssMax) >= o.maxRSS*1e6 {
 			fail("gateway resident max %s MB at %d pkt/s, target under %g MB", mb(ours.rssMax), st.rate, o.maxRSS)
 		}

@@ -13,9 +13,11 @@ const (
 	siteID          = "001"
 	dataType        = "Agro"
 	ourGateway      = "gw-footprint"
+	baseGateway     = "gw-footprint-base"
 	theirGateway    = "gw-footprint-nodered"
 	telegrafGateway = "gw-footprint-telegraf"
 	ourTopic        = "footprint/fieldlink/"
+	baseTopic       = "footprint/base/"
 	theirTopic      = "footprint/node-red/"
 	telegrafTopic   = "footprint/telegraf/"
 )
@@ -114,16 +116,16 @@ registers:
 }
 
 // siteYAML is the gateway's site file: one Modbus TCP bus to the emulator,
-// every device at interval, delivery at QoS 1 to the broker, the buffer at
-// its defaults (durability: always), metrics off.
-func siteYAML(profilesDir, profile string, emulators []string, broker, bufferPath string, devices int, interval time.Duration) string {
+// every device at interval, delivery at QoS 1 to the broker under topic,
+// the buffer at its defaults (durability: always), metrics off.
+func siteYAML(gateway, topic, profilesDir, profile string, emulators []string, broker, bufferPath string, devices int, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `site: {id: %q, id_field: FarmId, timezone: UTC}
 gateway: {id: %s}
 profiles_dir: %q
 metrics: {listen: "off"}
 buses:
-`, siteID, ourGateway, profilesDir)
+`, siteID, gateway, profilesDir)
 	for i := 1; i <= devices; i++ {
 		if (i-1)%devicesPerConn == 0 {
 			fmt.Fprintf(&b, "  - name: footprint-%d\n    url: tcp://%s\n    timeout: 1s\n    devices:\n", (i-1)/devicesPerConn+1, emulators[(i-1)/devicesPerConn])
@@ -134,7 +136,7 @@ buses:
 uplink:
   upstreams:
     - {url: "mqtt://%s", topic: "%s{device}", qos: 1}
-`, bufferPath, broker, ourTopic)
+`, bufferPath, broker, topic)
 	return b.String()
 }
 
