@@ -28,10 +28,18 @@ import (
 var ErrPortInUse = errors.New("testtool: port in use")
 
 // PortInUse reports whether a server's log or error says that a port it was
-// told was taken ("address already in use", as Go, Python and C servers
-// put EADDRINUSE).
+// told was taken: "address already in use", as Go, Python and C servers
+// put EADDRINUSE, Erlang's eaddrinuse (a RabbitMQ listener), RabbitMQ's
+// check of its distribution port, and an epmd that found another on its
+// port.
 func PortInUse(log string) bool {
-	return strings.Contains(strings.ToLower(log), "address already in use")
+	l := strings.ToLower(log)
+	for _, s := range []string{"address already in use", "eaddrinuse", "dist_port_already_used", "already a epmd running"} {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // freshTries is how many sets of ports OnFreshPorts tries.
@@ -89,14 +97,20 @@ func FreshPorts(n int, start func(ports []int) error) ([]int, error) {
 // for up to 30 s. Any other error fails the test.
 func OnSamePorts(t testing.TB, ports []int, start func(ports []int) error) {
 	t.Helper()
+	if err := SamePorts(ports, start); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SamePorts is OnSamePorts for a caller that cannot end the test (a
+// goroutine restarting servers at once): it returns the error that
+// OnSamePorts fails the test with.
+func SamePorts(ports []int, start func(ports []int) error) error {
 	deadline := time.Now().Add(sameWait)
 	for {
 		err := start(ports)
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, ErrPortInUse) || time.Now().After(deadline) {
-			t.Fatal(err)
+		if err == nil || !errors.Is(err, ErrPortInUse) || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -119,6 +119,9 @@ func TestPortInUse(t *testing.T) {
 		"1702 [ERR] listen tcp 127.0.0.1:36075: bind: address already in use",
 		"1733580000: Error: Address already in use",
 		"OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 5020): address already in use",
+		"{listen_error,{acceptor,{127,0,0,1},11881},eaddrinuse}",
+		"{failed_to_start_child,prelaunch,{dist_port_already_used,25671,\"rabbit1\",\"localhost\"}}",
+		"epmd: there is already a epmd running at port 14369 on ipaddr 127.0.0.1",
 	} {
 		if !PortInUse(l) {
 			t.Errorf("PortInUse(%q) = false", l)
