@@ -66,6 +66,15 @@ type Trial struct {
 	BusiestDown   float64 // the busiest server's share from 2 s into the first outage to its end, over the fair share then
 	Back          float64 // seconds from the outage's end to the first bin from which the faulty server's share over 5 bins is half its fair share or more; +Inf never
 	Swing         float64 // the widest band, over the servers, of their 1 s shares in steady state (5th to 95th percentile), in share
+	// The restarted server's return: the most gateways that saw it up
+	// again in one second (its reconnection storm), and seconds from the
+	// outage's end to the first bin from which its share over 5 bins is
+	// 90 % of its share in steady state or more (+Inf never).
+	ReconnectPeak int
+	BackShare     float64
+
+	// Shares is each server's share of the measured attempts.
+	Shares []float64
 }
 
 func (s *sim) result() Trial {
@@ -106,6 +115,13 @@ func (s *sim) result() Trial {
 	if sxx > 0 {
 		r.Jain = sx * sx / (float64(len(s.servers)) * sxx)
 	}
+	var sent int
+	for _, k := range s.sent {
+		sent += k
+	}
+	for _, k := range s.sent {
+		r.Shares = append(r.Shares, float64(k)/float64(max(sent, 1)))
+	}
 	r.Osc, r.SettleFault, r.SettleRecovery = math.NaN(), math.NaN(), math.NaN()
 	r.JoinSettle, r.JoinRamp, r.JoinPeak, r.JoinP99 = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	r.PlaceBefore, r.PlaceJain, r.PlaceMax, r.Reconnect, r.Balanced = math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
@@ -114,7 +130,7 @@ func (s *sim) result() Trial {
 		return r
 	}
 	r.Osc = s.oscillation()
-	r.BusiestSteady, r.BusiestDown, r.Back, r.Swing = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	r.BusiestSteady, r.BusiestDown, r.Back, r.Swing, r.BackShare = math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	if sc.Fleet {
 		s.fleetResult(&r)
 	}
@@ -358,6 +374,21 @@ func quantile(sorted []int64, q float64) float64 {
 	return float64(sorted[k]) / 1e9
 }
 
+// back is how many seconds from bin to the faulty server's share over
+// fleetBackFor bins first reaches share; +Inf never.
+func (s *sim) back(to int, share float64) float64 {
+	for k := to; k+fleetBackFor <= len(s.perSec)-1; k++ {
+		var got, all int
+		for j := k; j < k+fleetBackFor; j++ {
+			got, all = got+s.perSrv[j][s.sc.Faulty], all+s.perSec[j]
+		}
+		if all > 0 && float64(got)/float64(all) >= share {
+			return float64(k - to)
+		}
+	}
+	return math.Inf(1)
+}
+
 // fleetBackFor is how many 1 s bins the faulty server's share is averaged
 // over for Back, as the cluster tier's fleet run does (5 s).
 const fleetBackFor = 5
@@ -396,17 +427,12 @@ func (s *sim) fleetResult(r *Trial) {
 		down = n - 1
 	}
 	r.BusiestDown = busiest(from+2, to, down)
-	r.Back = math.Inf(1)
-	for k := to; k+fleetBackFor <= len(s.perSec)-1; k++ {
-		var got, all int
-		for j := k; j < k+fleetBackFor; j++ {
-			got, all = got+s.perSrv[j][sc.Faulty], all+s.perSec[j]
-		}
-		if all > 0 && float64(got)/float64(all) >= 0.5/float64(n) {
-			r.Back = float64(k - to)
-			break
-		}
+	var was, all int
+	for k := warm; k < from; k++ {
+		was, all = was+s.perSrv[k][sc.Faulty], all+s.perSec[k]
 	}
+	r.Back, r.BackShare = s.back(to, 0.5/float64(n)), s.back(to, 0.9*float64(was)/float64(max(all, 1)))
+	r.ReconnectPeak = slices.Max(s.reconns)
 	r.Swing = 0
 	for i := range n {
 		var sh []float64

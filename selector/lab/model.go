@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"time"
 
 	"fieldlink/selector"
 )
@@ -75,6 +76,11 @@ func (s *sim) handle(e event) {
 			s.arrive(g, now, z)
 		}
 	case evReach:
+		if s.wait(int(e.a), now) {
+			return
+		}
+		s.reach(int(e.a), now)
+	case evTurn:
 		s.reach(int(e.a), now)
 	case evDone:
 		s.done(int(e.a), now)
@@ -137,6 +143,9 @@ func (s *sim) handle(e event) {
 		g, i := int(e.a>>8), int(e.a&0xff)
 		if s.servers[i].mode.Kind != FastFail {
 			s.tables[g].SetUp(i, true)
+			if sec := int(now / int64(time.Second)); i == sc.Faulty && sec < len(s.reconns) {
+				s.reconns[sec]++
+			}
 		}
 	case evJoin:
 		i := int(e.a)

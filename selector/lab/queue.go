@@ -16,6 +16,7 @@ const (
 	evConnect             // a = gateway: it connects (Placement scenarios)
 	evWake                // a = gateway: its delivery loop looks at its buffer after a backoff
 	evReconnectOne        // a = gateway<<8 | server: that gateway sees the server up again
+	evTurn                // a = request: its turn under its server's budget came
 )
 
 // event is one thing that happens at a virtual time. Events at the same

@@ -15,7 +15,8 @@ import (
 // Config says what [Run] runs.
 type Config struct {
 	// Scenarios selects scenarios by name or name prefix ("S4" is S4a to
-	// S4f; "S1" is S1, not S10). Empty: all of [Scenarios].
+	// S4f; "S1" is S1, not S10). Empty: all of [Scenarios]; S14 and S15
+	// (a node at its limit, fleets of 1,000 and 10,000) only by name.
 	Scenarios []string
 	// Strategies to compare. Empty: [DefaultStrategies].
 	Strategies []string
@@ -91,6 +92,7 @@ func Select(names []string) ([]Scenario, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
+	all = append(all, extraScenarios()...)
 	var out []Scenario
 	for _, sc := range all {
 		for _, n := range names {

@@ -71,6 +71,12 @@ type Server struct {
 	// stream's leader and waits for its answer (docs/cluster.md,
 	// TestPuback: about 0.5 ms on loopback).
 	Forward time.Duration
+	// Budget, when set, is the most requests a second the server takes:
+	// each waits its turn, 1/Budget after the previous one's, before its
+	// service (a node behind a proxy that passes on a fixed rate and
+	// queues the rest, the cluster tier's TestLimit). Capacity and load
+	// ignore it.
+	Budget float64
 }
 
 // Placement makes a scenario one of long-lived connections (MQTT brokers)
@@ -457,16 +463,26 @@ func natsNodes(forward time.Duration) []Server {
 	return s
 }
 
+// natsFleet is a fleet of n gateways at fleetRate on the three nodes of
+// natsNodes, their workers grown with the fleet (4 per 50 gateways), as
+// the cluster tier runs it (see fleetScenarios).
+func natsFleet(name, title string, n int, forward time.Duration) Scenario {
+	s := base(name, title)
+	s.Servers, s.Gateways = natsNodes(forward), n
+	for i := range s.Servers {
+		s.Servers[i].Workers = max(1, s.Servers[i].Workers*n/fleetGateways)
+	}
+	s.Load = float64(n*fleetRate) / s.capacity()
+	s.RTT = uniformRTT(50*time.Microsecond, 200*time.Microsecond)
+	s.ProbeInterval, s.PublishProbe, s.Reports = 10*time.Second, true, false
+	s.StartSpread, s.Fleet = 5*time.Second, true
+	return s
+}
+
 // fleetScenarios are S13a to S13c.
 func fleetScenarios() []Scenario {
 	fleet := func(name, title string, forward time.Duration) Scenario {
-		s := base(name, title)
-		s.Servers, s.Gateways = natsNodes(forward), fleetGateways
-		s.Load = fleetGateways * fleetRate / s.capacity()
-		s.RTT = uniformRTT(50*time.Microsecond, 200*time.Microsecond)
-		s.ProbeInterval, s.PublishProbe, s.Reports = 10*time.Second, true, false
-		s.StartSpread, s.Fleet = 5*time.Second, true
-		return s
+		return natsFleet(name, title, fleetGateways, forward)
 	}
 	var out []Scenario
 	s := fleet("S13a", "fleet on a NATS cluster: 50 gateways at 7 packets/s each on three nodes, node 0 leads the stream (PUBACK ~1 ms), nodes 1 and 2 forward to it (+0.5 ms); node 2 killed from 20 s to 35 s, each gateway reconnects to it 1–11 s after it returns", 500*time.Microsecond)

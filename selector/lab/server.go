@@ -17,8 +17,9 @@ type server struct {
 	busyNs  int64 // worker-ns of service within the measured window
 	mode    Fault // current fault mode; FaultNone when healthy
 	samples []sample
-	joined  bool // in the gateways' tables (JoinAt passed)
-	conns   int  // gateways connected to it (Placement scenarios)
+	joined  bool  // in the gateways' tables (JoinAt passed)
+	conns   int   // gateways connected to it (Placement scenarios)
+	turn    int64 // the next request's turn under its Budget
 }
 
 type sample struct {
@@ -102,6 +103,24 @@ const (
 	respRefused
 	respRejected
 )
+
+// wait holds request id, reaching its server at now, until its turn under
+// the server's Budget, and reports whether it must wait (an evTurn then
+// brings it in).
+func (s *sim) wait(id int, now int64) bool {
+	rq := &s.reqs[id]
+	i := int(rq.srv)
+	b := s.sc.Servers[i].Budget
+	if sv := &s.servers[i]; b > 0 && sv.mode.answers() && sv.mode.Kind != Sinkhole {
+		at := max(now, sv.turn)
+		sv.turn = at + int64(1e9/b)
+		if at > now {
+			s.q.push(event{at: at, kind: evTurn, a: int32(id)})
+			return true
+		}
+	}
+	return false
+}
 
 func (s *sim) reach(id int, now int64) {
 	rq := &s.reqs[id]

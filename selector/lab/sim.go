@@ -69,6 +69,7 @@ type sim struct {
 	faultHit  int          // of which to the faulty server
 	perSec    []int        // requests by second of the run
 	perSrv    [][]int      // [second][server] requests sent
+	reconns   []int        // by second: gateways that saw the faulty server up again
 	maxRate   float64
 	baseRate  float64   // offered rate per gateway outside phases
 	caps      []float64 // each server's capacity, requests per second
@@ -109,6 +110,7 @@ func simulate(sc Scenario, strategy string, seed uint64) (*sim, error) {
 	secs := int(sc.Duration/time.Second) + 1
 	s.perSec = make([]int, secs)
 	s.perSrv = make([][]int, secs)
+	s.reconns = make([]int, secs)
 	for k := range s.perSrv {
 		s.perSrv[k] = make([]int, ns)
 	}
