@@ -14,7 +14,7 @@ VULNDB      := golang.org/x/vulndb@v0.0.0-20261105234957-e22db6528018
 
 VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
 
-.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench bench-compare footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long cluster-check-fleet cluster-check-puback
+.PHONY: all test test-fast test-unit test-field test-chaos test-cross vet fmt lint vulncheck bench bench-compare footprint chaos demo build dist cross-check lab lab-quick debs fuzz fleet-check power-check power-check-long cluster-check cluster-check-long cluster-check-fleet cluster-check-puback cluster-check-limit cluster-check-scale lab-scale
 
 all: test
 
@@ -214,8 +214,9 @@ power-check-long:
 ## gateways take over 2 s to give the restarted node a sixth of their traffic. Needs nats-server.
 ## About 4 minutes on 2 cores.
 CLUSTER_RUN ?= .
+CLUSTER_TIMEOUT ?= 20m
 cluster-check:
-	@$(GO) test -count=1 -tags cluster -v -run '$(CLUSTER_RUN)' -timeout 20m ./tests/cluster/ > .cluster-check.log 2>&1; rc=$$?; \
+	@$(GO) test -count=1 -tags cluster -v -run '$(CLUSTER_RUN)' -timeout $(CLUSTER_TIMEOUT) ./tests/cluster/ > .cluster-check.log 2>&1; rc=$$?; \
 	grep -E '^\s*(--- |ok|FAIL|PASS)' .cluster-check.log; \
 	if [ $$rc -ne 0 ]; then tail -200 .cluster-check.log; echo '--- what the tests logged:'; grep -E '^\s+[a-z_]+_test\.go:[0-9]+:' .cluster-check.log | tail -80; fi; \
 	grep -E '^cluster [a-z0-9_ -]+:' .cluster-check.log; exit $$rc
@@ -232,6 +233,24 @@ cluster-check-puback:
 ## cluster-check-fleet: 50 gateways (real agents in one test process, each with its own buffer and a
 ## connection to every node) at the demo farm's rate against the cluster, n1 restarted, for drf_cswlc,
 ## p2c_ewma and round_robin: reconnection spread, return of connections and traffic, loss, and a table
-## of the busiest node's share and the traffic's return beside the lab's predictions (S13a; docs/cluster.md)
+## of the busiest node's share and the traffic's return beside the lab's predictions (S13a; docs/cluster.md);
+## then the stream leader, and every node, at a budget of 140 publishes a second (TestLimit: PUBACK p99,
+## store timeouts, connections and packets lost, beside the lab's S14), and the ramp to the most gateways
+## the machine keeps up with and a node restarted at that size (TestScale). About 20 minutes on 2 cores.
 cluster-check-fleet:
-	@CLUSTER_FLEET=1 CLUSTER_RUN='TestFleet' $(MAKE) --no-print-directory cluster-check
+	@CLUSTER_FLEET=1 CLUSTER_TIMEOUT=45m CLUSTER_RUN='TestFleet|TestLimit|TestScale' $(MAKE) --no-print-directory cluster-check
+
+## cluster-check-limit: TestLimit alone (about 6 minutes; CLUSTER_LIMIT_PER_S, CLUSTER_LIMIT_NODES=leader|all,
+## CLUSTER_LIMIT_STRATEGIES, CLUSTER_LIMIT_HOLD=strategy to hold another one to the default's targets)
+cluster-check-limit:
+	@CLUSTER_LIMIT=1 CLUSTER_RUN='TestLimit' $(MAKE) --no-print-directory cluster-check
+
+## cluster-check-scale: TestScale alone (CLUSTER_SCALE_STEPS=50,100,…, CLUSTER_SCALE_STRATEGY)
+cluster-check-scale:
+	@CLUSTER_SCALE=1 CLUSTER_RUN='TestScale' $(MAKE) --no-print-directory cluster-check
+
+## lab-scale: the lab's fleets of 1,000 and 10,000 gateways (S15a, S15b) per strategy, a table of the
+## busiest node's share and the restarted node's reconnection storm and return (a few minutes of CPU)
+lab-scale:
+	@log=$$(mktemp); LAB_SCALE=1 $(GO) test -count=1 -v -run 'TestScaleModel' -timeout 60m ./selector/lab/ > $$log 2>&1; rc=$$?; \
+	grep -E '^(lab scale table:|--- |ok|FAIL|\s+scale_test)' $$log; rm -f $$log; exit $$rc
