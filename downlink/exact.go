@@ -3,77 +3,57 @@ package downlink
 import (
 	"errors"
 	"fmt"
-	"math/big"
+	"math"
 	"strconv"
-	"strings"
 
 	"fieldlink/packet"
 	"fieldlink/sensors/profile"
 )
 
-// maxExponent bounds the decimal exponent of a value's text (at most
-// maxValueLength characters) before it is made exact: far beyond float64,
-// and small enough that the exact number is cheap.
-const maxExponent = 1000
-
-// ratOf returns the exact number a JSON number's text means.
-func ratOf(text string) (*big.Rat, error) {
-	if i := strings.IndexAny(text, "eE"); i >= 0 {
-		exp, err := strconv.Atoi(strings.TrimPrefix(text[i+1:], "+"))
-		if err != nil || exp > maxExponent || exp < -maxExponent {
-			return nil, fmt.Errorf("%s is out of range", text)
-		}
-	}
-	r, ok := new(big.Rat).SetString(text)
-	if !ok {
-		return nil, fmt.Errorf("%q is not a number", text)
-	}
-	return r, nil
-}
-
-// ratOfSetting returns the exact number a site file's or a profile's
-// setting (scale, offset, min, max, step) means: the shortest decimal of
-// its float64, which is the decimal that was written (scale: 0.1 is 1/10,
-// not the binary fraction nearest it).
-func ratOfSetting(f float64) *big.Rat {
-	r, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64)) // a finite float's text
-	return r
-}
-
-// Exact bounds of the integer types.
-var (
-	minInt64  = big.NewInt(-1 << 63)
-	maxInt64  = big.NewInt(1<<63 - 1)
-	maxUint64 = new(big.Int).SetUint64(1<<64 - 1)
-)
-
 // intRange is the raw range of an integer type; ok is false for others.
-func intRange(t profile.Type) (lo, hi *big.Int, ok bool) {
+func intRange(t profile.Type) (lo, hi decimal, ok bool) {
 	switch t {
 	case profile.Int16:
-		return big.NewInt(-1 << 15), big.NewInt(1<<15 - 1), true
+		return intDecimal(math.MinInt16, 0, true), intDecimal(math.MaxInt16, 0, true), true
 	case profile.Uint16:
-		return big.NewInt(0), big.NewInt(1<<16 - 1), true
+		return decimal{}, intDecimal(0, math.MaxUint16, false), true
 	case profile.Int32:
-		return big.NewInt(-1 << 31), big.NewInt(1<<31 - 1), true
+		return intDecimal(math.MinInt32, 0, true), intDecimal(math.MaxInt32, 0, true), true
 	case profile.Uint32:
-		return big.NewInt(0), big.NewInt(1<<32 - 1), true
+		return decimal{}, intDecimal(0, math.MaxUint32, false), true
 	case profile.Int64:
-		return minInt64, maxInt64, true
+		return intDecimal(math.MinInt64, 0, true), intDecimal(math.MaxInt64, 0, true), true
 	case profile.Uint64:
-		return big.NewInt(0), maxUint64, true
+		return decimal{}, intDecimal(0, math.MaxUint64, false), true
 	}
-	return nil, nil, false
+	return decimal{}, decimal{}, false
 }
 
 // Relative error allowed a float register's stored value, against the
-// exact raw value: half a unit in the last place of the type, doubled
-// for the float64 arithmetic of scale and offset. A value that underflows
-// (to zero, or to a subnormal with fewer bits) is outside it.
-var (
-	float32Tolerance = big.NewRat(1, 1<<23)
-	float64Tolerance = big.NewRat(1, 1<<50)
+// exact raw value, as a power of two: half a unit in the last place of
+// the type, doubled for the float64 arithmetic of scale and offset. A
+// value that underflows (to zero, or to a subnormal with fewer bits) is
+// outside it.
+const (
+	float32ToleranceBits = 23 // 2^-23
+	float64ToleranceBits = 50 // 2^-50
 )
+
+// halved returns d / 2^k, exactly: d × 5^k × 10^-k, 5^k in factors of
+// at most 5^25 (18 digits).
+func halved(d decimal, k int) decimal {
+	for k > 0 {
+		n := min(k, 25)
+		pow := uint64(1)
+		for range n {
+			pow *= 5
+		}
+		d, _ = d.mul(intDecimal(0, pow, false))
+		d.exp -= n
+		k -= n
+	}
+	return d
+}
 
 // exact checks a number against the point's rules and its register, on
 // the exact value of its text: min, max and step, and then the register's
@@ -84,37 +64,37 @@ var (
 // be raw itself, or the value is refused (beyond 2^53 a float64 does not
 // carry every integer). Nothing is rounded, truncated or clamped.
 func (p *point) exact(text string, f float64) error {
-	v, err := ratOf(text)
+	v, err := parseDecimal(text)
 	if err != nil {
 		return err
 	}
 	r := p.rule
-	if r.Min != nil && v.Cmp(ratOfSetting(*r.Min)) < 0 {
+	if r.Min != nil && v.cmp(settingDecimal(*r.Min)) < 0 {
 		return fmt.Errorf("%s is below min %v", text, *r.Min)
 	}
-	if r.Max != nil && v.Cmp(ratOfSetting(*r.Max)) > 0 {
+	if r.Max != nil && v.cmp(settingDecimal(*r.Max)) > 0 {
 		return fmt.Errorf("%s is above max %v", text, *r.Max)
 	}
 	if r.Step > 0 {
-		base := new(big.Rat)
+		var base decimal
 		if r.Min != nil {
-			base = ratOfSetting(*r.Min)
+			base = settingDecimal(*r.Min)
 		}
-		n := new(big.Rat).Sub(v, base)
-		if !n.Quo(n, ratOfSetting(r.Step)).IsInt() {
-			return fmt.Errorf("%s is not %v plus a whole number of steps of %v", text, base.RatString(), r.Step)
+		if _, whole := v.sub(base).quo(settingDecimal(r.Step)); !whole {
+			return fmt.Errorf("%s is not %s plus a whole number of steps of %v", text, base, r.Step)
 		}
 	}
 	reg := p.reg
-	raw := new(big.Rat).Sub(v, ratOfSetting(reg.Offset))
-	raw.Quo(raw, ratOfSetting(reg.ScaleOr1()))
+	x, scale := v.sub(settingDecimal(reg.Offset)), settingDecimal(reg.ScaleOr1())
 	lo, hi, isInt := intRange(reg.Type)
+	var raw decimal // when isInt
 	if isInt {
-		if !raw.IsInt() {
-			return fmt.Errorf("%w: %s is raw %s, not a whole number: the register holds %s integers (scale %v, offset %v)", profile.ErrNotWritable, text, ratText(raw), reg.Type, reg.ScaleOr1(), reg.Offset)
+		var whole bool
+		if raw, whole = x.quo(scale); !whole {
+			return fmt.Errorf("%w: %s is raw %s, not a whole number: the register holds %s integers (scale %v, offset %v)", profile.ErrNotWritable, text, approx(x, reg.ScaleOr1()), reg.Type, reg.ScaleOr1(), reg.Offset)
 		}
-		if n := raw.Num(); n.Cmp(lo) < 0 || n.Cmp(hi) > 0 {
-			return fmt.Errorf("%w: %s is raw %s, outside %s (%s..%s)", profile.ErrNotWritable, text, n, reg.Type, lo, hi)
+		if raw.cmp(lo) < 0 || raw.cmp(hi) > 0 {
+			return fmt.Errorf("%w: %s is raw %s, outside %s (%s..%s)", profile.ErrNotWritable, text, raw, reg.Type, lo, hi)
 		}
 	}
 	// As the bus encodes it, decoded in the order it was laid out in.
@@ -131,25 +111,20 @@ func (p *point) exact(text string, f float64) error {
 	i, u, fl, kind := enc.Raw(data)
 	switch {
 	case isInt:
-		var n *big.Int
-		if kind == packet.KindUint {
-			n = new(big.Int).SetUint64(u)
-		} else {
-			n = big.NewInt(i)
-		}
-		if n.Cmp(raw.Num()) != 0 {
-			return fmt.Errorf("%w: %s is raw %s, which the bus cannot carry exactly (it would write %s): not written", profile.ErrNotWritable, text, raw.Num(), n)
+		if n := intDecimal(i, u, kind != packet.KindUint); n.cmp(raw) != 0 {
+			return fmt.Errorf("%w: %s is raw %s, which the bus cannot carry exactly (it would write %s): not written", profile.ErrNotWritable, text, raw, n)
 		}
 	case reg.Type == profile.Float32 || reg.Type == profile.Float64:
-		tol := float64Tolerance
+		// |stored − raw| ≤ |raw| × tolerance, times |scale| on both sides:
+		// |stored × scale − x| ≤ |x| × tolerance, with no division.
+		bits := float64ToleranceBits
 		if reg.Type == profile.Float32 {
-			tol = float32Tolerance
+			bits = float32ToleranceBits
 		}
-		stored := new(big.Rat).SetFloat64(fl) // finite: WriteRequest refused the rest
-		diff := new(big.Rat).Sub(stored, raw)
-		bound := new(big.Rat).Mul(new(big.Rat).Abs(raw), tol)
-		if diff.Abs(diff).Cmp(bound) > 0 {
-			return fmt.Errorf("%w: %s is raw %s, which a %s cannot hold to its precision (it would store %v): not written", profile.ErrNotWritable, text, ratText(raw), reg.Type, fl)
+		stored, ok := floatDecimal(fl).mul(scale) // finite: WriteRequest refused the rest
+		bound := halved(x.abs(), bits)
+		if !ok || cmpAbs(stored.sub(x), bound) > 0 {
+			return fmt.Errorf("%w: %s is raw %s, which a %s cannot hold to its precision (it would store %v): not written", profile.ErrNotWritable, text, approx(x, reg.ScaleOr1()), reg.Type, fl)
 		}
 	default:
 		return errors.New("not a number register")
@@ -157,8 +132,8 @@ func (p *point) exact(text string, f float64) error {
 	return nil
 }
 
-// ratText is r as a short decimal, for a message.
-func ratText(r *big.Rat) string {
-	f, _ := r.Float64()
-	return strconv.FormatFloat(f, 'g', -1, 64)
+// approx is x / scale near enough for a message.
+func approx(x decimal, scale float64) string {
+	f, _ := strconv.ParseFloat(x.String(), 64)
+	return strconv.FormatFloat(f/scale, 'g', -1, 64)
 }
