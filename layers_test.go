@@ -22,7 +22,7 @@ var layers = []struct {
 	{"leaves", []string{
 		"internal/atomicfile", "internal/journal", "internal/jsonkind", "internal/kclock",
 		"internal/sdnotify", "internal/signing", "internal/words", "internal/yamlconf", "internal/loopback",
-		"packet", "sensors/modbus", "sparkplug", "selector/cuckoo", "selector/lstm",
+		"packet", "sensors/modbus", "sensors/modbus/spec", "sparkplug", "selector/cuckoo", "selector/lstm",
 		"firmware-profiles", "docs/schema",
 	}},
 	{"readings, the store and the pick", []string{

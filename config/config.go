@@ -16,6 +16,7 @@ import (
 
 	"fieldlink/internal/yamlconf"
 	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/modbus/spec"
 	"fieldlink/sensors/profile"
 )
 
@@ -205,8 +206,8 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 		if *b.Turnaround < 0 || *b.Turnaround > maxTimeout {
 			doc.Errorf(f+".turnaround", "must be between 0 and %v, got %v", maxTimeout, *b.Turnaround)
 		}
-		if b.MaxGap != nil && (*b.MaxGap < 0 || *b.MaxGap > modbus.MaxReadRegisters-1) {
-			doc.Errorf(f+".max_gap", "must be 0..%d registers, got %d", modbus.MaxReadRegisters-1, *b.MaxGap)
+		if b.MaxGap != nil && (*b.MaxGap < 0 || *b.MaxGap > spec.MaxReadRegisters-1) {
+			doc.Errorf(f+".max_gap", "must be 0..%d registers, got %d", spec.MaxReadRegisters-1, *b.MaxGap)
 		}
 		if b.Backoff < b.Timeout {
 			doc.Errorf(f+".backoff", "must be at least the timeout (%v), got %v", b.Timeout, b.Backoff)

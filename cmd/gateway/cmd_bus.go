@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/modbus/spec"
 	"fieldlink/sensors/profile"
 	"fieldlink/sensors/scan"
 )
@@ -57,9 +58,9 @@ func cmdRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		errs = append(errs, "-type: coils and discrete inputs are bool")
 	}
 	words := max(reg.Words(), 1)
-	limit := modbus.MaxReadRegisters
+	limit := spec.MaxReadRegisters
 	if reg.Area.IsBit() {
-		limit = modbus.MaxReadBits
+		limit = spec.MaxReadBits
 	}
 	if *count < 1 || *count*words > limit {
 		errs = append(errs, fmt.Sprintf("-count: %d values of %d words do not fit one request (max %d)", *count, words, limit))

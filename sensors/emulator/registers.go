@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"fieldlink/sensors/modbus/spec"
 	"fieldlink/sensors/profile"
 )
 
@@ -19,18 +20,12 @@ func (g *register) value(t time.Time) float64 {
 	return v
 }
 
-// maxReadRegisters is modbus.MaxReadRegisters, the longest register (a
-// string) a profile can map: the emulator is the Modbus client's
-// independent peer and imports none of it; TestLimitsAreModbus holds them
-// equal.
-const maxReadRegisters = 125
-
 // words returns the wire bytes of qty registers from start in a word area:
 // every register overlapping the range encoded at t, 0 where none is
 // mapped, then what a master wrote on top. The caller holds Emulator.mu.
 func (d *device) words(area profile.Area, start, qty int, t time.Time) []byte {
 	out := make([]byte, 2*qty)
-	var tmp [2 * maxReadRegisters]byte
+	var tmp [2 * spec.MaxReadRegisters]byte // the longest register (a string) a profile maps
 	for i := range d.regs[area] {
 		g := &d.regs[area][i]
 		a, n := int(g.r.Address), g.r.Words()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"fieldlink/sensors/modbus/spec"
 	"fieldlink/sensors/profile"
 )
 
@@ -153,9 +154,9 @@ func (d *device) process(pdu []byte, now time.Time) []byte {
 			return exception(fc, excIllegalValue)
 		}
 		start, qty, n := int(be.Uint16(pdu[1:])), int(be.Uint16(pdu[3:])), int(pdu[5])
-		area, maxQty, want := profile.Holding, 123, 2*qty
+		area, maxQty, want := profile.Holding, spec.MaxWriteRegisters, 2*qty
 		if fc == 15 {
-			area, maxQty, want = profile.Coil, 1968, (qty+7)/8
+			area, maxQty, want = profile.Coil, spec.MaxWriteBits, (qty+7)/8
 		}
 		if qty < 1 || qty > maxQty || n != want || len(pdu) != 6+n {
 			return exception(fc, excIllegalValue)

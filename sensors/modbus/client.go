@@ -8,6 +8,8 @@ import (
 	"time"
 
 	gm "github.com/goburrow/modbus"
+
+	"fieldlink/sensors/modbus/spec"
 )
 
 // DefaultTimeout is the request deadline used when [Options.Timeout] is 0.
@@ -253,18 +255,6 @@ type request struct {
 	broadcast bool   // slave 0 on a serial line: no reply comes
 }
 
-// Limits of the quantity per function (Modbus application protocol v1.1b3).
-// The read limits are exported: profiles, the planner, the emulator, the
-// site file and the command line bound their reads by them.
-const (
-	// MaxReadBits is the most coils or discrete inputs one read returns.
-	MaxReadBits = 2000
-	// MaxReadRegisters is the most registers one read returns.
-	MaxReadRegisters  = 125
-	maxWriteBits      = 1968
-	maxWriteRegisters = 123
-)
-
 // newRead validates a read request.
 func newRead(slave, fc byte, addr, qty uint16, serialLine bool) (*request, error) {
 	if fc < gm.FuncCodeReadCoils || fc > gm.FuncCodeReadInputRegisters {
@@ -299,15 +289,15 @@ func (r *request) validate(serialLine bool) error {
 	var maxQty uint16
 	switch r.fc {
 	case gm.FuncCodeReadCoils, gm.FuncCodeReadDiscreteInputs:
-		maxQty, r.want = MaxReadBits, (int(r.qty)+7)/8
+		maxQty, r.want = spec.MaxReadBits, (int(r.qty)+7)/8
 	case gm.FuncCodeReadHoldingRegisters, gm.FuncCodeReadInputRegisters:
-		maxQty, r.want = MaxReadRegisters, 2*int(r.qty)
+		maxQty, r.want = spec.MaxReadRegisters, 2*int(r.qty)
 	case gm.FuncCodeWriteSingleCoil, gm.FuncCodeWriteSingleRegister:
 		maxQty = 1
 	case gm.FuncCodeWriteMultipleCoils:
-		maxQty = maxWriteBits
+		maxQty = spec.MaxWriteBits
 	case gm.FuncCodeWriteMultipleRegisters:
-		maxQty = maxWriteRegisters
+		maxQty = spec.MaxWriteRegisters
 	}
 	if r.qty < 1 || r.qty > maxQty {
 		if maxQty == 1 {

@@ -18,7 +18,7 @@ import (
 	"slices"
 	"time"
 
-	"fieldlink/sensors/modbus"
+	"fieldlink/sensors/modbus/spec"
 	"fieldlink/sensors/profile"
 )
 
@@ -46,8 +46,8 @@ func (r Request) String() string {
 
 // Limits bound a request.
 type Limits struct {
-	MaxRegisters int            // per register read; 0 = modbus.MaxReadRegisters
-	MaxBits      int            // per coil/discrete read; 0 = modbus.MaxReadBits
+	MaxRegisters int            // per register read; 0 = spec.MaxReadRegisters
+	MaxBits      int            // per coil/discrete read; 0 = spec.MaxReadBits
 	Holes        []profile.Hole // ranges a request must never cross
 	// MaxGap, when ≥ 0, caps the unwanted registers (or bits) read between
 	// two items in one request; < 0 lets the cost model decide alone.
@@ -98,12 +98,12 @@ func (l Limits) max(a profile.Area) int {
 		if l.MaxBits > 0 {
 			return l.MaxBits
 		}
-		return modbus.MaxReadBits
+		return spec.MaxReadBits
 	}
 	if l.MaxRegisters > 0 {
 		return l.MaxRegisters
 	}
-	return modbus.MaxReadRegisters
+	return spec.MaxReadRegisters
 }
 
 func (l Limits) crossesHole(a profile.Area, from, to int) bool {

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"fieldlink/internal/yamlconf"
+	"fieldlink/sensors/modbus/spec"
 )
 
 // Set is the profiles a gateway knows, by name.
@@ -152,11 +153,11 @@ func (p *Profile) validate(doc *yamlconf.Doc) {
 	if s := p.Serial; s != nil {
 		checkSerial(doc, "serial", s)
 	}
-	if p.Limits.MaxRegisters < 0 || p.Limits.MaxRegisters > maxReadRegisters {
-		doc.Errorf("limits.max_registers", "must be 1..%d, got %d", maxReadRegisters, p.Limits.MaxRegisters)
+	if p.Limits.MaxRegisters < 0 || p.Limits.MaxRegisters > spec.MaxReadRegisters {
+		doc.Errorf("limits.max_registers", "must be 1..%d, got %d", spec.MaxReadRegisters, p.Limits.MaxRegisters)
 	}
-	if p.Limits.MaxBits < 0 || p.Limits.MaxBits > maxReadBits {
-		doc.Errorf("limits.max_bits", "must be 1..%d, got %d", maxReadBits, p.Limits.MaxBits)
+	if p.Limits.MaxBits < 0 || p.Limits.MaxBits > spec.MaxReadBits {
+		doc.Errorf("limits.max_bits", "must be 1..%d, got %d", spec.MaxReadBits, p.Limits.MaxBits)
 	}
 	for i, h := range p.Holes {
 		if h.From > h.To {
@@ -214,8 +215,8 @@ func (r *Register) validate(doc *yamlconf.Doc, f string) {
 		doc.Errorf(f+".type", "a %s holds single bits: type must be bool, got %s", r.Area, r.Type)
 	}
 	if r.Type == String {
-		if r.Length < 1 || r.Length > maxReadRegisters {
-			doc.Errorf(f+".length", "a string needs length 1..%d registers, got %d", maxReadRegisters, r.Length)
+		if r.Length < 1 || r.Length > spec.MaxReadRegisters {
+			doc.Errorf(f+".length", "a string needs length 1..%d registers, got %d", spec.MaxReadRegisters, r.Length)
 		}
 	} else if r.Length != 0 {
 		doc.Errorf(f+".length", "length is only for type string")

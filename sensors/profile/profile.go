@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"fieldlink/sensors/modbus/spec"
 )
 
 // Area is a Modbus data table.
@@ -371,21 +373,12 @@ type Profile struct {
 // IsLine reports whether the profile is for a line-protocol serial sensor.
 func (p *Profile) IsLine() bool { return p.Line != nil }
 
-// The protocol's read limits, modbus.MaxReadRegisters and
-// modbus.MaxReadBits: this package does not import sensors/modbus, whose
-// tests import it (through the emulator); TestLimitsAreModbus holds them
-// equal.
-const (
-	maxReadRegisters = 125
-	maxReadBits      = 2000
-)
-
 // MaxRegisters is the largest register read the device accepts.
 func (p *Profile) MaxRegisters() int {
 	if p.Limits.MaxRegisters > 0 {
 		return p.Limits.MaxRegisters
 	}
-	return maxReadRegisters
+	return spec.MaxReadRegisters
 }
 
 // MaxBits is the largest coil/discrete read the device accepts.
@@ -393,7 +386,7 @@ func (p *Profile) MaxBits() int {
 	if p.Limits.MaxBits > 0 {
 		return p.Limits.MaxBits
 	}
-	return maxReadBits
+	return spec.MaxReadBits
 }
 
 // Register returns the register with the given name.
