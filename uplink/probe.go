@@ -58,7 +58,8 @@ const mqttProbeDeniedLosses = 2
 //     broker's answer, as slow as its acks to the packets are, which a TCP
 //     connect is not (a broker whose acks come late, or never, still
 //     accepts connections). While the connection is down, a TCP connect to
-//     the broker instead, so that a broker that answers again is known.
+//     the broker instead, so that a broker that answers again is known
+//     (its upstream's kind then reconnects at once: [Conn].ProbeResult).
 //     When the broker closes the connection under the probe's publish
 //     twice in a row (what a broker that enforces its ACL by disconnecting
 //     does, as AWS IoT Core and EMQX configured to disconnect do), the
@@ -170,40 +171,107 @@ func newPublishProber(c publishProbe, addr, topic string, interval, timeout time
 // those cut short by ctx's end. It returns promptly when ctx ends: a probe in
 // flight is abandoned.
 //
-// An MQTT prober whose publish failed or answered far slower than its best
-// (see [Prober.troubled]) probes again after mqttProbeTroubled instead of
-// the interval, until a publish answers as usual: a broker that recovers
-// is seen within about a second rather than an interval (10 s by
-// default), while a healthy one costs no more probes. TCP connects while
-// the connection is down keep the interval: a restarted broker's clients
-// come back spread over it rather than all within a second.
+// An MQTT prober probes a broker in trouble again after mqttProbeTroubled
+// instead of the interval: one whose publish failed or answered far slower
+// than its best (see [Prober.troubled]), until a publish answers as usual,
+// and one whose connection is down and refuses TCP connects, for the first
+// mqttProbeDownFor of the outage. It looks at its connection every
+// mqttProbeTroubled between probes, and probes at once when it finds it
+// lost. So a broker that recovers, or a node that restarts, is seen within
+// about a second of answering again rather than an interval (10 s by
+// default), and its gateways reconnect then, spread over that second by
+// the outage's own start and the jitter; a healthy broker costs no more
+// probes. A TCP connect that succeeds while the connection is down is
+// followed by the interval, not the second: a broker that accepts
+// connections but refuses or drops the MQTT one is retried at the
+// connection's own backoff, with at most one reconnection an interval
+// hastened by a probe.
 func (p *Prober) Run(ctx context.Context) {
 	if p.transport != nil {
 		defer p.transport.CloseIdleConnections()
 	}
+	var downAt time.Time // when a probe first found the connection down; zero while up
 	for ctx.Err() == nil {
+		up := p.pub != nil && p.pub.Connected()
 		rtt, viaMQTT, err := p.probe(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		p.report(rtt, err)
-		d := p.interval
-		if viaMQTT && p.troubled(rtt, err) {
-			d = min(d, p.troubledEvery)
+		o := probeOutcome{failed: err != nil}
+		if p.pub != nil && !up {
+			if downAt.IsZero() {
+				downAt = time.Now()
+			}
+			o.down, o.downFor = true, time.Since(downAt)
+		} else {
+			downAt = time.Time{}
 		}
-		t := time.NewTimer(probeJitter(d, rand.Float64()))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if viaMQTT {
+			o.troubled = p.troubled(rtt, err)
+		}
+		if !p.wait(ctx, probeJitter(p.next(o), rand.Float64()), up) {
 			return
-		case <-t.C:
 		}
 	}
 }
 
-// mqttProbeTroubled is how often an MQTT prober probes a broker whose
-// latest publish probe failed or was slow.
+// probeOutcome is what [Prober.next] paces the next probe by.
+type probeOutcome struct {
+	// troubled: a publish probe failed or answered far slower than the
+	// best ([Prober.troubled]).
+	troubled bool
+	// down: the MQTT connection was down, so the probe was a TCP connect
+	// to the broker; downFor is how long the prober has found it down.
+	down    bool
+	downFor time.Duration
+	failed  bool // the probe failed
+}
+
+// next is the wait before the probe after one whose outcome was o,
+// before jitter (see [Prober.Run]).
+func (p *Prober) next(o probeOutcome) time.Duration {
+	if o.troubled || (o.down && o.failed && o.downFor < mqttProbeDownFor) {
+		return min(p.interval, p.troubledEvery)
+	}
+	return p.interval
+}
+
+// wait waits d, or less when watch is set and the MQTT connection is
+// found lost (looked at every troubledEvery); false when ctx ended.
+func (p *Prober) wait(ctx context.Context, d time.Duration, watch bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var look <-chan time.Time
+	if watch && p.troubledEvery < d {
+		tk := time.NewTicker(p.troubledEvery)
+		defer tk.Stop()
+		look = tk.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-look:
+			if !p.pub.Connected() {
+				return true
+			}
+		}
+	}
+}
+
+// mqttProbeTroubled is how often an MQTT prober probes a broker in
+// trouble (see [Prober.Run]).
 const mqttProbeTroubled = time.Second
+
+// mqttProbeDownFor is how long into an outage an MQTT prober keeps
+// probing a broker that refuses connections every mqttProbeTroubled;
+// then every interval. A node restarted or failed over is back well
+// within it; a broker down for longer costs its clients' connects a tenth
+// as often.
+const mqttProbeDownFor = 5 * time.Minute
 
 // troubled reports whether an MQTT publish probe's outcome says the broker
 // is in trouble: the probe failed, or it answered more than 4 times and

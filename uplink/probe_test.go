@@ -396,3 +396,62 @@ func TestMQTTProberProbesATroubledBrokerOften(t *testing.T) {
 	relay.swallow.Store(false)
 	testtool.WaitFor(t, 10*time.Second, "a probe answered once the acks come again", func() bool { return ok.Load() >= 1 })
 }
+
+// The pace after each kind of probe: a broker in trouble (a publish
+// failed or slow, or the connection down and refusing connects early in
+// the outage) is probed again after troubledEvery; a healthy broker, a
+// broker that accepts connects while the MQTT connection is down (the
+// connection's own backoff retries it), one down for longer than
+// mqttProbeDownFor, and a prober without a connection of its own (TCP or
+// HTTP) after the interval.
+func TestProberNext(t *testing.T) {
+	p := &Prober{interval: 10 * time.Second, troubledEvery: time.Second}
+	for _, c := range []struct {
+		name string
+		o    probeOutcome
+		want time.Duration
+	}{
+		{"publish answered", probeOutcome{}, 10 * time.Second},
+		{"publish troubled", probeOutcome{troubled: true, failed: true}, time.Second},
+		{"down, connect refused", probeOutcome{down: true, failed: true}, time.Second},
+		{"down, connect refused for a while", probeOutcome{down: true, failed: true, downFor: mqttProbeDownFor - time.Second}, time.Second},
+		{"down, connect refused past mqttProbeDownFor", probeOutcome{down: true, failed: true, downFor: mqttProbeDownFor}, 10 * time.Second},
+		{"down, connect answered", probeOutcome{down: true}, 10 * time.Second},
+		{"no connection of its own, failed", probeOutcome{failed: true}, 10 * time.Second},
+	} {
+		if got := p.next(c.o); got != c.want {
+			t.Errorf("%s: next %v, want %v", c.name, got, c.want)
+		}
+	}
+	p.interval = 500 * time.Millisecond // never slower than the interval
+	if got := p.next(probeOutcome{down: true, failed: true}); got != p.interval {
+		t.Errorf("interval shorter than troubledEvery: next %v, want the interval", got)
+	}
+}
+
+// A prober finds its connection lost between probes and connects to the
+// broker at once, then again after troubledEvery while the connects are
+// refused, an hour's interval notwithstanding: a restarted broker is seen
+// within troubledEvery of accepting connections.
+func TestMQTTProberProbesALostBrokerOften(t *testing.T) {
+	b := mqttStartBroker(t, mqttBrokerOpts{})
+	relay := mqttStartRelay(t, b.Addr())
+	m, _ := mqttRun(t, mqttConfig{URL: relay.url()})
+	mqttWaitConnected(t, m, true)
+	var failed, ok atomic.Int64
+	p := newMQTTProber(m, "fl-probe/s1/gw1", time.Hour, time.Second, func(_ time.Duration, err error) {
+		if err != nil {
+			failed.Add(1)
+		} else {
+			ok.Add(1)
+		}
+	})
+	p.troubledEvery = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testtool.WaitFor(t, 10*time.Second, "the first probe answered", func() bool { return ok.Load() >= 1 })
+	relay.close() // the connection lost, connects refused
+	testtool.WaitFor(t, 10*time.Second, "three failed connects, an hour's interval notwithstanding", func() bool { return failed.Load() >= 3 })
+}
