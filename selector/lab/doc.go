@@ -26,7 +26,11 @@
 // stream leader answers PUBACKs faster than its followers (Server.Forward),
 // probed with publishes, with [Trial]'s fleet figures (the busiest node's
 // share over its fair share, steady and with a node down, the return of
-// traffic to a restarted node, the swing of the shares).
+// traffic to a restarted node, the swing of the shares). S14 and S15 run
+// by name only: S14 puts the stream leader, then every node, at a fixed
+// budget of publishes a second (Server.Budget, the cluster tier's
+// TestLimit), S15 is S13's restart with 1,000 and 10,000 gateways, with
+// the restarted node's reconnection storm.
 // Every scenario counts in the verdict, on p99 and success. Besides those,
 // a [Trial] measures the first attempts' success, convergence after faults
 // and recoveries, oscillation of the servers' shares, how a joining server
@@ -43,6 +47,6 @@
 // packets, their attempts and what each event does, server.go the
 // simulated upstreams, gateway.go the simulated gateways' delivery loops,
 // measure.go what a [Trial] measures, sim.go the run that ties them
-// together, scenario.go the scenarios, report.go and markdown.go the
+// together, scenario.go the scenarios (limit.go those by name only), report.go and markdown.go the
 // report.
 package lab
