@@ -18,6 +18,7 @@ import (
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/packet"
 	"fieldlink/selector/lab"
 	"fieldlink/sensors/profile"
@@ -56,11 +57,15 @@ type fleetPlan struct {
 // the traffic (half its share) in some 5 s within fleetBackWithin. For the
 // default selector it fails on a missed target too: the busiest node over
 // targetSteady times its fair share in steady state, targetDown times
-// with a node down or targetDown5s times in any 5 s of it, the gateways not giving the restarted node a sixth of
-// their traffic within targetGatewayBack of reconnecting to it. (When the
-// node carries a sixth of the whole fleet's traffic follows the gateways'
-// reconnections, which their backoffs and probes spread over about 10 s:
-// it is reported, bounded only by fleetBackWithin.)
+// with a node down or targetDown5s times in any 5 s of it; the restarted
+// node not carrying a sixth of the fleet's traffic over a 1 s window ended
+// within targetNodeBack (plus targetNodeBackMargin) of accepting MQTT
+// connections again (its first CONNACK), or 90% of the fleet not connected
+// to it within targetReconnect of its port accepting connections (what a
+// node that answers at once needs for the former); the swing of its 1 s
+// shares after that over targetSwingBack (an oscillation); and the
+// gateways not giving it a sixth of their traffic within targetGatewayBack
+// of reconnecting to it (the selector's own part of the return).
 //
 // make cluster-check runs the short version: drf_cswlc alone, 10 s of
 // steady state, the node down 10 s, 30 s after (about a minute). CLUSTER_FLEET=1
@@ -266,7 +271,10 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) fleetRun {
 	time.Sleep(plan.down)
 	nodes[victim].start()
 	backAt := time.Now()
+	answered := make(chan time.Time, 1)
+	go func() { answered <- firstCONNACK(nodes[victim].mqttAddr(), backAt.Add(plan.after)) }()
 	time.Sleep(plan.after)
+	answerAt := <-answered
 	close(done)
 	<-sampled
 	// The gateways stop polling; every packet they stored reaches the
@@ -291,17 +299,29 @@ func runFleet(t *testing.T, bin, strat string, plan fleetPlan) fleetRun {
 
 	mu.Lock()
 	defer mu.Unlock()
-	f := fleetFigures(samples, victim, killAt, backAt, plan)
-	line := fmt.Sprintf("cluster fleet %s: gateways=%d restarted=%s leader=%s rate_pkt_s=%.0f connected_all_s=%.1f reconnect_s=p10:%s,p50:%s,p90:%s,all:%s reconnect_peak_per_s=%d traffic_back_s=%s gateway_back_s=%s share_before=%.2f share_last10s=%.2f busiest_steady=%.2f busiest_down=%.2f busiest_down_5s=%.2f swing=%.2f busiest_node_pkt_s=%.0f(fleet %.0f) node_store_timeouts=%d stored=%d lost=%d duplicates=%d",
+	f := fleetFigures(samples, victim, killAt, backAt, answerAt, plan)
+	line := fmt.Sprintf("cluster fleet %s: gateways=%d restarted=%s leader=%s rate_pkt_s=%.0f connected_all_s=%.1f reconnect_s=p10:%s,p50:%s,p90:%s,all:%s reconnect_peak_per_s=%d gateways_up_s=p10:%s,p50:%s,p90:%s,all:%s traffic_back_s=%s connack_after_accept_s=%s node_back_1s_s=%s(from_accept %s) swing_back=%.2f gateway_back_s=%s share_before=%.2f share_last10s=%.2f busiest_steady=%.2f busiest_down=%.2f busiest_down_5s=%.2f swing=%.2f busiest_node_pkt_s=%.0f(fleet %.0f) node_store_timeouts=%d stored=%d lost=%d duplicates=%d",
 		strat, fleetSize, nodes[victim].name, nodes[leader].name, f.rate, connectedIn.Seconds(), secs(f.reconnect[0]), secs(f.reconnect[1]), secs(f.reconnect[2]), secs(f.reconnect[3]),
-		f.peakPerSecond, secs(f.trafficBack), secs(f.gatewayBack), f.shareBefore, f.shareLast, f.busiestSteady, f.busiestDown, f.busiestDown5s, f.swing, f.busiest, f.busiestFleet, stalls, tot.stored, tot.lost, tot.duplicates)
+		f.peakPerSecond, secs(f.up[0]), secs(f.up[1]), secs(f.up[2]), secs(f.up[3]), secs(f.trafficBack), secs(f.answered), secs(f.nodeBack), secs(f.nodeBackAccept), f.swingBack, secs(f.gatewayBack), f.shareBefore, f.shareLast, f.busiestSteady, f.busiestDown, f.busiestDown5s, f.swing, f.busiest, f.busiestFleet, stalls, tot.stored, tot.lost, tot.duplicates)
 	t.Log(line)
+	t.Logf("%s: %s's shares of 1 s windows from its first CONNACK: %.2f", strat, nodes[victim].name, f.sharesBack)
 	if strat == config.DefaultSelector {
 		// The default's targets (docs/cluster.md, "Fifty gateways and a
 		// node restarted"): the fleet spread, not herded on the leader.
 		if f.busiestSteady > targetSteady || f.busiestDown > targetDown || f.busiestDown5s > targetDown5s {
 			t.Errorf("%s: the busiest node took %.2f× its fair share in steady state, %.2f× with a node down and %.2f× in the busiest 5 s of it, want at most %.2f×, %.2f× and %.2f×",
 				strat, f.busiestSteady, f.busiestDown, f.busiestDown5s, targetSteady, targetDown, targetDown5s)
+		}
+		if f.nodeBack < 0 || f.nodeBack > targetNodeBack+targetNodeBackMargin {
+			t.Errorf("%s: %s carried a sixth of the fleet's traffic over 1 s %s s after it accepted MQTT connections again (its first CONNACK, %s s after its port accepted), want within %v (%v with the margin for a shared machine; %d gateways connected to it again 1 s after its port accepted, %d after 2 s)",
+				strat, nodes[victim].name, secs(f.nodeBack), secs(f.answered), targetNodeBack, targetNodeBack+targetNodeBackMargin, f.reconnectedBy[0], f.reconnectedBy[1])
+		}
+		if f.reconnect[2] < 0 || f.reconnect[2] > targetReconnect {
+			t.Errorf("%s: 90%% of the fleet connected to %s again %s s after its port accepted connections, want within %v (all: %s s), so that a node answering at once carries its sixth within %v",
+				strat, nodes[victim].name, secs(f.reconnect[2]), targetReconnect, secs(f.reconnect[3]), targetNodeBack)
+		}
+		if f.swingBack > targetSwingBack {
+			t.Errorf("%s: %s's share of 1 s windows swung over %.2f once back (5th to 95th percentile), want at most %.2f", strat, nodes[victim].name, f.swingBack, targetSwingBack)
 		}
 		if f.gatewayBack < 0 || f.gatewayBack > targetGatewayBack {
 			t.Errorf("%s: the gateways sent %s a sixth of their traffic %s s after they reconnected to it, want within %v", strat, nodes[victim].name, secs(f.gatewayBack), targetGatewayBack)
@@ -367,6 +387,29 @@ type fleetResult struct {
 	// swing is the widest band of one node's shares of 1 s windows in
 	// steady state, 5th to 95th percentile.
 	swing float64
+	// answered is from the node's MQTT port accepting TCP connections
+	// again to its first CONNACK (a restarted NATS node holds its MQTT
+	// clients' CONNACKs until its JetStream is back); -1: never.
+	answered time.Duration
+	// nodeBack is from that first CONNACK, the node accepting MQTT
+	// connections again, to the end of the first 1 s window, in 250 ms
+	// steps from it, over which the node carries a sixth of the fleet's
+	// traffic (half its share); nodeBackAccept the same from its port
+	// accepting TCP connections; -1: never.
+	nodeBack, nodeBackAccept time.Duration
+	// reconnectedBy are how many gateways were connected to the node
+	// again 1 s and 2 s after its return, and up are when 10%, 50%, 90%
+	// and all of them were, from its return: their own view (CONNACK,
+	// subscriptions and the retained "online" acknowledged), which comes
+	// later than the node's count of connections.
+	reconnectedBy [2]int
+	up            [4]time.Duration
+	// swingBack is the band of the node's shares of 1 s windows from
+	// nodeBack+fleetSettle to the end, 5th to 95th percentile: an
+	// oscillation once back widens it. sharesBack are its shares of 1 s
+	// windows from its first CONNACK, for the log.
+	swingBack  float64
+	sharesBack []float64
 	// gatewayBack is the selector's own return to the node, without the
 	// reconnections' spread: from each gateway's reconnection, the traffic
 	// of every gateway pooled, the first 250 ms step from which the node
@@ -375,8 +418,26 @@ type fleetResult struct {
 }
 
 // Targets of the default selector (docs/cluster.md): the busiest node's
-// share over its fair share, steady and with a node down, and the
-// selector's return to a restarted node from each gateway's reconnection.
+// share over its fair share, steady and with a node down; the restarted
+// node's return (the whole fleet's), the reconnections it needs and its
+// swing after; and the selector's return from each gateway's reconnection.
+//
+// The return is counted from the node's first CONNACK, not from its port
+// accepting connections: a restarted NATS node holds its MQTT clients'
+// CONNACKs until its JetStream is back, 1.2–9.6 s after its port opened
+// in seven runs here, which no client can shorten. targetNodeBack is the
+// target; the check allows targetNodeBackMargin more, for a test process
+// running 50 gateways beside three nodes on a shared 2-core machine.
+// targetReconnect (90% of the fleet connected from the port's opening)
+// is what a node that answers at once needs to carry a sixth within
+// targetNodeBack: about a second of reconnections, half a second of the
+// slow start for a gateway's draw to give it a sixth, and the 1 s window;
+// it has the same margin. targetSwingBack bounds the node's 1 s shares
+// from fleetSettle after it carries a sixth, 5th to 95th percentile: the
+// steady state's band is 0.11–0.28 (round robin's, which cannot
+// oscillate, 0.23–0.32: deliveries are counted per acknowledgement and
+// read every 250 ms), a fleet swinging between leaving the node and
+// herding on it would pass 0.5.
 //
 // The target with a node down is 1.25×, and the default met it in every
 // run measured (1.04–1.20×), but too close to hold on a shared machine
@@ -389,10 +450,39 @@ const (
 	targetDown        = 1.35
 	targetDown5s      = 1.4
 	targetGatewayBack = 2 * time.Second
+
+	targetNodeBack       = 2 * time.Second
+	targetNodeBackMargin = 500 * time.Millisecond
+	targetReconnect      = time.Second + targetNodeBackMargin
+	targetSwingBack      = 0.4
 )
 
-func fleetFigures(ss []fleetSample, v int, killAt, backAt time.Time, plan fleetPlan) fleetResult {
-	r := fleetResult{reconnect: [4]time.Duration{-1, -1, -1, -1}, trafficBack: -1}
+// firstCONNACK connects to addr, again every 20 ms after a failure, until
+// a connection is accepted (its CONNACK came) or until, and returns when;
+// zero if never.
+func firstCONNACK(addr string, until time.Time) time.Time {
+	for n := 0; time.Now().Before(until); n++ {
+		c, err := brokertest.Dial(brokertest.Options{ID: fmt.Sprintf("fleet-answer-%d", n), Brokers: []string{addr}, ConnectTimeout: 10 * time.Second, Wait: 10 * time.Second})
+		if err == nil {
+			at := time.Now()
+			c.Close()
+			return at
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Time{}
+}
+
+// fleetSettle is how long after the restarted node carries a sixth its
+// swing starts to count: the gateways' warm-up (3 s) is a rise, not a
+// swing.
+const fleetSettle = 3 * time.Second
+
+func fleetFigures(ss []fleetSample, v int, killAt, backAt, answerAt time.Time, plan fleetPlan) fleetResult {
+	r := fleetResult{reconnect: [4]time.Duration{-1, -1, -1, -1}, trafficBack: -1, answered: -1}
+	if !answerAt.IsZero() {
+		r.answered = answerAt.Sub(backAt)
+	}
 	// rateOver is each node's records a second over (a, b].
 	rateOver := func(a, b time.Time) (per [3]float64, total float64) {
 		i := slices.IndexFunc(ss, func(s fleetSample) bool { return !s.at.Before(a) })
@@ -482,6 +572,66 @@ func fleetFigures(ss []fleetSample, v int, killAt, backAt time.Time, plan fleetP
 		}
 	}
 	r.gatewayBack = gatewayBack(ss, v, backAt)
+	r.nodeBack, r.nodeBackAccept = -1, -1
+	for a := backAt; !a.Add(time.Second).After(last); a = a.Add(250 * time.Millisecond) {
+		if share(a, a.Add(time.Second)) >= 1.0/6 {
+			r.nodeBackAccept = a.Add(time.Second).Sub(backAt)
+			break
+		}
+	}
+	if r.answered >= 0 {
+		for a := answerAt; !a.Add(time.Second).After(last); a = a.Add(250 * time.Millisecond) {
+			if share(a, a.Add(time.Second)) >= 1.0/6 {
+				r.nodeBack = a.Add(time.Second).Sub(answerAt)
+				break
+			}
+		}
+	}
+	r.up = [4]time.Duration{-1, -1, -1, -1}
+	for _, s := range ss {
+		if s.at.Before(backAt) {
+			continue
+		}
+		n := 0
+		for _, g := range s.gw {
+			if g.up[v] {
+				n++
+			}
+		}
+		for k, m := range marks {
+			if r.up[k] < 0 && n >= m {
+				r.up[k] = s.at.Sub(backAt)
+			}
+		}
+	}
+	for k, by := range []time.Duration{time.Second, 2 * time.Second} {
+		i := slices.IndexFunc(ss, func(s fleetSample) bool { return !s.at.Before(backAt.Add(by)) })
+		if i < 0 {
+			continue
+		}
+		for _, g := range ss[i].gw {
+			if g.up[v] {
+				r.reconnectedBy[k]++
+			}
+		}
+	}
+	if r.answered >= 0 {
+		for a := answerAt; !a.Add(time.Second).After(last); a = a.Add(time.Second) {
+			r.sharesBack = append(r.sharesBack, share(a, a.Add(time.Second)))
+		}
+	}
+	if r.nodeBack >= 0 {
+		var sh []float64
+		for a := answerAt.Add(r.nodeBack + fleetSettle); !a.Add(time.Second).After(last); a = a.Add(time.Second) {
+			if per, total := rateOver(a, a.Add(time.Second)); total > 0 {
+				sh = append(sh, per[v]/total)
+			}
+		}
+		if len(sh) > 0 {
+			slices.Sort(sh)
+			r.swingBack = sh[len(sh)*95/100] - sh[len(sh)*5/100]
+		}
+	}
 	return r
 }
 
