@@ -1,4 +1,4 @@
-package agent
+package selector_test
 
 import (
 	"bytes"
@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"fieldlink/buffer"
-	"fieldlink/config"
 	"fieldlink/internal/testtool"
 	"fieldlink/selector"
 	"fieldlink/selector/lstm"
 )
 
 // TestIRLBModelKeptInBuffer checks that the irlb model saved in the buffer
-// file's aux bucket is what trainIRLB restores at start-up.
+// file's aux bucket is what KeepTrained restores at start-up.
 func TestIRLBModelKeptInBuffer(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "buf.db")
 	q, err := buffer.Open(path, buffer.Options{})
@@ -38,7 +37,7 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.PutAux(irlbModelKey, data); err != nil {
+	if err := q.PutAux(selector.ModelKey, data); err != nil {
 		t.Fatal(err)
 	}
 
@@ -51,7 +50,7 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		trainIRLB(ctx, &config.Config{Buffer: config.Buffer{Path: path}}, q, s, time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
+		selector.KeepTrained(ctx, s, q, path+".irlb.model", time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
 	}()
 	testtool.Eventually(10*time.Second, 5*time.Millisecond, func() bool { return s.Model() != nil }) // the check below says what is wrong
 	cancel()
@@ -74,12 +73,12 @@ func TestIRLBUnusableModelSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	if err := q.PutAux(irlbModelKey, []byte("not a model")); err != nil {
+	if err := q.PutAux(selector.ModelKey, []byte("not a model")); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
 	s := newIRLB(t)
-	restoreIRLB(&config.Config{Buffer: config.Buffer{Path: path}}, q, s, slog.New(slog.NewTextHandler(&log, nil)))
+	selector.RestoreModel(s, q, path+".irlb.model", slog.New(slog.NewTextHandler(&log, nil)))
 	if s.Model() != nil {
 		t.Fatal("an unusable model was restored")
 	}
