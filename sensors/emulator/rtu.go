@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.bug.st/serial"
+
+	"fieldlink/internal/serialline"
 )
 
 // Port is a serial line as ServeRTU uses it. The go.bug.st/serial port that
@@ -57,11 +59,7 @@ func OpenSerial(path string, baud int, parity byte, dataBits, stopBits int) (ser
 // bit, data bits, parity bit if any, stop bits. Modbus RTU's 8E1 and 8N2 are
 // 11 bits; the common but non-conforming 8N1 is 10.
 func CharBits(parity byte, dataBits, stopBits int) int {
-	n := 1 + dataBits + stopBits
-	if parity != 'N' {
-		n++
-	}
-	return n
+	return serialline.Settings{Parity: parity, DataBits: dataBits, StopBits: stopBits}.CharBits()
 }
 
 // lineTiming returns the character time and the t3.5 silence of a line:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+
+	"fieldlink/internal/serialline"
 )
 
 // Clamp is a write clamp (see [Faults.ClampWrite]) from the bounds of
@@ -27,13 +29,9 @@ func Clamp(lo, hi int) (func(addr, v uint16) uint16, error) {
 }
 
 // ParseParity is a serial line's parity as [OpenSerial] and [CharBits]
-// take it: N, E or O.
-func ParseParity(s string) (byte, error) {
-	if s != "N" && s != "E" && s != "O" {
-		return 0, errors.New("must be N, E or O")
-	}
-	return s[0], nil
-}
+// take it: N, E or O (serialline.ParseParity, the rule every serial
+// setting follows).
+func ParseParity(s string) (byte, error) { return serialline.ParseParity(s) }
 
 // ErrNotLoopback is a listen address off the loopback interface, refused
 // unless allowed: an emulator answering on a plant network could be

@@ -9,6 +9,7 @@ import (
 
 	gm "github.com/goburrow/modbus"
 
+	"fieldlink/internal/serialline"
 	"fieldlink/sensors/modbus/spec"
 )
 
@@ -104,13 +105,13 @@ func Open(rawURL string, opt Options) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.tr = newRTUTransport(link, open, cfg.device, cfg.baud, cfg.bitsPerChar(), &c.stats, c.log)
+		c.tr = newRTUTransport(link, open, cfg.device, cfg.Baud, cfg.CharBits(), &c.stats, c.log)
 		return c, nil
 	case schemeRTUOverIP:
 		c := newClient(opt, true)
 		dial := dialTCP(cfg.address)
 		open := func(ctx context.Context, deadline time.Time) (Link, error) { return dial(ctx, deadline) }
-		c.tr = newRTUTransport(nil, open, cfg.address, cfg.baud, rtuBitsPerChar, &c.stats, c.log)
+		c.tr = newRTUTransport(nil, open, cfg.address, cfg.Baud, rtuBitsPerChar, &c.stats, c.log)
 		return c, nil
 	default:
 		c := newClient(opt, false)
@@ -128,7 +129,7 @@ func Open(rawURL string, opt Options) (*Client, error) {
 // the next request tries the same link again.
 func NewRTU(link Link, baud int, opt Options) *Client {
 	if baud <= 0 {
-		baud = defaultBaud
+		baud = serialline.Default.Baud
 	}
 	c := newClient(opt, true)
 	c.tr = newRTUTransport(link, nil, "link", baud, rtuBitsPerChar, &c.stats, c.log)

@@ -1,17 +1,19 @@
 package modbus
 
-import "fmt"
+import (
+	"fmt"
+
+	"fieldlink/internal/serialline"
+)
 
 // Endpoint is a parsed bus URL, for configuration checks and the request
 // planner's timing model.
 type Endpoint struct {
-	Scheme   string // rtu, tcp or rtuovertcp
-	Device   string // rtu: serial device path
-	Address  string // tcp, rtuovertcp: host:port
-	Baud     int    // rtu, rtuovertcp: line speed
-	Parity   byte   // 'N', 'E' or 'O'
-	DataBits int
-	StopBits int
+	Scheme  string // rtu, tcp or rtuovertcp
+	Device  string // rtu: serial device path
+	Address string // tcp, rtuovertcp: host:port
+	// Settings: the serial line's (rtu), or its baud (rtuovertcp).
+	serialline.Settings
 }
 
 // ParseURL parses and validates a bus URL without opening anything.
@@ -20,8 +22,7 @@ func ParseURL(raw string) (Endpoint, error) {
 	if err != nil {
 		return Endpoint{}, err
 	}
-	return Endpoint{Scheme: c.scheme, Device: c.device, Address: c.address, Baud: c.baud,
-		Parity: c.parity, DataBits: c.dataBits, StopBits: c.stopBits}, nil
+	return Endpoint{Scheme: c.scheme, Device: c.device, Address: c.address, Settings: c.Settings}, nil
 }
 
 // Serial reports whether requests cross a serial line, directly (rtu) or
@@ -34,11 +35,7 @@ func (e Endpoint) BitsPerChar() int {
 	if e.DataBits == 0 {
 		return 10
 	}
-	n := 1 + e.DataBits + e.StopBits
-	if e.Parity != 'N' && e.Parity != 0 {
-		n++
-	}
-	return n
+	return e.Settings.CharBits()
 }
 
 // Port names what the bus occupies: a device path or a host:port.
@@ -53,7 +50,7 @@ func (e Endpoint) Port() string {
 func (e Endpoint) LineSettings() string {
 	switch e.Scheme {
 	case schemeRTU:
-		return fmt.Sprintf("%d %d%c%d", e.Baud, e.DataBits, e.Parity, e.StopBits)
+		return e.Settings.String()
 	case schemeRTUOverIP:
 		return fmt.Sprintf("RTU over TCP, line %d baud", e.Baud)
 	}

@@ -26,8 +26,8 @@ const sysfsRoot = "/sys"
 // openSerial opens and configures the serial port of cfg, and lowers the
 // USB adapter's latency timer if it can.
 func openSerial(cfg config, log *slog.Logger) (Link, error) {
-	mode := &serial.Mode{BaudRate: cfg.baud, DataBits: cfg.dataBits, StopBits: serial.OneStopBit}
-	switch cfg.parity {
+	mode := &serial.Mode{BaudRate: cfg.Baud, DataBits: cfg.DataBits, StopBits: serial.OneStopBit}
+	switch cfg.Parity {
 	case 'E':
 		mode.Parity = serial.EvenParity
 	case 'O':
@@ -35,12 +35,12 @@ func openSerial(cfg config, log *slog.Logger) (Link, error) {
 	default:
 		mode.Parity = serial.NoParity
 	}
-	if cfg.stopBits == 2 {
+	if cfg.StopBits == 2 {
 		mode.StopBits = serial.TwoStopBits
 	}
 	port, err := serial.Open(cfg.device, mode)
 	if err != nil {
-		return nil, fmt.Errorf("modbus: open serial port %s at %d %d%c%d: %w%s", cfg.device, cfg.baud, cfg.dataBits, cfg.parity, cfg.stopBits, err, openHint(err))
+		return nil, fmt.Errorf("modbus: open serial port %s at %v: %w%s", cfg.device, cfg.Settings, err, openHint(err))
 	}
 	tuneLatencyTimer(log, sysfsRoot, cfg.device)
 	return &serialLink{port: port}, nil

@@ -7,15 +7,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"fieldlink/internal/serialline"
 )
 
 // Defaults for the query of an rtu:// URL.
 const (
-	defaultBaud     = 9600
 	defaultTCPPort  = "502"
-	minBaud         = 300
-	maxBaud         = 4000000
-	rtuDataBits     = 8
 	schemeRTU       = "rtu"
 	schemeTCP       = "tcp"
 	schemeRTUOverIP = "rtuovertcp"
@@ -23,23 +21,12 @@ const (
 
 // config is a parsed and validated transport URL.
 type config struct {
-	scheme   string // schemeRTU, schemeTCP or schemeRTUOverIP
-	device   string // rtu: serial device path
-	address  string // tcp, rtuovertcp: host:port
-	baud     int    // rtu, rtuovertcp: line speed, for frame timing
-	parity   byte   // rtu: 'N', 'E' or 'O'
-	dataBits int    // rtu: always 8
-	stopBits int    // rtu: 1 or 2
-}
-
-// bitsPerChar is the length of one character on the wire: start bit, data
-// bits, parity bit if any, stop bits.
-func (c config) bitsPerChar() int {
-	n := 1 + c.dataBits + c.stopBits
-	if c.parity != 'N' {
-		n++
-	}
-	return n
+	scheme  string // schemeRTU, schemeTCP or schemeRTUOverIP
+	device  string // rtu: serial device path
+	address string // tcp, rtuovertcp: host:port
+	// Settings: the line's, rtu (data bits always 8); rtuovertcp: the
+	// baud, for frame timing.
+	serialline.Settings
 }
 
 // validKeys lists, per scheme, the query keys a URL may carry, in the order
@@ -99,21 +86,12 @@ func parseURL(raw string) (config, error) {
 			return bad("query key %q given %d times", k, len(q[k]))
 		}
 	}
-	get := func(key, def string) string {
-		if v, ok := q[key]; ok {
-			return v[0]
-		}
-		return def
-	}
 
-	c := config{scheme: u.Scheme, baud: defaultBaud, parity: 'N', dataBits: rtuDataBits, stopBits: 1}
+	c := config{scheme: u.Scheme, Settings: serialline.Default}
 	if q.Has("baud") {
-		v := q.Get("baud")
-		b, err := strconv.Atoi(v)
-		if err != nil || b < minBaud || b > maxBaud {
-			return bad("query key \"baud\" = %q: must be an integer from %d to %d", v, minBaud, maxBaud)
+		if err := c.Set("baud", q.Get("baud")); err != nil {
+			return bad("query key \"baud\" = %q: %v", q.Get("baud"), err)
 		}
-		c.baud = b
 	}
 
 	switch u.Scheme {
@@ -122,20 +100,17 @@ func parseURL(raw string) (config, error) {
 			return bad("want the serial device as an absolute path after three slashes, for example rtu:///dev/ttyUSB0")
 		}
 		c.device = u.Path
-		switch v := get("parity", "N"); v {
-		case "N", "E", "O":
-			c.parity = v[0]
-		default:
-			return bad("query key \"parity\" = %q: must be N, E or O", v)
-		}
-		if v := get("data_bits", "8"); v != "8" {
-			return bad("query key \"data_bits\" = %q: must be 8 (Modbus RTU sends 8-bit characters)", v)
-		}
-		switch v := get("stop_bits", "1"); v {
-		case "1", "2":
-			c.stopBits = int(v[0] - '0')
-		default:
-			return bad("query key \"stop_bits\" = %q: must be 1 or 2", v)
+		for _, k := range []string{"parity", "data_bits", "stop_bits"} {
+			if !q.Has(k) {
+				continue
+			}
+			v := q.Get(k)
+			if k == "data_bits" && v != "8" {
+				return bad("query key \"data_bits\" = %q: must be 8 (Modbus RTU sends 8-bit characters)", v)
+			}
+			if err := c.Set(k, v); err != nil {
+				return bad("query key %q = %q: %v", k, v, err)
+			}
 		}
 		return c, nil
 

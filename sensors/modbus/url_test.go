@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.bug.st/serial"
+
+	"fieldlink/internal/serialline"
 )
 
 func TestParseURL(t *testing.T) {
@@ -12,17 +14,17 @@ func TestParseURL(t *testing.T) {
 		url  string
 		want config
 	}{
-		{"rtu:///dev/ttyUSB0", config{scheme: "rtu", device: "/dev/ttyUSB0", baud: 9600, parity: 'N', dataBits: 8, stopBits: 1}},
+		{"rtu:///dev/ttyUSB0", config{scheme: "rtu", device: "/dev/ttyUSB0", Settings: serialline.Settings{Baud: 9600, Parity: 'N', DataBits: 8, StopBits: 1}}},
 		{"rtu:///dev/ttyUSB0?baud=19200&parity=E&data_bits=8&stop_bits=1",
-			config{scheme: "rtu", device: "/dev/ttyUSB0", baud: 19200, parity: 'E', dataBits: 8, stopBits: 1}},
+			config{scheme: "rtu", device: "/dev/ttyUSB0", Settings: serialline.Settings{Baud: 19200, Parity: 'E', DataBits: 8, StopBits: 1}}},
 		{"rtu:///dev/serial/by-id/usb-FTDI_FT232R-if00-port0?parity=O&stop_bits=2",
-			config{scheme: "rtu", device: "/dev/serial/by-id/usb-FTDI_FT232R-if00-port0", baud: 9600, parity: 'O', dataBits: 8, stopBits: 2}},
-		{"rtu:///dev/ttyAMA0?baud=115200", config{scheme: "rtu", device: "/dev/ttyAMA0", baud: 115200, parity: 'N', dataBits: 8, stopBits: 1}},
-		{"tcp://10.0.0.5", config{scheme: "tcp", address: "10.0.0.5:502", baud: 9600, parity: 'N', dataBits: 8, stopBits: 1}},
-		{"tcp://plc.local:5020/", config{scheme: "tcp", address: "plc.local:5020", baud: 9600, parity: 'N', dataBits: 8, stopBits: 1}},
-		{"tcp://[fe80::1]:502", config{scheme: "tcp", address: "[fe80::1]:502", baud: 9600, parity: 'N', dataBits: 8, stopBits: 1}},
-		{"rtuovertcp://moxa1:4001", config{scheme: "rtuovertcp", address: "moxa1:4001", baud: 9600, parity: 'N', dataBits: 8, stopBits: 1}},
-		{"rtuovertcp://moxa1:4001?baud=38400", config{scheme: "rtuovertcp", address: "moxa1:4001", baud: 38400, parity: 'N', dataBits: 8, stopBits: 1}},
+			config{scheme: "rtu", device: "/dev/serial/by-id/usb-FTDI_FT232R-if00-port0", Settings: serialline.Settings{Baud: 9600, Parity: 'O', DataBits: 8, StopBits: 2}}},
+		{"rtu:///dev/ttyAMA0?baud=115200", config{scheme: "rtu", device: "/dev/ttyAMA0", Settings: serialline.Settings{Baud: 115200, Parity: 'N', DataBits: 8, StopBits: 1}}},
+		{"tcp://10.0.0.5", config{scheme: "tcp", address: "10.0.0.5:502", Settings: serialline.Settings{Baud: 9600, Parity: 'N', DataBits: 8, StopBits: 1}}},
+		{"tcp://plc.local:5020/", config{scheme: "tcp", address: "plc.local:5020", Settings: serialline.Settings{Baud: 9600, Parity: 'N', DataBits: 8, StopBits: 1}}},
+		{"tcp://[fe80::1]:502", config{scheme: "tcp", address: "[fe80::1]:502", Settings: serialline.Settings{Baud: 9600, Parity: 'N', DataBits: 8, StopBits: 1}}},
+		{"rtuovertcp://moxa1:4001", config{scheme: "rtuovertcp", address: "moxa1:4001", Settings: serialline.Settings{Baud: 9600, Parity: 'N', DataBits: 8, StopBits: 1}}},
+		{"rtuovertcp://moxa1:4001?baud=38400", config{scheme: "rtuovertcp", address: "moxa1:4001", Settings: serialline.Settings{Baud: 38400, Parity: 'N', DataBits: 8, StopBits: 1}}},
 	}
 	for _, tt := range good {
 		got, err := parseURL(tt.url)

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"fieldlink/internal/serialline"
 	"fieldlink/internal/yamlconf"
 	"fieldlink/sensors/modbus/spec"
 )
@@ -189,14 +190,14 @@ func checkSerial(doc *yamlconf.Doc, f string, s *Serial) {
 	if s.Baud != 0 && !slices.Contains(validBauds, s.Baud) {
 		doc.Errorf(f+".baud", "unusual baud rate %d (valid: %v)", s.Baud, validBauds)
 	}
-	if s.Parity != "" && s.Parity != "N" && s.Parity != "E" && s.Parity != "O" {
-		doc.Errorf(f+".parity", "must be N, E or O, got %q", s.Parity)
+	if _, err := serialline.ParseParity(s.Parity); s.Parity != "" && err != nil {
+		doc.Errorf(f+".parity", "%v, got %q", err, s.Parity)
 	}
-	if s.DataBits != 0 && s.DataBits != 7 && s.DataBits != 8 {
-		doc.Errorf(f+".data_bits", "must be 7 or 8, got %d", s.DataBits)
+	if err := serialline.CheckDataBits(s.DataBits); s.DataBits != 0 && err != nil {
+		doc.Errorf(f+".data_bits", "%v, got %d", err, s.DataBits)
 	}
-	if s.StopBits != 0 && s.StopBits != 1 && s.StopBits != 2 {
-		doc.Errorf(f+".stop_bits", "must be 1 or 2, got %d", s.StopBits)
+	if err := serialline.CheckStopBits(s.StopBits); s.StopBits != 0 && err != nil {
+		doc.Errorf(f+".stop_bits", "%v, got %d", err, s.StopBits)
 	}
 }
 
