@@ -76,6 +76,11 @@ func compare(sc scenario, strategies []string, sim map[string][]lab.Trial, loop 
 				// the loopback ranked drf_cswlc behind prequal there in one
 				// fresh-clone run (19.0 ms against 8.7 ms, both rounds) and
 				// ahead in another: a disagreement the lab has to explain.
+				// Not the probes: here they are TCP connects, which the
+				// black hole's proxy accepts, so none fails and none finds
+				// the broker recovered (none ended an ejection in two runs'
+				// black holes); drf_cswlc sent more into them (2.1% and
+				// 4.3% of its packets, prequal 1.5% and 2.3%).
 				blackHoleAnchor := sc.lab == "S4c" && (a == "prequal" || b == "prequal")
 				c := comparison{scenario: sc.lab, metric: m.name, a: a, b: b, asserted: m.asserted && !anchorOnly && !blackHoleAnchor}
 				var sa, sb []float64
