@@ -425,7 +425,7 @@ type fleetResult struct {
 // The return is counted from the node's first CONNACK, not from its port
 // accepting connections: a restarted NATS node holds its MQTT clients'
 // CONNACKs until its JetStream is back, 1.2–9.6 s after its port opened
-// in seven runs here, which no client can shorten. targetNodeBack is the
+// in eight runs here, which no client can shorten. targetNodeBack is the
 // target; the check allows targetNodeBackMargin more, for a test process
 // running 50 gateways beside three nodes on a shared 2-core machine.
 // targetReconnect (90% of the fleet connected from the port's opening)
