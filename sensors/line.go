@@ -11,6 +11,7 @@ import (
 
 	"go.bug.st/serial"
 
+	"fieldlink/internal/serialline"
 	"fieldlink/packet"
 	"fieldlink/sensors/lineproto"
 	"fieldlink/sensors/profile"
@@ -87,16 +88,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // SerialOpener opens a serial port with a short read timeout.
 func SerialOpener(path string, baud int, parity byte, dataBits, stopBits int) func(context.Context) (io.ReadCloser, error) {
 	return func(context.Context) (io.ReadCloser, error) {
-		mode := &serial.Mode{BaudRate: baud, DataBits: dataBits, StopBits: serial.OneStopBit, Parity: serial.NoParity}
-		if stopBits == 2 {
-			mode.StopBits = serial.TwoStopBits
-		}
-		switch parity {
-		case 'E':
-			mode.Parity = serial.EvenParity
-		case 'O':
-			mode.Parity = serial.OddParity
-		}
+		mode := serialline.Settings{Baud: baud, Parity: parity, DataBits: dataBits, StopBits: stopBits}.Mode()
 		p, err := serial.Open(path, mode)
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", path, err)

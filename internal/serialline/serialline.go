@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"go.bug.st/serial"
 )
 
 // Settings are a serial line's settings.
@@ -111,6 +113,22 @@ func (s Settings) CharBits() int {
 		n++
 	}
 	return n
+}
+
+// Mode is the settings as go.bug.st/serial opens a port with them; a
+// parity other than E or O is none, stop bits other than 2 are one.
+func (s Settings) Mode() *serial.Mode {
+	m := &serial.Mode{BaudRate: s.Baud, DataBits: s.DataBits, Parity: serial.NoParity, StopBits: serial.OneStopBit}
+	switch s.Parity {
+	case 'E':
+		m.Parity = serial.EvenParity
+	case 'O':
+		m.Parity = serial.OddParity
+	}
+	if s.StopBits == 2 {
+		m.StopBits = serial.TwoStopBits
+	}
+	return m
 }
 
 // String is the settings as people write them: "9600 8N1".

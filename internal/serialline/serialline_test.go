@@ -3,6 +3,8 @@ package serialline
 import (
 	"errors"
 	"testing"
+
+	"go.bug.st/serial"
 )
 
 func TestSet(t *testing.T) {
@@ -47,5 +49,18 @@ func TestCharBits(t *testing.T) {
 		if got := c.s.CharBits(); got != c.want {
 			t.Errorf("%v: %d bits, want %d", c.s, got, c.want)
 		}
+	}
+}
+
+func TestMode(t *testing.T) {
+	m := Settings{Baud: 19200, Parity: 'E', DataBits: 8, StopBits: 2}.Mode()
+	if m.BaudRate != 19200 || m.DataBits != 8 || m.Parity != serial.EvenParity || m.StopBits != serial.TwoStopBits {
+		t.Errorf("19200 8E2: %+v", *m)
+	}
+	if m := (Settings{Baud: 9600, Parity: 'O', DataBits: 7, StopBits: 1}).Mode(); m.Parity != serial.OddParity || m.StopBits != serial.OneStopBit || m.DataBits != 7 {
+		t.Errorf("9600 7O1: %+v", *m)
+	}
+	if m := Default.Mode(); m.Parity != serial.NoParity || m.StopBits != serial.OneStopBit {
+		t.Errorf("9600 8N1: %+v", *m)
 	}
 }

@@ -29,26 +29,13 @@ type Port interface {
 // socat pty pair) for ServeRTU. parity is 'N', 'E' or 'O'. The caller closes
 // the port.
 func OpenSerial(path string, baud int, parity byte, dataBits, stopBits int) (serial.Port, error) {
-	mode := &serial.Mode{BaudRate: baud, DataBits: dataBits}
-	switch parity {
-	case 'N':
-		mode.Parity = serial.NoParity
-	case 'E':
-		mode.Parity = serial.EvenParity
-	case 'O':
-		mode.Parity = serial.OddParity
-	default:
+	if _, err := serialline.ParseParity(string(parity)); err != nil {
 		return nil, fmt.Errorf("emulator: open %s: parity %q is not N, E or O", path, parity)
 	}
-	switch stopBits {
-	case 1:
-		mode.StopBits = serial.OneStopBit
-	case 2:
-		mode.StopBits = serial.TwoStopBits
-	default:
+	if err := serialline.CheckStopBits(stopBits); err != nil {
 		return nil, fmt.Errorf("emulator: open %s: %d stop bits (want 1 or 2)", path, stopBits)
 	}
-	p, err := serial.Open(path, mode)
+	p, err := serial.Open(path, serialline.Settings{Baud: baud, Parity: parity, DataBits: dataBits, StopBits: stopBits}.Mode())
 	if err != nil {
 		return nil, fmt.Errorf("emulator: open %s: %w", path, err)
 	}

@@ -26,19 +26,7 @@ const sysfsRoot = "/sys"
 // openSerial opens and configures the serial port of cfg, and lowers the
 // USB adapter's latency timer if it can.
 func openSerial(cfg config, log *slog.Logger) (Link, error) {
-	mode := &serial.Mode{BaudRate: cfg.Baud, DataBits: cfg.DataBits, StopBits: serial.OneStopBit}
-	switch cfg.Parity {
-	case 'E':
-		mode.Parity = serial.EvenParity
-	case 'O':
-		mode.Parity = serial.OddParity
-	default:
-		mode.Parity = serial.NoParity
-	}
-	if cfg.StopBits == 2 {
-		mode.StopBits = serial.TwoStopBits
-	}
-	port, err := serial.Open(cfg.device, mode)
+	port, err := serial.Open(cfg.device, cfg.Mode())
 	if err != nil {
 		return nil, fmt.Errorf("modbus: open serial port %s at %v: %w%s", cfg.device, cfg.Settings, err, openHint(err))
 	}
