@@ -2,6 +2,6 @@
 
 package main
 
-// fieldBuild is false in the full build, which has the demo and the lab;
-// see field.go.
+// fieldBuild is false in the full build, which has the demo, the lab, the
+// emulator and the Delphi step; see field.go.
 const fieldBuild = false
