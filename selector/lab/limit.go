@@ -31,18 +31,24 @@ func limitScenarios() []Scenario {
 	return []Scenario{s, b}
 }
 
-// scaleGateways are the fleets of S15: S15a, S15b.
+// scaleGateways are the fleets of S15.
 var scaleGateways = []int{1000, 10000}
 
-// scaleScenarios are S15a and S15b: S13a's restart with 1,000 and 10,000
+// scaleScenarios are S15a to S15d: S13a's restart with 1,000 and 10,000
 // gateways, the nodes' workers grown with the fleet so that the load is
-// S13a's share of their capacity.
+// S13a's share of their capacity; in S15a and S15b each gateway reconnects
+// 1–11 s after the node returns (probes every 10 s, as S13a), in S15c and
+// S15d within a second of it (the uplink's prober, every second while a
+// connection is down).
 func scaleScenarios() []Scenario {
 	var out []Scenario
-	for k, n := range scaleGateways {
-		s := natsFleet(fmt.Sprintf("S15%c", 'a'+rune(k)), fmt.Sprintf("beyond fifty: S13a with %d gateways (the nodes %d× as large), node 2 killed from 20 s to 35 s, each gateway reconnecting to it 1–11 s after it returns", n, n/fleetGateways), n, 500*time.Microsecond)
-		s.Faults, s.Faulty, s.ReconnectSpread = []Fault{{Server: 2, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 2, 10*time.Second
-		out = append(out, s)
+	for k, spread := range []time.Duration{10 * time.Second, time.Second} {
+		for j, n := range scaleGateways {
+			name := fmt.Sprintf("S15%c", 'a'+rune(2*k+j))
+			s := natsFleet(name, fmt.Sprintf("beyond fifty: S13a with %d gateways (the nodes %d× as large), node 2 killed from 20 s to 35 s, each gateway reconnecting to it 1–%.0f s after it returns", n, n/fleetGateways, (time.Second+spread).Seconds()), n, 500*time.Microsecond)
+			s.Faults, s.Faulty, s.ReconnectSpread = []Fault{{Server: 2, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 2, spread
+			out = append(out, s)
+		}
 	}
 	return out
 }

@@ -182,9 +182,9 @@ func (r *Report) Markdown(svgDir string) []byte {
 
 	r.claims(w)
 	w("## By name only: S14 and S15\n\n")
-	w("Four scenarios are not in this report and run only by name (`gateway lab -scenarios S14,S15`; `make lab-scale` tabulates S15): S15b alone costs more CPU than the rest of the report. ")
+	w("Six scenarios are not in this report and run only by name (`gateway lab -scenarios S14,S15`; `make lab-scale` tabulates S15): S15b and S15d alone cost more CPU than the rest of the report. ")
 	w("**S14a** is S13a with the stream leader at its limit: a server's `Budget` is the most requests a second it passes on, each waiting its turn (1/Budget after the previous one's) before its service, as a node behind a proxy that serves a fixed rate and queues the rest; node 0 passes on %d of the fleet's 350 publishes a second (1.2 times its fair share). **S14b** gives every node that budget (the cluster 420). ", limitBudget)
-	w("**S15a** and **S15b** are S13a's restart with 1,000 and 10,000 gateways, the nodes' workers grown with the fleet so that the load is S13a's share of their capacity; besides the fleet figures they report the restarted node's reconnection storm (the most gateways that saw it up again in one second) and when its share is back to 90 %% of its share before. ")
+	w("**S15a** and **S15b** are S13a's restart with 1,000 and 10,000 gateways, the nodes' workers grown with the fleet so that the load is S13a's share of their capacity, each gateway reconnecting 1–11 s after the node returns as in S13a; **S15c** and **S15d** the same with the reconnections within a second (the uplink's prober, every second while a connection is down); besides the fleet figures they report the restarted node's reconnection storm (the most gateways that saw it up again in one second) and when its share is back to 90 %% of its share before. ")
 	w("Their figures stand beside the cluster tier's real runs in [cluster.md](cluster.md) (\"A node at its limit\", \"Beyond fifty\"), which `make cluster-check-fleet` (S14 beside the real runs) and `make lab-scale` (S15) print.\n\n")
 	w("## Not modelled\n\n")
 	w("- The uplink's batches and windows (a packet is its own batch, and a gateway has no limit on attempts in flight), `Retry-After`, dead letters, and cancellation on shutdown.\n")

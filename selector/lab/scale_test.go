@@ -48,8 +48,9 @@ func TestFleetChecksCatchAHerd(t *testing.T) {
 // scaleStrategies are the strategies TestScaleModel compares.
 var scaleStrategies = []string{"drf_cswlc", "p2c_ewma", "round_robin", "prequal", herd}
 
-// TestScaleModel runs S15a and S15b (1,000 and 10,000 gateways) for each
-// of scaleStrategies, one seed, and prints a table: the busiest node's
+// TestScaleModel runs S15a to S15d (1,000 and 10,000 gateways, the
+// reconnections spread over 10 s and over 1 s) for each of
+// scaleStrategies, one seed, and prints a table: the busiest node's
 // share steady and with a node down, the restarted node's reconnection
 // storm and its traffic's return, the CPU each run took. It holds the
 // default to S13a's fleet targets at both sizes (1.5× steady, 1.25× with
@@ -63,7 +64,7 @@ func TestScaleModel(t *testing.T) {
 		"| scenario | strategy | busiest, steady (× fair) | busiest, node down | reconnections a second, peak | traffic back (s) | share back to 90 % (s) | p99 (ms) | CPU (s) |",
 		"|---|---|---:|---:|---:|---:|---:|---:|---:|",
 	}
-	for _, name := range []string{"S15a", "S15b"} {
+	for _, name := range []string{"S15a", "S15b", "S15c", "S15d"} {
 		for _, st := range scaleStrategies {
 			c0 := cpuSeconds()
 			tr := fleetTrial(t, name, st, 1)
