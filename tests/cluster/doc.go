@@ -13,6 +13,17 @@
 // strategy (CLUSTER_FLEET=1, make cluster-check-fleet: drf_cswlc, p2c_ewma
 // and round_robin; make cluster-check runs drf_cswlc alone, shorter).
 //
+// TestLimit (make cluster-check-limit) puts a node, or every node, behind a
+// proxy that passes at most a budget of publishes a second and times each
+// PUBACK; TestScale (make cluster-check-scale) adds gateways until the
+// machine no longer keeps up and restarts a node at the largest fleet that
+// did; make cluster-check-fleet runs both after TestFleet.
+//
+// TestRabbit (make cluster-check-long only) runs the gateway against a
+// second clustered engine, three rabbitmq-server nodes with the MQTT plugin
+// and quorum queues, through a node killed, the subscriber queue's leader
+// killed and the whole cluster down; it needs Debian's rabbitmq-server.
+//
 // The tests build only with -tags cluster (go test ./... leaves them to
 // make cluster-check). They need Debian's nats-server (2.9.10 in
 // bookworm): they skip without it, and fail under CI=true. CLUSTER_LONG=1
