@@ -7,7 +7,7 @@ import "testing"
 // fair share in steady state and 1.25× with a node down; on brokers that
 // answer alike (S13b) at most 1.25× in both; the restarted node carries a
 // sixth of the traffic again at most 2 s after round robin's gateways give
-// it that (the gateways' reconnections, 1–11 s after its return, bound
+// it that (the gateways' reconnections, 1–2 s after its return, bound
 // both); with a node truly slow (S13c) its share falls below a tenth.
 func TestFleetSpread(t *testing.T) {
 	for seed := uint64(1); seed <= 2; seed++ {

@@ -37,8 +37,8 @@ var scaleGateways = []int{1000, 10000}
 // scaleScenarios are S15a to S15d: S13a's restart with 1,000 and 10,000
 // gateways, the nodes' workers grown with the fleet so that the load is
 // S13a's share of their capacity; in S15a and S15b each gateway reconnects
-// 1–11 s after the node returns (probes every 10 s, as S13a), in S15c and
-// S15d within a second of it (the uplink's prober, every second while a
+// 1–11 s after the node returns (probes every 10 s), in S15c and
+// S15d within a second of it, as S13a (the uplink's prober, every second while a
 // connection is down).
 func scaleScenarios() []Scenario {
 	var out []Scenario
