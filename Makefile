@@ -213,8 +213,11 @@ power-check-long:
 ## node takes over 1.5x its fair share steady, 1.35x with a node down (1.4x in any 5 s of it), the restarted
 ## node carries a sixth of the traffic over 2.5 s after its first CONNACK (target 2 s), 90% of the gateways
 ## take over 1.5 s to connect to it, its share swings over 0.4 once back, or reconnected gateways take
-## over 2 s to give it a sixth of their traffic. Needs nats-server.
-## About 4 minutes on 2 cores.
+## over 2 s to give it a sixth of their traffic; then the same fleet on three independent mosquitto
+## brokers, one restarted (TestFleetBrokers, 33 s), failing when the busiest broker takes over 1.25x
+## its fair share steady or with one down, or the restarted broker carries a sixth of the traffic over
+## 2.5 s after its port accepts again (target 2 s). Needs nats-server and mosquitto.
+## About 5 minutes on 2 cores.
 CLUSTER_RUN ?= .
 CLUSTER_TIMEOUT ?= 20m
 cluster-check:
@@ -240,6 +243,7 @@ cluster-check-puback:
 ## connection to every node) at the demo farm's rate against the cluster, n1 restarted, for drf_cswlc,
 ## p2c_ewma and round_robin: reconnection spread, return of connections and traffic, loss, and a table
 ## of the busiest node's share and the traffic's return beside the lab's predictions (S13a; docs/cluster.md);
+## the same three on independent mosquitto brokers (TestFleetBrokers, about 3.5 minutes);
 ## then the stream leader, and every node, at a budget of 140 publishes a second (TestLimit: PUBACK p99,
 ## store timeouts, connections and packets lost, beside the lab's S14), and the ramp to the most gateways
 ## the machine keeps up with and a node restarted at that size (TestScale). About 20 minutes on 2 cores.
