@@ -17,3 +17,14 @@ func TestUsageAndVersionFieldLeavesOut(t *testing.T) {
 		}
 	}
 }
+
+// The field build's usage lists only what it runs.
+func TestUsageFieldListsWhatItRuns(t *testing.T) {
+	var b strings.Builder
+	usage(&b)
+	for _, name := range []string{"demo", "lab", "emulate", "delphi"} {
+		if strings.Contains(b.String(), "gateway "+name+" ") {
+			t.Errorf("the field build's usage lists %s, which it does not run:\n%s", name, b.String())
+		}
+	}
+}

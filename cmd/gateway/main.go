@@ -64,7 +64,9 @@ func commands() []command {
 
 // devOnly reports whether a command is left out of the field build's
 // usage (it still answers, to say how to run it).
-func devOnly(name string) bool { return fieldBuild && (name == "demo" || name == "lab") }
+func devOnly(name string) bool {
+	return fieldBuild && (name == "demo" || name == "lab" || name == "emulate" || name == "delphi")
+}
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "fieldlink gateway %s: Modbus and serial sensors to DataHead/DataBody packets\n\nUsage:\n", version)
