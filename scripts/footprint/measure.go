@@ -21,7 +21,7 @@ import (
 
 // binaries are the programs the steps run.
 type binaries struct {
-	gateway, base, mosquitto, red, node, telegraf string
+	gateway, base, emulator, mosquitto, red, node, telegraf string
 }
 
 // measureAll installs and builds what the steps need, runs every step, and
@@ -59,6 +59,15 @@ func measureAll(ctx context.Context, o options, root, tmp string, out io.Writer)
 		}
 	} else if bin.gateway, err = filepath.Abs(bin.gateway); err != nil {
 		return 2, false, err
+	}
+	// The devices: `gateway emulate` is not in the field build, so they
+	// come from a full build of the same tree.
+	bin.emulator = filepath.Join(tmp, "emulator")
+	build := exec.Command("go", "build", "-o", bin.emulator, "./cmd/gateway")
+	build.Dir = root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return 2, false, fmt.Errorf("footprint: go build ./cmd/gateway for gateway emulate: %w", err)
 	}
 	if o.base != "" {
 		if bin.base, err = filepath.Abs(o.base); err != nil {
@@ -124,7 +133,7 @@ func measureStep(ctx context.Context, o options, st step, bin binaries, tmp stri
 	var emuAddrs []string
 	for first := 1; first <= st.devices; first += devicesPerConn {
 		emu, addr, err := serve("emulator", filepath.Join(tmp, fmt.Sprintf("emulator-%d.log", len(emuAddrs)+1)), func(port int) []string {
-			argv := []string{bin.gateway, "emulate", "--profiles-dir", profiles, "--listen", fmt.Sprintf("tcp://127.0.0.1:%d", port), "--log-level", "warn"}
+			argv := []string{bin.emulator, "emulate", "--profiles-dir", profiles, "--listen", fmt.Sprintf("tcp://127.0.0.1:%d", port), "--log-level", "warn"}
 			for i := first; i <= min(first+devicesPerConn-1, st.devices); i++ {
 				argv = append(argv, "--profile", fmt.Sprintf("%s@%d", profile, i))
 			}
