@@ -70,7 +70,7 @@ registers:
 
 func TestScanFindsSlaves(t *testing.T) {
 	_, addr := serve(t, true, "generic-wind-speed", "generic-mine-methane", "generic-mine-oxygen")
-	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-5", "-timeout", "50ms")
+	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-5", "-timeout", scanTimeout.String())
 	if code != 0 {
 		t.Fatalf("scan: %d %s", code, errOut)
 	}
@@ -82,7 +82,7 @@ func TestScanFindsSlaves(t *testing.T) {
 	if strings.Contains(out, "found slave 4") || strings.Contains(out, "found slave 5") {
 		t.Fatalf("phantom slaves:\n%s", out)
 	}
-	if !strings.Contains(errOut, "trying 5 slave ids at 1 line setting: at most about 300ms to sweep") || !strings.Contains(errOut, "Ctrl-C stops") {
+	if !strings.Contains(errOut, fmt.Sprintf("trying 5 slave ids at 1 line setting: at most about %v to sweep", 6*scanTimeout)) || !strings.Contains(errOut, "Ctrl-C stops") {
 		t.Fatalf("scan gives no estimate:\n%s", errOut)
 	}
 
@@ -113,7 +113,7 @@ func TestScanFindsBaudOnPty(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = emu.ServeRTU(ctx, port, 19200, 10) }()
 	defer func() { cancel(); <-done; port.Close() }()
-	code, out, errOut := gw(t, "scan", "-url", "rtu://"+b, "-slaves", "3-5", "-bauds", "19200", "-timeout", "100ms")
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+b, "-slaves", "3-5", "-bauds", "19200", "-timeout", scanTimeout.String())
 	if code != 0 || !strings.Contains(out, "found slave 4 ") || !strings.Contains(out, "19200 8N1") {
 		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
 	}

@@ -13,12 +13,20 @@ import (
 	"fieldlink/sensors/emulator"
 )
 
+// scanTimeout is -timeout for the tests' scans, whose replies they count
+// or identify: the emulator answering them runs on the same machine, which
+// may be loaded and running the tests under -race, and a reply later than
+// -timeout is lost to the scan (a timeout) or, read at the next request, a
+// garbled reply: a 100 ms bound lost replies whose wire time is 20 ms at
+// 9600 baud. A silent id costs the scan this much.
+const scanTimeout = time.Second
+
 // Scan names what it found: a device that answers Read Device
 // Identification is matched to its profile for sure, one that does not by
 // the values its registers hold; what it prints passes check.
 func TestScanNamesWhatItFound(t *testing.T) {
 	_, addr := serve(t, true, "renke-rs-fxjt-n01", "generic-mine-multigas", "vaisala-gmp252")
-	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-4", "-timeout", "50ms")
+	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-4", "-timeout", scanTimeout.String())
 	if code != 0 {
 		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
 	}
@@ -51,7 +59,7 @@ func TestScanKeepsItsBound(t *testing.T) {
 	var seen atomic.Int64
 	_, addr := emutest.ServeDevices(t, true, emutest.Devices(t, "renke-rs-fxjt-n01", "generic-mine-multigas"),
 		emulator.Options{OnRequest: func(byte, []byte) { seen.Add(1) }})
-	const timeout = 50 * time.Millisecond
+	const timeout = scanTimeout
 	code, out, errOut := gw(t, "scan", "-url", "rtuovertcp://"+addr+"?baud=9600", "-slaves", "1-5", "-timeout", timeout.String())
 	if code != 0 {
 		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
@@ -115,7 +123,7 @@ func servePtyEmu(t *testing.T, devs []emulator.Device, opt emulator.Options, emu
 // printed three buses with the same device names: six errors).
 func TestScanFragmentOneBusPerPort(t *testing.T) {
 	line := servePty(t, emutest.Devices(t, "renke-rs-fxjt-n01", "generic-mine-multigas"), emulator.Options{Seed: 1})
-	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600,19200,4800", "-slaves", "1-3", "-timeout", "100ms")
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600,19200,4800", "-slaves", "1-3", "-timeout", scanTimeout.String())
 	if code != 0 {
 		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
 	}
@@ -151,7 +159,7 @@ func TestScanCleanBaudWins(t *testing.T) {
 		}
 	}}
 	line := servePtyEmu(t, devs, opt, &emu)
-	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600,19200,4800,2400", "-slaves", "1-2", "-timeout", "100ms")
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600,19200,4800,2400", "-slaves", "1-2", "-timeout", scanTimeout.String())
 	if code != 0 {
 		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
 	}
@@ -178,7 +186,7 @@ func TestScanCleanBaudWins(t *testing.T) {
 		t.Fatalf("want the slave at several bauds with some replies garbled:\n%s\n%s", frag, errOut)
 	}
 	if int64(total) != sweptCorrupted.Load() {
-		t.Errorf("the scan counted %d garbled replies over the bauds; the emulator corrupted %d:\n%s", total, sweptCorrupted.Load(), frag)
+		t.Errorf("the scan counted %d garbled replies over the bauds; the emulator corrupted %d:\n%s\n%s", total, sweptCorrupted.Load(), frag, errOut)
 	}
 	for _, o := range others {
 		if chosen[1]*(o[0]+o[1]) > o[1]*(chosen[0]+chosen[1]) {
