@@ -97,7 +97,7 @@ vulncheck:
 ## bench: the polling, planning, encoding, buffer, selector and uplink figures as side-by-side
 ## ratios, then the footprint run against Telegraf and Node-RED (last: it exits 1 on a missed target)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./sensors/ ./sensors/plan/ ./packet/ ./buffer/ ./selector/ ./uplink/ | tee bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./sensors/ ./sensors/plan/ ./packet/ ./buffer/ ./selector/ ./uplink/ ./uplink/mqtt/ | tee bench.txt
 	@scripts/bench-report bench.txt
 	$(GO) run ./scripts/footprint $(FOOTPRINT_FLAGS)
 

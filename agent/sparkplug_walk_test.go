@@ -12,7 +12,7 @@ import (
 	"fieldlink/sensors/emulator"
 	"fieldlink/sparkplug"
 	"fieldlink/sparkplug/sparkplugtest"
-	"fieldlink/uplink"
+	uplinkmqtt "fieldlink/uplink/mqtt"
 )
 
 // spServer is one broker of a multi-server test: the host's STATE on it,
@@ -180,7 +180,7 @@ func spWalked(t *testing.T, tahu *sparkplugtest.Tahu, a, b *spServer, firstBirth
 		var seq string
 		h := false
 		for _, m := range p.Metrics {
-			if m.Alias != nil && *m.Alias == aliases[uplink.PacketSeq] {
+			if m.Alias != nil && *m.Alias == aliases[uplinkmqtt.PacketSeq] {
 				seq = strings.Trim(string(m.Value), `"`)
 				h = m.IsHistorical != nil && *m.IsHistorical
 			}

@@ -15,6 +15,7 @@ import (
 	"fieldlink/uplink"
 	uplinkhttp "fieldlink/uplink/http"
 	_ "fieldlink/uplink/kinds" // every kind of upstream the site file may name
+	uplinkmqtt "fieldlink/uplink/mqtt"
 )
 
 // uplinkSide is the delivery side of a running gateway: the selector and
@@ -117,7 +118,7 @@ func (s *uplinkSide) stop() {
 func upstreamConfigs(c *config.Config, sp sparkplugHooks) ([]*uplink.UpstreamConfig, error) {
 	ups := c.Uplink.Upstreams
 	out := make([]*uplink.UpstreamConfig, len(ups))
-	nodes := map[[2]string]*uplink.SparkplugConfig{}
+	nodes := map[[2]string]*uplinkmqtt.SparkplugConfig{}
 	for i, cu := range ups {
 		uc, err := upstreamConfig(c, cu)
 		if err != nil {
@@ -126,11 +127,12 @@ func upstreamConfigs(c *config.Config, sp sparkplugHooks) ([]*uplink.UpstreamCon
 		if cu.Sparkplug != nil {
 			key := [2]string{cu.Sparkplug.GroupID, cu.Sparkplug.EdgeNode}
 			if n := nodes[key]; n != nil {
-				n.Servers = append(n.Servers, uplink.SparkplugServer{URL: uc.URL, Username: uc.Username, Password: uc.Password, TLS: uc.TLS})
+				n.Servers = append(n.Servers, uplinkmqtt.SparkplugServer{URL: uc.URL, Username: uc.Username, Password: uc.Password, TLS: uc.TLS})
 				continue
 			}
-			uc.Sparkplug = sparkplugNode(c, cu.Sparkplug, sp)
-			nodes[key] = uc.Sparkplug
+			node := sparkplugNode(c, cu.Sparkplug, sp)
+			uc.Options = node
+			nodes[key] = node
 		}
 		out[i] = &uc
 	}
@@ -221,7 +223,7 @@ func (s *uplinkSide) startRegistry(ctx context.Context) error {
 	template := func(ru uplink.RegistryUpstream) uplink.UpstreamConfig {
 		uc := uplink.UpstreamConfig{URL: ru.URL}
 		if sch, _ := config.UpstreamScheme(ru.URL); sch == "mqtt" || sch == "mqtts" {
-			uc.Topic = uplink.DefaultTopic
+			uc.Topic = uplinkmqtt.DefaultTopic
 		}
 		if sch, _ := config.UpstreamScheme(ru.URL); sch == "mqtts" || sch == "https" {
 			uc.TLS, _ = uplink.TLSConfig("", "", "", false)

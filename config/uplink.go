@@ -3,20 +3,20 @@ package config
 import (
 	"fmt"
 	"net/http"
-	"slices"
-
-	"fieldlink/buffer"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"fieldlink/buffer"
 	"fieldlink/internal/yamlconf"
 	"fieldlink/selector"
 	"fieldlink/uplink"
 	uplinkhttp "fieldlink/uplink/http"
 	_ "fieldlink/uplink/kinds" // uplink.UpstreamName knows each kind's URLs
+	uplinkmqtt "fieldlink/uplink/mqtt"
 )
 
 // Buffer is where packets wait until an upstream acknowledged them.
@@ -274,13 +274,13 @@ func (c *Config) validateUplink(doc *yamlconf.Doc) {
 	if u.Batch < 1 || u.Batch > 10000 {
 		doc.Errorf("uplink.batch", "must be 1..10000, got %d", u.Batch)
 	}
-	if err := uplink.CheckStatusTopic(u.StatusTopic); err != nil {
+	if err := uplink.CheckSiteTopic(u.StatusTopic); err != nil {
 		doc.Errorf("uplink.status_topic", "%v (a topic with {site} and {gateway} only, or off)", err)
 	}
 	if u.StatusTopic == "" {
 		u.StatusTopic = uplink.DefaultStatusTopic
 	}
-	if err := uplink.CheckProbeTopic(u.ProbeTopic); err != nil {
+	if err := uplink.CheckSiteTopic(u.ProbeTopic); err != nil {
 		doc.Errorf("uplink.probe_topic", "%v (a topic with {site} and {gateway} only, or off)", err)
 	}
 	if u.ProbeTopic == "" {
@@ -321,7 +321,7 @@ func (c *Config) validateUplink(doc *yamlconf.Doc) {
 			doc.Errorf(f+".topic", "topic applies only to mqtt:// and mqtts:// upstreams")
 		}
 		if mqtt && up.Topic == "" {
-			up.Topic = uplink.DefaultTopic
+			up.Topic = uplinkmqtt.DefaultTopic
 		}
 		if up.QoS == nil {
 			q := 1

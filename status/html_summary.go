@@ -1,10 +1,10 @@
 package status
 
 import (
-	"fieldlink/internal/words"
 	"strings"
 
-	"fieldlink/uplink"
+	"fieldlink/internal/words"
+	uplinkmqtt "fieldlink/uplink/mqtt"
 )
 
 func (p *writer) summary(s *Snapshot) {
@@ -106,7 +106,7 @@ func (p *writer) alerts(s *Snapshot) {
 		msgs = append(msgs, "The site file on disk differs from the one in force: reload it (systemctl reload fieldlink), or check it with gateway check.")
 	}
 	for _, u := range s.Uplink.upstreams() {
-		if u.LastError != nil && strings.HasPrefix(*u.LastError, uplink.ErrMQTTClientIDInUse.Error()) &&
+		if u.LastError != nil && strings.HasPrefix(*u.LastError, uplinkmqtt.ErrClientIDInUse.Error()) &&
 			u.LastErrorAt != nil && s.Generated.Sub(*u.LastErrorAt) < clientIDRecent {
 			msgs = append(msgs, u.Name+": "+*u.LastError+".")
 		}

@@ -14,7 +14,7 @@ import (
 	"fieldlink/metrics"
 	"fieldlink/selector"
 	"fieldlink/sensors"
-	"fieldlink/uplink"
+	uplinkmqtt "fieldlink/uplink/mqtt"
 )
 
 // page is the page of f at now, and its snapshot's JSON.
@@ -195,7 +195,7 @@ func TestDownlinkUnsignedWarned(t *testing.T) {
 // above everything while it lasts, not once it is old.
 func TestClientIDInUseWarned(t *testing.T) {
 	f := newFake()
-	words := uplink.ErrMQTTClientIDInUse.Error() + " (fieldlink-gw-1-1): the broker drops each connection as the other connects"
+	words := uplinkmqtt.ErrClientIDInUse.Error() + " (fieldlink-gw-1-1): the broker drops each connection as the other connects"
 	f.upErr["mqtt://one:1883"] = words
 	pg, _ := page(t, f, t0)
 	if a, s := index(t, pg, "id=alerts"), index(t, pg, "id=summary"); a > s || !strings.Contains(pg[a:s], html.EscapeString("mqtt://one:1883: "+words)) {

@@ -252,7 +252,7 @@ func (d *Delivery) deliver(ctx context.Context, i int, s *slot, recs []buffer.Re
 		}
 		s.failed.Add(1)
 		s.failSince.CompareAndSwap(0, time.Now().UnixNano())
-		s.lastErr.note(err)
+		s.lastErr.Note(Explain(err))
 		var p permanent
 		if errors.As(err, &p) && p.Permanent() {
 			if len(recs) > 1 {

@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"context"
+	"fieldlink/uplink/internal/errnote"
 	"sync/atomic"
 	"time"
 )
@@ -18,7 +19,7 @@ type slot struct {
 	// refuse.
 	failRun   atomic.Int64
 	coolUntil atomic.Int64
-	lastErr   lastErr // the latest failed delivery
+	lastErr   errnote.Last // the latest failed delivery
 	// downSince is when the sender was first seen down (Unix ns), 0 while
 	// up; failSince the first failed delivery since the last success.
 	downSince, failSince atomic.Int64

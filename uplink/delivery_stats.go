@@ -45,7 +45,7 @@ func (d *Delivery) Stats() DeliveryStats {
 	for _, s := range d.slots {
 		if s != nil {
 			u := UpstreamCounters{Name: s.sender.Name(), Picked: s.picked.Load(), Delivered: s.delivered.Load(), Failed: s.failed.Load()}
-			u.LastError, u.LastErrorAt = s.lastErr.get()
+			u.LastError, u.LastErrorAt = s.lastErr.Get()
 			u.DownSince, u.FailingSince = unixTime(s.downSince.Load()), unixTime(s.failSince.Load())
 			if le, ok := s.sender.(lastErrorer); ok {
 				text, at := le.LastError()

@@ -261,18 +261,6 @@ func TestDeliveryStopsWithoutLosingInFlight(t *testing.T) {
 		t.Fatalf("sent %d, acked %d, left %d", slow.got.Load(), len(q.acked), len(q.recs))
 	}
 }
-
-func TestTopicVars(t *testing.T) {
-	v := (&mqttSender{}).topicVars([]byte(`{"DataHead":{"Date":"2026-01-01","DataType":"Gas","DeviceId":"ch4-1","Seq":1}}`))
-	if v["data_type"] != "Gas" || v["device"] != "ch4-1" {
-		t.Fatalf("%v", v)
-	}
-}
-
-// TestDeliveryRestsAFailingUpstream: an upstream that is up but refuses
-// every delivery (a 401, a refused TLS handshake) is tried again after a
-// growing rest, not as fast as it can refuse; when it accepts again, the
-// backlog drains.
 func TestDeliveryRestsAFailingUpstream(t *testing.T) {
 	q := newMemQueue(100)
 	a := &fakeSender{name: "a", batch: 1}

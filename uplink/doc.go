@@ -12,7 +12,7 @@
 // For each batch the loop asks a [selector.Strategy] to pick an upstream from
 // the [selector.Table]'s statistics (latency, failures, load, requests in
 // flight), skipping upstreams that are down, resting or whose window is full.
-// Each upstream is a [Sender]: the MQTT kind's sender publishes one record per send at
+// Each upstream is a [Sender]: [fieldlink/uplink/mqtt]'s publishes one record per send at
 // QoS 1 and succeeds on its PUBACK; [fieldlink/uplink/http.Sender] posts a batch as a JSON
 // array and succeeds on a 2xx, the batch named by an
 // Idempotency-Key so that the platform can drop a resend; with
@@ -60,8 +60,11 @@
 //
 // What is particular to a kind of upstream lives in its own package, which
 // implements [Kind] and is registered by [Register] with the schemes and
-// encodings it serves: fieldlink/uplink/http (HTTP, and InfluxDB's line
-// protocol). The table of fieldlink/uplink/kinds registers every kind; a
+// encodings it serves: fieldlink/uplink/mqtt (MQTT brokers),
+// fieldlink/uplink/sparkplug (Sparkplug B edge nodes, over the MQTT kind's
+// connection) and fieldlink/uplink/http (HTTP, and InfluxDB's line
+// protocol). A new kind is a folder under uplink/ and one line of the
+// table. The table of fieldlink/uplink/kinds registers every kind; a
 // program imports it. The pool opens each upstream through its kind
 // ([Open]), and [Explain] asks the kind first for its errors' words.
 //
@@ -78,7 +81,7 @@
 //
 // When the context of [Delivery.Run] ends, the loop leases nothing more and
 // starts no send; the sends in flight run to their own end (each publisher
-// bounds them: mqttConfig.PublishTimeout, http.Config.Timeout), and Run returns
+// bounds them: the MQTT kind its publish timeout, http.Config.Timeout), and Run returns
 // once each of their batches is acked, dead-lettered or back in the buffer.
 // When its own context ends, an MQTT upstream's Run publishes a retained "offline" and
 // disconnects.

@@ -169,5 +169,3 @@ func httpIsTLSFailure(err error) bool {
 	var opErr *net.OpError
 	return errors.As(err, &opErr) && (opErr.Op == "remote error" || opErr.Op == "local error")
 }
-
-var mqttVars = map[string]string{"site": "s1", "gateway": "gw1"}

@@ -16,6 +16,7 @@ import (
 
 	"fieldlink/internal/jsonkind"
 	"fieldlink/selector"
+	"fieldlink/uplink/internal/probe"
 )
 
 // Defaults and bounds of load reports.
@@ -26,7 +27,7 @@ const (
 	defaultLoadTimeout  = 5 * time.Second
 
 	// loadMaxBytes bounds a load report.
-	loadMaxBytes = 64 << 10
+	loadMaxBytes = probe.LoadMaxBytes
 )
 
 // loadField names a field of the wire format, in the order errors list them.

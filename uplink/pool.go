@@ -45,14 +45,34 @@ type UpstreamConfig struct {
 	LoadURL      string
 	LoadInterval time.Duration
 	LoadTopic    string
-	// Sparkplug makes an MQTT upstream a Sparkplug B edge node; nil
-	// publishes the packets as they are.
-	Sparkplug *SparkplugConfig
+	// Options are the kind's own settings beyond these, of a type the
+	// kind names (a Sparkplug B node's, for [EncodingSparkplugB]).
+	Options any
 	// Timeout bounds one HTTP post, or one MQTT publish's wait for its
 	// PUBACK; 0 is the kind's default.
 	Timeout time.Duration
 	// OnLoad takes each load report from LoadTopic; the pool sets it.
 	OnLoad func(payload []byte)
+}
+
+// Subscription is a topic an upstream subscribes to and what handles its
+// messages.
+type Subscription struct {
+	// Topic template: {site} and {gateway} are filled in from Vars.
+	Topic  string
+	Handle func(payload []byte)
+	// MaxSize is the largest payload handled (0: the kind's default);
+	// a larger one is dropped and counted, and the connection drops a
+	// payload larger than every subscription's as it arrives, never
+	// holding it.
+	MaxSize int
+	// Admit, if set, tells a message that may jump the queue (a command
+	// with a valid signature): those wait in a queue of their own, which
+	// Handle empties first, so that a flood of others cannot push them
+	// out. It runs on paho's router goroutine, before the message is
+	// queued: it must be quick and must not block. Messages it refuses
+	// are counted and still handled, if their queue has room.
+	Admit func(payload []byte) bool
 }
 
 // PoolConfig configures a [Pool]. Table and Delivery are required.
@@ -316,7 +336,7 @@ func (p *Pool) connect(name string, u UpstreamConfig) (*member, func(idx int), e
 // [PoolConfig.ProbeTopic]: "" for TCP connects.
 func poolProbeTopic(tmpl string, vars map[string]string) (string, error) {
 	switch tmpl {
-	case probeTopicOff:
+	case topicOff:
 		return "", nil
 	case "":
 		tmpl = DefaultProbeTopic

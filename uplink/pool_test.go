@@ -5,11 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"fieldlink/internal/testtool"
 	"fieldlink/selector"
@@ -232,98 +229,5 @@ func TestAddErrorNamesTheUpstreamOnce(t *testing.T) {
 		if n := strings.Count(err.Error(), tc.name); n != 1 || strings.Contains(err.Error(), "secret") {
 			t.Errorf("error names %s %d times (want once, no password): %v", tc.name, n, err)
 		}
-	}
-}
-
-// newMQTTTestPool is a pool whose probes run every 50 ms, with the site's
-// variables, probing MQTT upstreams on probeTopic.
-func newMQTTTestPool(t *testing.T, probeTopic string) *Pool {
-	t.Helper()
-	table := selector.NewTable(selector.Options{})
-	log, _ := mqttLogger(t)
-	p := NewPool(PoolConfig{
-		Table: table, Delivery: NewDelivery(nil, table, mustStrategy(t, "least_conn"), DeliveryOptions{}),
-		Window: 8, Batch: 10, ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 40 * time.Millisecond,
-		Vars: map[string]string{"site": "s1", "gateway": "gw1"}, ProbeTopic: probeTopic, Logger: log,
-	})
-	t.Cleanup(p.Stop)
-	return p
-}
-
-// The pool probes an MQTT upstream with QoS 1 publishes on the probe topic
-// (the broker's answer), not with TCP connects (the network's): an empty
-// message, not retained, on the default topic of this gateway.
-func TestPoolProbesMQTTWithAPublish(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
-	var got atomic.Pointer[paho.Message]
-	var n atomic.Int64
-	c := mqttClient(t, b.Addr(), "test-probe-sub")
-	if tok := c.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
-		if strings.HasPrefix(m.Topic(), "fieldlink-probe/") {
-			got.Store(&m)
-			n.Add(1)
-		}
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	p := newMQTTTestPool(t, "")
-	if _, err := p.Add(UpstreamConfig{URL: b.URL()}); err != nil {
-		t.Fatal(err)
-	}
-	testtool.WaitFor(t, 10*time.Second, "two probes reach the subscriber", func() bool { return n.Load() >= 2 })
-	m := *got.Load()
-	if m.Topic() != "fieldlink-probe/s1/gw1" || len(m.Payload()) != 0 || m.Retained() || m.Qos() != 1 {
-		t.Errorf("probe on %q, payload %q, retained %v, QoS %d; want fieldlink-probe/s1/gw1, empty, not retained, QoS 1",
-			m.Topic(), m.Payload(), m.Retained(), m.Qos())
-	}
-}
-
-// probe_topic off, a Sparkplug B upstream, and an upstream with a health
-// target of its own are probed with TCP connects: nothing is published.
-func TestPoolProbesWithTCPWhenTold(t *testing.T) {
-	for _, tc := range []struct {
-		name, topic string
-		up          func(url string) UpstreamConfig
-	}{
-		{"probe_topic off", probeTopicOff, func(url string) UpstreamConfig { return UpstreamConfig{URL: url} }},
-		{"sparkplug", "", func(url string) UpstreamConfig {
-			return UpstreamConfig{URL: url, Sparkplug: &SparkplugConfig{GroupID: "farm", EdgeNode: "gw1"}}
-		}},
-		{"health target", "", func(url string) UpstreamConfig {
-			target, _ := ProbeTarget(url)
-			return UpstreamConfig{URL: url, ProbeURL: target}
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := mqttStartBroker(t, mqttBrokerOpts{})
-			sub := mqttSubscribe(t, b.Addr(), "fieldlink-probe/#")
-			p := newMQTTTestPool(t, tc.topic)
-			idx, err := p.Add(tc.up(b.URL()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Wait for a probe that succeeded over the connection, then
-			// for a probe it published to have had time to arrive: a
-			// marker published after it on the same broker comes after.
-			name, _ := UpstreamName(b.URL())
-			p.mu.Lock()
-			c := p.live[name].conn
-			p.mu.Unlock()
-			testtool.WaitFor(t, 10*time.Second, "Connected() == true", c.Connected)
-			up := time.Now()
-			testtool.WaitFor(t, 10*time.Second, "a probe while connected", func() bool {
-				s := p.cfg.Table.Snapshot()[idx]
-				return s.ProbeRTT > 0 && s.ProbeAge < time.Since(up)
-			})
-			marker := mqttSubscribe(t, b.Addr(), "fieldlink-probe/marker")
-			mc := mqttClient(t, b.Addr(), "test-marker")
-			if tok := mc.Publish("fieldlink-probe/marker", 1, false, "m"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatal(tok.Error())
-			}
-			testtool.WaitFor(t, 10*time.Second, "the marker arrives", func() bool { return marker.count() == 1 })
-			if n := sub.count(); n != 1 {
-				t.Errorf("%d messages under fieldlink-probe/, want the marker alone", n)
-			}
-		})
 	}
 }

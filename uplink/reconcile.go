@@ -5,10 +5,6 @@ import (
 	"time"
 )
 
-// RetireGrace is how long a retired upstream stays connected so that the
-// deliveries in flight to it can finish.
-const RetireGrace = 30 * time.Second
-
 // Reconcile brings the pool's registry upstreams in step with a registry's
 // list: a new name is connected with the settings template gives it, a
 // known one takes its new weight (0 drains it: connected, not picked), and

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,30 +67,6 @@ func explain(err error) string {
 		return "no answer in time from" + addr + " (the network or the server is slow or down)"
 	}
 	return err.Error()
-}
-
-// errNote is an error in words and when it happened.
-type errNote struct {
-	text string
-	at   time.Time
-}
-
-// lastErr keeps the latest error noted; safe for concurrent use.
-type lastErr struct{ p atomic.Pointer[errNote] }
-
-// note records err (nil is ignored) at now.
-func (l *lastErr) note(err error) {
-	if err != nil {
-		l.p.Store(&errNote{text: Explain(err), at: time.Now()})
-	}
-}
-
-// get returns the latest error in words and its time; "" if none.
-func (l *lastErr) get() (string, time.Time) {
-	if n := l.p.Load(); n != nil {
-		return n.text, n.at
-	}
-	return "", time.Time{}
 }
 
 // newer is the later of two notes.

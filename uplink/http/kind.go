@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"fieldlink/uplink"
 	"fieldlink/uplink/internal/httpc"
@@ -60,27 +58,4 @@ func influxHint(msg string) string {
 		return " — the field had another type before: rename the register, or drop the measurement"
 	}
 	return ""
-}
-
-// lastErr keeps the latest error noted, in words; safe for concurrent use.
-type lastErr struct{ p atomic.Pointer[errNote] }
-
-type errNote struct {
-	text string
-	at   time.Time
-}
-
-// note records err (nil is ignored) at now.
-func (l *lastErr) note(err error) {
-	if err != nil {
-		l.p.Store(&errNote{text: uplink.Explain(err), at: time.Now()})
-	}
-}
-
-// get returns the latest error in words and its time; "" if none.
-func (l *lastErr) get() (string, time.Time) {
-	if n := l.p.Load(); n != nil {
-		return n.text, n.at
-	}
-	return "", time.Time{}
 }

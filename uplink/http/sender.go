@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/uplink"
+	"fieldlink/uplink/internal/errnote"
 	"fieldlink/uplink/internal/httpc"
 )
 
@@ -19,8 +21,8 @@ type Sender struct {
 	batch  int
 	window int
 	up     atomic.Bool
-	probe  atomic.Bool // a probe result arrived
-	noted  lastErr     // the latest failed probe or connection
+	probe  atomic.Bool  // a probe result arrived
+	noted  errnote.Last // the latest failed probe or connection
 }
 
 // NewSender returns the sender of h: batches of up to batch records, up
@@ -125,9 +127,11 @@ func (s *Sender) Up() bool { return !s.probe.Load() || s.up.Load() }
 func (s *Sender) ProbeResult(err error) {
 	s.up.Store(err == nil)
 	s.probe.Store(true)
-	s.noted.note(err)
+	if err != nil {
+		s.noted.Note(uplink.Explain(err))
+	}
 }
 
 // LastError is the latest failed probe (or connection refused to a
 // delivery) in words, and when; "" before the first.
-func (s *Sender) LastError() (string, time.Time) { return s.noted.get() }
+func (s *Sender) LastError() (string, time.Time) { return s.noted.Get() }

@@ -7,6 +7,7 @@ package kinds
 import (
 	"fieldlink/uplink"
 	"fieldlink/uplink/http"
+	"fieldlink/uplink/mqtt"
 )
 
 // Table is each kind with the schemes and encodings it takes, in the order
@@ -17,6 +18,7 @@ var Table = []struct {
 	Encodings []uplink.Encoding
 	Kind      uplink.Kind
 }{
+	{[]string{"mqtt", "mqtts"}, []uplink.Encoding{uplink.EncodingJSON, uplink.EncodingInfluxLine, uplink.EncodingSparkplugB}, mqtt.Kind{}},
 	{[]string{"http", "https"}, []uplink.Encoding{uplink.EncodingJSON, uplink.EncodingInfluxLine}, http.Kind{}},
 }
 
