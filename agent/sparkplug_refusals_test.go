@@ -42,28 +42,7 @@ func TestSparkplugDCMDRefusals(t *testing.T) {
 		born = true
 		mu.Unlock()
 	})
-	_, g, _ := startSiteFile(t, t.TempDir(), `site: {id: "001"}
-gateway: {id: gw-dl}
-buffer: {path: buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: field
-    url: tcp://`+addr+`
-    timeout: 300ms
-    devices:
-      - name: valve-1
-        profile: generic-irrigation-valve
-        slave: 1
-        interval: 200ms
-        writable:
-          - {point: ValveOpen}
-          - {point: Setpoint, min: 0, max: 50, step: 0.1}
-uplink:
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams:
-    - {url: "`+b.URL()+`", encoding: sparkplug_b, sparkplug: {group_id: farm}}
-downlink: {enabled: true, allow_unsigned: true}
-`)
+	_, g, _ := startSparkplugGateway(t, "gw-dl", addr, true, "group_id: farm", b.URL())
 	testtool.WaitFor(t, 15*time.Second, "the DBIRTH", func() bool { mu.Lock(); defer mu.Unlock(); return born })
 	now := uint64(time.Now().UnixMilli())
 	send := func(p sparkplug.Payload) []byte {

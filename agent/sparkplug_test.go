@@ -45,30 +45,7 @@ func TestSparkplugDCMD(t *testing.T) {
 		mu.Unlock()
 	})
 
-	dir := t.TempDir()
-	src := `site: {id: "001"}
-gateway: {id: gw-dl}
-buffer: {path: buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: field
-    url: tcp://` + addr + `
-    timeout: 300ms
-    devices:
-      - name: valve-1
-        profile: generic-irrigation-valve
-        slave: 1
-        interval: 200ms
-        writable:
-          - {point: ValveOpen}
-          - {point: Setpoint, min: 0, max: 50, step: 0.1}
-uplink:
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams:
-    - {url: "` + b.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm}}
-downlink: {enabled: true, allow_unsigned: true}
-`
-	startSiteFile(t, dir, src)
+	startSparkplugGateway(t, "gw-dl", addr, true, "group_id: farm", b.URL())
 
 	const birthTopic = "spBv1.0/farm/DBIRTH/gw-dl/valve-1"
 	var birth []byte
@@ -197,23 +174,7 @@ func TestSparkplugPrimaryHostKeepsPackets(t *testing.T) {
 		mu.Unlock()
 	})
 
-	dir := t.TempDir()
-	src := `site: {id: "001"}
-gateway: {id: gw-sp}
-buffer: {path: buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: field
-    url: tcp://` + addr + `
-    timeout: 300ms
-    devices:
-      - {name: valve-1, profile: generic-irrigation-valve, slave: 1, interval: 100ms}
-uplink:
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams:
-    - {url: "` + b.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm, primary_host: scada}}
-`
-	_, g, _ := startSiteFile(t, dir, src)
+	_, g, _ := startSparkplugGateway(t, "gw-sp", addr, false, "group_id: farm, primary_host: scada", b.URL())
 	testtool.WaitFor(t, 15*time.Second, "five packets kept in the buffer", func() bool { return g.q.Len() >= 5 })
 	mu.Lock()
 	before := len(msgs)

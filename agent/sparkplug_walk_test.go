@@ -83,24 +83,7 @@ func TestTCK_multiple_servers(t *testing.T) {
 	a.state(t, true)
 	b.state(t, true)
 
-	dir := t.TempDir()
-	src := `site: {id: "001"}
-gateway: {id: gw-sp}
-buffer: {path: buf.db}
-metrics: {listen: "off"}
-buses:
-  - name: field
-    url: tcp://` + addr + `
-    timeout: 300ms
-    devices:
-      - {name: valve-1, profile: generic-irrigation-valve, slave: 1, interval: 100ms}
-uplink:
-  probe: {interval: 200ms, timeout: 100ms}
-  upstreams:
-    - {url: "` + ba.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm, primary_host: scada}}
-    - {url: "` + bb.URL() + `", encoding: sparkplug_b, sparkplug: {group_id: farm, primary_host: scada}}
-`
-	_, g, _ := startSiteFile(t, dir, src)
+	_, g, _ := startSparkplugGateway(t, "gw-sp", addr, false, "group_id: farm, primary_host: scada", ba.URL(), bb.URL())
 
 	// operational-behavior-primary-application-state-with-multiple-servers-single-server:
 	// born on one server only, its data there alone.

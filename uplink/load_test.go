@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"fieldlink/selector"
+	"fieldlink/uplink/internal/httpc"
 )
 
 const loadTestGood = `{"cpu":0.42,"memory":0.61,"disk_io":0.10,"network":0.25,"processes":183,"connections":57,` +
@@ -232,7 +233,7 @@ func TestLoadPoller(t *testing.T) {
 	}
 	status.Store(503)
 	body.Store(loadTestGood)
-	if _, err := p.Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "503") || !IsRetryable(err) {
+	if _, err := p.Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "503") || !httpc.Retryable(err) {
 		t.Errorf("Poll of a 503: %v", err)
 	}
 	status.Store(200)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"fieldlink/internal/testtool"
+	"fieldlink/uplink/internal/httpc"
 )
 
 // probeTestListener listens on loopback and accepts (and holds) connections.
@@ -54,8 +55,8 @@ func TestProbeTCPRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("probe of a closed port succeeded")
 	}
-	if rtt != 0 || !strings.Contains(err.Error(), addr) || !IsRetryable(err) {
-		t.Errorf("rtt %v, err %v (retryable %v)", rtt, err, IsRetryable(err))
+	if rtt != 0 || !strings.Contains(err.Error(), addr) || !httpc.Retryable(err) {
+		t.Errorf("rtt %v, err %v (retryable %v)", rtt, err, httpc.Retryable(err))
 	}
 }
 

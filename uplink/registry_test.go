@@ -16,6 +16,7 @@ import (
 
 	"fieldlink/internal/testtool"
 	"fieldlink/selector"
+	"fieldlink/uplink/internal/httpc"
 )
 
 const registryTestList = `{"upstreams":[{"url":"mqtts://ingest-1:8883","weight":2},{"url":"https://ingest-2/api/packets"}]}`
@@ -284,7 +285,7 @@ func TestRegistryKeepsLastGood(t *testing.T) {
 
 	srv.Close() // registry down
 	err := r.refresh(context.Background())
-	if err == nil || !IsRetryable(err) {
+	if err == nil || !httpc.Retryable(err) {
 		t.Errorf("Refresh of a closed registry: %v", err)
 	}
 	if list, at := r.upstreams(); !reflect.DeepEqual(list, registryTestWant) || !at.Equal(good) {

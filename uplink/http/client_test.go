@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"fieldlink/internal/testtool"
+	"fieldlink/uplink/internal/httpc"
 )
 
 func TestHTTPConnectionReset(t *testing.T) {
@@ -33,8 +34,8 @@ func TestHTTPConnectionReset(t *testing.T) {
 			})
 			h := httpTestPublisher(t, Config{URL: srv.URL})
 			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-			if err == nil || !IsRetryable(err) || refusesPackets(err) {
-				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
+			if err == nil || !httpc.Retryable(err) || refusesPackets(err) {
+				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, httpc.Retryable(err), refusesPackets(err))
 			}
 			if !strings.Contains(err.Error(), srv.URL) {
 				t.Errorf("error %q does not name the upstream", err)
@@ -47,8 +48,8 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	addr := testtool.RefusedAddr(t) // nothing listens there
 	h := httpTestPublisher(t, Config{URL: "http://" + addr + "/in"})
 	err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-	if !IsRetryable(err) || refusesPackets(err) {
-		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
+	if !httpc.Retryable(err) || refusesPackets(err) {
+		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, httpc.Retryable(err), refusesPackets(err))
 	}
 	if !strings.Contains(err.Error(), addr) {
 		t.Errorf("error %q does not name the upstream", err)
@@ -85,8 +86,8 @@ func TestHTTPTimeout(t *testing.T) {
 	h := httpTestPublisher(t, Config{URL: srv.URL, Timeout: timeout})
 
 	elapsed, err := httpTestPostWithin(t, context.Background(), h, timeout+2*time.Second)
-	if err == nil || !IsRetryable(err) || refusesPackets(err) {
-		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
+	if err == nil || !httpc.Retryable(err) || refusesPackets(err) {
+		t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, httpc.Retryable(err), refusesPackets(err))
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("error %v is not a deadline", err)
@@ -99,7 +100,7 @@ func TestHTTPTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
 	defer cancel()
 	elapsed, err = httpTestPostWithin(t, ctx, h, 3*timeout+2*time.Second)
-	if !IsRetryable(err) {
+	if !httpc.Retryable(err) {
 		t.Errorf("%v is not retryable", err)
 	}
 	if elapsed < 3*timeout || elapsed > 3*timeout+time.Second {
@@ -120,8 +121,8 @@ func TestHTTPContextCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v, want context.Canceled", err)
 	}
-	if IsRetryable(err) || refusesPackets(err) {
-		t.Errorf("a cancelled Post is retryable %v, permanent %v; want neither", IsRetryable(err), refusesPackets(err))
+	if httpc.Retryable(err) || refusesPackets(err) {
+		t.Errorf("a cancelled Post is retryable %v, permanent %v; want neither", httpc.Retryable(err), refusesPackets(err))
 	}
 
 	// Already cancelled: nothing is sent.

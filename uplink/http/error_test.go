@@ -26,7 +26,7 @@ func TestHTTPClientError(t *testing.T) {
 			})
 			h := httpTestPublisher(t, Config{URL: srv.URL + "/in?token=abc123"})
 			err := h.post(context.Background(), []uint64{1}, [][]byte{httpTestPacket(1)})
-			if IsRetryable(err) {
+			if httpc.Retryable(err) {
 				t.Fatalf("%v: retryable", err)
 			}
 			var he *httpc.Error
@@ -77,8 +77,8 @@ func TestHTTPRetryableStatus(t *testing.T) {
 			})
 			h := httpTestPublisher(t, Config{URL: srv.URL})
 			err := h.post(context.Background(), []uint64{1, 2}, [][]byte{httpTestPacket(1), httpTestPacket(2)})
-			if !IsRetryable(err) || refusesPackets(err) {
-				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, IsRetryable(err), refusesPackets(err))
+			if !httpc.Retryable(err) || refusesPackets(err) {
+				t.Fatalf("%v: IsRetryable %v, IsPermanent %v; want retryable only", err, httpc.Retryable(err), refusesPackets(err))
 			}
 			var got time.Duration
 			if he := (*httpc.Error)(nil); errors.As(err, &he) {
@@ -136,8 +136,8 @@ func TestHTTPClassifyTransportErrors(t *testing.T) {
 		{&httpc.Error{Method: "POST", URL: "u", StatusCode: 304}, false},
 		{&httpc.Error{Method: "POST", URL: "u", StatusCode: 425}, true},
 	} {
-		if got := IsRetryable(tc.err); got != tc.retryable {
-			t.Errorf("IsRetryable(%v) = %v", tc.err, got)
+		if got := httpc.Retryable(tc.err); got != tc.retryable {
+			t.Errorf("httpc.Retryable(%v) = %v", tc.err, got)
 		}
 		if refusesPackets(tc.err) {
 			t.Errorf("refusesPackets(%v) = true", tc.err)

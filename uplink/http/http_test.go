@@ -100,7 +100,7 @@ func TestHTTPInvalidPacket(t *testing.T) {
 		{nil, nil},
 		{[]uint64{1}, [][]byte{httpTestPacket(1), httpTestPacket(2)}},
 	} {
-		if err := h.post(context.Background(), tc.seqs, tc.batch); err == nil || refusesPackets(err) || IsRetryable(err) {
+		if err := h.post(context.Background(), tc.seqs, tc.batch); err == nil || refusesPackets(err) || httpc.Retryable(err) {
 			t.Errorf("Post(%v, %d packets) = %v", tc.seqs, len(tc.batch), err)
 		}
 	}
@@ -121,8 +121,8 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 	if !errors.As(err, &he) || he.StatusCode != http.StatusPermanentRedirect {
 		t.Fatalf("error %v, want the 308", err)
 	}
-	if refusesPackets(err) || IsRetryable(err) {
-		t.Errorf("308: permanent %v, retryable %v; want neither", refusesPackets(err), IsRetryable(err))
+	if refusesPackets(err) || httpc.Retryable(err) {
+		t.Errorf("308: permanent %v, retryable %v; want neither", refusesPackets(err), httpc.Retryable(err))
 	}
 	if n := len(srv.seen()); n != 1 {
 		t.Errorf("%d requests: the redirect was followed", n)

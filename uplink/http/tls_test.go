@@ -19,6 +19,7 @@ import (
 
 	"fieldlink/internal/testtool"
 	"fieldlink/uplink"
+	"fieldlink/uplink/internal/httpc"
 )
 
 // httpTestCA returns a pool holding a fresh CA that signed nothing.
@@ -75,8 +76,8 @@ func TestHTTPTLS(t *testing.T) {
 			if !errors.As(err, &cve) {
 				t.Errorf("error %v is not a certificate verification error", err)
 			}
-			if refusesPackets(err) || IsRetryable(err) {
-				t.Errorf("TLS failure: permanent %v, retryable %v; want neither", refusesPackets(err), IsRetryable(err))
+			if refusesPackets(err) || httpc.Retryable(err) {
+				t.Errorf("TLS failure: permanent %v, retryable %v; want neither", refusesPackets(err), httpc.Retryable(err))
 			}
 		})
 	}
