@@ -221,7 +221,7 @@ func TestLoadPoller(t *testing.T) {
 	if l.CPU != 0.42 || l.Connections != 57 || l.BandwidthMbps != 1000 {
 		t.Errorf("Poll = %+v", l)
 	}
-	r := srv.seen()[0]
+	r := srv.Seen()[0]
 	req := http.Request{Header: r.Header}
 	if user, pw, ok := req.BasicAuth(); !ok || user != "probe" || pw != "pw" || r.Method != http.MethodGet || r.Path != "/load" {
 		t.Errorf("request %s %s, basic auth %q %q %v", r.Method, r.Path, user, pw, ok)
@@ -241,8 +241,8 @@ func TestLoadPoller(t *testing.T) {
 	if _, err := p.Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "longer than") {
 		t.Errorf("Poll of an oversized report: %v", err)
 	}
-	if n := srv.conns.Load(); n != 1 {
-		t.Errorf("%d polls used %d connections, want 1", len(srv.seen()), n)
+	if n := srv.Conns.Load(); n != 1 {
+		t.Errorf("%d polls used %d connections, want 1", len(srv.Seen()), n)
 	}
 
 	if _, err := newLoadPoller("mqtt://broker/load", 0, 0, nil, nil); err == nil {

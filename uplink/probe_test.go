@@ -78,7 +78,7 @@ func TestProbeHTTP(t *testing.T) {
 			t.Fatalf("Probe of a healthy URL: %v, %v", rtt, err)
 		}
 	}
-	if n := srv.conns.Load(); n != 1 {
+	if n := srv.Conns.Load(); n != 1 {
 		t.Errorf("3 probes used %d connections, want 1", n)
 	}
 	status.Store(500)
@@ -86,7 +86,7 @@ func TestProbeHTTP(t *testing.T) {
 	if err == nil || rtt != 0 || !strings.Contains(err.Error(), "500") {
 		t.Errorf("Probe of a 500: %v, %v", rtt, err)
 	}
-	if got := srv.seen()[0]; got.Method != http.MethodGet {
+	if got := srv.Seen()[0]; got.Method != http.MethodGet {
 		t.Errorf("probe method %s", got.Method)
 	}
 }
@@ -105,7 +105,7 @@ func TestProbeHTTPS(t *testing.T) {
 
 func TestProbeHTTPTimeout(t *testing.T) {
 	var srv *httpTestServer
-	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.httpTestHang(r) })
+	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.Hang(r) })
 	const timeout = 200 * time.Millisecond
 	p := NewProber(srv.URL, time.Second, timeout, nil, nil)
 	start := time.Now()
@@ -188,13 +188,13 @@ func TestProbeRunFirstAtOnceAndReportsErrors(t *testing.T) {
 // Run returns promptly even with a probe in flight, and does not report it.
 func TestProbeRunCancelInFlight(t *testing.T) {
 	var srv *httpTestServer
-	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.httpTestHang(r) })
+	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.Hang(r) })
 	var reports atomic.Int32
 	p := NewProber(srv.URL, time.Hour, time.Hour, nil, func(time.Duration, error) { reports.Add(1) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
-	testtool.WaitFor(t, 5*time.Second, "the probe in flight on the server", func() bool { return len(srv.seen()) > 0 })
+	testtool.WaitFor(t, 5*time.Second, "the probe in flight on the server", func() bool { return len(srv.Seen()) > 0 })
 	start := time.Now()
 	cancel()
 	select {

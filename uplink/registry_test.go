@@ -442,7 +442,7 @@ func TestRegistryConfig(t *testing.T) {
 	if err := r.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	req := http.Request{Header: srv.seen()[0].Header}
+	req := http.Request{Header: srv.Seen()[0].Header}
 	if user, pw, ok := req.BasicAuth(); !ok || user != "reg" || pw != "s3cr3t" {
 		t.Errorf("basic auth %q %q %v", user, pw, ok)
 	}

@@ -81,7 +81,7 @@ func httpTestPostWithin(t *testing.T, ctx context.Context, h *HTTP, limit time.D
 
 func TestHTTPTimeout(t *testing.T) {
 	var srv *httpTestServer
-	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.httpTestHang(r) })
+	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.Hang(r) })
 	const timeout = 300 * time.Millisecond
 	h := httpTestPublisher(t, Config{URL: srv.URL, Timeout: timeout})
 
@@ -110,7 +110,7 @@ func TestHTTPTimeout(t *testing.T) {
 
 func TestHTTPContextCancel(t *testing.T) {
 	var srv *httpTestServer
-	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.httpTestHang(r) })
+	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) { srv.Hang(r) })
 	h := httpTestPublisher(t, Config{URL: srv.URL, Timeout: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
@@ -126,11 +126,11 @@ func TestHTTPContextCancel(t *testing.T) {
 	}
 
 	// Already cancelled: nothing is sent.
-	n := len(srv.seen())
+	n := len(srv.Seen())
 	if err := h.post(ctx, []uint64{2}, [][]byte{httpTestPacket(2)}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Post with a done ctx: %v", err)
 	}
-	if len(srv.seen()) != n {
+	if len(srv.Seen()) != n {
 		t.Errorf("Post with a done ctx reached the server")
 	}
 }
@@ -156,10 +156,10 @@ func TestHTTPKeepAlive(t *testing.T) {
 	for i := range posts {
 		_ = h.post(context.Background(), []uint64{uint64(i)}, [][]byte{httpTestPacket(i)})
 	}
-	if got := len(srv.seen()); got != posts {
+	if got := len(srv.Seen()); got != posts {
 		t.Fatalf("server saw %d requests, want %d", got, posts)
 	}
-	if got := srv.conns.Load(); got != 1 {
+	if got := srv.Conns.Load(); got != 1 {
 		t.Errorf("%d posts used %d connections, want 1", posts, got)
 	}
 }

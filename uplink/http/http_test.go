@@ -27,7 +27,7 @@ func TestHTTPPostSingle(t *testing.T) {
 	if err := h.post(context.Background(), []uint64{42}, [][]byte{p}); err != nil {
 		t.Fatalf("Post: %v", err)
 	}
-	reqs := srv.seen()
+	reqs := srv.Seen()
 	if len(reqs) != 1 {
 		t.Fatalf("%d requests, want 1", len(reqs))
 	}
@@ -60,7 +60,7 @@ func TestHTTPPostBatch(t *testing.T) {
 	if err := h.post(context.Background(), []uint64{5, 6, 7}, batch); err != nil {
 		t.Fatalf("Post: %v", err)
 	}
-	r := srv.seen()[0]
+	r := srv.Seen()[0]
 	want := "[" + string(batch[0]) + "," + string(batch[1]) + "," + string(batch[2]) + "]"
 	if string(r.Body) != want {
 		t.Errorf("body\n%s\nwant\n%s", r.Body, want)
@@ -104,7 +104,7 @@ func TestHTTPInvalidPacket(t *testing.T) {
 			t.Errorf("Post(%v, %d packets) = %v", tc.seqs, len(tc.batch), err)
 		}
 	}
-	if n := len(srv.seen()); n != 0 {
+	if n := len(srv.Seen()); n != 0 {
 		t.Errorf("%d requests reached the server", n)
 	}
 }
@@ -124,7 +124,7 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 	if refusesPackets(err) || httpc.Retryable(err) {
 		t.Errorf("308: permanent %v, retryable %v; want neither", refusesPackets(err), httpc.Retryable(err))
 	}
-	if n := len(srv.seen()); n != 1 {
+	if n := len(srv.Seen()); n != 1 {
 		t.Errorf("%d requests: the redirect was followed", n)
 	}
 }

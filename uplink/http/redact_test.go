@@ -24,7 +24,7 @@ func TestHTTPSecretsNeverShown(t *testing.T) {
 	srv = httpTestNewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/hang":
-			srv.httpTestHang(r)
+			srv.Hang(r)
 		case "/ok":
 		default:
 			_, pw, _ := r.BasicAuth()
@@ -81,7 +81,7 @@ func TestHTTPSecretsNeverShown(t *testing.T) {
 		t.Errorf("a log line shows a secret:\n%s", logs.String())
 	}
 	// The echoing server did see the credentials: the test is not vacuous.
-	for _, r := range srv.seen() {
+	for _, r := range srv.Seen() {
 		if r.Path == "/401" && r.Header.Get("Authorization") != "Basic "+token {
 			t.Errorf("request to /401 had Authorization %q", r.Header.Get("Authorization"))
 		}

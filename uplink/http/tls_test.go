@@ -81,7 +81,7 @@ func TestHTTPTLS(t *testing.T) {
 			}
 		})
 	}
-	if got := len(srv.seen()); got != 1 {
+	if got := len(srv.Seen()); got != 1 {
 		t.Errorf("server handled %d requests, want only the verified one", got)
 	}
 }
