@@ -13,6 +13,10 @@
 // strategy (CLUSTER_FLEET=1, make cluster-check-fleet: drf_cswlc, p2c_ewma
 // and round_robin; make cluster-check runs drf_cswlc alone, shorter).
 //
+// TestFleetBrokers runs the same fleet on three independent mosquitto
+// brokers, one killed and started again, held to the targets of nodes that
+// answer alike.
+//
 // TestLimit (make cluster-check-limit) puts a node, or every node, behind a
 // proxy that passes at most a budget of publishes a second and times each
 // PUBACK; TestScale (make cluster-check-scale) adds gateways until the
