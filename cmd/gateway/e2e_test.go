@@ -49,7 +49,7 @@ func e2eSite(site, gateway, emuAddr, bufPath string, n int, uplink []string, url
 // straight to each broker:
 //
 //  1. healthy: every broker receives packets;
-//  2. 200 ms of latency on broker A's link: A's share of new packets falls
+//  2. a second of latency on broker A's link: A's share of new packets falls
 //     well below a third (p2c_ewma moves traffic away from it);
 //  3. B's link cut: B receives none of the packets of the phase, A and C
 //     get all of them;
@@ -123,16 +123,23 @@ func TestE2EThreeBrokersLatencyOutagesRecovery(t *testing.T) {
 	delivered("healthy", 0, end1, 0, 1, 2)
 	t.Logf("phase 1 healthy: seqs 1..%d, A/B/C %s, %.0f packets/s", end1, led.shares(0, end1), float64(end1)/time.Since(start).Seconds())
 
-	// 2. Latency on A: its share of new packets drops.
+	// 2. Latency on A: its share of new packets drops. p2c_ewma's cost is
+	// a peak EWMA: one slow ack sets it, and it decays over seconds (τ
+	// 10 s). A's latency must therefore stand clear of the stalls a loaded
+	// machine gives B's and C's acks: with 200 ms on A, one stall of 600
+	// ms on B's acks just before the phase let A take 27% of it (28% was
+	// seen under load). The phase starts once an ack that A's latency held
+	// back could have told the selector.
+	const latency = time.Second
 	at := time.Now()
-	links[0].AddToxic(`{"name":"latency_downstream","type":"latency","stream":"downstream","attributes":{"latency":200}}`)
-	lo2 := cutAt(at)
+	links[0].AddToxic(fmt.Sprintf(`{"name":"latency_downstream","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, latency.Milliseconds()))
+	lo2 := cutAt(at.Add(latency))
 	hi2 := produce("packets during the latency phase", lo2, 2*phasePackets)
 	delivered("latency on A", lo2, hi2, 0, 1, 2)
 	a, b, c := led.countOn(0, lo2, hi2), led.countOn(1, lo2, hi2), led.countOn(2, lo2, hi2)
-	t.Logf("phase 2 latency 200ms on A: seqs %d..%d, A/B/C %s", lo2+1, hi2, led.shares(lo2, hi2))
+	t.Logf("phase 2 latency %v on A: seqs %d..%d, A/B/C %s", latency, lo2+1, hi2, led.shares(lo2, hi2))
 	if share := float64(a) / float64(hi2-lo2); share >= 0.15 {
-		t.Errorf("with 200ms of latency A still took %.0f%% of the packets (%d of %d); want < 15%%", 100*share, a, hi2-lo2)
+		t.Errorf("with %v of latency A still took %.0f%% of the packets (%d of %d); want < 15%%", latency, 100*share, a, hi2-lo2)
 	}
 	if b == 0 || c == 0 {
 		t.Errorf("B and C should share the traffic A lost: B %d, C %d", b, c)
