@@ -1,6 +1,10 @@
 package modbus
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Errors returned by [Client.Read] and [Client.Write]. They are always
 // wrapped with the slave, function, address and quantity of the failed
@@ -26,6 +30,15 @@ var (
 	// one address cause it.
 	ErrUnexpectedReply = errors.New("modbus: unexpected reply")
 
+	// ErrLateReply means a well-formed reply (its CRC valid) came from a
+	// slave other than the one asked: most often a slave answering after
+	// its request's deadline, read while the next request awaited its own
+	// reply. A device is there, slower than the timeout; nothing on the
+	// line is garbled. It comes as a *[LateReplyError], which also
+	// satisfies errors.Is(err, ErrUnexpectedReply): it is a reply that
+	// answers another request.
+	ErrLateReply = errors.New("modbus: late reply")
+
 	// ErrLineBusy means a serial line (or RTU-over-TCP stream) kept
 	// carrying bytes nobody asked for until the request's deadline, so the
 	// request was not sent: a device babbling or answering out of turn.
@@ -44,6 +57,32 @@ var (
 	// unchanged.
 	ErrNotSent = errors.New("modbus: request not sent")
 )
+
+// LateReplyError is an [ErrLateReply]: a well-formed reply from Slave,
+// not the slave asked.
+type LateReplyError struct {
+	Slave byte
+	// After is how long after this Client's last unanswered request to
+	// Slave the reply ended; 0 when no request to Slave is known to have
+	// gone unanswered (then a device answers for an id it was not asked).
+	After time.Duration
+	// Request is the request that read the reply, as "read holding 0+1
+	// from slave 2"; Frame the reply's bytes.
+	Request string
+	Frame   []byte
+}
+
+func (e *LateReplyError) Error() string {
+	if e.After > 0 {
+		return fmt.Sprintf("%v: %s: late reply from slave %d, %v after its request (frame % x)", ErrUnexpectedReply, e.Request, e.Slave, e.After.Round(time.Millisecond), e.Frame)
+	}
+	return fmt.Sprintf("%v: %s: reply from slave %d, which was not asked (frame % x)", ErrUnexpectedReply, e.Request, e.Slave, e.Frame)
+}
+
+// Is makes a late reply both an [ErrLateReply] and an [ErrUnexpectedReply].
+func (e *LateReplyError) Is(target error) bool {
+	return target == ErrLateReply || target == ErrUnexpectedReply
+}
 
 // notSentError adds [ErrNotSent] to an error without changing its message.
 type notSentError struct{ err error }
@@ -81,6 +120,8 @@ func Hint(err error) string {
 		return "check the wiring (A and B swapped?), the device's power, its slave id and baud rate, or find it with gateway scan"
 	case errors.Is(err, ErrCRC), errors.Is(err, ErrShortFrame):
 		return "garbled replies: check the bus's baud rate and parity against the device's, the termination resistors and the cable's shield"
+	case errors.Is(err, ErrLateReply):
+		return "a slave answered after the timeout, or for another slave id: lengthen the bus's timeout, or check that no two devices answer for one id"
 	case errors.Is(err, ErrUnexpectedReply):
 		return "a reply that answers another request: two devices may share this slave id"
 	case errors.Is(err, ErrLineBusy):

@@ -96,9 +96,15 @@ type rtuTransport struct {
 	// end of transmission) or received. The next frame waits until
 	// quietSince + silence.
 	quietSince time.Time
-	stats      *counters
-	log        *slog.Logger
-	buf        [rtuMaxADU]byte
+	// unanswered is the last request whose reply did not come (or was not
+	// read), so that a reply from its slave arriving later is known late.
+	unanswered struct {
+		slave byte
+		sent  time.Time
+	}
+	stats *counters
+	log   *slog.Logger
+	buf   [rtuMaxADU]byte
 }
 
 func newRTUTransport(link Link, open func(context.Context, time.Time) (Link, error), what string, baud, bitsPerChar int, stats *counters, log *slog.Logger) *rtuTransport {
@@ -203,6 +209,13 @@ func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 	// count of a normal reply or the code of an exception.
 	f := frameReader{t: t, ctx: ctx, r: r, sent: sent}
 	data, err := t.receive(&f, h)
+	switch {
+	case err == nil, isException(err):
+		t.unanswered.sent = time.Time{}
+	case errors.Is(err, ErrTimeout), errors.Is(err, ErrLateReply):
+		// Its reply may still come, during a later request.
+		t.unanswered.slave, t.unanswered.sent = r.slave, sent
+	}
 	if err != nil && (errors.Is(err, ErrUnexpectedReply) || errors.Is(err, ErrCRC)) {
 		err = t.resync(ctx, deadline, err)
 	}
@@ -254,7 +267,7 @@ func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, 
 			return nil, err
 		}
 		if slave != r.slave {
-			return nil, f.unexpected("exception from slave %d", slave)
+			return nil, f.late(slave)
 		}
 		return nil, r.exception(fc, t.buf[2])
 	}
@@ -282,7 +295,7 @@ func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, 
 			return nil, err
 		}
 		if slave != r.slave {
-			return nil, f.unexpected("reply from slave %d", slave)
+			return nil, f.late(slave)
 		}
 		return append([]byte(nil), t.buf[2:f.n-2]...), nil
 	}
@@ -294,7 +307,7 @@ func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, 
 			return nil, err
 		}
 		if slave != r.slave {
-			return nil, f.unexpected("reply from slave %d", slave)
+			return nil, f.late(slave)
 		}
 		if echo := t.buf[2:6]; !bytes.Equal(echo, r.echo()) {
 			return nil, f.unexpected("echo % x, want % x", echo, r.echo())
@@ -311,9 +324,9 @@ func (t *rtuTransport) receive(f *frameReader, h *gm.RTUClientHandler) ([]byte, 
 		return nil, err
 	}
 	if slave != r.slave {
-		// A well-formed reply from another slave: two devices share an
-		// address, or one answers for another.
-		return nil, f.unexpected("reply from slave %d", slave)
+		// A well-formed reply from another slave: late, after its
+		// request's deadline, or one device answering for another.
+		return nil, f.late(slave)
 	}
 	return append([]byte(nil), t.buf[3:3+r.want]...), nil
 }

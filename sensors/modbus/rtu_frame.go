@@ -60,3 +60,12 @@ func (f *frameReader) checkCRC(h *gm.RTUClientHandler) error {
 func (f *frameReader) unexpected(format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s (frame starts % x)", ErrUnexpectedReply, f.r, fmt.Sprintf(format, args...), f.t.buf[:f.n])
 }
+
+// late is the error for a well-formed reply from slave, not the one asked.
+func (f *frameReader) late(slave byte) error {
+	e := &LateReplyError{Slave: slave, Request: f.r.String(), Frame: append([]byte(nil), f.t.buf[:f.n]...)}
+	if u := f.t.unanswered; !u.sent.IsZero() && u.slave == slave {
+		e.After = time.Since(u.sent)
+	}
+	return e
+}

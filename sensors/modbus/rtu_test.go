@@ -84,13 +84,13 @@ func TestRTUFaults(t *testing.T) {
 		{name: "garbage", fault: func([]byte) []byte { return []byte("hello, world\r\n") },
 			wantErr: ErrUnexpectedReply, kind: func(s Stats) uint64 { return s.FrameErrors }},
 		{name: "wrong_slave", fault: func(req []byte) []byte { return modelRTU(append([]byte{7}, req[1:]...)) },
-			wantErr: ErrUnexpectedReply, kind: func(s Stats) uint64 { return s.FrameErrors }},
+			wantErr: ErrLateReply, kind: func(s Stats) uint64 { return s.FrameErrors }},
 		{name: "wrong_function", fault: func(req []byte) []byte { q := append([]byte(nil), req...); q[1] = 4; return modelRTU(q) },
 			wantErr: ErrUnexpectedReply, kind: func(s Stats) uint64 { return s.FrameErrors }},
 		{name: "wrong_byte_count", fault: func(req []byte) []byte { q := append([]byte(nil), req...); q[5]++; return modelRTU(q) },
 			wantErr: ErrUnexpectedReply, kind: func(s Stats) uint64 { return s.FrameErrors }},
 		{name: "exception_from_other_slave", fault: func(req []byte) []byte { return withCRC(9, req[1]|0x80, 4) },
-			wantErr: ErrUnexpectedReply, kind: func(s Stats) uint64 { return s.FrameErrors }},
+			wantErr: ErrLateReply, kind: func(s Stats) uint64 { return s.FrameErrors }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,6 +144,40 @@ func TestRTUFaults(t *testing.T) {
 				t.Fatalf("after the fault got % x, want % x", got, want)
 			}
 		})
+	}
+}
+
+// TestRTULateReply: a well-formed reply from the slave of a request that
+// timed out, read while the next slave's reply is awaited, is a late reply
+// from that slave, not a garbled one: a device is there, slower than the
+// timeout, and nothing on the line was broken.
+func TestRTULateReply(t *testing.T) {
+	c := pipeClient(t, 115200, 100*time.Millisecond, func(n int, req []byte) []byte {
+		if n == 0 {
+			return nil // slave 1 has not answered yet
+		}
+		return modelRTU(append([]byte{1}, req[1:]...)) // now it does
+	})
+	if _, err := c.Read(context.Background(), 1, 3, 100, 1); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("the first read: %v, want a timeout", err)
+	}
+	_, err := c.Read(context.Background(), 2, 3, 100, 1)
+	t.Logf("error: %v", err)
+	var late *LateReplyError
+	if !errors.As(err, &late) || !errors.Is(err, ErrLateReply) {
+		t.Fatalf("got %v, want a late reply from slave 1", err)
+	}
+	if late.Slave != 1 || late.After <= 0 {
+		t.Errorf("late reply from slave %d after %v, want slave 1 after its request", late.Slave, late.After)
+	}
+	if errors.Is(err, ErrCRC) || errors.Is(err, ErrShortFrame) {
+		t.Errorf("a well-formed reply is called garbled: %v", err)
+	}
+	if !strings.Contains(err.Error(), "late reply from slave 1") || !strings.Contains(err.Error(), "slave 2") {
+		t.Errorf("message %q does not say slave 1 answered late to the request to slave 2", err)
+	}
+	if st := c.Stats(); st.CRCErrors != 0 || st.FrameErrors != 1 || st.Timeouts != 1 {
+		t.Errorf("stats %+v: want one timeout and one frame error, no CRC error", st)
 	}
 }
 

@@ -26,7 +26,7 @@ type Stats struct {
 	Timeouts    uint64 // ErrTimeout: no reply at all
 	CRCErrors   uint64 // ErrCRC
 	Exceptions  uint64 // Modbus exception replies (also counted in Responses)
-	FrameErrors uint64 // ErrShortFrame, ErrUnexpectedReply and ErrLineBusy
+	FrameErrors uint64 // ErrShortFrame, ErrUnexpectedReply (ErrLateReply included: well-formed, not garbled) and ErrLineBusy
 	IOErrors    uint64 // the link failed: open, dial, read or write
 	Canceled    uint64 // ctx ended before the request was sent or its reply judged
 }
