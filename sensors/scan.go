@@ -3,6 +3,7 @@ package sensors
 import (
 	"context"
 	"errors"
+	"time"
 
 	gm "github.com/goburrow/modbus"
 
@@ -28,6 +29,17 @@ type ScanResult struct {
 	// short or unexpected frame): a device may be there at another baud
 	// rate or parity.
 	Garbled int
+	// Late are the well-formed replies read after their request's
+	// timeout, while a later id's reply was awaited: a device is there at
+	// this line setting, slower to answer than the timeout.
+	Late []Late
+}
+
+// Late is a slave that answered a scan's probe after its timeout.
+type Late struct {
+	Slave byte
+	// After is how long after its probe the reply ended; 0 when unknown.
+	After time.Duration
 }
 
 // Scan probes each of ids on c, as gateway scan does, with a read of one
@@ -46,11 +58,14 @@ func Scan(ctx context.Context, c Reader, ids []byte, area profile.Area, address 
 			return r, id, ctx.Err()
 		}
 		var mbErr *gm.ModbusError
+		var late *modbus.LateReplyError
 		switch {
 		case err == nil:
 			r.add(Answer{Slave: id}, found)
 		case errors.As(err, &mbErr):
 			r.add(Answer{Slave: id, Exception: mbErr, Err: err}, found)
+		case errors.As(err, &late):
+			r.Late = append(r.Late, Late{Slave: late.Slave, After: late.After})
 		case errors.Is(err, modbus.ErrCRC), errors.Is(err, modbus.ErrUnexpectedReply), errors.Is(err, modbus.ErrShortFrame):
 			r.Garbled++
 		}

@@ -99,7 +99,7 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rawURL := fs.String("url", "", "bus URL (the baud in it is replaced by each of -bauds on a serial line)")
 	slaves := fs.String("slaves", "1-247", "slave ids to try: ranges and lists, e.g. 1-10,32")
 	bauds := fs.String("bauds", "9600,4800,19200,2400,38400,115200", "baud rates to try on a serial line")
-	timeout := fs.Duration("timeout", 100*time.Millisecond, "reply timeout per try")
+	timeout := fs.Duration("timeout", 0, "reply timeout per try; 0 is 100ms plus the frames' time on the wire at each baud (124ms at 9600 8N1, 195ms at 2400)")
 	areaName := fs.String("area", "holding", "area to probe: holding or input")
 	address := fs.Int("address", 0, "address to probe")
 	profilesDir := fs.String("profiles", "", "a directory of extra *.yaml profiles to match the devices found against")

@@ -11,6 +11,7 @@ import (
 
 	"fieldlink/internal/testtool/emutest"
 	"fieldlink/sensors/emulator"
+	"fieldlink/sensors/modbus"
 )
 
 // scanTimeout is -timeout for the tests' scans, whose replies they count
@@ -195,5 +196,71 @@ func TestScanCleanBaudWins(t *testing.T) {
 	}
 	if testing.Verbose() {
 		t.Log(frag)
+	}
+}
+
+// A slave that answers after -timeout is there, slower than the timeout:
+// its reply, whole and with a valid CRC, read while the next id's reply is
+// awaited, is a late answer from it, not a garbled reply (the scan said a
+// device might be there at another baud rate or parity, then that no
+// device answered). The scan names the slave and suggests a -timeout, and
+// a scan with that timeout finds it.
+func TestScanNamesLateSlaves(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	devs := emutest.Devices(t, "generic-mine-multigas")
+	devs[0].Faults.Turnaround = 3 * timeout / 2 // lands in the next id's wait
+	line := servePty(t, devs, emulator.Options{Seed: 1})
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600", "-slaves", "1-3", "-timeout", timeout.String(), "-identify=false")
+	if code == 0 {
+		t.Errorf("a scan that found no device in time succeeded:\n%s\n%s", out, errOut)
+	}
+	if strings.Contains(errOut, "garbled") || strings.Contains(errOut, "another baud rate or parity") {
+		t.Errorf("a late reply was called garbled:\n%s", errOut)
+	}
+	_, s, ok := strings.Cut(errOut, "# slave 1 answered late (after ")
+	if !ok {
+		t.Fatalf("the scan does not say slave 1 answered late:\n%s\n%s", out, errOut)
+	}
+	_, s, ok = strings.Cut(s, "): give -timeout ")
+	if !ok {
+		t.Fatalf("the scan suggests no -timeout:\n%s", errOut)
+	}
+	s, _, _ = strings.Cut(s, "\n")
+	suggested, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("suggested -timeout %q: %v", s, err)
+	}
+	if suggested <= devs[0].Faults.Turnaround {
+		t.Errorf("suggested -timeout %v, no longer than the slave's turnaround %v:\n%s", suggested, devs[0].Faults.Turnaround, errOut)
+	}
+	code, out, errOut = gw(t, "scan", "-url", "rtu://"+line+"?baud=9600", "-bauds", "9600", "-slaves", "1", "-timeout", suggested.String(), "-identify=false")
+	if code != 0 || !strings.Contains(out, "found slave 1 ") {
+		t.Errorf("a scan with the suggested -timeout %v: %d\n%s\n%s", suggested, code, out, errOut)
+	}
+}
+
+// Without -timeout, a scan at a low baud gives each request the wire
+// time of its frames on top of the device's time to answer: the 100 ms
+// that serves at 9600 baud left a device at 2400 baud, where a one-register
+// read takes 62 ms on the wire (8 and 7 characters of 10 bits) and the
+// silences before each frame 15 ms each, less than 30 ms to answer.
+func TestScanDefaultTimeoutGrowsAtLowBaud(t *testing.T) {
+	line := servePty(t, emutest.Devices(t, "generic-mine-multigas"), emulator.Options{Seed: 1})
+	code, out, errOut := gw(t, "scan", "-url", "rtu://"+line+"?baud=2400", "-bauds", "2400", "-slaves", "1", "-identify=false")
+	if code != 0 {
+		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
+	}
+	_, s, ok := strings.Cut(errOut, "a silent id costs -timeout ")
+	if !ok {
+		t.Fatalf("the scan does not say its timeout:\n%s", errOut)
+	}
+	s, _, _ = strings.Cut(s, ")")
+	got, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	char := modbus.CharTime(2400, 10)
+	if wire := 15*char + 2*modbus.Silence(2400); got < wire+100*time.Millisecond {
+		t.Errorf("the default -timeout at 2400 baud is %v; a one-register read takes %v on the wire, leaving %v to answer, want 100ms", got, wire, got-wire)
 	}
 }

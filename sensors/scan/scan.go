@@ -33,7 +33,8 @@ type Options struct {
 	Bauds string
 	// IDs are the slave ids to try (see [ParseIDs]).
 	IDs []byte
-	// Timeout bounds each request.
+	// Timeout bounds each request; 0 is [DefaultTimeout] at each line
+	// setting.
 	Timeout time.Duration
 	// Area and Address are the register the sweep reads.
 	Area    profile.Area
@@ -52,6 +53,35 @@ var (
 	// ErrNoDevice is a scan that found nothing (the command prints it
 	// after its name, hence no prefix).
 	ErrNoDevice = errors.New("no device answered")
+	// ErrOnlyLate is a scan at which devices answered, but only after
+	// -timeout; Run named them and the -timeout to give on Log.
+	ErrOnlyLate = errors.New("no device answered within -timeout, some did later: scan again with the -timeout suggested above")
+)
+
+// answerTime is how long a device is given to start answering, on top of
+// its frames' time on the wire.
+const answerTime = 100 * time.Millisecond
+
+// DefaultTimeout is a request's timeout at ep when -timeout is not given:
+// [answerTime] for the device to answer, plus, on a serial line, the wire
+// time of the request (8 characters) and of a reply of replyLen
+// characters, with the silence before each, rounded up to the
+// millisecond. At 2400 baud a one-register read and its silences take
+// 95 ms (8N1), and a fixed 100 ms left a device 5 ms to answer.
+func DefaultTimeout(ep modbus.Endpoint, replyLen int) time.Duration {
+	if !ep.Serial() {
+		return answerTime
+	}
+	d := answerTime + time.Duration(8+replyLen)*modbus.CharTime(ep.Baud, ep.BitsPerChar()) + 2*modbus.Silence(ep.Baud)
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+const (
+	// probeReplyLen is the reply to the sweep's read of one register.
+	probeReplyLen = 7
+	// largestReplyLen is the largest RTU frame, as an identification's
+	// reads may be.
+	largestReplyLen = 256
 )
 
 // Run scans as o says.
@@ -81,18 +111,48 @@ func Run(ctx context.Context, o Options) error {
 	// identifying it sends one per request of every profile and up to 8
 	// for its identification. Say how long the worst case takes, and hold
 	// each part to it.
-	perURL := time.Duration(len(o.IDs)+1) * o.Timeout
-	perDevice := time.Duration(IdentifyRequests(o.Profiles)) * o.Timeout
-	perConfirm := time.Duration(ConfirmReads) * o.Timeout
+	// Each line setting has its timeouts: -timeout, or by default one
+	// that grows with the frames' wire time at the setting's baud.
+	probeTimeout := func(ep modbus.Endpoint) time.Duration {
+		if o.Timeout > 0 {
+			return o.Timeout
+		}
+		return DefaultTimeout(ep, probeReplyLen)
+	}
+	identifyTimeout := func(ep modbus.Endpoint) time.Duration {
+		if o.Timeout > 0 {
+			return o.Timeout
+		}
+		return DefaultTimeout(ep, largestReplyLen)
+	}
+	var sweepAll, probeMin, probeMax, identifyMax time.Duration
+	for _, u := range urls {
+		ep, err := modbus.ParseURL(u)
+		if err != nil {
+			return err
+		}
+		p := probeTimeout(ep)
+		sweepAll += time.Duration(len(o.IDs)+1) * p
+		if probeMin == 0 || p < probeMin {
+			probeMin = p
+		}
+		probeMax, identifyMax = max(probeMax, p), max(identifyMax, identifyTimeout(ep))
+	}
+	perDevice := time.Duration(IdentifyRequests(o.Profiles)) * identifyMax
+	perConfirm := time.Duration(ConfirmReads) * probeMax
+	costs := probeMin.String()
+	if probeMax != probeMin {
+		costs = fmt.Sprintf("%v to %v by baud", probeMin, probeMax)
+	}
 	then := fmt.Sprintf(", then up to %v for each device found, to count its clean replies (%s)",
 		ceilSecond(perConfirm), words.Count(ConfirmReads, "read"))
 	if o.Identify {
 		then = fmt.Sprintf(", then up to %v for each device found, to count its clean replies and identify it (%s; -identify=false skips identifying)",
 			ceilSecond(perConfirm+perDevice), words.Count(ConfirmReads+IdentifyRequests(o.Profiles), "request"))
 	}
-	fmt.Fprintf(o.Log, "trying %s at %s: at most about %v to sweep (a silent id costs -timeout %v)%s; -slaves and -bauds narrow it, Ctrl-C stops\n",
-		words.Count(len(o.IDs), "slave id"), words.Count(len(urls), "line setting"), ceilSecond(time.Duration(len(urls))*perURL), o.Timeout, then)
-	found := 0
+	fmt.Fprintf(o.Log, "trying %s at %s: at most about %v to sweep (a silent id costs -timeout %s)%s; -slaves and -bauds narrow it, Ctrl-C stops\n",
+		words.Count(len(o.IDs), "slave id"), words.Count(len(urls), "line setting"), ceilSecond(sweepAll), costs, then)
+	found, late := 0, 0
 	stopped := func(u string, id byte) error {
 		fmt.Fprintf(o.Log, "scan stopped at slave %d of %s: %s found so far\n", id, u, words.Count(found, "device"))
 		return ErrStopped
@@ -102,11 +162,13 @@ func Run(ctx context.Context, o Options) error {
 	var answered []Bus
 	for _, u := range urls {
 		frag := Bus{URL: u}
-		client, err := modbus.Open(u, modbus.Options{Timeout: o.Timeout})
+		ep, _ := modbus.ParseURL(u)
+		timeout := probeTimeout(ep)
+		perURL := time.Duration(len(o.IDs)+1) * timeout
+		client, err := modbus.Open(u, modbus.Options{Timeout: timeout})
 		if err != nil {
 			return err
 		}
-		ep, _ := modbus.ParseURL(u)
 		frag.Setting = ep.LineSettings()
 		fmt.Fprintf(o.Log, "scanning %s (%s), %d slave ids...\n", u, ep.LineSettings(), len(o.IDs))
 		sweep, cancel := context.WithTimeout(ctx, perURL)
@@ -128,6 +190,7 @@ func Run(ctx context.Context, o Options) error {
 			fmt.Fprintf(o.Log, "  the sweep of %s stopped at slave %d, at its bound of %v\n", u, at, perURL)
 		}
 		frag.Clean, frag.Garbled = len(res.Answers), res.Garbled
+		late += sayLate(o.Log, res.Late, timeout)
 		for _, id := range frag.Slaves {
 			one, cancel := context.WithTimeout(ctx, perConfirm)
 			clean, garbled := confirm(one, client, id, o.Area, o.Address)
@@ -147,12 +210,16 @@ func Run(ctx context.Context, o Options) error {
 			fmt.Fprintf(o.Log, "  %d garbled replies (%d clean) at %s: a device may be there at another baud rate or parity\n", frag.Garbled, frag.Clean, ep.LineSettings())
 		}
 	}
+	if found == 0 && late > 0 {
+		return ErrOnlyLate
+	}
 	if found == 0 {
 		return ErrNoDevice
 	}
 	bus := Best(answered)
 	if o.Identify {
-		client, err := modbus.Open(bus.URL, modbus.Options{Timeout: o.Timeout})
+		ep, _ := modbus.ParseURL(bus.URL)
+		client, err := modbus.Open(bus.URL, modbus.Options{Timeout: identifyTimeout(ep)})
 		if err != nil {
 			return err
 		}
@@ -175,6 +242,37 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
+// sayLate tells log of each slave that answered after timeout, once, with
+// the -timeout that would have caught its reply, and returns how many
+// slaves it named.
+func sayLate(log io.Writer, late []sensors.Late, timeout time.Duration) int {
+	seen := map[byte]bool{}
+	for _, l := range late {
+		if seen[l.Slave] {
+			continue
+		}
+		seen[l.Slave] = true
+		after := "after -timeout " + timeout.String()
+		if l.After > 0 {
+			after = "after " + l.After.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(log, "  # slave %d answered late (%s): give -timeout %v\n", l.Slave, after, SuggestTimeout(l, timeout))
+	}
+	return len(seen)
+}
+
+// SuggestTimeout is the -timeout to give for a slave that answered late:
+// twice the time its reply took, or three times timeout when that is
+// unknown, rounded up to 100 ms, for the device's time varies.
+func SuggestTimeout(l sensors.Late, timeout time.Duration) time.Duration {
+	d := 3 * timeout
+	if l.After > 0 {
+		d = max(2*l.After, timeout+answerTime)
+	}
+	const step = 100 * time.Millisecond
+	return (d + step - 1).Truncate(step)
+}
+
 // ConfirmReads is how many more reads a device found is sent at each line
 // setting: one probe each says little of how clean a setting's replies
 // are, and a slave that answers at two bauds is at the cleaner one.
@@ -192,6 +290,8 @@ func confirm(ctx context.Context, c sensors.Reader, slave byte, area profile.Are
 		switch {
 		case err == nil, errors.As(err, &mbErr):
 			clean++
+		case errors.Is(err, modbus.ErrLateReply):
+			// Another slave's reply, well-formed: neither.
 		case errors.Is(err, modbus.ErrCRC), errors.Is(err, modbus.ErrUnexpectedReply), errors.Is(err, modbus.ErrShortFrame):
 			garbled++
 		}
