@@ -2,8 +2,6 @@ package config
 
 import (
 	"fieldlink/internal/yamlconf"
-	"fieldlink/sparkplug"
-	"fieldlink/uplink"
 )
 
 // Sparkplug names the Sparkplug B edge node of an MQTT upstream whose
@@ -17,34 +15,14 @@ type Sparkplug struct {
 	PrimaryHost string `yaml:"primary_host"`
 }
 
-// validateSparkplug checks the encoding of an MQTT upstream and its
-// sparkplug settings, and fills in edge_node. (An HTTP upstream's encoding
-// is validateHTTPAuth's.)
-func (c *Config) validateSparkplug(doc *yamlconf.Doc, f string, up *Upstream, mqtt bool) {
+// validateSparkplug checks what no kind of upstream can: that the
+// upstreams of one Sparkplug B node name one primary host. (The settings
+// themselves are the MQTT kind's to check, and edge_node's default is
+// filled in with the others.)
+func (c *Config) validateSparkplug(doc *yamlconf.Doc, f string, up *Upstream) {
 	sp := up.Sparkplug
-	isSp := up.Encoding == uplink.EncodingSparkplugB
-	switch {
-	case mqtt && !isSp && up.Encoding != "" && up.Encoding != uplink.EncodingJSON && up.Encoding != uplink.EncodingInfluxLine:
-		// influx_line on MQTT is validateHTTPAuth's to report.
-		doc.Errorf(f+".encoding", "unknown encoding %q for an MQTT upstream (valid: json, sparkplug_b)", up.Encoding)
-	case mqtt && isSp && sp == nil:
-		doc.Errorf(f+".sparkplug", "encoding sparkplug_b needs sparkplug: {group_id: …}")
-	case sp != nil && !(mqtt && isSp):
-		doc.Errorf(f+".sparkplug", "applies only to an mqtt:// or mqtts:// upstream with encoding: sparkplug_b")
-	}
 	if sp == nil {
 		return
-	}
-	if sp.EdgeNode == "" {
-		sp.EdgeNode = c.Gateway.ID
-	}
-	for _, id := range []struct{ field, v string }{{"group_id", sp.GroupID}, {"edge_node", sp.EdgeNode}, {"primary_host", sp.PrimaryHost}} {
-		if id.v == "" && id.field == "primary_host" {
-			continue
-		}
-		if err := sparkplug.CheckID(id.v); err != nil {
-			doc.Errorf(f+".sparkplug."+id.field, "must not be empty nor hold '/', '+' or '#', got %q", id.v)
-		}
 	}
 	// Upstreams with one group_id and edge_node are one node's servers
 	// (docs/sparkplug.md), which has one primary host.

@@ -2,10 +2,8 @@ package config
 
 import (
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,9 +12,7 @@ import (
 	"fieldlink/internal/yamlconf"
 	"fieldlink/selector"
 	"fieldlink/uplink"
-	uplinkhttp "fieldlink/uplink/http"
-	_ "fieldlink/uplink/kinds" // uplink.UpstreamName knows each kind's URLs
-	uplinkmqtt "fieldlink/uplink/mqtt"
+	_ "fieldlink/uplink/kinds" // uplink.UpstreamName knows each kind's URLs, and each kind checks its settings
 )
 
 // Buffer is where packets wait until an upstream acknowledged them.
@@ -310,18 +306,11 @@ func (c *Config) validateUplink(doc *yamlconf.Doc) {
 			}
 			names[name] = i
 		}
-		mqtt := scheme == "mqtt" || scheme == "mqtts"
 		if up.Weight == 0 {
 			up.Weight = 1
 		}
 		if up.Weight < 0 || up.Weight > 1000 {
 			doc.Errorf(f+".weight", "must be 1..1000, got %d", up.Weight)
-		}
-		if up.Topic != "" && !mqtt && err == nil {
-			doc.Errorf(f+".topic", "topic applies only to mqtt:// and mqtts:// upstreams")
-		}
-		if mqtt && up.Topic == "" {
-			up.Topic = uplinkmqtt.DefaultTopic
 		}
 		if up.QoS == nil {
 			q := 1
@@ -338,8 +327,8 @@ func (c *Config) validateUplink(doc *yamlconf.Doc) {
 				doc.Errorf(f+".password_file", "%v (give a file the gateway can read, whose first line is the password)", err)
 			}
 		}
-		c.validateHTTPAuth(doc, f, up, mqtt && err == nil)
-		c.validateSparkplug(doc, f, up, mqtt)
+		c.checkUpstream(doc, f, up, err == nil)
+		c.validateSparkplug(doc, f, up)
 		if up.PasswordEnv != "" {
 			if _, ok := os.LookupEnv(up.PasswordEnv); !ok {
 				doc.Errorf(f+".password_env", "environment variable %s is not set (set it in the gateway's environment, or use password_file)", up.PasswordEnv)
@@ -373,9 +362,6 @@ func (c *Config) validateUplink(doc *yamlconf.Doc) {
 		if l := up.Load; l != nil {
 			if (l.URL == "") == (l.Topic == "") {
 				doc.Errorf(f+".load", "give url (an HTTP JSON endpoint) or topic (a retained MQTT topic), one of them")
-			}
-			if l.Topic != "" && !mqtt && err == nil {
-				doc.Errorf(f+".load.topic", "a load topic needs an MQTT upstream")
 			}
 			if l.Interval == 0 {
 				l.Interval = u.Probe.Interval
@@ -452,50 +438,4 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
-}
-
-// validateHTTPAuth checks an HTTP upstream's encoding, and that an MQTT
-// upstream has no influx_line, token_file or headers_file (an MQTT
-// upstream's other encodings are checked with their settings). The header
-// file is read, to check it, but no message repeats a value.
-func (c *Config) validateHTTPAuth(doc *yamlconf.Doc, f string, up *Upstream, mqtt bool) {
-	if mqtt {
-		for _, o := range []struct{ field, set string }{{"token_file", up.TokenFile}, {"headers_file", up.HeadersFile}} {
-			if o.set != "" {
-				doc.Errorf(f+"."+o.field, "applies only to http:// and https:// upstreams")
-			}
-		}
-		if up.Encoding == uplink.EncodingInfluxLine {
-			doc.Errorf(f+".encoding", "influx_line applies only to http:// and https:// upstreams")
-		}
-	} else if up.Encoding != "" && !slices.Contains(uplink.Encodings, up.Encoding) {
-		doc.Errorf(f+".encoding", "unknown encoding %q for an HTTP upstream (valid: json, influx_line)", up.Encoding)
-	} else if up.Encoding == uplink.EncodingInfluxLine {
-		if err := uplinkhttp.CheckInfluxURL(up.URL); err != nil {
-			doc.Errorf(f+".url", "%v", err)
-		}
-	}
-	if up.TokenFile != "" {
-		if up.Username != "" {
-			doc.Errorf(f+".token_file", "give username (basic auth) or token_file, not both")
-		}
-		if err := readable(c.rel(up.TokenFile)); err != nil {
-			doc.Errorf(f+".token_file", "%v (give a file the gateway can read, whose first line is the token)", err)
-		}
-	}
-	if up.HeadersFile != "" {
-		b, err := os.ReadFile(c.rel(up.HeadersFile))
-		if err == nil {
-			var h http.Header
-			if h, err = uplinkhttp.ParseHeaderFile(b); err == nil && h.Get("Authorization") != "" && (up.Username != "" || up.TokenFile != "") {
-				err = fmt.Errorf("the file sets Authorization, and so does username or token_file")
-			}
-			if err != nil {
-				err = fmt.Errorf("%s: %w", c.rel(up.HeadersFile), err)
-			}
-		}
-		if err != nil {
-			doc.Errorf(f+".headers_file", "%v (give a file the gateway can read, one \"Name: value\" a line)", err)
-		}
-	}
 }

@@ -65,7 +65,11 @@
 // (HTTP, and InfluxDB's line protocol). A new kind is a folder under uplink/ and one line of the
 // table. The table of fieldlink/uplink/kinds registers every kind; a
 // program imports it. The pool opens each upstream through its kind
-// ([Open]), and [Explain] asks the kind first for its errors' words.
+// ([Open]), and [Explain] asks the kind first for its errors' words. A
+// kind also checks the site file's settings it owns, on every upstream
+// (a CheckSite method taking a [SiteUpstream] and the [SiteFile] to report
+// to), which the site file's loader calls for each registered kind
+// ([Kinds]).
 //
 // # Window and Retry-After
 //
