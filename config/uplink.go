@@ -13,6 +13,7 @@ import (
 	"fieldlink/selector"
 	"fieldlink/uplink"
 	_ "fieldlink/uplink/kinds" // uplink.UpstreamName knows each kind's URLs, and each kind checks its settings
+	"fieldlink/uplink/site"
 )
 
 // Buffer is where packets wait until an upstream acknowledged them.
@@ -270,13 +271,13 @@ func (c *Config) validateUplink(doc *yamlconf.Doc) {
 	if u.Batch < 1 || u.Batch > 10000 {
 		doc.Errorf("uplink.batch", "must be 1..10000, got %d", u.Batch)
 	}
-	if err := uplink.CheckSiteTopic(u.StatusTopic); err != nil {
+	if err := site.CheckTopic(u.StatusTopic); err != nil {
 		doc.Errorf("uplink.status_topic", "%v (a topic with {site} and {gateway} only, or off)", err)
 	}
 	if u.StatusTopic == "" {
 		u.StatusTopic = uplink.DefaultStatusTopic
 	}
-	if err := uplink.CheckSiteTopic(u.ProbeTopic); err != nil {
+	if err := site.CheckTopic(u.ProbeTopic); err != nil {
 		doc.Errorf("uplink.probe_topic", "%v (a topic with {site} and {gateway} only, or off)", err)
 	}
 	if u.ProbeTopic == "" {

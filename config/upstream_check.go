@@ -3,22 +3,15 @@ package config
 import (
 	"fieldlink/internal/yamlconf"
 	"fieldlink/uplink"
+	"fieldlink/uplink/site"
 )
 
-// upstreamChecker is a kind of upstream (uplink.Register's) that checks
-// the settings of the site file it owns, on every upstream: mine says
-// whether the upstream is of that kind. The kinds' packages keep their
-// rules, so that this package need not know every kind.
-type upstreamChecker interface {
-	CheckSite(u *uplink.SiteUpstream, mine bool, f uplink.SiteFile)
-}
-
-// checkUpstream has every registered kind check the upstream up, at the
-// field path f; known says its URL is valid, and so of a kind. It keeps
-// the defaults the kinds fill in.
+// checkUpstream has every kind of upstream check the settings it owns on
+// up, at the field path f (uplink.CheckSite); known says its URL is valid,
+// and so of a kind. It keeps the defaults the kinds fill in.
 func (c *Config) checkUpstream(doc *yamlconf.Doc, f string, up *Upstream, known bool) {
-	s := uplink.SiteUpstream{
-		URL: up.URL, Known: known, Encoding: up.Encoding, Topic: up.Topic, Username: up.Username,
+	s := site.Upstream{
+		URL: up.URL, Known: known, Encoding: string(up.Encoding), Topic: up.Topic, Username: up.Username,
 		TokenFile: up.TokenFile, HeadersFile: up.HeadersFile,
 	}
 	if up.Load != nil {
@@ -28,19 +21,9 @@ func (c *Config) checkUpstream(doc *yamlconf.Doc, f string, up *Upstream, known 
 		if sp.EdgeNode == "" {
 			sp.EdgeNode = c.Gateway.ID
 		}
-		s.Sparkplug = &uplink.SiteSparkplug{GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost}
+		s.Sparkplug = &site.Sparkplug{GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost}
 	}
-	var own uplink.Kind
-	if known {
-		own, _ = uplink.KindOf(up.URL, up.Encoding)
-	}
-	file := siteFile{c, doc, f}
-	// Kinds compare as values: a registered kind is a comparable one.
-	for _, k := range uplink.Kinds() {
-		if ch, ok := k.(upstreamChecker); ok {
-			ch.CheckSite(&s, known && k == own, file)
-		}
-	}
+	uplink.CheckSite(&s, siteFile{c, doc, f})
 	up.Topic = s.Topic
 }
 

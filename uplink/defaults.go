@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"fieldlink/uplink/internal/probe"
+	"fieldlink/uplink/site"
 )
 
 // Defaults of the pool and its kinds, where the site file says nothing.
@@ -32,5 +33,5 @@ const (
 	RetireGrace = 30 * time.Second
 	// topicOff as [PoolConfig.ProbeTopic] probes MQTT upstreams with TCP
 	// connects; as [PoolConfig.StatusTopic], publishes no status.
-	topicOff = "off"
+	topicOff = site.Off
 )

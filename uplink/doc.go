@@ -67,9 +67,9 @@
 // program imports it. The pool opens each upstream through its kind
 // ([Open]), and [Explain] asks the kind first for its errors' words. A
 // kind also checks the site file's settings it owns, on every upstream
-// (a CheckSite method taking a [SiteUpstream] and the [SiteFile] to report
-// to), which the site file's loader calls for each registered kind
-// ([Kinds]).
+// (a CheckSite method taking fieldlink/uplink/site's Upstream and the File
+// to report to), which the site file's loader has [CheckSite] call for
+// each registered kind.
 //
 // # Window and Retry-After
 //

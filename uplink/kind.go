@@ -68,28 +68,41 @@ func Register(schemes []string, encodings []Encoding, k Kind) {
 
 // kindOf returns the kind of scheme and encoding.
 func kindOf(scheme string, enc Encoding) (Kind, bool) {
+	i := kindIndex(scheme, enc)
+	if i < 0 {
+		return nil, false
+	}
+	kinds.RLock()
+	defer kinds.RUnlock()
+	return kinds.list[i].kind, true
+}
+
+// kindIndex is the registration of the kind of scheme and encoding ("" is
+// [EncodingJSON]), -1 if none: the one registered for both, else the
+// first registered for the scheme.
+func kindIndex(scheme string, enc Encoding) int {
 	if enc == "" {
 		enc = EncodingJSON
 	}
 	kinds.RLock()
 	defer kinds.RUnlock()
-	var first Kind
-	for _, e := range kinds.list {
+	first := -1
+	for i, e := range kinds.list {
 		for _, s := range e.schemes {
 			if s != scheme {
 				continue
 			}
-			if first == nil {
-				first = e.kind
+			if first < 0 {
+				first = i
 			}
 			for _, x := range e.encodings {
 				if x == enc {
-					return e.kind, true
+					return i
 				}
 			}
 		}
 	}
-	return first, first != nil
+	return first
 }
 
 // schemeList is the registered schemes, "a, b or c", with suffix after each.

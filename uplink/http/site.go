@@ -1,6 +1,7 @@
 package http
 
 import (
+	"fieldlink/uplink/site"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,11 +16,12 @@ import (
 // already), and token_file and headers_file, which only HTTP upstreams
 // take. The header file is read, to check it, but no message repeats a
 // value.
-func (Kind) CheckSite(u *uplink.SiteUpstream, mine bool, f uplink.SiteFile) {
+func (Kind) CheckSite(u *site.Upstream, mine bool, f site.File) {
+	enc := uplink.Encoding(u.Encoding)
 	if mine || !u.Known {
-		if u.Encoding != "" && !slices.Contains(uplink.Encodings, u.Encoding) {
-			f.Errorf("encoding", "unknown encoding %q for an HTTP upstream (valid: json, influx_line)", u.Encoding)
-		} else if u.Encoding == uplink.EncodingInfluxLine {
+		if enc != "" && !slices.Contains(uplink.Encodings, enc) {
+			f.Errorf("encoding", "unknown encoding %q for an HTTP upstream (valid: json, influx_line)", enc)
+		} else if enc == uplink.EncodingInfluxLine {
 			if err := CheckInfluxURL(u.URL); err != nil {
 				f.Errorf("url", "%v", err)
 			}

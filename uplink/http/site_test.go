@@ -2,6 +2,7 @@ package http
 
 import (
 	"errors"
+	"fieldlink/uplink/site"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,24 +39,24 @@ func TestCheckSite(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		u    uplink.SiteUpstream
+		u    site.Upstream
 		mine bool
 		want []string
 	}{
-		{"good", uplink.SiteUpstream{URL: "https://h:8086/write?db=f", Known: true, Encoding: uplink.EncodingInfluxLine, TokenFile: "tok", HeadersFile: "hdr"}, true, nil},
-		{"unknown encoding", uplink.SiteUpstream{URL: "https://h", Known: true, Encoding: "csv"}, true,
+		{"good", site.Upstream{URL: "https://h:8086/write?db=f", Known: true, Encoding: string(uplink.EncodingInfluxLine), TokenFile: "tok", HeadersFile: "hdr"}, true, nil},
+		{"unknown encoding", site.Upstream{URL: "https://h", Known: true, Encoding: "csv"}, true,
 			[]string{`encoding: unknown encoding "csv" for an HTTP upstream (valid: json, influx_line)`}},
-		{"a refused URL's encoding", uplink.SiteUpstream{URL: "ftp://h/write", Encoding: uplink.EncodingInfluxLine}, false,
+		{"a refused URL's encoding", site.Upstream{URL: "ftp://h/write", Encoding: string(uplink.EncodingInfluxLine)}, false,
 			[]string{"url: InfluxDB 1.x's /write needs db in the query (such as /write?db=farm)"}},
-		{"another kind's encoding", uplink.SiteUpstream{URL: "mqtt://h", Known: true, Encoding: "csv"}, false, nil},
-		{"files on another kind", uplink.SiteUpstream{URL: "mqtt://h", Known: true, TokenFile: "nope", HeadersFile: "hdr"}, false,
+		{"another kind's encoding", site.Upstream{URL: "mqtt://h", Known: true, Encoding: "csv"}, false, nil},
+		{"files on another kind", site.Upstream{URL: "mqtt://h", Known: true, TokenFile: "nope", HeadersFile: "hdr"}, false,
 			[]string{"token_file: applies only to http:// and https:// upstreams",
 				"token_file: cannot read nope (give a file the gateway can read, whose first line is the token)",
 				"headers_file: applies only to http:// and https:// upstreams"}},
-		{"two authorizations", uplink.SiteUpstream{URL: "https://h", Known: true, Username: "u", TokenFile: "tok", HeadersFile: "auth"}, true,
+		{"two authorizations", site.Upstream{URL: "https://h", Known: true, Username: "u", TokenFile: "tok", HeadersFile: "auth"}, true,
 			[]string{"token_file: give username (basic auth) or token_file, not both",
 				"headers_file: " + filepath.Join(dir, "auth") + ": the file sets Authorization, and so does username or token_file (give a file the gateway can read, one \"Name: value\" a line)"}},
-		{"not headers", uplink.SiteUpstream{URL: "https://h", Known: true, HeadersFile: "bad"}, true,
+		{"not headers", site.Upstream{URL: "https://h", Known: true, HeadersFile: "bad"}, true,
 			[]string{"headers_file: " + filepath.Join(dir, "bad") + ": line 1: not a header (write Name: value) (give a file the gateway can read, one \"Name: value\" a line)"}},
 	} {
 		f := &siteFile{dir: dir}

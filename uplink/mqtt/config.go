@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fieldlink/uplink"
 	topictmpl "fieldlink/uplink/internal/topic"
+	"fieldlink/uplink/site"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,7 +23,7 @@ const DefaultTopic = "fieldlink/{site}/{gateway}/{data_type}"
 const (
 	// statusTopicOff as [mqttConfig.StatusTopic] publishes no status: no
 	// "online", no "offline", no last will.
-	statusTopicOff            = "off"
+	statusTopicOff            = site.Off
 	mqttDefaultKeepAlive      = 30 * time.Second
 	mqttDefaultConnectTimeout = 5 * time.Second
 	mqttDefaultPublishTimeout = 10 * time.Second

@@ -17,6 +17,7 @@ import (
 
 	"fieldlink/internal/testtool"
 	"fieldlink/uplink"
+	"fieldlink/uplink/site"
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
@@ -141,12 +142,12 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 			}
 		})
 	}
-	if err := uplink.CheckSiteTopic("fieldlink/{site}/{gateway}/{data_type}"); err == nil {
+	if err := site.CheckTopic("fieldlink/{site}/{gateway}/{data_type}"); err == nil {
 		t.Error("CheckStatusTopic takes a per-packet {data_type}")
 	}
 	for _, ok := range []string{"", statusTopicOff, uplink.DefaultStatusTopic, "plain/topic"} {
-		if err := uplink.CheckSiteTopic(ok); err != nil {
-			t.Errorf("uplink.CheckSiteTopic(%q): %v", ok, err)
+		if err := site.CheckTopic(ok); err != nil {
+			t.Errorf("site.CheckTopic(%q): %v", ok, err)
 		}
 	}
 }

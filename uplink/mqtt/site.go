@@ -3,27 +3,29 @@ package mqtt
 import (
 	"fieldlink/sparkplug"
 	"fieldlink/uplink"
+	"fieldlink/uplink/site"
 )
 
 // CheckSite checks the site file's settings MQTT owns on the upstream u,
 // mine when u is an MQTT upstream: its topic (filling in [DefaultTopic]),
 // its encoding, its load topic and its sparkplug settings, which only an
 // MQTT upstream with encoding sparkplug_b takes.
-func (Kind) CheckSite(u *uplink.SiteUpstream, mine bool, f uplink.SiteFile) {
+func (Kind) CheckSite(u *site.Upstream, mine bool, f site.File) {
+	enc := uplink.Encoding(u.Encoding)
 	if u.Topic != "" && !mine && u.Known {
 		f.Errorf("topic", "topic applies only to mqtt:// and mqtts:// upstreams")
 	}
 	if mine && u.Topic == "" {
 		u.Topic = DefaultTopic
 	}
-	if mine && u.Encoding == uplink.EncodingInfluxLine {
+	if mine && enc == uplink.EncodingInfluxLine {
 		f.Errorf("encoding", "influx_line applies only to http:// and https:// upstreams")
 	}
 	sp := u.Sparkplug
-	isSp := u.Encoding == uplink.EncodingSparkplugB
+	isSp := enc == uplink.EncodingSparkplugB
 	switch {
-	case mine && !isSp && u.Encoding != "" && u.Encoding != uplink.EncodingJSON && u.Encoding != uplink.EncodingInfluxLine:
-		f.Errorf("encoding", "unknown encoding %q for an MQTT upstream (valid: json, sparkplug_b)", u.Encoding)
+	case mine && !isSp && enc != "" && enc != uplink.EncodingJSON && enc != uplink.EncodingInfluxLine:
+		f.Errorf("encoding", "unknown encoding %q for an MQTT upstream (valid: json, sparkplug_b)", enc)
 	case mine && isSp && sp == nil:
 		f.Errorf("sparkplug", "encoding sparkplug_b needs sparkplug: {group_id: …}")
 	case sp != nil && !(mine && isSp):

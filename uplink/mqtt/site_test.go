@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"fieldlink/uplink/site"
 	"fmt"
 	"slices"
 	"testing"
@@ -20,23 +21,23 @@ func (*siteErrs) Readable(path string) error { return nil }
 func TestCheckSite(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		u     uplink.SiteUpstream
+		u     site.Upstream
 		mine  bool
 		want  []string
 		topic string
 	}{
-		{"defaults", uplink.SiteUpstream{URL: "mqtt://h", Known: true}, true, nil, DefaultTopic},
-		{"own topic kept", uplink.SiteUpstream{URL: "mqtt://h", Known: true, Topic: "t"}, true, nil, "t"},
-		{"topic on another kind", uplink.SiteUpstream{URL: "http://h", Known: true, Topic: "t", LoadTopic: "l"}, false,
+		{"defaults", site.Upstream{URL: "mqtt://h", Known: true}, true, nil, DefaultTopic},
+		{"own topic kept", site.Upstream{URL: "mqtt://h", Known: true, Topic: "t"}, true, nil, "t"},
+		{"topic on another kind", site.Upstream{URL: "http://h", Known: true, Topic: "t", LoadTopic: "l"}, false,
 			[]string{"topic: topic applies only to mqtt:// and mqtts:// upstreams", "load.topic: a load topic needs an MQTT upstream"}, "t"},
-		{"a refused URL's topic", uplink.SiteUpstream{URL: "ftp://h", Topic: "t", LoadTopic: "l"}, false, nil, "t"},
-		{"influx_line", uplink.SiteUpstream{URL: "mqtt://h", Known: true, Encoding: uplink.EncodingInfluxLine}, true,
+		{"a refused URL's topic", site.Upstream{URL: "ftp://h", Topic: "t", LoadTopic: "l"}, false, nil, "t"},
+		{"influx_line", site.Upstream{URL: "mqtt://h", Known: true, Encoding: string(uplink.EncodingInfluxLine)}, true,
 			[]string{"encoding: influx_line applies only to http:// and https:// upstreams"}, DefaultTopic},
-		{"unknown encoding", uplink.SiteUpstream{URL: "mqtt://h", Known: true, Encoding: "csv", Sparkplug: &uplink.SiteSparkplug{GroupID: "g", EdgeNode: "n"}}, true,
+		{"unknown encoding", site.Upstream{URL: "mqtt://h", Known: true, Encoding: "csv", Sparkplug: &site.Sparkplug{GroupID: "g", EdgeNode: "n"}}, true,
 			[]string{`encoding: unknown encoding "csv" for an MQTT upstream (valid: json, sparkplug_b)`}, DefaultTopic},
-		{"sparkplug_b without sparkplug", uplink.SiteUpstream{URL: "mqtt://h", Known: true, Encoding: uplink.EncodingSparkplugB}, true,
+		{"sparkplug_b without sparkplug", site.Upstream{URL: "mqtt://h", Known: true, Encoding: string(uplink.EncodingSparkplugB)}, true,
 			[]string{"sparkplug: encoding sparkplug_b needs sparkplug: {group_id: …}"}, DefaultTopic},
-		{"sparkplug elsewhere, ids checked", uplink.SiteUpstream{URL: "http://h", Known: true, Sparkplug: &uplink.SiteSparkplug{GroupID: "a/b", EdgeNode: "n", PrimaryHost: "#"}}, false,
+		{"sparkplug elsewhere, ids checked", site.Upstream{URL: "http://h", Known: true, Sparkplug: &site.Sparkplug{GroupID: "a/b", EdgeNode: "n", PrimaryHost: "#"}}, false,
 			[]string{"sparkplug: applies only to an mqtt:// or mqtts:// upstream with encoding: sparkplug_b",
 				`sparkplug.group_id: must not be empty nor hold '/', '+' or '#', got "a/b"`,
 				`sparkplug.primary_host: must not be empty nor hold '/', '+' or '#', got "#"`}, ""},
