@@ -70,9 +70,15 @@ type LateReplyError struct {
 	// from slave 2"; Frame the reply's bytes.
 	Request string
 	Frame   []byte
+	// Cut is a reply that began as the slave's answer to its unanswered
+	// request but was cut short by Request's deadline: its CRC unread.
+	Cut bool
 }
 
 func (e *LateReplyError) Error() string {
+	if e.Cut {
+		return fmt.Sprintf("%v: %s: late reply from slave %d, %v after its request, cut short by this request's deadline (frame starts % x)", ErrUnexpectedReply, e.Request, e.Slave, e.After.Round(time.Millisecond), e.Frame)
+	}
 	if e.After > 0 {
 		return fmt.Sprintf("%v: %s: late reply from slave %d, %v after its request (frame % x)", ErrUnexpectedReply, e.Request, e.Slave, e.After.Round(time.Millisecond), e.Frame)
 	}

@@ -99,8 +99,8 @@ type rtuTransport struct {
 	// unanswered is the last request whose reply did not come (or was not
 	// read), so that a reply from its slave arriving later is known late.
 	unanswered struct {
-		slave byte
-		sent  time.Time
+		slave, fc byte
+		sent      time.Time
 	}
 	stats *counters
 	log   *slog.Logger
@@ -214,7 +214,7 @@ func (t *rtuTransport) roundTrip(ctx context.Context, deadline time.Time, r *req
 		t.unanswered.sent = time.Time{}
 	case errors.Is(err, ErrTimeout), errors.Is(err, ErrLateReply):
 		// Its reply may still come, during a later request.
-		t.unanswered.slave, t.unanswered.sent = r.slave, sent
+		t.unanswered.slave, t.unanswered.fc, t.unanswered.sent = r.slave, r.fc, sent
 	}
 	if err != nil && (errors.Is(err, ErrUnexpectedReply) || errors.Is(err, ErrCRC)) {
 		err = t.resync(ctx, deadline, err)

@@ -37,7 +37,11 @@ func (f *frameReader) fill(total int) error {
 			return fmt.Errorf("modbus: %s: abandoned after %d bytes of reply: %w", f.r, f.n, ctxErr)
 		}
 		var e error
-		if f.n == 0 {
+		if f.cutLate() {
+			late := f.late(f.t.buf[0])
+			late.Cut = true
+			e = late
+		} else if f.n == 0 {
 			e = fmt.Errorf("%w: %s: nothing within %v", ErrTimeout, f.r, time.Since(f.sent).Round(time.Millisecond))
 		} else {
 			e = fmt.Errorf("%w: %s: got %d of %d bytes within %v: % x", ErrShortFrame, f.r, f.n, total, time.Since(f.sent).Round(time.Millisecond), f.t.buf[:f.n])
@@ -62,10 +66,22 @@ func (f *frameReader) unexpected(format string, args ...any) error {
 }
 
 // late is the error for a well-formed reply from slave, not the one asked.
-func (f *frameReader) late(slave byte) error {
+func (f *frameReader) late(slave byte) *LateReplyError {
 	e := &LateReplyError{Slave: slave, Request: f.r.String(), Frame: append([]byte(nil), f.t.buf[:f.n]...)}
 	if u := f.t.unanswered; !u.sent.IsZero() && u.slave == slave {
 		e.After = time.Since(u.sent)
 	}
 	return e
+}
+
+// cutLate reports whether the bytes read, cut short by the deadline, begin
+// a reply to the last unanswered request (its slave and function code),
+// not to r: that slave's late reply, straddling r's deadline.
+func (f *frameReader) cutLate() bool {
+	u := f.t.unanswered
+	if f.n < 2 || u.sent.IsZero() || u.slave == f.r.slave {
+		return false
+	}
+	slave, fc := f.t.buf[0], f.t.buf[1]
+	return slave == u.slave && (fc == u.fc || fc == u.fc|0x80)
 }

@@ -181,6 +181,30 @@ func TestRTULateReply(t *testing.T) {
 	}
 }
 
+// TestRTULateReplyCut: a late reply cut short by the deadline of the
+// request it was read in (its slave and function code are the unanswered
+// request's) is a late reply from that slave, not a frame stopped mid-way.
+func TestRTULateReplyCut(t *testing.T) {
+	c := pipeClient(t, 115200, 100*time.Millisecond, func(n int, req []byte) []byte {
+		if n == 0 {
+			return nil
+		}
+		return modelRTU(append([]byte{1}, req[1:]...))[:3] // the rest after the deadline
+	})
+	if _, err := c.Read(context.Background(), 1, 3, 100, 1); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("the first read: %v, want a timeout", err)
+	}
+	_, err := c.Read(context.Background(), 2, 3, 100, 1)
+	t.Logf("error: %v", err)
+	var late *LateReplyError
+	if !errors.As(err, &late) || late.Slave != 1 || !late.Cut {
+		t.Fatalf("got %v, want a late reply from slave 1, cut short", err)
+	}
+	if errors.Is(err, ErrCRC) || errors.Is(err, ErrShortFrame) {
+		t.Errorf("a late reply cut by the deadline is called garbled: %v", err)
+	}
+}
+
 // TestRTUGarbageTail checks that bytes trailing a good reply are not taken
 // as the start of the next reply.
 func TestRTUGarbageTail(t *testing.T) {
