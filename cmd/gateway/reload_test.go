@@ -171,10 +171,10 @@ uplink:
 	// the running configuration stays: B keeps receiving both devices.
 	write(wind+rain, b.URL, "  windw: 64\n")
 	hup("site file refused; the running configuration stays in force", 1)
-	log := g.stderr.String()
-	if !strings.Contains(log, "site.yaml:17:3: uplink.windw") || !strings.Contains(log, "windw") {
-		t.Errorf("the refusal does not name the file, line and key:\n%s", log)
-	}
+	// The errors follow the refusal's line: wait for them, not a moment.
+	testtool.WaitFor(t, 10*time.Second, "the refusal to name the file, line and key (site.yaml:17:3: uplink.windw)", func() bool {
+		return strings.Contains(g.stderr.String(), "site.yaml:17:3: uplink.windw")
+	})
 	before := b.count("rain-1")
 	testtool.WaitFor(t, 30*time.Second, "B to keep receiving rain-1 after the refused reload", func() bool {
 		return b.count("rain-1") >= before+5
