@@ -148,8 +148,13 @@ func TestTCPRead(t *testing.T) {
 	}
 }
 
+// faultTimeout is the tests' request timeout: a silent device costs it,
+// and a device that answers must do so within it on a loaded machine and
+// under qemu (100 ms timed out a server on the same machine there).
+const faultTimeout = time.Second
+
 func TestTCPFaults(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	const timeout = faultTimeout
 	tid := func(req []byte) uint16 { return binary.BigEndian.Uint16(req) }
 	tests := []struct {
 		name     string
@@ -280,7 +285,7 @@ func TestTCPDialRefused(t *testing.T) {
 }
 
 func TestRTUOverTCP(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	const timeout = faultTimeout
 	var s *tcpServer
 	s = startTCPServer(t, true, func(n int, req []byte) []byte {
 		switch n {
