@@ -101,6 +101,24 @@ func (g *gateways) stopPolling() {
 	}
 }
 
+// drain ends a run: the gateways stop polling, the test fails on any
+// packet stored that does not reach the subscriber within catchUpLimit,
+// then they stop; it returns the ledger's totals, each problem reported.
+func (g *gateways) drain(t *testing.T, led *ledger, start time.Time) totals {
+	t.Helper()
+	g.stopPolling()
+	end := time.Now()
+	if _, ok := waitCaughtUp(led, end, catchUpLimit); !ok {
+		t.Errorf("%d packets stored did not reach the subscriber within %v of the end", led.missing(start.Add(-time.Hour), end), catchUpLimit)
+	}
+	g.stop()
+	tot := led.totals()
+	for _, p := range tot.problems {
+		t.Errorf("ledger: %s", p)
+	}
+	return tot
+}
+
 // stop stops every gateway, all at once.
 func (g *gateways) stop() {
 	g.mu.Lock()

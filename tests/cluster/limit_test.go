@@ -211,16 +211,7 @@ func runLimit(t *testing.T, bin, strat string, limit int, all bool) limitRun {
 		r.busiest5s = max(r.busiest5s, float64(offered[k+5][leader]-offered[k][leader])/5)
 	}
 
-	fleet.stopPolling()
-	end := time.Now()
-	if _, ok := waitCaughtUp(led, end, catchUpLimit); !ok {
-		t.Errorf("%d packets stored did not reach the subscriber within %v of the end", led.missing(start.Add(-time.Hour), end), catchUpLimit)
-	}
-	fleet.stop()
-	tot := led.totals()
-	for _, p := range tot.problems {
-		t.Errorf("ledger: %s", p)
-	}
+	tot := fleet.drain(t, led, start)
 	r.lost, r.duplicates, r.stored = tot.lost, tot.duplicates, tot.stored
 	r.load = loadAvg()
 	limited := nodes[leader].name + "(leader)"

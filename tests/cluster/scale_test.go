@@ -115,16 +115,7 @@ func TestScale(t *testing.T) {
 		}
 		lines = append(lines, scaleRestart(t, fleet, nodes, leader, held, strat))
 	}
-	fleet.stopPolling()
-	end := time.Now()
-	if _, ok := waitCaughtUp(led, end, catchUpLimit); !ok {
-		t.Errorf("%d packets stored did not reach the subscriber within %v of the end", led.missing(start.Add(-time.Hour), end), catchUpLimit)
-	}
-	fleet.stop()
-	tot := led.totals()
-	for _, p := range tot.problems {
-		t.Errorf("ledger: %s", p)
-	}
+	tot := fleet.drain(t, led, start)
 	lines = append(lines, fmt.Sprintf("cluster scale summary: %s held=%d gateways stored=%d lost=%d duplicates=%d", strat, held, tot.stored, tot.lost, tot.duplicates))
 	for _, l := range lines {
 		fmt.Println(l)
