@@ -21,27 +21,27 @@ all: test
 ## test: every tier CI runs, fastest first so that a failure shows early; a line before each
 ## tier says where the run is. About 17 minutes on 2 cores, 19 the first time (see the README).
 test:
-	@echo "[1/10] vet (gofmt -l, go vet)"
+	@echo "[1/10] vet (gofmt -l, go vet), at $$(date +%T)"
 	@$(MAKE) --no-print-directory vet
-	@echo "[2/10] unit and integration tests (go test -race ./..., chaos apart)"
+	@echo "[2/10] unit and integration tests (go test -race ./..., chaos apart), at $$(date +%T)"
 	@$(MAKE) --no-print-directory test-unit
-	@echo "[3/10] the field build's tests (go test -race -tags field ./cmd/gateway)"
+	@echo "[3/10] the field build's tests (go test -race -tags field ./cmd/gateway), at $$(date +%T)"
 	@$(MAKE) --no-print-directory test-field
-	@echo "[4/10] the chaos run, short (go test -race -v ./tests/chaos/)"
+	@echo "[4/10] the chaos run, short (go test -race -v ./tests/chaos/), at $$(date +%T)"
 	@$(MAKE) --no-print-directory test-chaos
-	@echo "[5/10] govulncheck with the release toolchain"
+	@echo "[5/10] govulncheck with the release toolchain, at $$(date +%T)"
 	@$(MAKE) --no-print-directory vulncheck
-	@echo "[6/10] fuzzing, 5 s per target (scripts/fuzz-all)"
+	@echo "[6/10] fuzzing, 5 s per target (scripts/fuzz-all), at $$(date +%T)"
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
-	@echo "[7/10] ARM binaries and tests under qemu (go test -tags crosscheck ./scripts/cross-build/)"
+	@echo "[7/10] ARM binaries and tests under qemu (go test -tags crosscheck ./scripts/cross-build/), at $$(date +%T)"
 	@$(MAKE) --no-print-directory test-cross
-	@echo "[8/10] the .deb on a real systemd and Mender updates through the health gate (make fleet-check)"
+	@echo "[8/10] the .deb on a real systemd and Mender updates through the health gate (make fleet-check), at $$(date +%T)"
 	@$(MAKE) --no-print-directory fleet-check
-	@echo "[9/10] power cuts: a lossy filesystem and a VM with its own kernel (make power-check)"
+	@echo "[9/10] power cuts: a lossy filesystem and a VM with its own kernel (make power-check), at $$(date +%T)"
 	@$(MAKE) --no-print-directory power-check
-	@echo "[10/10] a three-node NATS cluster over MQTT: node kills, black hole, slow node, outage (make cluster-check)"
+	@echo "[10/10] a three-node NATS cluster over MQTT: node kills, black hole, slow node, outage (make cluster-check), at $$(date +%T)"
 	@$(MAKE) --no-print-directory cluster-check
-	@echo "make test: all 10 tiers passed"
+	@echo "make test: all 10 tiers passed, at $$(date +%T)"
 
 ## test-fast: vet and the unit and integration tests only (a few minutes): the tiers to run while
 ## working; make test (CI) adds the field build, chaos, govulncheck, fuzzing and qemu
