@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"fieldlink/internal/testtool"
 	"fieldlink/sensors/emulator"
@@ -116,40 +115,5 @@ func TestScanFindsBaudOnPty(t *testing.T) {
 	code, out, errOut := gw(t, "scan", "-url", "rtu://"+b, "-slaves", "3-5", "-bauds", "19200", "-timeout", scanTimeout.String())
 	if code != 0 || !strings.Contains(out, "found slave 4 ") || !strings.Contains(out, "19200 8N1") {
 		t.Fatalf("scan: %d\n%s\n%s", code, out, errOut)
-	}
-}
-
-func TestEmulateRefusesNonLoopback(t *testing.T) {
-	code, _, errOut := gw(t, "emulate", "--profile", "generic-wind-speed", "--listen", "tcp://0.0.0.0:0")
-	if code != 1 || !strings.Contains(errOut, "not a loopback address") {
-		t.Fatalf("%d %s", code, errOut)
-	}
-}
-
-// gateway emulate on one end of a pty pair answers gateway read on the other.
-func TestEmulateServesASerialLine(t *testing.T) {
-	a, b := testtool.PtyPair(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var errb testtool.SyncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- cmdEmulate(ctx, []string{"--profile", "generic-mine-methane@5", "--serial", a, "--baud", "19200", "--parity", "E", "--log-level", "warn"}, &bytes.Buffer{}, &errb)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("emulate: %v", err)
-		}
-	}()
-	testtool.WaitFor(t, 5*time.Second, "the emulator to open its port", func() bool {
-		return strings.Contains(errb.String(), "serving RTU")
-	})
-	code, out, errOut := gw(t, "read", "-url", "rtu://"+b+"?baud=19200&parity=E", "-slave", "5", "-address", "0")
-	if code != 0 || !strings.HasPrefix(out, "[0]: ") {
-		t.Fatalf("read: %d %q %s", code, out, errOut)
-	}
-	code, _, errOut = gw(t, "read", "-url", "rtu://"+b+"?baud=19200&parity=E", "-slave", "6", "-timeout", "100ms")
-	if code != 1 || !strings.Contains(errOut, "slave 6") {
-		t.Fatalf("absent slave: %d %s", code, errOut)
 	}
 }

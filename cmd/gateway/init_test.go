@@ -1,18 +1,10 @@
 package main
 
 import (
-	"context"
 	"fieldlink/config"
-	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"fieldlink/internal/testtool"
-	"fieldlink/packet"
 )
 
 func TestInitWritesStartersThatCheck(t *testing.T) {
@@ -48,56 +40,4 @@ func TestInitWritesStartersThatCheck(t *testing.T) {
 	if code, out, _ := gw(t, "init", "-o", "-"); code != 0 || !strings.HasPrefix(out, "# fieldlink site file for a farm") {
 		t.Fatalf("init -o -: %d %s", code, out)
 	}
-}
-
-// A fresh starter, as init writes it for a port and a broker, runs as it
-// is: every device of its line, served by the emulator on a serial pty,
-// reaches a real mosquitto.
-func TestInitStarterRunsAsItIs(t *testing.T) {
-	broker := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
-	port, line := testtool.PtyPair(t)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "site.yaml")
-	if code, _, errOut := gw(t, "init", "--kind", "farm", "-port", port, "-broker", broker.URL(), "-buffer", "buffer.db", "-listen", "off", "-o", file); code != 0 {
-		t.Fatalf("init: %s", errOut)
-	}
-	if code, _, errOut := gw(t, "check", file); code != 0 || errOut != "" {
-		t.Fatalf("check: %d %s", code, errOut)
-	}
-	c, err := config.Load(file, loadProfiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--serial", line, "--baud", "4800", "--log-level", "warn"}
-	want := map[string]bool{}
-	for _, d := range c.Buses[0].Devices {
-		args = append(args, "--profile", fmt.Sprintf("%s@%d", d.Profile, d.Slave))
-		want[d.Name] = true
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var emuLog testtool.SyncBuffer
-	emuDone := make(chan error, 1)
-	go func() { emuDone <- cmdEmulate(ctx, args, io.Discard, &emuLog) }()
-	defer func() { cancel(); <-emuDone }()
-	testtool.WaitFor(t, 5*time.Second, "the emulator to open its port", func() bool {
-		return strings.Contains(emuLog.String(), "serving RTU")
-	})
-	var mu sync.Mutex
-	got := map[string]bool{}
-	e2eSubscribe(t, broker.Addr(), "init", func(topic string, payload []byte) {
-		if !strings.HasSuffix(topic, "/status") {
-			testtool.ValidPacket(t, payload)
-		}
-		if p, err := packet.Decode(payload); err == nil {
-			mu.Lock()
-			got[p.DeviceID] = true
-			mu.Unlock()
-		}
-	}, func(s string) { t.Error(s) })
-	e2eStartGateway(t, file, io.Discard, "warn")
-	testtool.WaitFor(t, 30*time.Second, "a packet of every device at the broker", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == len(want)
-	})
 }

@@ -201,31 +201,6 @@ func TestDemoPrintsFarmAndMinePackets(t *testing.T) {
 	}
 }
 
-// gateway delphi turns expert estimates into a drf section the site file
-// accepts, and says which check failed.
-func TestDelphiWritesASiteSection(t *testing.T) {
-	code, out, errOut := gw(t, "delphi", "-i", "testdata/experts.csv")
-	if code != 0 || !strings.Contains(out, "selector: drf") || !strings.Contains(out, "in_flight: 61.3333") {
-		t.Fatalf("delphi: %d\n%s\n%s", code, out, errOut)
-	}
-	_, addr := serve(t, false, "generic-mine-methane")
-	site := writeSite(t, fmt.Sprintf(`site: {id: "M1", id_field: MineId}
-gateway: {id: gw-d}
-buses:
-  - name: b
-    url: tcp://%s
-    devices: [{name: ch4-1, profile: generic-mine-methane, slave: 1}]
-%s  upstreams: [{url: "http://127.0.0.1:1/ingest"}]
-`, addr, out[strings.Index(out, "uplink:"):]))
-	if code, _, errOut := gw(t, "check", "-c", site); code != 0 {
-		t.Fatalf("the site file does not take delphi's output: %s", errOut)
-	}
-	code, _, errOut = gw(t, "delphi", "-i", "testdata/experts.csv", "-asked", "3")
-	if code != 1 || !strings.Contains(errOut, "response rate 2/3") {
-		t.Fatalf("delphi with 3 asked: %d %s", code, errOut)
-	}
-}
-
 // A near miss of a command's name is answered with the command meant.
 func TestUnknownCommandSuggests(t *testing.T) {
 	code, _, errOut := gw(t, "chek")
