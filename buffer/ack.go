@@ -20,7 +20,7 @@ func (b *Buffer) Ack(seqs ...uint64) error {
 // on disk: it takes no commit of its own but rides on the next one (the next
 // append's; after 10 s without one, or once a thousand are waiting, one of
 // their own). It returns once the request is queued. The records are hidden
-// from Next at once. A crash before that commit brings them back, to be
+// from Lease at once. A crash before that commit brings them back, to be
 // delivered again, which at-least-once delivery allows; in return a steady
 // flow costs the disk one commit per poll cycle instead of two. A failed
 // commit is retried by the buffer, as for Ack.
@@ -40,7 +40,7 @@ func (b *Buffer) AckLater(seqs ...uint64) error {
 	return b.send(context.Background(), r)
 }
 
-// settle hides seqs from Next at once and has the writer delete (or move)
+// settle hides seqs from Lease at once and has the writer delete (or move)
 // them as r says, waiting for the outcome: the common path of Ack and
 // DeadLetter.
 func (b *Buffer) settle(r *request, seqs []uint64) error {

@@ -182,7 +182,7 @@ func BenchmarkAppend(b *testing.B) {
 	})
 }
 
-// BenchmarkDrain measures delivery from a backlog: Next(100) and Ack of
+// BenchmarkDrain measures delivery from a backlog: Lease(100) and Ack of
 // what it returned, with Always durability.
 func BenchmarkDrain(b *testing.B) {
 	for _, order := range []Order{OldestFirst, NewestFirst} {
@@ -210,7 +210,7 @@ func BenchmarkDrain(b *testing.B) {
 			start := time.Now()
 			drained := 0
 			for range b.N {
-				recs, err := buf.Next(batch)
+				recs, err := buf.Lease(batch)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -299,7 +299,7 @@ func benchCycle(b *testing.B, devices, ps int) {
 			a.Put(&q)
 		}
 		stored.Wait()
-		recs, err := buf.Next(2 * devices)
+		recs, err := buf.Lease(2 * devices)
 		if err != nil {
 			b.Fatal(err)
 		}

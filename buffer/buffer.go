@@ -59,7 +59,7 @@ type Buffer struct {
 	notify   chan struct{} // closed and replaced when records may have become available
 
 	// durable is the highest seq whose commit has completed (fsyncs and all).
-	// Next, Peek and Each never look past it, so that nothing is delivered
+	// Lease, Peek and Each never look past it, so that nothing is delivered
 	// that a power cut could still take back.
 	durable atomic.Uint64
 

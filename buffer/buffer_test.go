@@ -46,7 +46,7 @@ func TestPurge(t *testing.T) {
 	for _, id := range ids("d", 30) {
 		mustAppend(t, b, testPacket(id, id == "d-7"))
 	}
-	b.Next(5)
+	b.Lease(5)
 	n, err := b.Purge()
 	if err != nil || n != 30 || b.Len() != 0 || b.Bytes() != 0 {
 		t.Fatalf("Purge: %d, %v; Len %d Bytes %d", n, err, b.Len(), b.Bytes())
@@ -86,7 +86,7 @@ func TestCloseStopsEverything(t *testing.T) {
 		for name, err := range map[string]error{
 			"Ack":   b.Ack(1),
 			"Wait":  b.Wait(ctx),
-			"Next":  second(b.Next(1)),
+			"Lease": second(b.Lease(1)),
 			"Peek":  second(b.Peek(1)),
 			"Each":  b.Each(func(Record) error { return nil }),
 			"Purge": second(b.Purge()),
@@ -109,12 +109,12 @@ func TestCorruptRecordIsSkippedAndCounted(t *testing.T) {
 	flipAll(t, path, []byte(`"FLIPME"`), 3)
 	logs := &testtool.SyncBuffer{}
 	b = openT(t, path, Options{Logger: logTo(logs)})
-	recs, err := b.Next(10)
+	recs, err := b.Lease(10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := devices(t, recs); !slices.Equal(got, []string{"keep-1", "keep-2"}) {
-		t.Fatalf("Next: %v", got)
+		t.Fatalf("Lease: %v", got)
 	}
 	testtool.WaitFor(t, 10*time.Second, "corrupt record deleted", func() bool { return b.Stats().Corrupt == 1 })
 	if b.Len() != 2 || !logged(logs, "ERROR", "CRC") {

@@ -179,7 +179,7 @@ func TestWriterPanicIsContained(t *testing.T) {
 	for name, err := range map[string]error{
 		"Append": second(b.Append(context.Background(), testPacket("after", false))),
 		"Ack":    b.Ack(good),
-		"Next":   second(b.Next(1)),
+		"Lease":  second(b.Lease(1)),
 	} {
 		if !errors.Is(err, ErrFatal) {
 			t.Errorf("%s after the panic: %v, want ErrFatal", name, err)

@@ -35,8 +35,8 @@ func TestCompaction(t *testing.T) {
 	}
 	// Lease everything, then ack almost everything while another goroutine
 	// keeps appending.
-	if recs, _ := b.Next(len(ps)); len(recs) != len(ps) {
-		t.Fatalf("Next leased %d of %d", len(recs), len(ps))
+	if recs, _ := b.Lease(len(ps)); len(recs) != len(ps) {
+		t.Fatalf("leased %d of %d", len(recs), len(ps))
 	}
 	stop := make(chan struct{})
 	var appended []uint64
@@ -89,9 +89,9 @@ func TestCompaction(t *testing.T) {
 	}
 	// Leases stay valid across the swap: the 20 leased survivors are not
 	// returned; the new records are.
-	recs, _ := b.Next(100000)
+	recs, _ := b.Lease(100000)
 	if !slices.Equal(seqsOf(recs), appended) {
-		t.Fatalf("Next after compaction returned %d records, want the %d new ones", len(recs), len(appended))
+		t.Fatalf("Lease after compaction returned %d records, want the %d new ones", len(recs), len(appended))
 	}
 	if v, err := b.Aux("model"); err != nil || string(v) != "weights" {
 		t.Fatalf("aux after compaction: %q, %v", v, err)

@@ -248,8 +248,8 @@ func TestOpenRandomFlips(t *testing.T) {
 			path := fx.write(t, data)
 			b := openT(t, path, Options{})
 			fx.verify(t, b) // never garbage, never a crash
-			if _, err := b.Next(1 << 20); err != nil {
-				t.Fatalf("flipped %v: Next: %v", flipped, err)
+			if _, err := b.Lease(1 << 20); err != nil {
+				t.Fatalf("flipped %v: Lease: %v", flipped, err)
 			}
 		})
 	}

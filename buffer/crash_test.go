@@ -23,7 +23,7 @@ import (
 // moment. The child prints a line for every append that returned:
 //
 //	a <seq> <device>   Append returned seq for the packet of device
-//	l <seq>            Next leased seq (ack mode): it may be acked
+//	l <seq>            seq was leased (ack mode): it may be acked
 //	e <error>          something failed
 const (
 	crashEnvPath  = "FIELDLINK_CRASH_CHILD"
@@ -93,7 +93,7 @@ func TestCrashChild(t *testing.T) {
 		}
 		go func() {
 			for {
-				recs, err := b.Next(20)
+				recs, err := b.Lease(20)
 				if err != nil {
 					say("e next: %v\n", err)
 					return

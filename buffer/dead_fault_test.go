@@ -34,7 +34,7 @@ func TestDeadLetterENOSPCRecovers(t *testing.T) {
 				t.Fatalf("dead letter delivered while its move is pending: %v", seqsOf(recs))
 			}
 			b.Release(s1) // what the uplink does when DeadLetter fails: harmless
-			if recs, _ := b.Next(10); !slices.Equal(seqsOf(recs), []uint64{s2}) {
+			if recs, _ := b.Lease(10); !slices.Equal(seqsOf(recs), []uint64{s2}) {
 				t.Fatalf("dead letter delivered after Release: %v", seqsOf(recs))
 			}
 			fail.Store(false)

@@ -61,7 +61,7 @@ func TestDeadLetterAckAppendConcurrently(t *testing.T) {
 				wg.Go(func() {
 					rng := rand.New(rand.NewPCG(uint64(c), 1))
 					for handled.Load() < n && ctx.Err() == nil {
-						recs, err := b.Next(1 + rng.IntN(8))
+						recs, err := b.Lease(1 + rng.IntN(8))
 						if err != nil {
 							fail("next", err)
 							return

@@ -73,8 +73,8 @@ func TestDeadLetter(t *testing.T) {
 	total := b.Bytes()
 
 	// The alarm d-1 and d-0 are leased; d-3 is not.
-	if leased, err := b.Next(2); err != nil || !slices.Equal(seqsOf(leased), []uint64{s[1], s[0]}) {
-		t.Fatalf("Next: %v, %v", seqsOf(leased), err)
+	if leased, err := b.Lease(2); err != nil || !slices.Equal(seqsOf(leased), []uint64{s[1], s[0]}) {
+		t.Fatalf("Lease: %v, %v", seqsOf(leased), err)
 	}
 	if err := b.DeadLetter("HTTP 400 Bad Request", s[3], s[4]+100, s[3]); err != nil {
 		t.Fatal(err)
@@ -89,8 +89,8 @@ func TestDeadLetter(t *testing.T) {
 		t.Fatalf("Peek: %v", seqsOf(recs))
 	}
 	b.Release(s[1], s[0]) // s[1] is no longer leased: ignored
-	if recs, _ := b.Next(10); !slices.Equal(seqsOf(recs), []uint64{s[0], s[2], s[4]}) {
-		t.Fatalf("Next: %v", seqsOf(recs))
+	if recs, _ := b.Lease(10); !slices.Equal(seqsOf(recs), []uint64{s[0], s[2], s[4]}) {
+		t.Fatalf("Lease: %v", seqsOf(recs))
 	}
 
 	check := func(when string) {
@@ -138,8 +138,8 @@ func TestDeadLetter(t *testing.T) {
 	mustBeSound(t, path)
 	b = openT(t, path, Options{})
 	check("reopened")
-	if recs, _ := b.Next(10); !slices.Equal(seqsOf(recs), []uint64{s[0], s[2], s[4]}) {
-		t.Fatalf("Next after reopen: %v", seqsOf(recs))
+	if recs, _ := b.Lease(10); !slices.Equal(seqsOf(recs), []uint64{s[0], s[2], s[4]}) {
+		t.Fatalf("Lease after reopen: %v", seqsOf(recs))
 	}
 	if seq := mustAppend(t, b, testPacket("after", false)); seq <= s[4] {
 		t.Fatalf("seq %d reused", seq)

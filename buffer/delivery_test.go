@@ -45,7 +45,7 @@ func TestDeliveryOrder(t *testing.T) {
 			check("Each", all(t, b))
 			var next []Record
 			for {
-				recs, err := b.Next(2) // in pieces: leased records are skipped
+				recs, err := b.Lease(2) // in pieces: leased records are skipped
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -54,9 +54,9 @@ func TestDeliveryOrder(t *testing.T) {
 				}
 				next = append(next, recs...)
 			}
-			check("Next", next)
+			check("Lease", next)
 			if len(next) != len(tc.want) {
-				t.Errorf("Next returned %d records, want %d", len(next), len(tc.want))
+				t.Errorf("Lease returned %d records, want %d", len(next), len(tc.want))
 			}
 		})
 	}
@@ -72,27 +72,27 @@ func TestLeases(t *testing.T) {
 	if len(peek) != 5 {
 		t.Fatalf("Peek: %d records", len(peek))
 	}
-	first, _ := b.Next(2)
-	second, _ := b.Next(2)
+	first, _ := b.Lease(2)
+	second, _ := b.Lease(2)
 	if !slices.Equal(seqsOf(first), seqs[:2]) || !slices.Equal(seqsOf(second), seqs[2:4]) {
-		t.Fatalf("Next: %v then %v", seqsOf(first), seqsOf(second))
+		t.Fatalf("Lease: %v then %v", seqsOf(first), seqsOf(second))
 	}
 	if peek, _ := b.Peek(10); !slices.Equal(seqsOf(peek), seqs[4:]) {
 		t.Fatalf("Peek after leases: %v", seqsOf(peek))
 	}
 	b.Release(seqs[1], 12345) // an unknown seq is ignored
-	if recs, _ := b.Next(10); !slices.Equal(seqsOf(recs), []uint64{seqs[1], seqs[4]}) {
-		t.Fatalf("Next after Release: %v", seqsOf(recs))
+	if recs, _ := b.Lease(10); !slices.Equal(seqsOf(recs), []uint64{seqs[1], seqs[4]}) {
+		t.Fatalf("Lease after Release: %v", seqsOf(recs))
 	}
-	if recs, _ := b.Next(10); len(recs) != 0 {
-		t.Fatalf("everything is leased, Next returned %v", seqsOf(recs))
+	if recs, _ := b.Lease(10); len(recs) != 0 {
+		t.Fatalf("everything is leased, Lease returned %v", seqsOf(recs))
 	}
 	if err := b.Ack(seqs[0], seqs[0], 777); err != nil { // duplicates and unknown seqs are fine
 		t.Fatal(err)
 	}
 	b.Release(seqs[0]) // acked: stays gone
-	if recs, _ := b.Next(10); len(recs) != 0 {
-		t.Fatalf("Next returned %v", seqsOf(recs))
+	if recs, _ := b.Lease(10); len(recs) != 0 {
+		t.Fatalf("Lease returned %v", seqsOf(recs))
 	}
 	if st := b.Stats(); st.Leased != 4 || b.Len() != 4 {
 		t.Fatalf("Leased %d, Len %d; want 4, 4", st.Leased, b.Len())
@@ -100,8 +100,8 @@ func TestLeases(t *testing.T) {
 	// Leases live in memory: after a restart every record is delivered again.
 	b.Close()
 	b = openT(t, path, Options{})
-	if recs, _ := b.Next(10); !slices.Equal(seqsOf(recs), seqs[1:]) {
-		t.Fatalf("Next after reopen: %v, want %v", seqsOf(recs), seqs[1:])
+	if recs, _ := b.Lease(10); !slices.Equal(seqsOf(recs), seqs[1:]) {
+		t.Fatalf("Lease after reopen: %v, want %v", seqsOf(recs), seqs[1:])
 	}
 }
 
@@ -136,7 +136,7 @@ func TestAckDeletes(t *testing.T) {
 	}
 }
 
-// TestWait checks that Wait blocks while Next has nothing to return, and
+// TestWait checks that Wait blocks while Lease has nothing to return, and
 // wakes for an append, a Release and Close. Each wake-up is tested on a Wait
 // that the waiting hook saw block, so none can pass because Wait had not
 // started yet.
@@ -186,13 +186,13 @@ func TestWait(t *testing.T) {
 	if err := woke("Append"); err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
-	b.Next(1)
+	b.Lease(1)
 	wait("with everything leased")
 	b.Release(seq)
 	if err := woke("Release"); err != nil {
 		t.Fatalf("Wait after Release: %v", err)
 	}
-	b.Next(1)
+	b.Lease(1)
 	wait("with everything leased")
 	b.Close()
 	if err := woke("Close"); !errors.Is(err, ErrClosed) {
@@ -233,10 +233,10 @@ func TestEachPagesThroughLargeQueues(t *testing.T) {
 			if err := b.Each(func(Record) error { calls++; return stop }); err != stop || calls != 1 {
 				t.Fatalf("Each: %v after %d calls", err, calls)
 			}
-			// Next in small pieces, past leased records, agrees.
+			// Lease in small pieces, past leased records, agrees.
 			var next []uint64
 			for {
-				recs, err := b.Next(100)
+				recs, err := b.Lease(100)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -246,7 +246,7 @@ func TestEachPagesThroughLargeQueues(t *testing.T) {
 				next = append(next, seqsOf(recs)...)
 			}
 			if !slices.Equal(next, want) {
-				t.Fatalf("Next: %d records, want %d in delivery order", len(next), len(want))
+				t.Fatalf("Lease: %d records, want %d in delivery order", len(next), len(want))
 			}
 		})
 	}

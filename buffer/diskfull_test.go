@@ -207,8 +207,8 @@ func diskFullCycle(t *testing.T, b *Buffer, free func()) []uint64 {
 	if got := seqsOf(all(t, b)); !containsAll(got, durable) || b.Len() != len(durable) {
 		t.Fatalf("while full: %d records, Len %d, %d durable", len(got), b.Len(), len(durable))
 	}
-	if recs, err := b.Next(10); err != nil || len(recs) != 10 {
-		t.Fatalf("Next while full: %d, %v", len(recs), err)
+	if recs, err := b.Lease(10); err != nil || len(recs) != 10 {
+		t.Fatalf("Lease while full: %d, %v", len(recs), err)
 	}
 	if b.Stats().LastError == "" {
 		t.Fatal("the error is not in Stats")

@@ -50,7 +50,7 @@
 //
 // # Delivery
 //
-// [Buffer.Next] leases records in delivery order: alarms first, oldest
+// [Buffer.Lease] leases records in delivery order: alarms first, oldest
 // first, then the rest in Options.Order. [Buffer.Ack] deletes delivered
 // records, and [Buffer.AckLater] does so with the next commit instead of
 // one of its own (what the delivery loop uses: a crash before it only sends

@@ -12,7 +12,7 @@ import (
 )
 
 // A packet is appended (durable when Append returns), leased for delivery
-// with Next, and deleted with Ack once an upstream acknowledged it. A
+// with Lease, and deleted with Ack once an upstream acknowledged it. A
 // packet never acknowledged stays in the file for the next start.
 func ExampleOpen() {
 	dir, _ := os.MkdirTemp("", "buffer-example")
@@ -31,10 +31,10 @@ func ExampleOpen() {
 		fmt.Println(err)
 		return
 	}
-	recs, _ := b.Next(10) // leased: not handed out again until Release
+	recs, _ := b.Lease(10) // leased: not handed out again until Release
 	fmt.Println(len(recs), recs[0].Seq == seq, recs[0].At.Format(time.RFC3339))
 	_ = b.Ack(recs[0].Seq) // the upstream acknowledged it: gone
-	more, _ := b.Next(10)
+	more, _ := b.Lease(10)
 	fmt.Println(len(more), "left")
 	// Output:
 	// 1 true 2026-11-29T08:00:00Z

@@ -10,14 +10,14 @@ import (
 )
 
 // AckLater's deletions take no commit of their own: they ride on the next
-// append's, and the records are hidden from Next before that.
+// append's, and the records are hidden from Lease before that.
 func TestAckLaterRidesOnTheNextCommit(t *testing.T) {
 	b, _ := newT(t, Options{laterDelay: time.Hour})
 	s1 := mustAppend(t, b, testPacket("one", false))
 	s2 := mustAppend(t, b, testPacket("two", false))
 	s3 := mustAppend(t, b, testPacket("three", false))
-	if recs, err := b.Next(2); err != nil || !slices.Equal(seqsOf(recs), []uint64{s1, s2}) {
-		t.Fatalf("Next: %v, %v", seqsOf(recs), err)
+	if recs, err := b.Lease(2); err != nil || !slices.Equal(seqsOf(recs), []uint64{s1, s2}) {
+		t.Fatalf("Lease: %v, %v", seqsOf(recs), err)
 	}
 	before := b.Stats()
 	if err := b.AckLater(s1, s2); err != nil {

@@ -2,16 +2,16 @@ package buffer
 
 import "context"
 
-// lease is the delivery state of a record that Next must skip.
+// lease is the delivery state of a record that Lease must skip.
 type lease uint8
 
 const (
-	leased lease = 1 + iota // returned by Next, not yet acked or released
+	leased lease = 1 + iota // returned by Lease, not yet acked or released
 	acking                  // Ack or DeadLetter called, not yet committed
 )
 
 // Release returns leased records to the queue (their delivery failed), so
-// that Next returns them again. Seqs that are not leased are ignored.
+// that Lease returns them again. Seqs that are not leased are ignored.
 func (b *Buffer) Release(seqs ...uint64) {
 	b.mu.Lock()
 	n := 0
@@ -30,7 +30,7 @@ func (b *Buffer) Release(seqs ...uint64) {
 	}
 }
 
-// Wait blocks until Next has a record to return, ctx ends or the buffer is
+// Wait blocks until Lease has a record to return, ctx ends or the buffer is
 // closed (ErrClosed).
 func (b *Buffer) Wait(ctx context.Context) error {
 	for {

@@ -17,7 +17,7 @@ import (
 	"fieldlink/packet"
 )
 
-// TestModel drives random sequences of Append, AppendAll, Next, Peek, Ack,
+// TestModel drives random sequences of Append, AppendAll, Lease, Peek, Ack,
 // Release, DeadLetter, Purge, PurgeDead and reopen against an in-memory
 // model of the buffer, and checks after every step that the two agree: the
 // seqs handed out, the records stored (byte for byte), the delivery order,
@@ -247,7 +247,7 @@ func (m *model) order() []mrec {
 	return append(alarms, normal...)
 }
 
-// available returns up to max records Next would return.
+// available returns up to max records Lease would return.
 func (m *model) available(max int) []mrec {
 	var out []mrec
 	for _, r := range m.order() {
@@ -284,11 +284,11 @@ func mseqs(rs []mrec) []uint64 {
 func (m *model) next(t *rapid.T) {
 	max := rapid.IntRange(1, 8).Draw(t, "max")
 	want := m.available(max)
-	got, err := m.b.Next(max)
+	got, err := m.b.Lease(max)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same(t, "Next", got, want)
+	same(t, "Lease", got, want)
 	for _, r := range want {
 		m.leased[r.seq] = true
 	}

@@ -7,19 +7,19 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Next leases and returns up to max records that are not leased, in
-// delivery order: alarms first, oldest first, then the normal records in
-// Options.Order. A leased record is not returned again until Release, or
+// Lease returns up to max records that are not leased, in delivery order
+// (alarms first, oldest first, then the normal records in Options.Order),
+// and leases them. A leased record is not returned again until Release, or
 // until the buffer is reopened; Ack deletes it.
 //
 // Only records whose commit has completed are returned. A record that fails
 // its CRC is skipped, deleted and counted in Stats.Corrupt.
-func (b *Buffer) Next(max int) ([]Record, error) { return b.next(max, true) }
+func (b *Buffer) Lease(max int) ([]Record, error) { return b.read(max, true) }
 
-// Peek returns what Next would return, without leasing it.
-func (b *Buffer) Peek(max int) ([]Record, error) { return b.next(max, false) }
+// Peek returns what Lease would return, without leasing it.
+func (b *Buffer) Peek(max int) ([]Record, error) { return b.read(max, false) }
 
-func (b *Buffer) next(max int, lease bool) ([]Record, error) {
+func (b *Buffer) read(max int, lease bool) ([]Record, error) {
 	if max <= 0 {
 		return nil, nil
 	}
@@ -31,7 +31,7 @@ func (b *Buffer) next(max int, lease bool) ([]Record, error) {
 	var bad []uint64
 	// A scan going up may start after leasedTo: everything at or below it
 	// is leased (or gone), so a deep window of deliveries in flight does
-	// not make every Next, Peek and Wait walk past all of them.
+	// not make every Lease, Peek and Wait walk past all of them.
 	after := b.leasedTo
 	reverse := b.opt.Order == NewestFirst
 	if reverse {

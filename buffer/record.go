@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Record is one stored packet, as Next, Peek, Each and EachDead return it.
+// Record is one stored packet, as Lease, Peek, Each and EachDead return it.
 type Record struct {
 	Seq   uint64    // the packet's sequence number, also its key
 	Alarm bool      // delivered before all normal records

@@ -14,7 +14,7 @@ type Stats struct {
 	Epoch    string
 	Alarms   int   // alarm records stored
 	Normal   int   // normal records stored
-	Leased   int   // records leased by Next (or acked or dead-lettered, commit pending)
+	Leased   int   // records leased (or acked or dead-lettered, commit pending)
 	Bytes    int64 // live record bytes, as MaxBytes counts them
 	MaxBytes int64
 	FileSize int64 // the bbolt file's size on disk

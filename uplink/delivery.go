@@ -27,7 +27,7 @@ type DeliveryOptions struct {
 	DeadLetters DeadLetters
 }
 
-// Delivery moves packets from the buffer to the upstreams: Next, Pick,
+// Delivery moves packets from the buffer to the upstreams: Lease, Pick,
 // Send, then Ack on success; on failure the batch is tried on another
 // upstream, and when none can take it, it goes back to the buffer and the
 // loop backs off. Many batches are in flight at once (each upstream's
@@ -149,7 +149,7 @@ func (d *Delivery) Run(ctx context.Context) {
 			break
 		}
 		per := s.sender.MaxBatch()
-		recs, err := d.q.Next(places * per)
+		recs, err := d.q.Lease(places * per)
 		if err != nil || len(recs) == 0 {
 			for range places {
 				d.release(s)

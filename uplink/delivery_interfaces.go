@@ -9,9 +9,9 @@ import (
 
 // Buffer is the durable buffer as the delivery loop uses it.
 type Buffer interface {
-	// Next leases up to max records, alarms first; they are not handed out
-	// again until released.
-	Next(max int) ([]buffer.Record, error)
+	// Lease returns up to max records, alarms first, and leases them: they
+	// are not handed out again until released.
+	Lease(max int) ([]buffer.Record, error)
 	// Ack deletes delivered records.
 	Ack(seqs ...uint64) error
 	// Release returns undelivered records to the queue.

@@ -43,7 +43,7 @@ func newMemQueue(n int, bad ...uint64) *memQueue {
 	return q
 }
 
-func (q *memQueue) Next(max int) ([]buffer.Record, error) {
+func (q *memQueue) Lease(max int) ([]buffer.Record, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var keys []uint64

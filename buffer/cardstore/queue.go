@@ -89,17 +89,17 @@ func unstored(ps []*packet.Packet) []*packet.Packet {
 	return out
 }
 
-// Next leases up to max records of both buffers: alarms first, then by
+// Lease returns and leases up to max records of both buffers: alarms first, then by
 // reading time, oldest first. The volatile buffer's seqs carry [Volatile].
-func (s *Store) Next(max int) ([]buffer.Record, error) {
+func (s *Store) Lease(max int) ([]buffer.Record, error) {
 	card, mem, _ := s.buffers()
 	var out []buffer.Record
 	var cerr error
 	if card != nil {
-		out, cerr = card.Next(max)
+		out, cerr = card.Lease(max)
 	}
 	if mem != nil {
-		mr, err := mem.Next(max)
+		mr, err := mem.Lease(max)
 		if err != nil && cerr == nil && card == nil {
 			return nil, err
 		}

@@ -48,7 +48,7 @@ import (
 // Card is what the store uses of a buffer: a [buffer.Buffer].
 type Card interface {
 	AppendAll(ctx context.Context, ps ...*packet.Packet) error
-	Next(max int) ([]buffer.Record, error)
+	Lease(max int) ([]buffer.Record, error)
 	Ack(seqs ...uint64) error
 	AckLater(seqs ...uint64) error
 	Release(seqs ...uint64)

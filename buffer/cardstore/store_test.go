@@ -127,7 +127,7 @@ func (r *rig) drain() []string {
 	r.t.Helper()
 	var out []string
 	for {
-		recs, err := r.s.Next(100)
+		recs, err := r.s.Lease(100)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestVolatileLeftByARestart(t *testing.T) {
 	if st := s.State(); !st.Durable || st.Volatile != 1 {
 		t.Fatalf("state after the restart %+v", st)
 	}
-	recs, err := s.Next(10)
+	recs, err := s.Lease(10)
 	if err != nil || len(recs) != 1 || recs[0].Seq&Volatile == 0 {
 		t.Fatalf("next: %v %+v", err, recs)
 	}
@@ -368,7 +368,7 @@ func TestVolatileNotStarved(t *testing.T) {
 		}
 	}
 	r.want(true, OK)
-	recs, err := r.s.Next(1)
+	recs, err := r.s.Lease(1)
 	if err != nil || len(recs) != 1 || recs[0].Seq&Volatile == 0 {
 		t.Fatalf("first of one: %v %+v, want the volatile reading", err, recs)
 	}

@@ -64,7 +64,7 @@ func drain(b *testing.B, q *buffer.Buffer, m *mqttUpstream) time.Duration {
 	return el
 }
 
-// BenchmarkDeliveryLoopQoS1 is the whole delivery path, buffer → Next →
+// BenchmarkDeliveryLoopQoS1 is the whole delivery path, buffer → Lease →
 // Pick → publish → PUBACK → Ack, to one local mosquitto at QoS 1, against
 // paho alone publishing the same number of packets pipelined to the same
 // broker in the same run. Reports both rates, their ratio (target ≥ 0.8)
