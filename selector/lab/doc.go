@@ -18,22 +18,22 @@
 //
 // Every scenario picks per packet except S8, MQTT placement: each of 1,000
 // gateways picks a broker once per connection ([Placement]) and reconnects
-// when its broker dies. S7 adds a server to every table mid-run (a cold
-// join), S9 and S10 are high load on 16 varied servers and low load on 4
+// when its broker dies. S7 adds an upstream to every table mid-run (a cold
+// join), S9 and S10 are high load on 16 varied upstreams and low load on 4
 // equal ones, S11 a sinkhole that fails fast while staying up, S12 the
 // MQTT shape at fleet scale (500 gateways picking a broker per message),
 // S13 the cluster tier's fleet: 50 gateways on three NATS nodes whose
-// stream leader answers PUBACKs faster than its followers (Server.Forward),
+// stream leader answers PUBACKs faster than its followers (Upstream.Forward),
 // probed with publishes, with [Trial]'s fleet figures (the busiest node's
 // share over its fair share, steady and with a node down, the return of
 // traffic to a restarted node, the swing of the shares). S14 and S15 run
 // by name only: S14 puts the stream leader, then every node, at a fixed
-// budget of publishes a second (Server.Budget, the cluster tier's
+// budget of publishes a second (Upstream.Budget, the cluster tier's
 // TestLimit), S15 is S13's restart with 1,000 and 10,000 gateways, with
 // the restarted node's reconnection storm.
 // Every scenario counts in the verdict, on p99 and success. Besides those,
 // a [Trial] measures the first attempts' success, convergence after faults
-// and recoveries, oscillation of the servers' shares, how a joining server
+// and recoveries, oscillation of the upstreams' shares, how a joining upstream
 // is taken up, and the balance of a placement.
 //
 // [Simulate] runs one strategy in one [Scenario] with one seed; [Run] runs
@@ -44,7 +44,7 @@
 // regenerates docs/selector-lab.md.
 //
 // The files follow the concepts: queue.go is the event queue, model.go the
-// packets, their attempts and what each event does, server.go the
+// packets, their attempts and what each event does, upstream.go the
 // simulated upstreams, gateway.go the simulated gateways' delivery loops,
 // measure.go what a [Trial] measures, sim.go the run that ties them
 // together, scenario.go the scenarios (limit.go those by name only), report.go and markdown.go the

@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// connect connects gateway g to the server its strategy picks, and sends
+// connect connects gateway g to the upstream its strategy picks, and sends
 // what waited for the connection; with nothing up it tries again in a
 // second.
 func (s *sim) connect(g int, now int64) {
@@ -14,7 +14,7 @@ func (s *sim) connect(g int, now int64) {
 		return
 	}
 	s.conn[g] = int32(i)
-	s.servers[i].conns++
+	s.upstreams[i].conns++
 	if s.orphan[g] {
 		s.lastConn = max(s.lastConn, now)
 	}
@@ -39,8 +39,8 @@ func (s *sim) arrive(g int, now int64, z float64) {
 
 // dispatch takes packet id from the buffer and sends it: over the
 // gateway's connection in Placement scenarios (waiting for it when there
-// is none), else to the server its strategy picks, skipping the servers
-// resting after failures, as uplink.Delivery does. When no server can
+// is none), else to the upstream its strategy picks, skipping the upstreams
+// resting after failures, as uplink.Delivery does. When no upstream can
 // take it, it goes back to the buffer and the gateway's loop backs off
 // (or, with a single attempt, it fails).
 func (s *sim) dispatch(id int, now int64) {
@@ -71,7 +71,7 @@ func (s *sim) dispatch(id int, now int64) {
 	s.send(id, i, now)
 }
 
-// pick is the server gateway g sends to, skipping skip and the servers
+// pick is the upstream gateway g sends to, skipping skip and the upstreams
 // resting after failures: its connection in Placement scenarios, else its
 // strategy's pick.
 func (s *sim) pick(g int, skip uint64, now int64) (int, bool) {
@@ -108,14 +108,14 @@ func (s *sim) backOff(g int, now int64) {
 }
 
 // wake is gateway g's loop looking at its buffer after a backoff: it sends
-// the waiting packets, oldest first, until one finds no server.
+// the waiting packets, oldest first, until one finds no upstream.
 func (s *sim) wake(g int, now int64) {
 	s.waking[g] = false
 	waiting := s.buffered[g]
 	s.buffered[g] = nil
 	for k, id := range waiting {
 		if s.waking[g] {
-			// A packet found no server: the rest wait for the next wake.
+			// A packet found no upstream: the rest wait for the next wake.
 			s.buffered[g] = append(s.buffered[g], waiting[k:]...)
 			return
 		}
@@ -128,7 +128,7 @@ func (s *sim) jitter(g int, d int64) int64 {
 	return d/2 + int64(s.jit[g].Float64()*float64(d/2))
 }
 
-// rest records a failure of server i on gateway g and rests it, as
+// rest records a failure of upstream i on gateway g and rests it, as
 // uplink.Delivery rests an upstream: not picked for 100 ms after its first
 // failure in a row, doubling up to maxBackoff, jittered.
 func (s *sim) rest(g, i int, now int64) {
@@ -143,7 +143,7 @@ const (
 	maxBackoff   = 5 * time.Second
 )
 
-// send sends an attempt of packet id to server i at now.
+// send sends an attempt of packet id to upstream i at now.
 func (s *sim) send(id, i int, now int64) {
 	sc := s.sc
 	p := &s.pkts[id]
@@ -152,7 +152,7 @@ func (s *sim) send(id, i int, now int64) {
 	p.attempts++
 	if sec := int(now / int64(time.Second)); sec < len(s.perSec) {
 		s.perSec[sec]++
-		s.perSrv[sec][i]++
+		s.perUp[sec][i]++
 	}
 	if p.measured {
 		s.sent[i]++
@@ -164,21 +164,21 @@ func (s *sim) send(id, i int, now int64) {
 		}
 	}
 	rid := int32(len(s.reqs))
-	s.reqs = append(s.reqs, request{pkt: int32(id), srv: int32(i), sent: now, tk: s.tables[g].Begin(i)})
+	s.reqs = append(s.reqs, request{pkt: int32(id), up: int32(i), sent: now, tk: s.tables[g].Begin(i)})
 	s.q.push(event{at: now + s.rtt[g][i]/2, kind: evReach, a: rid})
 	s.q.push(event{at: now + int64(sc.Timeout), kind: evTimeout, a: rid})
 }
 
 // finish ends attempt rq with err at now: the packet is acknowledged, or
-// tried on another server (skipping those that failed it), or, when no
-// server can take it or it has had its attempts, back in the buffer.
+// tried on another upstream (skipping those that failed it), or, when no
+// upstream can take it or it has had its attempts, back in the buffer.
 func (s *sim) finish(rq *request, now int64, err error) {
 	if rq.finished {
 		return
 	}
 	rq.finished = true
 	p := &s.pkts[rq.pkt]
-	g, i := int(p.gw), int(rq.srv)
+	g, i := int(p.gw), int(rq.up)
 	s.tables[g].End(rq.tk, err)
 	if p.attempts == 1 && p.measured {
 		s.first++
@@ -208,7 +208,7 @@ func (s *sim) finish(rq *request, now int64, err error) {
 		}
 	}
 	// Back to the buffer: the loop takes it again at once, or backs off
-	// when no server can take it.
+	// when no upstream can take it.
 	if s.waking[g] {
 		s.buffered[g] = append(s.buffered[g], rq.pkt)
 		return
@@ -250,7 +250,7 @@ func (s *sim) settle(p *packet, now int64, ok bool) {
 	}
 	s.lat = append(s.lat, l)
 	if f := sc.Faulty; f >= 0 {
-		if j := int64(sc.Servers[f].JoinAt); j > 0 && p.t0 >= j && p.t0 < j+int64(joinWindow) {
+		if j := int64(sc.Upstreams[f].JoinAt); j > 0 && p.t0 >= j && p.t0 < j+int64(joinWindow) {
 			s.latJoin = append(s.latJoin, l)
 		}
 	}

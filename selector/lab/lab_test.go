@@ -56,10 +56,10 @@ func short(sc Scenario) Scenario {
 			sc.Faults[i].To = 25 * time.Second
 		}
 	}
-	sc.Servers = append([]Server(nil), sc.Servers...)
-	for i := range sc.Servers {
-		if sc.Servers[i].JoinAt > 0 {
-			sc.Servers[i].JoinAt = 10 * time.Second
+	sc.Upstreams = append([]Upstream(nil), sc.Upstreams...)
+	for i := range sc.Upstreams {
+		if sc.Upstreams[i].JoinAt > 0 {
+			sc.Upstreams[i].JoinAt = 10 * time.Second
 		}
 	}
 	return sc
@@ -98,9 +98,9 @@ func TestSettle(t *testing.T) {
 
 func TestOutagesMergeBackToBack(t *testing.T) {
 	sc := Scenario{Faulty: 2, Faults: []Fault{
-		{Server: 2, From: 15 * time.Second, To: 35 * time.Second},
-		{Server: 2, From: 35 * time.Second},
-		{Server: 1, From: 40 * time.Second, To: 50 * time.Second},
+		{Upstream: 2, From: 15 * time.Second, To: 35 * time.Second},
+		{Upstream: 2, From: 35 * time.Second},
+		{Upstream: 1, From: 40 * time.Second, To: 50 * time.Second},
 	}}
 	got := sc.outages()
 	if len(got) != 1 || got[0] != (outage{15 * time.Second, 0}) {
@@ -110,7 +110,7 @@ func TestOutagesMergeBackToBack(t *testing.T) {
 
 func TestColdJoin(t *testing.T) {
 	sc := scenario(t, "S7")
-	j := int(sc.Servers[sc.Faulty].JoinAt / time.Second)
+	j := int(sc.Upstreams[sc.Faulty].JoinAt / time.Second)
 	for _, st := range []string{"round_robin", "least_conn"} {
 		tr, err := Simulate(sc, st, 1)
 		if err != nil {
@@ -119,11 +119,11 @@ func TestColdJoin(t *testing.T) {
 		t.Logf("%s: first use %vs, peak %.2f, settle %vs, p99 after join %.3fs", st, tr.JoinRamp, tr.JoinPeak, tr.JoinSettle, tr.JoinP99)
 		for k, x := range tr.Share[:j] {
 			if x != 0 {
-				t.Fatalf("%s: the joining server got %.3f of second %d, before it joined", st, x, k)
+				t.Fatalf("%s: the joining upstream got %.3f of second %d, before it joined", st, x, k)
 			}
 		}
 		if math.IsInf(tr.JoinRamp, 1) || math.IsNaN(tr.JoinP99) || tr.Success < 0.99 {
-			t.Errorf("%s: never used the joining server, or no p99 after the join (%v), or failed (%v)", st, tr.JoinP99, tr.Success)
+			t.Errorf("%s: never used the joining upstream, or no p99 after the join (%v), or failed (%v)", st, tr.JoinP99, tr.Success)
 		}
 		// A round robin gives the newcomer its turn at once, no more.
 		if st == "round_robin" && (tr.JoinPeak < 0.8 || tr.JoinPeak > 1.2 || tr.JoinRamp != 0) {
@@ -141,7 +141,7 @@ func TestPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := float64(len(sc.Servers))
+	n := float64(len(sc.Upstreams))
 	if rr.PlaceBefore != n || rr.PlaceMax != n-1 || rr.Overloaded != sc.Gateways || !math.IsInf(rr.Balanced, 1) {
 		t.Errorf("round_robin: max/mean before %v after %v, %d overloaded, balanced %v; want %v, %v, %d, never",
 			rr.PlaceBefore, rr.PlaceMax, rr.Overloaded, rr.Balanced, n, n-1, sc.Gateways)
@@ -184,14 +184,14 @@ func TestSlowNode(t *testing.T) {
 	if p2c.P99 >= rr.P99 {
 		t.Errorf("p2c_ewma p99 %v not below round_robin's %v", p2c.P99, rr.P99)
 	}
-	// Without retries, nothing rests a slow server: a blind strategy
+	// Without retries, nothing rests a slow upstream: a blind strategy
 	// keeps sending it its share.
 	sc.SingleAttempt = true
 	rr, err = Simulate(sc, "round_robin", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := float64(len(sc.Servers)); math.Abs(rr.FaultyShare-1/n) > 0.01 {
+	if n := float64(len(sc.Upstreams)); math.Abs(rr.FaultyShare-1/n) > 0.01 {
 		t.Errorf("round_robin sent %.3f to the slow node with one attempt, want about %.3f", rr.FaultyShare, 1/n)
 	}
 }
@@ -211,9 +211,9 @@ func TestDeterministic(t *testing.T) {
 				sc.Faults[i].To = 10 * time.Second
 			}
 		}
-		for i := range sc.Servers {
-			if sc.Servers[i].JoinAt > 0 {
-				sc.Servers[i].JoinAt = 5 * time.Second
+		for i := range sc.Upstreams {
+			if sc.Upstreams[i].JoinAt > 0 {
+				sc.Upstreams[i].JoinAt = 5 * time.Second
 			}
 		}
 		return sc
@@ -280,18 +280,18 @@ func TestScenariosValid(t *testing.T) {
 	}
 }
 
-func TestRetryOnAnotherServer(t *testing.T) {
-	// Two servers of one worker, a fixed service time of 20 ms and round
-	// trips of 4 ms; server 0 is a sinkhole from the start. A packet sent
-	// to it first gets its error after 4 ms and is sent at once to server
-	// 1: 4 + 4 + 20 = 28 ms, counted once; a packet sent to server 1 first
-	// (server 0 resting) takes 24 ms.
+func TestRetryOnAnotherUpstream(t *testing.T) {
+	// Two upstreams of one worker, a fixed service time of 20 ms and round
+	// trips of 4 ms; upstream 0 is a sinkhole from the start. A packet sent
+	// to it first gets its error after 4 ms and is sent at once to upstream
+	// 1: 4 + 4 + 20 = 28 ms, counted once; a packet sent to upstream 1 first
+	// (upstream 0 resting) takes 24 ms.
 	const rtt, service = 4 * time.Millisecond, 20 * time.Millisecond
 	sc := Scenario{
-		Name: "retry", Servers: []Server{{Workers: 1, Service: service}, {Workers: 1, Service: service}},
+		Name: "retry", Upstreams: []Upstream{{Workers: 1, Service: service}, {Workers: 1, Service: service}},
 		Gateways: 1, RTT: uniformRTT(rtt, rtt), Load: 0.01,
 		Duration: 20 * time.Second, Timeout: 10 * time.Second, Deadline: 30 * time.Second, ProbeInterval: 5 * time.Second,
-		Faults: []Fault{{Server: 0, Kind: Sinkhole}}, Faulty: 0,
+		Faults: []Fault{{Upstream: 0, Kind: Sinkhole}}, Faulty: 0,
 	}
 	s, err := simulate(sc, "round_robin", 1)
 	if err != nil {
@@ -338,7 +338,7 @@ func TestSinkholeStaysUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := float64(len(sc.Servers))
+	n := float64(len(sc.Upstreams))
 	if math.Abs(one.FaultyShare-1/n) > 0.01 || one.Success > 1-0.5/n*15/25 {
 		t.Errorf("single attempt: sinkhole share %.3f (want about %.3f), success %.4f", one.FaultyShare, 1/n, one.Success)
 	}
@@ -361,9 +361,9 @@ func TestFleetMQTTShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := scs[0]
-	if sc.Name != "S12" || sc.Gateways != 500 || sc.Placement != nil || len(sc.Servers) != 4 || sc.ReconnectSpread <= 0 {
+	if sc.Name != "S12" || sc.Gateways != 500 || sc.Placement != nil || len(sc.Upstreams) != 4 || sc.ReconnectSpread <= 0 {
 		t.Fatalf("%s: %d gateways, placement %v, %d brokers, reconnect spread %v; want S12: 500 gateways picking per message over 4 brokers, spread reconnections",
-			sc.Name, sc.Gateways, sc.Placement, len(sc.Servers), sc.ReconnectSpread)
+			sc.Name, sc.Gateways, sc.Placement, len(sc.Upstreams), sc.ReconnectSpread)
 	}
 	if len(sc.Faults) != 1 || sc.Faults[0].Kind != FastFail || sc.Faults[0].To == 0 {
 		t.Fatalf("faults %v: want one broker dying and returning", sc.Faults)
@@ -393,8 +393,8 @@ func TestNATSFleetModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := scs[0]
-	if sc.Servers[0].Forward != 0 || sc.Servers[1].Forward <= 0 || sc.Servers[2].Forward <= 0 || !sc.PublishProbe || !sc.Fleet {
-		t.Fatalf("S13a: nodes %+v, publish probe %v: want node 0 the leader, the others forwarding, publish probes", sc.Servers, sc.PublishProbe)
+	if sc.Upstreams[0].Forward != 0 || sc.Upstreams[1].Forward <= 0 || sc.Upstreams[2].Forward <= 0 || !sc.PublishProbe || !sc.Fleet {
+		t.Fatalf("S13a: nodes %+v, publish probe %v: want node 0 the leader, the others forwarding, publish probes", sc.Upstreams, sc.PublishProbe)
 	}
 	s, err := simulate(sc, "round_robin", 1)
 	if err != nil {

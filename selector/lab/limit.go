@@ -21,11 +21,11 @@ const limitBudget = 140
 // the stream leader, at its limit, and S14b, every node at it.
 func limitScenarios() []Scenario {
 	s := natsFleet("S14a", fmt.Sprintf("a node at its limit: the fleet of S13a (350 packets/s) with node 0, the stream leader, passing on at most %d publishes a second and queueing the rest (the cluster tier's TestLimit); no fault", limitBudget), fleetGateways, 500*time.Microsecond)
-	s.Servers[0].Budget = limitBudget
+	s.Upstreams[0].Budget = limitBudget
 	s.Faulty = 0
 	b := natsFleet("S14b", fmt.Sprintf("every node at its limit: the fleet of S13a (350 packets/s) on three nodes that each pass on at most %d publishes a second (the cluster 420), queueing the rest; no fault", limitBudget), fleetGateways, 500*time.Microsecond)
-	for i := range b.Servers {
-		b.Servers[i].Budget = limitBudget
+	for i := range b.Upstreams {
+		b.Upstreams[i].Budget = limitBudget
 	}
 	b.Faulty = 0
 	return []Scenario{s, b}
@@ -46,7 +46,7 @@ func scaleScenarios() []Scenario {
 		for j, n := range scaleGateways {
 			name := fmt.Sprintf("S15%c", 'a'+rune(2*k+j))
 			s := natsFleet(name, fmt.Sprintf("beyond fifty: S13a with %d gateways (the nodes %d× as large), node 2 killed from 20 s to 35 s, each gateway reconnecting to it 1–%.0f s after it returns", n, n/fleetGateways, (time.Second+spread).Seconds()), n, 500*time.Microsecond)
-			s.Faults, s.Faulty, s.ReconnectSpread = []Fault{{Server: 2, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 2, spread
+			s.Faults, s.Faulty, s.ReconnectSpread = []Fault{{Upstream: 2, Kind: FastFail, From: 20 * time.Second, To: 35 * time.Second}}, 2, spread
 			out = append(out, s)
 		}
 	}

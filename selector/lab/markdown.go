@@ -13,12 +13,12 @@ import (
 var percentileCharts = []string{"S1", "S2", "S4c", "S5", "S6c", "S9", "S11"}
 
 // shareCharts are the scenarios that get a chart of the faulty (or
-// joining) server's share over time, with the chart's subject.
-var shareCharts = map[string]string{"S2": "the slow server", "S7": "the joining server, from the dashed line", "S11": "the sinkhole", "S12": "the broker that dies"}
+// joining) upstream's share over time, with the chart's subject.
+var shareCharts = map[string]string{"S2": "the slow upstream", "S7": "the joining upstream, from the dashed line", "S11": "the sinkhole", "S12": "the broker that dies"}
 
 // SVGs returns the report's charts by file name: latency percentiles per
-// strategy for a few scenarios, and the slow server's traffic share over
-// time in S2 and the joining server's in S7, when those scenarios ran.
+// strategy for a few scenarios, and the slow upstream's traffic share over
+// time in S2 and the joining upstream's in S7, when those scenarios ran.
 func (r *Report) SVGs() map[string][]byte {
 	out := map[string][]byte{}
 	for _, res := range r.Results {
@@ -80,17 +80,17 @@ func (r *Report) Markdown(svgDir string) []byte {
 	w("A discrete-event simulation in virtual time (a heap of events ordered by time, then by scheduling order). ")
 	w("Each gateway runs its own `selector.Table` (clock = the simulated clock, a fixed seed) and its own strategy, made by `selector.New` and run unmodified; it feeds the table as the uplink does: ")
 	w("`Begin` when a request is sent and `End` when the answer, a connection error or its timeout (an error with `Timeout() bool`) comes back; ")
-	w("`Probe` of every server every 5 s (a failed probe for a server that is down or a black hole); ")
-	w("`Report` of every server's load every second (utilisation = busy workers / workers for CPU, memory, disk and network; connections = queued + in service; capacities from the server's workers and speed), the report being as old as the scenario says; ")
-	w("`SetUp(false)` while a server refuses connections (fast failure; back up a second after it recovers), never for a black hole; ")
-	w("`Add` of a server that joins (S7), on every gateway at the same instant, with no statistics.\n\n")
-	w("Servers are FIFO queues in front of c workers with lognormal service times (median 20 ms, σ = 0.5). Round trips are per (gateway, server) pair. ")
+	w("`Probe` of every upstream every 5 s (a failed probe for an upstream that is down or a black hole); ")
+	w("`Report` of every upstream's load every second (utilisation = busy workers / workers for CPU, memory, disk and network; connections = queued + in service; capacities from the upstream's workers and speed), the report being as old as the scenario says; ")
+	w("`SetUp(false)` while an upstream refuses connections (fast failure; back up a second after it recovers), never for a black hole; ")
+	w("`Add` of an upstream that joins (S7), on every gateway at the same instant, with no statistics.\n\n")
+	w("Upstreams are FIFO queues in front of c workers with lognormal service times (median 20 ms, σ = 0.5). Round trips are per (gateway, upstream) pair. ")
 	w("Arrivals are open-loop Poisson per gateway, 10 gateways unless stated; an attempt times out after 10 s (the uplink's `DefaultHTTPTimeout`). ")
 	if r.SingleAttempt {
-		w("**This run has no retries** (`-single-attempt`): a packet whose one attempt fails (or that finds no server up) fails, and counts as the timeout, 10 s. ")
+		w("**This run has no retries** (`-single-attempt`): a packet whose one attempt fails (or that finds no upstream up) fails, and counts as the timeout, 10 s. ")
 	} else {
-		w("A packet is retried as `uplink.Delivery` retries a batch: when an attempt fails (an error answer, a refused connection or the timeout), the server is rested on that gateway (not picked for 100 ms after its first failure in a row, doubling up to 5 s, jittered) and the packet is tried at once on another, `Pick` skipping the servers that failed it and those resting, up to one attempt per server; ")
-		w("when no server can take it, it goes back to the buffer, and the gateway's loop looks again after a backoff (100 ms doubling up to 5 s, jittered; packets that arrive meanwhile wait with it). ")
+		w("A packet is retried as `uplink.Delivery` retries a batch: when an attempt fails (an error answer, a refused connection or the timeout), the upstream is rested on that gateway (not picked for 100 ms after its first failure in a row, doubling up to 5 s, jittered) and the packet is tried at once on another, `Pick` skipping the upstreams that failed it and those resting, up to one attempt per upstream; ")
+		w("when no upstream can take it, it goes back to the buffer, and the gateway's loop looks again after a backoff (100 ms doubling up to 5 s, jittered; packets that arrive meanwhile wait with it). ")
 		w("Each attempt is a `Begin`/`End` on the table, and its service time is the packet's (the same draw on every attempt). ")
 		w("A packet succeeds when it is acknowledged within its **deadline, 30 s** after its arrival, the time by which the platform expects a reading; the run goes on 30 s after the last arrival so that every measured packet has its whole deadline, and a packet never acknowledged within it counts as the deadline, 30 s, in the percentiles. ")
 	}
@@ -108,21 +108,21 @@ func (r *Report) Markdown(svgDir string) []byte {
 
 	w("Columns: p50, p99 [95%% CI], p99.9, mean, per packet; *success* = acknowledged within the deadline (30 s; with `-single-attempt`, within the 10 s timeout at the first attempt); *≤10 s* and *≤1 s* = acknowledged within 10 s and within 1 s (Buoyant's measure); ")
 	w("*1st try* = packets whose first attempt succeeded (the single-attempt view); *retried* = packets sent more than once; ")
-	w("*faulty share* = fraction of the attempts sent during the fault to the faulty server (1/8 = 12.5%% is what a blind strategy sends with 8 servers, 1/4 with 4); *Jain* = Jain's index over capacity-normalised utilisation.\n\n")
-	w("Convergence and oscillation, from each server's share of the requests sent in each 1 s bin of the run:\n\n")
-	w("- *settle after fault*: seconds from the start of the faulty server's outage (faults back to back count as one) to the first bin from which its share stays within ±%.0f points of 0 for %d s (%d bins), within the outage. ", 100*settleBand, settleFor, settleFor)
+	w("*faulty share* = fraction of the attempts sent during the fault to the faulty upstream (1/8 = 12.5%% is what a blind strategy sends with 8 upstreams, 1/4 with 4); *Jain* = Jain's index over capacity-normalised utilisation.\n\n")
+	w("Convergence and oscillation, from each upstream's share of the requests sent in each 1 s bin of the run:\n\n")
+	w("- *settle after fault*: seconds from the start of the faulty upstream's outage (faults back to back count as one) to the first bin from which its share stays within ±%.0f points of 0 for %d s (%d bins), within the outage. ", 100*settleBand, settleFor, settleFor)
 	w("*settle after recovery*: the same from the outage's end, towards its mean share over the 10 s before the first outage, within the time up to the next outage or the end of the run. ")
 	w("Resolution 1 s; the mean over the runs that settled, with the number of runs that never did (a strategy that never drains a black hole, or an S3a window of 10 s too short to hold %d s in band).\n", settleFor)
-	w("- *osc* (oscillation): the mean change of a server's share from one 1 s bin to the next, |share(t) − share(t−1)|, over the measured window, averaged over the servers other than the faulty or joining one, in percentage points. ")
-	w("A step (a server leaving or coming back) counts once; swings between bins (herding, a strategy chasing stale reports) count every second. Poisson noise alone gives about 1 point for a random pick; a round robin gives nearly 0.\n")
-	w("- S7: *first use* = seconds from the join to the first bin where the joining server's share reaches half its capacity share (4/36 = 11.1%%); *peak* = its largest share in the %d s after the join over its capacity share (above 1: stampeded); ", joinPeakFor)
+	w("- *osc* (oscillation): the mean change of an upstream's share from one 1 s bin to the next, |share(t) − share(t−1)|, over the measured window, averaged over the upstreams other than the faulty or joining one, in percentage points. ")
+	w("A step (an upstream leaving or coming back) counts once; swings between bins (herding, a strategy chasing stale reports) count every second. Poisson noise alone gives about 1 point for a random pick; a round robin gives nearly 0.\n")
+	w("- S7: *first use* = seconds from the join to the first bin where the joining upstream's share reaches half its capacity share (4/36 = 11.1%%); *peak* = its largest share in the %d s after the join over its capacity share (above 1: stampeded); ", joinPeakFor)
 	w("*settle* = settle time after the join towards its own mean share over the run's last 20 s; *p99 after join* = p99 of the requests that arrived in the %.0f s after the join.\n", joinWindow.Seconds())
 	w("- S8: x_b = connections of broker b / its capacity share, over the brokers up. *max/mean before* = max x_b / mean x_b just before the failure; *max/mean* and *Jain* = the same and Jain's index of x_b at the end; ")
 	w("*reconnected* = seconds from the failure until the last of its clients was connected again; *balanced after* = that time when the final max/mean is at most %.2f, else never (placements only change on reconnection); ", placeBalanced)
 	w("*landed overloaded* = how many of the reconnected gateways sit on a broker whose clients offer more messages than it can serve.\n")
-	w("- S13 (a fleet, as the cluster tier's `TestFleet` runs it): *busiest, steady* = the busiest server's share of the requests from the warm-up to the fault, over the fair share (1/3); *busiest, fault* = the same from 2 s into the fault to its end, over the fair share of the servers up then (1/2 with a node down, 1/3 with one slow); ")
-	w("*traffic back* = seconds from the fault's end to the first bin from which the faulty server's share over %d bins is half its fair share (1/6) or more, the cluster tier's measure (it includes the gateways' reconnections, 1–2 s after the node returns: their prober connects every second to a node that is down); ", fleetBackFor)
-	w("*swing* = the widest band, over the servers, of their 1 s shares in steady state, 5th to 95th percentile, in points (Poisson noise alone, 350 requests a second split three ways, gives about 8).\n\n")
+	w("- S13 (a fleet, as the cluster tier's `TestFleet` runs it): *busiest, steady* = the busiest upstream's share of the requests from the warm-up to the fault, over the fair share (1/3); *busiest, fault* = the same from 2 s into the fault to its end, over the fair share of the upstreams up then (1/2 with a node down, 1/3 with one slow); ")
+	w("*traffic back* = seconds from the fault's end to the first bin from which the faulty upstream's share over %d bins is half its fair share (1/6) or more, the cluster tier's measure (it includes the gateways' reconnections, 1–2 s after the node returns: their prober connects every second to a node that is down); ", fleetBackFor)
+	w("*swing* = the widest band, over the upstreams, of their 1 s shares in steady state, 5th to 95th percentile, in points (Poisson noise alone, 350 requests a second split three ways, gives about 8).\n\n")
 
 	r.verdict(w)
 
@@ -139,7 +139,7 @@ func (r *Report) Markdown(svgDir string) []byte {
 					Seconds(c.P50.Mean), Seconds(c.P99.Mean), Seconds(c.P99.Lo), Seconds(c.P99.Hi), Seconds(c.P999.Mean), Percent(c.Success.Mean, 2), Percent(c.Success10s.Mean, 2), Percent(c.FirstSuccess.Mean, 2),
 					Ratio(c.PlaceBefore.Mean), secs(c.Reconnect), secs(c.Balanced), c.PlaceJain.Mean, Ratio(c.PlaceMax.Mean), c.Overloaded.Mean)
 			}
-		case sc.Faulty >= 0 && sc.Servers[sc.Faulty].JoinAt > 0:
+		case sc.Faulty >= 0 && sc.Upstreams[sc.Faulty].JoinAt > 0:
 			w("| strategy | p50 | p99 [95%% CI] | p99.9 | mean | success | 1st try | first use | peak | settle | p99 after join | osc |\n")
 			w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range res.Cells {
@@ -183,7 +183,7 @@ func (r *Report) Markdown(svgDir string) []byte {
 	r.claims(w)
 	w("## By name only: S14 and S15\n\n")
 	w("Six scenarios are not in this report and run only by name (`gateway lab -scenarios S14,S15`; `make lab-scale` tabulates S15): S15b and S15d alone cost more CPU than the rest of the report. ")
-	w("**S14a** is S13a with the stream leader at its limit: a server's `Budget` is the most requests a second it passes on, each waiting its turn (1/Budget after the previous one's) before its service, as a node behind a proxy that serves a fixed rate and queues the rest; node 0 passes on %d of the fleet's 350 publishes a second (1.2 times its fair share). **S14b** gives every node that budget (the cluster 420). ", limitBudget)
+	w("**S14a** is S13a with the stream leader at its limit: an upstream's `Budget` is the most requests a second it passes on, each waiting its turn (1/Budget after the previous one's) before its service, as a node behind a proxy that serves a fixed rate and queues the rest; node 0 passes on %d of the fleet's 350 publishes a second (1.2 times its fair share). **S14b** gives every node that budget (the cluster 420). ", limitBudget)
 	w("**S15a** and **S15b** are S13a's restart with 1,000 and 10,000 gateways, the nodes' workers grown with the fleet so that the load is S13a's share of their capacity, each gateway reconnecting 1–11 s after the node returns (probes every 10 s, as S13 had before the prober's pace); **S15c** and **S15d** the same with the reconnections within a second (the uplink's prober, every second while a connection is down); besides the fleet figures they report the restarted node's reconnection storm (the most gateways that saw it up again in one second) and when its share is back to 90 %% of its share before. ")
 	w("Their figures stand beside the cluster tier's real runs in [cluster.md](cluster.md) (\"A node at its limit\", \"Beyond fifty\"), which `make cluster-check-fleet` (S14 beside the real runs) and `make lab-scale` (S15) print.\n\n")
 	w("## Not modelled\n\n")
@@ -265,7 +265,7 @@ func (r *Report) aside(w func(string, ...any), name, strategy string) bool {
 		w("- %s: `%s` ends with max/mean %s of connections per unit of capacity (balanced after: %s), p99 %s, success %s; the most even placement is `%s`'s, %s (p99 %s, success %s).\n",
 			name, strategy, Ratio(c.PlaceMax.Mean), secs(c.Balanced), Seconds(c.P99.Mean), Percent(c.Success.Mean, 2),
 			best.Strategy, Ratio(best.PlaceMax.Mean), Seconds(best.P99.Mean), Percent(best.Success.Mean, 2))
-	case sc.Faulty >= 0 && sc.Servers[sc.Faulty].JoinAt > 0:
+	case sc.Faulty >= 0 && sc.Upstreams[sc.Faulty].JoinAt > 0:
 		for k := range res.Cells {
 			if res.Cells[k].P99.Mean < best.P99.Mean {
 				best = &res.Cells[k]
@@ -401,8 +401,8 @@ func percentileSVG(res Result) []byte {
 	return b.Bytes()
 }
 
-// shareSVG draws the faulty (or joining) server's share of each second's
-// requests, per strategy, over the run; what names that server.
+// shareSVG draws the faulty (or joining) upstream's share of each second's
+// requests, per strategy, over the run; what names that upstream.
 func shareSVG(res Result, what string) []byte {
 	const (
 		left, right, top, bottom = 50.0, 200.0, 40.0, 40.0
@@ -429,8 +429,8 @@ func shareSVG(res Result, what string) []byte {
 		}
 		w(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fbe9e7"/>`+"\n", x(o.from.Seconds()), top, x(to.Seconds())-x(o.from.Seconds()), height-top-bottom)
 	}
-	if f := res.Scenario.Faulty; f >= 0 && res.Scenario.Servers[f].JoinAt > 0 {
-		xj := x(res.Scenario.Servers[f].JoinAt.Seconds())
+	if f := res.Scenario.Faulty; f >= 0 && res.Scenario.Upstreams[f].JoinAt > 0 {
+		xj := x(res.Scenario.Upstreams[f].JoinAt.Seconds())
 		w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="4 3"/>`+"\n", xj, top, xj, height-bottom)
 	}
 	for _, s := range []float64{0, 0.125, 0.25, 0.5} {

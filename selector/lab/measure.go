@@ -25,26 +25,26 @@ type Trial struct {
 	Success1s    float64 // fraction acknowledged within 1 s
 	FirstSuccess float64 // fraction whose first attempt succeeded (the single-attempt view)
 	Retried      float64 // fraction sent more than once
-	FaultyShare  float64 // fraction of the fault window's requests sent to the faulty server; NaN when the scenario has none
+	FaultyShare  float64 // fraction of the fault window's requests sent to the faulty upstream; NaN when the scenario has none
 	Jain         float64 // Jain's index over capacity-normalised utilisation
-	// Share is the faulty server's share of each second's requests, by
-	// second of the run (nil when the scenario has no faulty server).
+	// Share is the faulty upstream's share of each second's requests, by
+	// second of the run (nil when the scenario has no faulty upstream).
 	Share []float64
 	// Events is how many events the run processed.
 	Events int
 
-	// Osc is the oscillation: the mean change of a server's share of the
+	// Osc is the oscillation: the mean change of an upstream's share of the
 	// requests from one 1 s bin to the next, |share(t) − share(t−1)|, over
-	// the measured window, averaged over the servers other than the faulty
+	// the measured window, averaged over the upstreams other than the faulty
 	// or joining one. NaN in Placement scenarios.
 	Osc float64
 	// SettleFault and SettleRecovery are the convergence times, seconds,
-	// after the faulty server's faults start and end (see [settle]), the
+	// after the faulty upstream's faults start and end (see [settle]), the
 	// mean over the run's faults; +Inf when one of them never settled, NaN
 	// when the scenario has none.
 	SettleFault, SettleRecovery float64
 
-	// Cold join (a server with a JoinAt, the Faulty one).
+	// Cold join (an upstream with a JoinAt, the Faulty one).
 	JoinSettle float64 // settle time after the join, towards its share over the run's last 20 s; +Inf never
 	JoinRamp   float64 // seconds until its share of a 1 s bin first reaches half its capacity share; +Inf never
 	JoinPeak   float64 // its largest share of a 1 s bin in the 5 s after the join, over its capacity share
@@ -60,20 +60,20 @@ type Trial struct {
 	Balanced    float64 // Reconnect when PlaceMax ≤ placeBalanced at the end, else +Inf
 	Overloaded  int     // reconnected gateways whose broker is offered more than its capacity at the end
 
-	// Fleet (Scenario.Fleet), from the servers' shares of the requests
-	// sent in 1 s bins, the fair share being 1/n of the n servers up:
-	BusiestSteady float64 // the busiest server's share from Warmup to the first outage, over the fair share
-	BusiestDown   float64 // the busiest server's share from 2 s into the first outage to its end, over the fair share then
-	Back          float64 // seconds from the outage's end to the first bin from which the faulty server's share over 5 bins is half its fair share or more; +Inf never
-	Swing         float64 // the widest band, over the servers, of their 1 s shares in steady state (5th to 95th percentile), in share
-	// The restarted server's return: the most gateways that saw it up
+	// Fleet (Scenario.Fleet), from the upstreams' shares of the requests
+	// sent in 1 s bins, the fair share being 1/n of the n upstreams up:
+	BusiestSteady float64 // the busiest upstream's share from Warmup to the first outage, over the fair share
+	BusiestDown   float64 // the busiest upstream's share from 2 s into the first outage to its end, over the fair share then
+	Back          float64 // seconds from the outage's end to the first bin from which the faulty upstream's share over 5 bins is half its fair share or more; +Inf never
+	Swing         float64 // the widest band, over the upstreams, of their 1 s shares in steady state (5th to 95th percentile), in share
+	// The restarted upstream's return: the most gateways that saw it up
 	// again in one second (its reconnection storm), and seconds from the
 	// outage's end to the first bin from which its share over 5 bins is
 	// 90 % of its share in steady state or more (+Inf never).
 	ReconnectPeak int
 	BackShare     float64
 
-	// Shares is each server's share of the measured attempts.
+	// Shares is each upstream's share of the measured attempts.
 	Shares []float64
 }
 
@@ -107,13 +107,13 @@ func (s *sim) result() Trial {
 	// Jain over utilisation / capacity share: busy worker-time per worker.
 	window := float64(sc.Duration - sc.Warmup)
 	var sx, sxx float64
-	for i, sv := range s.servers {
-		u := float64(sv.busyNs) / window / float64(sc.Servers[i].Workers)
+	for i, up := range s.upstreams {
+		u := float64(up.busyNs) / window / float64(sc.Upstreams[i].Workers)
 		sx += u
 		sxx += u * u
 	}
 	if sxx > 0 {
-		r.Jain = sx * sx / (float64(len(s.servers)) * sxx)
+		r.Jain = sx * sx / (float64(len(s.upstreams)) * sxx)
 	}
 	var sent int
 	for _, k := range s.sent {
@@ -136,7 +136,7 @@ func (s *sim) result() Trial {
 	}
 	if sc.Faulty >= 0 {
 		r.Share = s.share(sc.Faulty)
-		if sc.Servers[sc.Faulty].JoinAt > 0 {
+		if sc.Upstreams[sc.Faulty].JoinAt > 0 {
 			s.joinResult(&r)
 		} else {
 			r.SettleFault, r.SettleRecovery = s.faultSettle(r.Share)
@@ -145,12 +145,12 @@ func (s *sim) result() Trial {
 	return r
 }
 
-// share is server i's share of each second's requests, by second of the run.
+// share is upstream i's share of each second's requests, by second of the run.
 func (s *sim) share(i int) []float64 {
 	out := make([]float64, len(s.perSec)-1)
 	for k := range out {
 		if s.perSec[k] > 0 {
-			out[k] = float64(s.perSrv[k][i]) / float64(s.perSec[k])
+			out[k] = float64(s.perUp[k][i]) / float64(s.perSec[k])
 		}
 	}
 	return out
@@ -182,15 +182,15 @@ func settle(share []float64, from, to int, target float64) float64 {
 	return math.Inf(1)
 }
 
-// outage is a stretch of faults of the faulty server, back to back; to is
+// outage is a stretch of faults of the faulty upstream, back to back; to is
 // 0 when it lasts to the end of the run.
 type outage struct{ from, to time.Duration }
 
-// outages merges the faulty server's faults that follow each other.
+// outages merges the faulty upstream's faults that follow each other.
 func (sc *Scenario) outages() []outage {
 	var out []outage
 	for _, f := range sc.Faults {
-		if f.Server != sc.Faulty {
+		if f.Upstream != sc.Faulty {
 			continue
 		}
 		if n := len(out); n > 0 && out[n-1].to == f.From {
@@ -202,7 +202,7 @@ func (sc *Scenario) outages() []outage {
 	return out
 }
 
-// faultSettle returns the mean settle times after the faulty server's
+// faultSettle returns the mean settle times after the faulty upstream's
 // outages start, towards a share of 0, and after they end, towards its
 // share over the 10 s before the first outage (from 2 s into the run).
 func (s *sim) faultSettle(share []float64) (fault, recovery float64) {
@@ -245,12 +245,12 @@ func (s *sim) faultSettle(share []float64) (fault, recovery float64) {
 }
 
 // oscillation is the mean |share(t) − share(t−1)| over the measured
-// window's 1 s bins and over the servers other than the faulty one.
+// window's 1 s bins and over the upstreams other than the faulty one.
 func (s *sim) oscillation() float64 {
 	from, to := int(s.sc.Warmup/time.Second), len(s.perSec)-1
 	var sum float64
 	n := 0
-	for i := range s.servers {
+	for i := range s.upstreams {
 		if i == s.sc.Faulty {
 			continue
 		}
@@ -258,8 +258,8 @@ func (s *sim) oscillation() float64 {
 			if s.perSec[k] == 0 || s.perSec[k-1] == 0 {
 				continue
 			}
-			a := float64(s.perSrv[k][i]) / float64(s.perSec[k])
-			b := float64(s.perSrv[k-1][i]) / float64(s.perSec[k-1])
+			a := float64(s.perUp[k][i]) / float64(s.perSec[k])
+			b := float64(s.perUp[k-1][i]) / float64(s.perSec[k-1])
 			sum += math.Abs(a - b)
 			n++
 		}
@@ -277,11 +277,11 @@ func (s *sim) joinResult(r *Trial) {
 	sc := s.sc
 	f := sc.Faulty
 	var all float64
-	for _, sv := range sc.Servers {
-		all += float64(sv.Workers)
+	for _, up := range sc.Upstreams {
+		all += float64(up.Workers)
 	}
-	capShare := float64(sc.Servers[f].Workers) / all
-	j, end := int(sc.Servers[f].JoinAt/time.Second), len(r.Share)
+	capShare := float64(sc.Upstreams[f].Workers) / all
+	j, end := int(sc.Upstreams[f].JoinAt/time.Second), len(r.Share)
 	r.JoinRamp = math.Inf(1)
 	for k := j; k < end; k++ {
 		if r.Share[k] >= capShare/2 {
@@ -315,24 +315,24 @@ const placeBalanced = 1.25
 // up: max over mean and Jain's index of x_b = connections_b / capacity
 // share_b, and which brokers are offered more than their capacity.
 func (s *sim) placement() (maxMean, jain float64, over []bool) {
-	over = make([]bool, len(s.servers))
+	over = make([]bool, len(s.upstreams))
 	var capUp float64
-	for i, sv := range s.servers {
-		if sv.joined && sv.mode.Kind != FastFail {
+	for i, up := range s.upstreams {
+		if up.joined && up.mode.Kind != FastFail {
 			capUp += s.caps[i]
 		}
 	}
 	var sx, sxx, mx float64
 	n := 0
-	for i, sv := range s.servers {
-		if !sv.joined || sv.mode.Kind == FastFail {
+	for i, up := range s.upstreams {
+		if !up.joined || up.mode.Kind == FastFail {
 			continue
 		}
 		c := s.caps[i]
-		x := float64(sv.conns) / (c / capUp)
+		x := float64(up.conns) / (c / capUp)
 		sx, sxx, mx = sx+x, sxx+x*x, max(mx, x)
 		n++
-		over[i] = float64(sv.conns)*s.rate(s.clk.ns) > c
+		over[i] = float64(up.conns)*s.rate(s.clk.ns) > c
 	}
 	if n == 0 || sx == 0 {
 		return math.NaN(), math.NaN(), over
@@ -374,13 +374,13 @@ func quantile(sorted []int64, q float64) float64 {
 	return float64(sorted[k]) / 1e9
 }
 
-// back is how many seconds from bin to the faulty server's share over
+// back is how many seconds from bin to the faulty upstream's share over
 // fleetBackFor bins first reaches share; +Inf never.
 func (s *sim) back(to int, share float64) float64 {
 	for k := to; k+fleetBackFor <= len(s.perSec)-1; k++ {
 		var got, all int
 		for j := k; j < k+fleetBackFor; j++ {
-			got, all = got+s.perSrv[j][s.sc.Faulty], all+s.perSec[j]
+			got, all = got+s.perUp[j][s.sc.Faulty], all+s.perSec[j]
 		}
 		if all > 0 && float64(got)/float64(all) >= share {
 			return float64(k - to)
@@ -389,30 +389,30 @@ func (s *sim) back(to int, share float64) float64 {
 	return math.Inf(1)
 }
 
-// fleetBackFor is how many 1 s bins the faulty server's share is averaged
+// fleetBackFor is how many 1 s bins the faulty upstream's share is averaged
 // over for Back, as the cluster tier's fleet run does (5 s).
 const fleetBackFor = 5
 
 // fleetResult computes the fleet's figures of a scenario with one outage of
-// the faulty server.
+// the faulty upstream.
 func (s *sim) fleetResult(r *Trial) {
 	sc := s.sc
 	os := sc.outages()
 	if len(os) == 0 || os[0].to == 0 {
 		return
 	}
-	n := len(s.servers)
+	n := len(s.upstreams)
 	sec := func(d time.Duration) int { return int(d / time.Second) }
 	from, to := sec(os[0].from), sec(os[0].to)
-	// busiest is the largest share of one server over bins [a, b), over
-	// the fair share of the m servers up then.
+	// busiest is the largest share of one upstream over bins [a, b), over
+	// the fair share of the m upstreams up then.
 	busiest := func(a, b, m int) float64 {
 		total := 0
 		per := make([]int, n)
 		for k := a; k < b && k < len(s.perSec); k++ {
 			total += s.perSec[k]
 			for i := range n {
-				per[i] += s.perSrv[k][i]
+				per[i] += s.perUp[k][i]
 			}
 		}
 		if total == 0 {
@@ -429,7 +429,7 @@ func (s *sim) fleetResult(r *Trial) {
 	r.BusiestDown = busiest(from+2, to, down)
 	var was, all int
 	for k := warm; k < from; k++ {
-		was, all = was+s.perSrv[k][sc.Faulty], all+s.perSec[k]
+		was, all = was+s.perUp[k][sc.Faulty], all+s.perSec[k]
 	}
 	r.Back, r.BackShare = s.back(to, 0.5/float64(n)), s.back(to, 0.9*float64(was)/float64(max(all, 1)))
 	r.ReconnectPeak = slices.Max(s.reconns)
@@ -438,7 +438,7 @@ func (s *sim) fleetResult(r *Trial) {
 		var sh []float64
 		for k := warm; k < from; k++ {
 			if s.perSec[k] > 0 {
-				sh = append(sh, float64(s.perSrv[k][i])/float64(s.perSec[k]))
+				sh = append(sh, float64(s.perUp[k][i])/float64(s.perSec[k]))
 			}
 		}
 		if len(sh) == 0 {

@@ -19,7 +19,7 @@ type refusedError struct{}
 
 func (refusedError) Error() string { return "lab: connection refused" }
 
-// rejectedError is an error answer from a server that is up (an HTTP 503,
+// rejectedError is an error answer from an upstream that is up (an HTTP 503,
 // a broker that drops the publish): a sinkhole's answer.
 type rejectedError struct{}
 
@@ -38,16 +38,16 @@ type packet struct {
 	attempts int32   // attempts in all
 	t0       int64   // when it should have been sent (its arrival)
 	z        float64 // standard normal draw of its service time, the same on every attempt
-	skip     uint64  // servers that failed it in the current round
+	skip     uint64  // upstreams that failed it in the current round
 	done     bool    // acknowledged, or given up at its deadline
 	end      int64   // when it was acknowledged or given up
 	measured bool
 }
 
-// request is one attempt to deliver a packet to a server.
+// request is one attempt to deliver a packet to an upstream.
 type request struct {
 	pkt      int32
-	srv      int32
+	up       int32
 	sent     int64
 	tk       selector.Ticket
 	finished bool
@@ -101,11 +101,11 @@ func (s *sim) handle(e event) {
 	case evProbe:
 		g := int(e.a)
 		t := s.tables[g]
-		for i := range s.servers {
-			if !s.servers[i].joined {
+		for i := range s.upstreams {
+			if !s.upstreams[i].joined {
 				continue
 			}
-			if s.servers[i].mode.answers() {
+			if s.upstreams[i].mode.answers() {
 				t.Probe(i, s.probeRTT(g, i, now), nil)
 			} else {
 				t.Probe(i, 0, errTimeout)
@@ -115,8 +115,8 @@ func (s *sim) handle(e event) {
 	case evRefresh:
 		g := int(e.a)
 		t := s.tables[g]
-		for i := range s.servers {
-			if !s.servers[i].joined {
+		for i := range s.upstreams {
+			if !s.upstreams[i].joined {
 				continue
 			}
 			if l, ok := s.report(i, now); ok {
@@ -125,23 +125,23 @@ func (s *sim) handle(e event) {
 		}
 		s.q.push(event{at: now + int64(sc.RefreshInterval), kind: evRefresh, a: e.a})
 	case evSample:
-		for i := range s.servers {
-			sv := &s.servers[i]
-			sv.samples = append(sv.samples, sample{at: now, util: s.util(i), queued: len(sv.queue) - sv.head, bsy: sv.busy, conns: sv.conns})
+		for i := range s.upstreams {
+			up := &s.upstreams[i]
+			up.samples = append(up.samples, sample{at: now, util: s.util(i), queued: len(up.queue) - up.head, bsy: up.busy, conns: up.conns})
 		}
 		s.q.push(event{at: now + int64(sampleEvery), kind: evSample})
 	case evFault:
 		s.fault(int(e.a), e.b == 1, now)
 	case evReconnect:
 		i := int(e.a)
-		if s.servers[i].mode.Kind != FastFail {
+		if s.upstreams[i].mode.Kind != FastFail {
 			for _, t := range s.tables {
 				t.SetUp(i, true)
 			}
 		}
 	case evReconnectOne:
 		g, i := int(e.a>>8), int(e.a&0xff)
-		if s.servers[i].mode.Kind != FastFail {
+		if s.upstreams[i].mode.Kind != FastFail {
 			s.tables[g].SetUp(i, true)
 			if sec := int(now / int64(time.Second)); i == sc.Faulty && sec < len(s.reconns) {
 				s.reconns[sec]++
@@ -149,11 +149,11 @@ func (s *sim) handle(e event) {
 		}
 	case evJoin:
 		i := int(e.a)
-		s.servers[i].joined = true
+		s.upstreams[i].joined = true
 		for _, t := range s.tables {
-			// validate allows at most MaxUpstreams servers, and none is
+			// validate allows at most MaxUpstreams upstreams, and none is
 			// retired: the table cannot be full.
-			if _, err := t.Add(fmt.Sprintf("s%d", i), sc.Servers[i].Workers); err != nil {
+			if _, err := t.Add(fmt.Sprintf("s%d", i), sc.Upstreams[i].Workers); err != nil {
 				panic(err)
 			}
 		}

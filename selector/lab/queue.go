@@ -3,20 +3,20 @@ package lab
 // event kinds.
 const (
 	evArrival      = iota // a = gateway: a request should be sent now
-	evReach               // a = request: it reaches its server
-	evDone                // a = request: its server finished serving it
+	evReach               // a = request: it reaches its upstream
+	evDone                // a = request: its upstream finished serving it
 	evResponse            // a = request, b = respOK, respRefused or respRejected: the gateway hears back
 	evTimeout             // a = request: the gateway gives up on it
 	evProbe               // a = gateway: probe every upstream
 	evRefresh             // a = gateway: read every upstream's load report
-	evSample              // servers record their state, for aged reports
+	evSample              // upstreams record their state, for aged reports
 	evFault               // a = index into the scenario's faults, b = 1 at its end
-	evReconnect           // a = server: gateways see it up again
-	evJoin                // a = server: it joins every gateway's table
+	evReconnect           // a = upstream: gateways see it up again
+	evJoin                // a = upstream: it joins every gateway's table
 	evConnect             // a = gateway: it connects (Placement scenarios)
 	evWake                // a = gateway: its delivery loop looks at its buffer after a backoff
-	evReconnectOne        // a = gateway<<8 | server: that gateway sees the server up again
-	evTurn                // a = request: its turn under its server's budget came
+	evReconnectOne        // a = gateway<<8 | upstream: that gateway sees the upstream up again
+	evTurn                // a = request: its turn under its upstream's budget came
 )
 
 // event is one thing that happens at a virtual time. Events at the same

@@ -48,7 +48,7 @@ type Cell struct {
 	FirstSuccess         Estimate
 	Retried              Estimate
 	FaultyShare, Jain    Estimate
-	Share                []float64 // mean over seeds of the faulty server's share, by second
+	Share                []float64 // mean over seeds of the faulty upstream's share, by second
 	Runs                 []Trial
 	Requests             int // per seed, mean
 

@@ -45,10 +45,10 @@ type sim struct {
 	tables          []*selector.Table
 	strats          []selector.Strategy
 	rngs            []*rand.Rand // per gateway: arrivals and service draws only
-	servers         []server
+	upstreams       []upstream
 	pkts            []packet
 	reqs            []request
-	rtt             [][]int64 // [gateway][server], round trip in ns
+	rtt             [][]int64 // [gateway][upstream], round trip in ns
 	lat             []int64   // measured latencies, ns; failures count as Timeout
 	latJoin         []int64   // latencies of the requests that arrived in the 10 s after a join
 	ok, ok10s, ok1s int
@@ -59,24 +59,24 @@ type sim struct {
 
 	// The delivery loop's state, per gateway (see uplink.Delivery).
 	jit       []*rand.Rand // jitter of rests and backoffs
-	cool      [][]int64    // [gateway][server]: resting until
-	failRun   [][]int      // [gateway][server]: failures in a row
+	cool      [][]int64    // [gateway][upstream]: resting until
+	failRun   [][]int      // [gateway][upstream]: failures in a row
 	buffered  [][]int32    // packets back in the buffer, waiting for a wake
 	waking    []bool       // a wake is scheduled
 	gwBackoff []int64      // the next backoff
-	sent      []int        // measured requests sent to each server
+	sent      []int        // measured requests sent to each upstream
 	faultN    int          // requests picked within a fault window
-	faultHit  int          // of which to the faulty server
+	faultHit  int          // of which to the faulty upstream
 	perSec    []int        // requests by second of the run
-	perSrv    [][]int      // [second][server] requests sent
-	reconns   []int        // by second: gateways that saw the faulty server up again
+	perUp     [][]int      // [second][upstream] requests sent
+	reconns   []int        // by second: gateways that saw the faulty upstream up again
 	maxRate   float64
 	baseRate  float64   // offered rate per gateway outside phases
-	caps      []float64 // each server's capacity, requests per second
+	caps      []float64 // each upstream's capacity, requests per second
 	events    int
 
 	// Placement scenarios.
-	conn      []int32   // per gateway: the server it is connected to, or -1
+	conn      []int32   // per gateway: the upstream it is connected to, or -1
 	pending   [][]int32 // per gateway: packets waiting for a connection
 	backoff   []*rand.Rand
 	orphan    []bool // per gateway: it lost its connection to a fault
@@ -102,20 +102,20 @@ func simulate(sc Scenario, strategy string, seed uint64) (*sim, error) {
 		return nil, err
 	}
 	s := &sim{sc: &sc, single: sc.SingleAttempt, seed: seed}
-	ng, ns := sc.Gateways, len(sc.Servers)
+	ng, nu := sc.Gateways, len(sc.Upstreams)
 	topo := rand.New(rand.NewPCG(seed, 0x70b0))
-	s.rtt = sc.RTT(topo, ng, ns)
-	s.servers = make([]server, ns)
-	s.sent = make([]int, ns)
+	s.rtt = sc.RTT(topo, ng, nu)
+	s.upstreams = make([]upstream, nu)
+	s.sent = make([]int, nu)
 	secs := int(sc.Duration/time.Second) + 1
 	s.perSec = make([]int, secs)
-	s.perSrv = make([][]int, secs)
+	s.perUp = make([][]int, secs)
 	s.reconns = make([]int, secs)
-	for k := range s.perSrv {
-		s.perSrv[k] = make([]int, ns)
+	for k := range s.perUp {
+		s.perUp[k] = make([]int, nu)
 	}
-	for i, sv := range sc.Servers {
-		s.servers[i].joined = sv.JoinAt == 0
+	for i, up := range sc.Upstreams {
+		s.upstreams[i].joined = up.JoinAt == 0
 	}
 	for range ng {
 		st, err := NewStrategy(strategy)
@@ -123,9 +123,9 @@ func simulate(sc Scenario, strategy string, seed uint64) (*sim, error) {
 			return nil, err
 		}
 		t := selector.NewTable(selector.Options{Now: s.clk.now, Seed: seed*1_000_003 + uint64(len(s.tables)) + 1})
-		for i, sv := range sc.Servers {
-			if sv.JoinAt == 0 {
-				if _, err := t.Add(fmt.Sprintf("s%d", i), sv.Workers); err != nil {
+		for i, up := range sc.Upstreams {
+			if up.JoinAt == 0 {
+				if _, err := t.Add(fmt.Sprintf("s%d", i), up.Workers); err != nil {
 					return nil, fmt.Errorf("lab: scenario %s: %w", sc.Name, err)
 				}
 			}
@@ -135,15 +135,15 @@ func simulate(sc Scenario, strategy string, seed uint64) (*sim, error) {
 		s.rngs = append(s.rngs, rand.New(rand.NewPCG(seed, uint64(len(s.rngs))+1)))
 		// Jitter draws depend on the strategy's failures: their own stream.
 		s.jit = append(s.jit, rand.New(rand.NewPCG(seed, 0x717e<<20|uint64(len(s.jit)))))
-		s.cool = append(s.cool, make([]int64, ns))
-		s.failRun = append(s.failRun, make([]int, ns))
+		s.cool = append(s.cool, make([]int64, nu))
+		s.failRun = append(s.failRun, make([]int, nu))
 		s.gwBackoff = append(s.gwBackoff, int64(firstBackoff))
 	}
 	s.buffered = make([][]int32, ng)
 	s.waking = make([]bool, ng)
-	for i, sv := range sc.Servers {
-		if sv.JoinAt > 0 {
-			s.q.push(event{at: int64(sv.JoinAt), kind: evJoin, a: int32(i)})
+	for i, up := range sc.Upstreams {
+		if up.JoinAt > 0 {
+			s.q.push(event{at: int64(up.JoinAt), kind: evJoin, a: int32(i)})
 		}
 	}
 	if sc.Placement != nil {
@@ -157,8 +157,8 @@ func simulate(sc Scenario, strategy string, seed uint64) (*sim, error) {
 		}
 		s.beforeMax = math.NaN()
 	}
-	for _, sv := range sc.Servers {
-		s.caps = append(s.caps, sv.capacity())
+	for _, up := range sc.Upstreams {
+		s.caps = append(s.caps, up.capacity())
 	}
 	// Offered rate per gateway at its peak, for thinning.
 	s.baseRate = sc.Load * sc.capacity() / float64(ng)

@@ -256,7 +256,7 @@ func reference(ctx context.Context, scs, baselines []string, seeds, first int) (
 // targetMisses scores the selector's targets that p99 does not capture,
 // each missed one costing as much as a doubled p99 (ln 2), more the further
 // it is missed: packets within 1 s around a slow node (S2: 99.9%), the
-// faulty server's share of a black hole or a sinkhole (S4c, S4d, S11: 1%),
+// faulty upstream's share of a black hole or a sinkhole (S4c, S4d, S11: 1%),
 // and a cold join (S7: peak at most 1.2× the capacity share, half of it
 // within 5 s).
 func targetMisses(scenario string, c Cell) float64 {

@@ -239,10 +239,10 @@ func limitTable(t *testing.T, runs []limitRun, limit int) []string {
 		t.Fatalf("the lab's S14a and S14b: %v", err)
 	}
 	for k := range scs {
-		scs[k].Servers = slices.Clone(scs[k].Servers)
-		for i := range scs[k].Servers {
-			if scs[k].Servers[i].Budget > 0 {
-				scs[k].Servers[i].Budget = float64(limit)
+		scs[k].Upstreams = slices.Clone(scs[k].Upstreams)
+		for i := range scs[k].Upstreams {
+			if scs[k].Upstreams[i].Budget > 0 {
+				scs[k].Upstreams[i].Budget = float64(limit)
 			}
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"fieldlink/selector"
 )
 
-// server is an upstream's run-time state.
-type server struct {
+// upstream is an upstream's run-time state.
+type upstream struct {
 	busy    int
 	queue   []int32 // waiting requests, FIFO
 	head    int
@@ -28,33 +28,33 @@ type sample struct {
 	queued, bsy, conns int
 }
 
-// sampleEvery is how often servers record their state for aged reports.
+// sampleEvery is how often upstreams record their state for aged reports.
 const sampleEvery = 250 * time.Millisecond
 
-// util is server i's utilisation: busy workers over workers; in Placement
+// util is upstream i's utilisation: busy workers over workers; in Placement
 // scenarios, the message rate its connections offer over its capacity,
 // capped at 1, as a broker's CPU averaged over a second would read.
 func (s *sim) util(i int) float64 {
 	if s.sc.Placement != nil {
-		return min(float64(s.servers[i].conns)*s.rate(s.clk.ns)/s.caps[i], 1)
+		return min(float64(s.upstreams[i].conns)*s.rate(s.clk.ns)/s.caps[i], 1)
 	}
-	return float64(s.servers[i].busy) / float64(s.sc.Servers[i].Workers)
+	return float64(s.upstreams[i].busy) / float64(s.sc.Upstreams[i].Workers)
 }
 
-// report is server i's load report as gateway sees it at now: its state
-// ReportAge ago. A server that does not answer sends none.
+// report is upstream i's load report as gateway sees it at now: its state
+// ReportAge ago. An upstream that does not answer sends none.
 func (s *sim) report(i int, now int64) (selector.Load, bool) {
-	sv := &s.servers[i]
-	if !sv.mode.answers() {
+	up := &s.upstreams[i]
+	if !up.mode.answers() {
 		return selector.Load{}, false
 	}
-	spec := s.sc.Servers[i]
-	idle := sv.mode.Kind == Sinkhole // serves nothing, so reports nothing in use
+	spec := s.sc.Upstreams[i]
+	idle := up.mode.Kind == Sinkhole // serves nothing, so reports nothing in use
 	var smp sample
 	if age := int64(s.sc.ReportAge); age <= 0 {
-		smp = sample{at: now, util: s.util(i), queued: len(sv.queue) - sv.head, bsy: sv.busy, conns: sv.conns}
+		smp = sample{at: now, util: s.util(i), queued: len(up.queue) - up.head, bsy: up.busy, conns: up.conns}
 	} else {
-		k, found := slices.BinarySearchFunc(sv.samples, now-age, func(x sample, t int64) int {
+		k, found := slices.BinarySearchFunc(up.samples, now-age, func(x sample, t int64) int {
 			switch {
 			case x.at < t:
 				return -1
@@ -66,10 +66,10 @@ func (s *sim) report(i int, now int64) (selector.Load, bool) {
 		if !found {
 			k--
 		}
-		if k < 0 || sv.samples[k].at < int64(spec.JoinAt) {
+		if k < 0 || up.samples[k].at < int64(spec.JoinAt) {
 			return selector.Load{}, false
 		}
-		smp = sv.samples[k]
+		smp = up.samples[k]
 	}
 	speed := float64(spec.Workers) * float64(baseService) / float64(spec.Service)
 	conns := smp.queued + smp.bsy
@@ -87,10 +87,10 @@ func (s *sim) report(i int, now int64) (selector.Load, bool) {
 	}, true
 }
 
-// inFault reports whether now is within a fault window of the faulty server.
+// inFault reports whether now is within a fault window of the faulty upstream.
 func (s *sim) inFault(now int64) bool {
 	for _, f := range s.sc.Faults {
-		if f.Server == s.sc.Faulty && now >= int64(f.From) && (f.To == 0 || now < int64(f.To)) {
+		if f.Upstream == s.sc.Faulty && now >= int64(f.From) && (f.To == 0 || now < int64(f.To)) {
 			return true
 		}
 	}
@@ -104,16 +104,16 @@ const (
 	respRejected
 )
 
-// wait holds request id, reaching its server at now, until its turn under
-// the server's Budget, and reports whether it must wait (an evTurn then
+// wait holds request id, reaching its upstream at now, until its turn under
+// the upstream's Budget, and reports whether it must wait (an evTurn then
 // brings it in).
 func (s *sim) wait(id int, now int64) bool {
 	rq := &s.reqs[id]
-	i := int(rq.srv)
-	b := s.sc.Servers[i].Budget
-	if sv := &s.servers[i]; b > 0 && sv.mode.answers() && sv.mode.Kind != Sinkhole {
-		at := max(now, sv.turn)
-		sv.turn = at + int64(1e9/b)
+	i := int(rq.up)
+	b := s.sc.Upstreams[i].Budget
+	if up := &s.upstreams[i]; b > 0 && up.mode.answers() && up.mode.Kind != Sinkhole {
+		at := max(now, up.turn)
+		up.turn = at + int64(1e9/b)
 		if at > now {
 			s.q.push(event{at: at, kind: evTurn, a: int32(id)})
 			return true
@@ -124,10 +124,10 @@ func (s *sim) wait(id int, now int64) bool {
 
 func (s *sim) reach(id int, now int64) {
 	rq := &s.reqs[id]
-	i := int(rq.srv)
+	i := int(rq.up)
 	g := s.pkts[rq.pkt].gw
-	sv := &s.servers[i]
-	switch sv.mode.Kind {
+	up := &s.upstreams[i]
+	switch up.mode.Kind {
 	case FastFail:
 		s.q.push(event{at: now + s.rtt[g][i]/2, kind: evResponse, a: int32(id), b: respRefused})
 		return
@@ -137,32 +137,32 @@ func (s *sim) reach(id int, now int64) {
 	case BlackHole:
 		return
 	}
-	if sv.busy < s.sc.Servers[i].Workers {
+	if up.busy < s.sc.Upstreams[i].Workers {
 		s.serve(i, id, now)
 		return
 	}
-	sv.queue = append(sv.queue, int32(id))
+	up.queue = append(up.queue, int32(id))
 }
 
-// serve starts serving request id on server i.
+// serve starts serving request id on upstream i.
 func (s *sim) serve(i, id int, now int64) {
-	sv := &s.servers[i]
-	spec := s.sc.Servers[i]
+	up := &s.upstreams[i]
+	spec := s.sc.Upstreams[i]
 	rq := &s.reqs[id]
 	d := float64(spec.Service) * math.Exp(spec.Sigma*s.pkts[rq.pkt].z) * s.slow(i, now)
-	sv.busy++
+	up.busy++
 	end := now + int64(d)
 	// Busy time within the measured window, for utilisation.
 	from, to := max(now, int64(s.sc.Warmup)), min(end, int64(s.sc.Duration))
 	if to > from {
-		sv.busyNs += to - from
+		up.busyNs += to - from
 	}
 	s.q.push(event{at: end, kind: evDone, a: int32(id)})
 }
 
-// slow is server i's service-time multiplier at now.
+// slow is upstream i's service-time multiplier at now.
 func (s *sim) slow(i int, now int64) float64 {
-	m := s.servers[i].mode
+	m := s.upstreams[i].mode
 	switch m.Kind {
 	case Slow:
 		return m.Factor
@@ -176,10 +176,10 @@ func (s *sim) slow(i int, now int64) float64 {
 
 func (s *sim) done(id int, now int64) {
 	rq := &s.reqs[id]
-	i := int(rq.srv)
-	sv := &s.servers[i]
-	sv.busy--
-	switch sv.mode.Kind {
+	i := int(rq.up)
+	up := &s.upstreams[i]
+	up.busy--
+	switch up.mode.Kind {
 	case BlackHole:
 		// Never answers.
 	case FastFail:
@@ -190,52 +190,52 @@ func (s *sim) done(id int, now int64) {
 	s.next(i, now)
 }
 
-// extra is what server i adds to an answer after its service without
-// holding a worker: a follower's forward hop, a slow server's delay.
+// extra is what upstream i adds to an answer after its service without
+// holding a worker: a follower's forward hop, a slow upstream's delay.
 func (s *sim) extra(i int) int64 {
-	d := int64(s.sc.Servers[i].Forward)
-	if m := s.servers[i].mode; m.Kind == Slow {
+	d := int64(s.sc.Upstreams[i].Forward)
+	if m := s.upstreams[i].mode; m.Kind == Slow {
 		d += int64(m.Delay)
 	}
 	return d
 }
 
-// probeRTT is what gateway g's probe of server i, which answers, times at
+// probeRTT is what gateway g's probe of upstream i, which answers, times at
 // now: the round trip, or with PublishProbe a publish's answer (the round
-// trip, the median service as the server's speed is then, and extra).
+// trip, the median service as the upstream's speed is then, and extra).
 func (s *sim) probeRTT(g, i int, now int64) time.Duration {
 	d := s.rtt[g][i]
 	if s.sc.PublishProbe {
-		d += int64(float64(s.sc.Servers[i].Service)*s.slow(i, now)) + s.extra(i)
+		d += int64(float64(s.sc.Upstreams[i].Service)*s.slow(i, now)) + s.extra(i)
 	}
 	return time.Duration(d)
 }
 
-// next starts the next queued request on server i if a worker is free.
+// next starts the next queued request on upstream i if a worker is free.
 func (s *sim) next(i int, now int64) {
-	sv := &s.servers[i]
-	for sv.busy < s.sc.Servers[i].Workers && sv.head < len(sv.queue) {
-		id := int(sv.queue[sv.head])
-		sv.head++
+	up := &s.upstreams[i]
+	for up.busy < s.sc.Upstreams[i].Workers && up.head < len(up.queue) {
+		id := int(up.queue[up.head])
+		up.head++
 		if s.reqs[id].finished {
-			continue // the gateway gave up: the server drops it (it would cancel)
+			continue // the gateway gave up: the upstream drops it (it would cancel)
 		}
 		s.serve(i, id, now)
 	}
-	if sv.head > 1024 && sv.head*2 > len(sv.queue) {
-		sv.queue = append(sv.queue[:0], sv.queue[sv.head:]...)
-		sv.head = 0
+	if up.head > 1024 && up.head*2 > len(up.queue) {
+		up.queue = append(up.queue[:0], up.queue[up.head:]...)
+		up.head = 0
 	}
 }
 
 // fault applies the start (or, when ending, the end) of fault k.
 func (s *sim) fault(k int, ending bool, now int64) {
 	f := s.sc.Faults[k]
-	i := f.Server
-	sv := &s.servers[i]
+	i := f.Upstream
+	up := &s.upstreams[i]
 	if ending {
-		was := sv.mode.Kind
-		sv.mode = Fault{}
+		was := up.mode.Kind
+		up.mode = Fault{}
 		switch spread := s.sc.ReconnectSpread; {
 		case was == FastFail && spread > 0:
 			// Each gateway reconnects after its own backoff.
@@ -254,7 +254,7 @@ func (s *sim) fault(k int, ending bool, now int64) {
 	if s.sc.Placement != nil && math.IsNaN(s.beforeMax) {
 		s.beforeMax, _, _ = s.placement()
 	}
-	sv.mode = f
+	up.mode = f
 	if f.Kind == FastFail && s.sc.Placement != nil {
 		// Its connections drop; each gateway reconnects after its backoff.
 		for g, c := range s.conn {
@@ -262,7 +262,7 @@ func (s *sim) fault(k int, ending bool, now int64) {
 				continue
 			}
 			s.conn[g], s.orphan[g] = -1, true
-			sv.conns--
+			up.conns--
 			d := s.rtt[g][i] / 2
 			if b := s.sc.Placement.Backoff; b > 0 {
 				d += int64(s.backoff[g].Float64() * float64(b))
@@ -272,10 +272,10 @@ func (s *sim) fault(k int, ending bool, now int64) {
 	}
 	if f.Kind == FastFail {
 		// The connection drops: what it held fails, gateways see it down.
-		sv.queue, sv.head = sv.queue[:0], 0
+		up.queue, up.head = up.queue[:0], 0
 		for id := range s.reqs {
 			rq := &s.reqs[id]
-			if int(rq.srv) == i && !rq.finished && rq.sent >= now-int64(s.sc.Timeout) {
+			if int(rq.up) == i && !rq.finished && rq.sent >= now-int64(s.sc.Timeout) {
 				s.q.push(event{at: now + s.rtt[s.pkts[rq.pkt].gw][i]/2, kind: evResponse, a: int32(id), b: respRefused})
 			}
 		}
