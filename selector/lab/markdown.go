@@ -85,7 +85,7 @@ func (r *Report) Markdown(svgDir string) []byte {
 	w("`SetUp(false)` while an upstream refuses connections (fast failure; back up a second after it recovers), never for a black hole; ")
 	w("`Add` of an upstream that joins (S7), on every gateway at the same instant, with no statistics.\n\n")
 	w("Upstreams are FIFO queues in front of c workers with lognormal service times (median 20 ms, σ = 0.5). Round trips are per (gateway, upstream) pair. ")
-	w("Arrivals are open-loop Poisson per gateway, 10 gateways unless stated; an attempt times out after 10 s (the uplink's `DefaultHTTPTimeout`). ")
+	w("Arrivals are open-loop Poisson per gateway, 10 gateways unless stated; an attempt times out after 10 s (an HTTP upstream's default for one post). ")
 	if r.SingleAttempt {
 		w("**This run has no retries** (`-single-attempt`): a packet whose one attempt fails (or that finds no upstream up) fails, and counts as the timeout, 10 s. ")
 	} else {

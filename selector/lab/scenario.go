@@ -306,8 +306,9 @@ func mixed() []Upstream {
 }
 
 // base is the common part of every scenario: 10 gateways, a 10 s timeout
-// (the uplink's DefaultHTTPTimeout), a 30 s deadline, probes every 5 s, load reports read
-// every second, 1 s old, jittered phases, 60 s with 10 s of warm-up.
+// (an HTTP upstream's default for one post), a 30 s deadline, probes every
+// 5 s, load reports read every second, 1 s old, jittered phases, 60 s with
+// 10 s of warm-up.
 func base(name, title string) Scenario {
 	return Scenario{
 		Name: name, Title: title,
