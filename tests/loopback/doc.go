@@ -5,9 +5,9 @@
 // # Why
 //
 // The lab ranks strategies by simulating them, and its numbers are only as
-// good as its model: FIFO servers with lognormal service times, one request
+// good as its model: FIFO upstreams with lognormal service times, one request
 // per packet, no delivery window, no retries, a connection state that drops
-// the moment a server refuses. The real uplink differs in all of these. This
+// the moment an upstream refuses. The real uplink differs in all of these. This
 // tier does not try to reproduce the lab's figures; it checks that the real
 // code, on real sockets, moves in the same direction: when the simulator
 // says strategy A is clearly better than B in a situation, A must also beat
@@ -72,13 +72,12 @@
 //
 // The same check runs over MQTT (TestLoopbackMQTTAgreesWithLab): three
 // mosquitto brokers, each started by the test on a free port and behind
-// its own toxiproxy proxy, and on the gateway side a
-// MQTT upstream per broker, opened by [fieldlink/uplink.Open] (QoS 1: a publish counts once its
-// PUBACK is in; the gateway's window of 64; the publish timeout of the
-// mode), kept connected by its own Run, with an
-// its sender and a TCP prober that kicks a reconnect
-// when the broker answers while the connection is down, as the gateway's
-// pool wires them. Broker 2 is the faulty one: slow (its PUBACKs come 300
+// its own toxiproxy proxy, and on the gateway side an MQTT upstream per
+// broker, opened by [fieldlink/uplink.Open] (QoS 1: a publish counts once
+// its PUBACK is in; the gateway's window of 64; the publish timeout of the
+// mode) and kept connected by its own Run, with its sender and a TCP
+// prober that kicks a reconnect when the broker answers while the
+// connection is down, as the gateway's pool wires them. Broker 2 is the faulty one: slow (its PUBACKs come 300
 // ms late, S2), a black hole (S4c), refusing connections (its proxy
 // stopped, which also closes the open one, S4a), or joining cold (S7).
 // drf_cswlc, prequal, soa and p2c_ewma run in both modes, against the same

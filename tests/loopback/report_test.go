@@ -62,9 +62,9 @@ do not edit by hand.
 
 The lab (docs/selector-lab.md) ranks strategies in a simulator, and its
 numbers are only as good as its model. This tier runs the gateway's own
-delivery code — buffer, selector.Table, the strategy, uplink.Delivery,
-uplink.HTTPSender (batch 50, window 8) and TCP probers — against four HTTP
-upstreams on 127.0.0.1, each behind an in-process toxiproxy proxy that adds
+delivery code — the buffer, the selector's table and strategy, the
+delivery loop, an HTTP upstream's sender (batches of 50, window 8) and TCP
+probes — against four HTTP upstreams on 127.0.0.1, each behind an in-process toxiproxy proxy that adds
 its round trip and the fault, and checks that it moves in the same
 direction as the lab: when the lab is clear that one strategy beats
 another (same order on every seed, by a factor of two at least; for the
@@ -81,7 +81,7 @@ scenario, unchanged, %d seeds. Lab %v, loopback %v.
 
 The lab's figures are means over seeds; the loopback's are pooled over
 rounds. Absolute numbers are not comparable between the tiers (the lab's
-servers have 20 ms service times, queues and a 10 s timeout; the loopback's
+upstreams have 20 ms service times, queues and a 10 s timeout; the loopback's
 answer at once after their round trip), only the order is. p99 is shown but
 not asserted: a block's fault window is short, so the sends made before a
 strategy notices the fault weigh more than in the lab's 30 s windows.
@@ -113,7 +113,7 @@ asserted. They are where the loopback sees more than the model, and worth
 a look (p99 is left out of this list, for the reason above).
 
 S4a is where this tier found the code parting from the model. The lab
-models a fast failure as the server going down at once (Table.SetUp
+models a fast failure as the upstream going down at once (Table.SetUp
 false), so no strategy picks it during the outage. An HTTP upstream has no
 connection to lose: the gateway used to learn of the outage only from its
 next probe, and meanwhile a refused send, fast and leaving nothing in
