@@ -41,7 +41,7 @@ var layers = []struct {
 // testSupport is what only tests and test rigs import; no package of a layer
 // may import it.
 var testSupport = []string{
-	"internal/testtool", "internal/testtool/...", "sparkplug/sparkplugtest",
+	"internal/testtool", "internal/testtool/...", "sparkplug/sparkplugtest", "uplink/mqtt/mqtttest",
 	"tests/...", "scripts/...", "packaging",
 }
 

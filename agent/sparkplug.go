@@ -15,36 +15,36 @@ import (
 	"fieldlink/sensors"
 	"fieldlink/sensors/profile"
 	"fieldlink/sparkplug"
-	uplinkmqtt "fieldlink/uplink/mqtt"
+	uplinksparkplug "fieldlink/uplink/sparkplug"
 )
 
 // sparkplugHooks are what a Sparkplug B node asks of the gateway: to run
 // its DCMDs, and which devices answer.
 type sparkplugHooks struct {
-	command func(context.Context, uplinkmqtt.SparkplugCommand)
+	command func(context.Context, uplinksparkplug.Command)
 	online  func() map[string]bool
 }
 
 // sparkplugNode is the Sparkplug B node of an upstream: every device of
 // the site, Modbus devices and serial sensors, with the points of its
 // profile as metrics.
-func sparkplugNode(c *config.Config, sp *config.Sparkplug, h sparkplugHooks) *uplinkmqtt.SparkplugConfig {
-	n := &uplinkmqtt.SparkplugConfig{GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost,
+func sparkplugNode(c *config.Config, sp *config.Sparkplug, h sparkplugHooks) *uplinksparkplug.Config {
+	n := &uplinksparkplug.Config{GroupID: sp.GroupID, EdgeNode: sp.EdgeNode, PrimaryHost: sp.PrimaryHost,
 		OnCommand: h.command, Online: h.online}
 	for _, b := range c.Buses {
 		for i := range b.Devices {
 			d := &b.Devices[i]
-			dev := uplinkmqtt.SparkplugDevice{Name: d.Name}
+			dev := uplinksparkplug.Device{Name: d.Name}
 			if p := c.DeviceProfile(d); p != nil {
 				for _, r := range p.Registers {
-					dev.Metrics = append(dev.Metrics, uplinkmqtt.SparkplugMetric{Name: r.Name, Type: sparkplugType(&r), Unit: r.Unit, Alarm: r.Alarm != nil})
+					dev.Metrics = append(dev.Metrics, uplinksparkplug.Metric{Name: r.Name, Type: sparkplugType(&r), Unit: r.Unit, Alarm: r.Alarm != nil})
 				}
 			}
 			n.Devices = append(n.Devices, dev)
 		}
 	}
 	for _, l := range c.SerialSensors {
-		dev := uplinkmqtt.SparkplugDevice{Name: l.Name}
+		dev := uplinksparkplug.Device{Name: l.Name}
 		if p := c.Profiles[l.Profile]; p != nil && p.Line != nil {
 			for _, f := range p.Line.Fields {
 				t := sparkplug.Double
@@ -54,7 +54,7 @@ func sparkplugNode(c *config.Config, sp *config.Sparkplug, h sparkplugHooks) *up
 				case "bool":
 					t = sparkplug.Boolean
 				}
-				dev.Metrics = append(dev.Metrics, uplinkmqtt.SparkplugMetric{Name: f.Name, Type: t, Unit: f.Unit, Alarm: f.Alarm != nil})
+				dev.Metrics = append(dev.Metrics, uplinksparkplug.Metric{Name: f.Name, Type: t, Unit: f.Unit, Alarm: f.Alarm != nil})
 			}
 		}
 		n.Devices = append(n.Devices, dev)
@@ -104,7 +104,7 @@ func sparkplugType(r *profile.Register) sparkplug.DataType {
 // platform: writable points, limits, interlocks, read-back, the audit and
 // the command ledger (and the signature, which a DCMD has not: with
 // downlink.keys set, DCMDs are refused). A DCMD the node refused whole
-// (more than uplinkmqtt.SparkplugMaxCommandMetrics metrics, unreadable, for
+// (more than uplinksparkplug.MaxCommandMetrics metrics, unreadable, for
 // no device of the node) and a metric that makes no command (an alias of
 // no point, no timestamp, a value that is not a finite number or a
 // boolean) get a rejected result and an audit entry too, like any
@@ -118,8 +118,8 @@ func sparkplugType(r *profile.Register) sparkplug.DataType {
 // again; the payload's timestamp is the command's issued_at, so that a
 // DCMD older than downlink.max_age (kept by a broker through an outage)
 // expires.
-func sparkplugCommands(engine func() *downlink.Engine, enabled func() bool, log *slog.Logger) func(context.Context, uplinkmqtt.SparkplugCommand) {
-	return func(ctx context.Context, cmd uplinkmqtt.SparkplugCommand) {
+func sparkplugCommands(engine func() *downlink.Engine, enabled func() bool, log *slog.Logger) func(context.Context, uplinksparkplug.Command) {
+	return func(ctx context.Context, cmd uplinksparkplug.Command) {
 		e := engine()
 		if e == nil || !enabled() {
 			log.Warn("DCMD refused: the downlink is off", "device", cmd.Device)
@@ -144,21 +144,21 @@ func sparkplugCommands(engine func() *downlink.Engine, enabled func() bool, log 
 }
 
 // sparkplugID is the command id of metric i of a DCMD (-1: the DCMD).
-func sparkplugID(cmd uplinkmqtt.SparkplugCommand, i int) string {
+func sparkplugID(cmd uplinksparkplug.Command, i int) string {
 	h := sha256.New()
 	h.Write(cmd.Payload)
 	fmt.Fprintf(h, "\x00%s\x00%d", cmd.Device, i)
 	return "spb-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-func sparkplugActor(cmd uplinkmqtt.SparkplugCommand) string {
+func sparkplugActor(cmd uplinksparkplug.Command) string {
 	return "sparkplug:DCMD seq " + strconv.FormatUint(cmd.Seq, 10)
 }
 
 // sparkplugCommand is the downlink command of metric i of a DCMD. On an
 // error it returns what is known of the command (id, device, point,
 // actor), for the refusal's result and audit entry.
-func sparkplugCommand(cmd uplinkmqtt.SparkplugCommand, i int, m sparkplug.Metric) (downlink.Command, error) {
+func sparkplugCommand(cmd uplinksparkplug.Command, i int, m sparkplug.Metric) (downlink.Command, error) {
 	c := downlink.Command{ID: sparkplugID(cmd, i), Device: cmd.Device, Point: m.Name, Actor: sparkplugActor(cmd)}
 	if m.Name == "" {
 		return c, fmt.Errorf("alias %d is not one of the device's", m.Alias)

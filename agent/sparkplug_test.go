@@ -13,7 +13,7 @@ import (
 	"fieldlink/sensors/emulator"
 	"fieldlink/sparkplug"
 	"fieldlink/sparkplug/sparkplugtest"
-	uplinkmqtt "fieldlink/uplink/mqtt"
+	uplinksparkplug "fieldlink/uplink/sparkplug"
 )
 
 // platformSubscribe subscribes the platform to topic at QoS 1 and hands
@@ -84,7 +84,7 @@ func TestSparkplugDCMD(t *testing.T) {
 		t.Helper()
 		host.c.Publish(t, "spBv1.0/farm/DCMD/gw-dl/valve-1", p, false)
 	}
-	open, err := sparkplugCommand(uplinkmqtt.SparkplugCommand{Device: "valve-1", At: uint64(now), Payload: dcmds[0]}, 0,
+	open, err := sparkplugCommand(uplinksparkplug.Command{Device: "valve-1", At: uint64(now), Payload: dcmds[0]}, 0,
 		sparkplug.Metric{Name: "ValveOpen", Type: sparkplug.Boolean, Value: sparkplug.BoolOf(true)})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestSparkplugDCMD(t *testing.T) {
 	testtool.WaitFor(t, 15*time.Second, "the repeated DCMD answered", func() bool { n, _ := host.count(open.ID); return n >= 2 })
 	// Above the point's max, by alias: refused, no frame.
 	publish(dcmds[1])
-	over, _ := sparkplugCommand(uplinkmqtt.SparkplugCommand{Device: "valve-1", At: uint64(now + 1), Payload: dcmds[1]}, 0,
+	over, _ := sparkplugCommand(uplinksparkplug.Command{Device: "valve-1", At: uint64(now + 1), Payload: dcmds[1]}, 0,
 		sparkplug.Metric{Name: "Setpoint", Type: sparkplug.Double, Value: sparkplug.DoubleOf(51)})
 	if res := host.result(t, over.ID); res.Status != downlink.StatusRejected {
 		t.Errorf("DCMD Setpoint 51: %+v", res)
@@ -113,7 +113,7 @@ func TestSparkplugDCMD(t *testing.T) {
 
 func TestSparkplugCommandIDs(t *testing.T) {
 	m := sparkplug.Metric{Name: "ValveOpen", Value: sparkplug.BoolOf(true)}
-	cmd := uplinkmqtt.SparkplugCommand{Device: "v", At: 1700000000000, Payload: []byte{1, 2, 3}}
+	cmd := uplinksparkplug.Command{Device: "v", At: 1700000000000, Payload: []byte{1, 2, 3}}
 	a, err := sparkplugCommand(cmd, 0, m)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestSparkplugCommandIDs(t *testing.T) {
 			t.Errorf("another %s, the same id %s", name, a.ID)
 		}
 	}
-	if _, err := sparkplugCommand(uplinkmqtt.SparkplugCommand{Device: "v", Payload: []byte{1}}, 0, m); err == nil {
+	if _, err := sparkplugCommand(uplinksparkplug.Command{Device: "v", Payload: []byte{1}}, 0, m); err == nil {
 		t.Error("a DCMD without a timestamp was accepted")
 	}
 	if _, err := sparkplugCommand(cmd, 0, sparkplug.Metric{Alias: 9, HasAlias: true, Value: sparkplug.BoolOf(true)}); err == nil {
@@ -221,7 +221,7 @@ func TestSparkplugPrimaryHostKeepsPackets(t *testing.T) {
 		var seq, at string
 		h := false
 		for _, m := range p.Metrics {
-			if m.Alias != nil && *m.Alias == aliases[uplinkmqtt.PacketSeq] {
+			if m.Alias != nil && *m.Alias == aliases[uplinksparkplug.PacketSeq] {
 				seq = strings.Trim(string(m.Value), `"`)
 				h = m.IsHistorical != nil && *m.IsHistorical
 			}

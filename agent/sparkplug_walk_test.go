@@ -12,7 +12,7 @@ import (
 	"fieldlink/sensors/emulator"
 	"fieldlink/sparkplug"
 	"fieldlink/sparkplug/sparkplugtest"
-	uplinkmqtt "fieldlink/uplink/mqtt"
+	uplinksparkplug "fieldlink/uplink/sparkplug"
 )
 
 // spServer is one broker of a multi-server test: the host's STATE on it,
@@ -163,7 +163,7 @@ func spWalked(t *testing.T, tahu *sparkplugtest.Tahu, a, b *spServer, firstBirth
 		var seq string
 		h := false
 		for _, m := range p.Metrics {
-			if m.Alias != nil && *m.Alias == aliases[uplinkmqtt.PacketSeq] {
+			if m.Alias != nil && *m.Alias == aliases[uplinksparkplug.PacketSeq] {
 				seq = strings.Trim(string(m.Value), `"`)
 				h = m.IsHistorical != nil && *m.IsHistorical
 			}

@@ -16,6 +16,7 @@ import (
 	uplinkhttp "fieldlink/uplink/http"
 	_ "fieldlink/uplink/kinds" // every kind of upstream the site file may name
 	uplinkmqtt "fieldlink/uplink/mqtt"
+	uplinksparkplug "fieldlink/uplink/sparkplug"
 )
 
 // uplinkSide is the delivery side of a running gateway: the selector and
@@ -118,7 +119,7 @@ func (s *uplinkSide) stop() {
 func upstreamConfigs(c *config.Config, sp sparkplugHooks) ([]*uplink.UpstreamConfig, error) {
 	ups := c.Uplink.Upstreams
 	out := make([]*uplink.UpstreamConfig, len(ups))
-	nodes := map[[2]string]*uplinkmqtt.SparkplugConfig{}
+	nodes := map[[2]string]*uplinksparkplug.Config{}
 	for i, cu := range ups {
 		uc, err := upstreamConfig(c, cu)
 		if err != nil {
@@ -127,7 +128,7 @@ func upstreamConfigs(c *config.Config, sp sparkplugHooks) ([]*uplink.UpstreamCon
 		if cu.Sparkplug != nil {
 			key := [2]string{cu.Sparkplug.GroupID, cu.Sparkplug.EdgeNode}
 			if n := nodes[key]; n != nil {
-				n.Servers = append(n.Servers, uplinkmqtt.SparkplugServer{URL: uc.URL, Username: uc.Username, Password: uc.Password, TLS: uc.TLS})
+				n.Servers = append(n.Servers, uplinksparkplug.Server{URL: uc.URL, Username: uc.Username, Password: uc.Password, TLS: uc.TLS})
 				continue
 			}
 			node := sparkplugNode(c, cu.Sparkplug, sp)

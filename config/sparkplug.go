@@ -17,8 +17,8 @@ type Sparkplug struct {
 
 // validateSparkplug checks what no kind of upstream can: that the
 // upstreams of one Sparkplug B node name one primary host. (The settings
-// themselves are the MQTT kind's to check, and edge_node's default is
-// filled in with the others.)
+// themselves are the Sparkplug B kind's to check, fieldlink/uplink/sparkplug's,
+// and edge_node's default is filled in with the others.)
 func (c *Config) validateSparkplug(doc *yamlconf.Doc, f string, up *Upstream) {
 	sp := up.Sparkplug
 	if sp == nil {

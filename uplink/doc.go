@@ -60,9 +60,10 @@
 //
 // What is particular to a kind of upstream lives in its own package, which
 // implements [Kind] and is registered by [Register] with the schemes and
-// encodings it serves: fieldlink/uplink/mqtt (MQTT brokers, and
-// Sparkplug B edge nodes on the same connection) and fieldlink/uplink/http
-// (HTTP, and InfluxDB's line protocol). A new kind is a folder under uplink/ and one line of the
+// encodings it serves: fieldlink/uplink/mqtt (MQTT brokers),
+// fieldlink/uplink/sparkplug (Sparkplug B edge nodes, on the MQTT kind's
+// connection) and fieldlink/uplink/http (HTTP, and InfluxDB's line
+// protocol). A new kind is a folder under uplink/ and one line of the
 // table. The table of fieldlink/uplink/kinds registers every kind; a
 // program imports it. The pool opens each upstream through its kind
 // ([Open]), and [Explain] asks the kind first for its errors' words. A

@@ -7,7 +7,7 @@ package uplink
 type Encoding string
 
 // The encodings, as the site file spells them: an HTTP upstream's, and an
-// MQTT upstream's that is a Sparkplug B edge node (see [SparkplugConfig]).
+// MQTT upstream's that is a Sparkplug B edge node (fieldlink/uplink/sparkplug).
 const (
 	EncodingJSON       Encoding = "json"
 	EncodingInfluxLine Encoding = "influx_line"

@@ -8,17 +8,19 @@ import (
 	"fieldlink/uplink"
 	"fieldlink/uplink/http"
 	"fieldlink/uplink/mqtt"
+	"fieldlink/uplink/sparkplug"
 )
 
 // Table is each kind with the schemes and encodings it takes, in the order
 // they are registered; the first kind of a scheme takes that scheme's
-// other encodings too.
+// other encodings too (MQTT before the kinds built on its connection).
 var Table = []struct {
 	Schemes   []string
 	Encodings []uplink.Encoding
 	Kind      uplink.Kind
 }{
-	{[]string{"mqtt", "mqtts"}, []uplink.Encoding{uplink.EncodingJSON, uplink.EncodingInfluxLine, uplink.EncodingSparkplugB}, mqtt.Kind{}},
+	{[]string{"mqtt", "mqtts"}, []uplink.Encoding{uplink.EncodingJSON, uplink.EncodingInfluxLine}, mqtt.Kind{}},
+	{[]string{"mqtt", "mqtts"}, []uplink.Encoding{uplink.EncodingSparkplugB}, sparkplug.Kind{}},
 	{[]string{"http", "https"}, []uplink.Encoding{uplink.EncodingJSON, uplink.EncodingInfluxLine}, http.Kind{}},
 }
 

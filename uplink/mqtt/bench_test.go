@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"fieldlink/internal/testtool"
 	"fieldlink/uplink"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
@@ -74,7 +76,7 @@ func mqttBenchRaw(b *testing.B, c paho.Client, n int) time.Duration {
 
 func mqttBenchUpstream(b *testing.B, br *testtool.Mosquitto) *mqttUpstream {
 	m, _ := mqttRun(b, mqttConfig{URL: br.URL(), Window: mqttBenchWindow})
-	mqttWaitConnected(b, m, true)
+	mqtttest.WaitConnected(b, m.Connected, true)
 	return m
 }
 
@@ -90,7 +92,7 @@ func mqttBenchPaho(b *testing.B, br *testtool.Mosquitto) paho.Client {
 }
 
 func BenchmarkMQTTPublishQoS1(b *testing.B) {
-	m := mqttBenchUpstream(b, mqttStartBroker(b, mqttBrokerOpts{}))
+	m := mqttBenchUpstream(b, mqtttest.Broker(b, mqtttest.BrokerOptions{}))
 	b.SetBytes(int64(len(mqttBenchPayload)))
 	b.ResetTimer()
 	d := mqttBenchOurs(b, m, b.N)
@@ -98,7 +100,7 @@ func BenchmarkMQTTPublishQoS1(b *testing.B) {
 }
 
 func BenchmarkPahoRawQoS1Pipelined(b *testing.B) {
-	c := mqttBenchPaho(b, mqttStartBroker(b, mqttBrokerOpts{}))
+	c := mqttBenchPaho(b, mqtttest.Broker(b, mqtttest.BrokerOptions{}))
 	b.SetBytes(int64(len(mqttBenchPayload)))
 	b.ResetTimer()
 	d := mqttBenchRaw(b, c, b.N)
@@ -108,7 +110,7 @@ func BenchmarkPahoRawQoS1Pipelined(b *testing.B) {
 // BenchmarkMQTTvsPahoQoS1: b.N packets each way, in alternating rounds of
 // 10,000, on one broker; reports both rates and their ratio.
 func BenchmarkMQTTvsPahoQoS1(b *testing.B) {
-	br := mqttStartBroker(b, mqttBrokerOpts{})
+	br := mqtttest.Broker(b, mqtttest.BrokerOptions{})
 	m, c := mqttBenchUpstream(b, br), mqttBenchPaho(b, br)
 	const round = 10000
 	var ours, raw time.Duration

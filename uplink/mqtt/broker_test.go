@@ -2,64 +2,22 @@ package mqtt
 
 import (
 	"bufio"
-	"context"
 	"errors"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"fieldlink/internal/testtool"
-	"fieldlink/internal/testtool/brokertest"
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // Test helpers for the MQTT upstream: a real mosquitto started per test, a
 // TCP relay that can swallow the broker's packets or cut the link, a paho
 // subscriber, and a captured log.
-
-// mqttBrokerOpts adds to the broker's configuration.
-type mqttBrokerOpts struct {
-	passwordFile string // if set, anonymous clients are refused
-	// TLS listener: files of the CA, the server certificate and key; mtls
-	// asks for a client certificate.
-	tls  *testtool.Certs
-	mtls bool
-}
-
-// mqttStartBroker runs a mosquitto configured by o until the test ends.
-func mqttStartBroker(t testing.TB, o mqttBrokerOpts) *testtool.Mosquitto {
-	t.Helper()
-	var conf []string
-	if o.tls != nil {
-		conf = append(conf, "cafile "+o.tls.CA, "certfile "+o.tls.ServerCert, "keyfile "+o.tls.ServerKey)
-		if o.mtls {
-			conf = append(conf, "require_certificate true")
-		}
-	}
-	if o.passwordFile != "" {
-		// Comes after testtool's "allow_anonymous true": the last one wins.
-		conf = append(conf, "allow_anonymous false", "password_file "+o.passwordFile)
-	}
-	conf = append(conf, "log_type notice")
-	return testtool.NewMosquitto(t, testtool.FindMosquitto(t), conf...)
-}
-
-// mqttLogger returns a logger that writes everything, debug included, to
-// the returned buffer (and to the test log on failure).
-func mqttLogger(t testing.TB) (*slog.Logger, *testtool.SyncBuffer) {
-	buf := &testtool.SyncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("uplink log:\n%s", buf.String())
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
-}
 
 // mqttRun makes the upstream, with a reconnect backoff of a few tens of
 // milliseconds, runs it until the test ends and returns it with a function
@@ -70,83 +28,14 @@ func mqttRun(t testing.TB, cfg mqttConfig) (*mqttUpstream, func()) {
 		cfg.Vars = map[string]string{"site": "s1", "gateway": "gw1"}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger, _ = mqttLogger(t)
+		cfg.Logger, _ = mqtttest.Logger(t)
 	}
 	m, err := newMQTT(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
-	return m, mqttStart(t, m)
-}
-
-// mqttStart runs m until the test ends and returns a function that stops
-// Run and waits for it to return.
-func mqttStart(t testing.TB, m *mqttUpstream) func() {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				t.Errorf("Run did not return within 15s of its context ending")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-func mqttWaitConnected(t testing.TB, m *mqttUpstream, want bool) {
-	t.Helper()
-	testtool.WaitFor(t, 10*time.Second, fmt.Sprintf("Connected() == %v", want), func() bool { return m.Connected() == want })
-}
-
-// mqttClient connects a plain paho client (for subscribers and raw
-// publishing) and disconnects it when the test ends.
-func mqttClient(t testing.TB, addr, id string) paho.Client {
-	t.Helper()
-	return brokertest.NewClient(t, brokertest.Options{Name: "test client " + id, ID: id, Brokers: []string{addr}, Quiesce: 100}).Paho()
-}
-
-// mqttSubscriber records what a paho client receives on a topic filter.
-type mqttSubscriber struct {
-	mu   sync.Mutex
-	msgs map[string]int // payload → times received
-	n    int
-}
-
-func mqttSubscribe(t testing.TB, addr, filter string) *mqttSubscriber {
-	t.Helper()
-	s := &mqttSubscriber{msgs: map[string]int{}}
-	c := mqttClient(t, addr, fmt.Sprintf("test-sub-%d", time.Now().UnixNano()))
-	tok := c.Subscribe(filter, 1, func(_ paho.Client, m paho.Message) {
-		s.mu.Lock()
-		s.msgs[string(m.Payload())]++
-		s.n++
-		s.mu.Unlock()
-	})
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe %s: %v", filter, tok.Error())
-	}
-	return s
-}
-
-func (s *mqttSubscriber) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
-func (s *mqttSubscriber) has(payload string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.msgs[payload] > 0
+	return m, mqtttest.Start(t, m.Run)
 }
 
 // mqttRetained returns the retained payload of topic ("" if none), as a new
@@ -154,7 +43,7 @@ func (s *mqttSubscriber) has(payload string) bool {
 func mqttRetained(t testing.TB, addr, topic string) string {
 	t.Helper()
 	got := make(chan string, 1)
-	c := mqttClient(t, addr, fmt.Sprintf("test-ret-%d", time.Now().UnixNano()))
+	c := mqtttest.Client(t, addr, fmt.Sprintf("test-ret-%d", time.Now().UnixNano()))
 	defer c.Disconnect(0)
 	tok := c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
 		if m.Retained() {

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +16,10 @@ import (
 // connects, over and over. Each says so in words, in its log and in its
 // last error, rather than "connection lost: EOF".
 func TestMQTTClientIDInUseElsewhere(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	const id = "fieldlink-gw1-1"
-	logA, bufA := mqttLogger(t)
-	logB, _ := mqttLogger(t)
+	logA, bufA := mqtttest.Logger(t)
+	logB, _ := mqtttest.Logger(t)
 	a, _ := mqttRun(t, mqttConfig{URL: b.URL(), ClientID: id, Logger: logA})
 	mqttRun(t, mqttConfig{URL: b.URL(), ClientID: id, Logger: logB})
 	const words = "another client uses this gateway's MQTT client id"
@@ -31,13 +32,13 @@ func TestMQTTClientIDInUseElsewhere(t *testing.T) {
 
 	// One client alone, its broker killed and started again: a lost
 	// connection, not another client.
-	b2 := mqttStartBroker(t, mqttBrokerOpts{})
+	b2 := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	c, _ := mqttRun(t, mqttConfig{URL: b2.URL(), ClientID: "fieldlink-gw2-1"})
-	mqttWaitConnected(t, c, true)
+	mqtttest.WaitConnected(t, c.Connected, true)
 	b2.Kill()
-	mqttWaitConnected(t, c, false)
+	mqtttest.WaitConnected(t, c.Connected, false)
 	b2.Start()
-	mqttWaitConnected(t, c, true)
+	mqtttest.WaitConnected(t, c.Connected, true)
 	if text, _ := c.lastError(); text == "" || strings.Contains(text, words) {
 		t.Errorf("a broker restarted: last error %q", text)
 	}
@@ -64,10 +65,10 @@ func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 		{"probes", statusTopicOff, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := mqttStartBroker(t, mqttBrokerOpts{})
+			b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 			relay := mqttStartRelay(t, b.Addr())
 			relay.stallFor.Store(int64(500 * time.Millisecond))
-			log, buf := mqttLogger(t)
+			log, buf := mqtttest.Logger(t)
 			m, err := newMQTT(mqttConfig{URL: relay.url(), StatusTopic: tc.status, Logger: log,
 				Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 			if err != nil {
@@ -115,10 +116,10 @@ func TestMQTTStalledDropsAreNoTakeover(t *testing.T) {
 // over and over: no takeover either, since no connection was ever taken
 // over.
 func TestMQTTRefusedBeforeCONNACKIsNoTakeover(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
 	relay.refuse.Store(true)
-	log, buf := mqttLogger(t)
+	log, buf := mqtttest.Logger(t)
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), Logger: log})
 	testtool.WaitFor(t, 30*time.Second, "several connects refused", func() bool {
 		return strings.Count(buf.String(), "mqtt upstream down") >= mqttTakeoverDrops+2
@@ -127,5 +128,5 @@ func TestMQTTRefusedBeforeCONNACKIsNoTakeover(t *testing.T) {
 		t.Error("connects refused before their CONNACK taken for another client using the id")
 	}
 	relay.refuse.Store(false)
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 }

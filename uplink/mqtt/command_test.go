@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"slices"
 	"sync"
@@ -16,10 +17,10 @@ import (
 // OnCommand; a retained one (kept by the broker through an outage) never
 // does; results go out with PublishTo.
 func TestMQTTCommandTopic(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	var mu sync.Mutex
 	var got []string
-	pub := mqttClient(t, b.Addr(), "platform")
+	pub := mqtttest.Client(t, b.Addr(), "platform")
 	// Retained before the gateway connects: a command queued by the broker.
 	if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, true, "stale"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
@@ -29,8 +30,8 @@ func TestMQTTCommandTopic(t *testing.T) {
 		got = append(got, string(p))
 		mu.Unlock()
 	}}}})
-	mqttWaitConnected(t, m, true)
-	results := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/cmd/result")
+	mqtttest.WaitConnected(t, m.Connected, true)
+	results := mqtttest.Subscribe(t, b.Addr(), "fieldlink/s1/gw1/cmd/result")
 	if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, false, "live"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
@@ -42,7 +43,7 @@ func TestMQTTCommandTopic(t *testing.T) {
 	if err := m.PublishTo(context.Background(), "fieldlink/s1/gw1/cmd/result", []byte("done"), false); err != nil {
 		t.Fatal(err)
 	}
-	testtool.WaitFor(t, 10*time.Second, "the result", func() bool { return results.has("done") })
+	testtool.WaitFor(t, 10*time.Second, "the result", func() bool { return results.Has("done") })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 1 || got[0] != "live" {
@@ -69,7 +70,7 @@ func TestMQTTSubscriptionConfig(t *testing.T) {
 // handled first, the others only as far as their queue has room, and
 // those refused and dropped are counted.
 func TestMQTTAdmittedQueue(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	busy := make(chan struct{})
 	var once sync.Once
 	release := func() { once.Do(func() { close(busy) }) }
@@ -84,8 +85,8 @@ func TestMQTTAdmittedQueue(t *testing.T) {
 			got = append(got, string(p))
 			mu.Unlock()
 		}}}})
-	mqttWaitConnected(t, m, true)
-	pub := mqttClient(t, b.Addr(), "platform")
+	mqtttest.WaitConnected(t, m.Connected, true)
+	pub := mqtttest.Client(t, b.Addr(), "platform")
 	const burst = 1000
 	for i := range burst {
 		p := fmt.Sprintf("forged-%d", i)

@@ -96,15 +96,7 @@ func (m *mqttUpstream) Run(ctx context.Context) {
 		m.log.Error("uplink: mqtt: Run called twice; the second call returns at once", "upstream", m.name)
 		return
 	}
-	if m.hook != nil && m.hook.runs(ctx) {
-		return // a Sparkplug node on one server at a time
-	}
-	m.serve(ctx)
-}
-
-// serve is Run's loop on m's broker; a Sparkplug node with several
-// servers runs each server's in turn (see [mqttHook]).
-func (m *mqttUpstream) serve(ctx context.Context) {
+	defer m.running.Store(false) // a kind on the connection may run it again (see [Upstream.Run])
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if m.cfg.OnLoad != nil {
@@ -112,9 +104,6 @@ func (m *mqttUpstream) serve(ctx context.Context) {
 	}
 	for _, sub := range m.subs {
 		wg.Go(func() { m.dispatch(ctx, sub) })
-	}
-	if m.hook != nil {
-		m.hook.serving(ctx, &wg)
 	}
 	attempt, drops := 0, 0
 	for {
@@ -179,7 +168,7 @@ func (m *mqttUpstream) serve(ctx context.Context) {
 		m.setLastErr(err)
 		m.noted.Note(uplink.Explain(err))
 		if m.hook != nil {
-			m.hook.down(m) // a node with other servers walks to the next
+			m.hook.Down()
 		}
 		d := m.backoff(attempt)
 		attempt++
@@ -232,6 +221,9 @@ type mqttConn struct {
 	// abandoned are publishes whose caller stopped waiting for their
 	// PUBACK (guarded by mu).
 	abandoned []mqttInflight
+	// link is the connection as the upstream's hook sees it, once
+	// connected; nil without a hook.
+	link *Link
 }
 
 func (c *mqttConn) markLost(err error) {
@@ -283,8 +275,8 @@ func (m *mqttUpstream) connect(ctx context.Context) (*mqttConn, error) {
 	if m.status != "" {
 		o.SetWill(m.status, mqttStatusOffline, 1, true)
 	}
-	if m.hook != nil { // a Sparkplug node's will is its NDEATH
-		if topic, payload := m.hook.will(); topic != "" {
+	if m.hook != nil {
+		if topic, payload := m.hook.Will(); topic != "" {
 			o.SetBinaryWill(topic, payload, 1, false)
 		}
 	}
@@ -344,7 +336,9 @@ func (m *mqttUpstream) connect(ctx context.Context) (*mqttConn, error) {
 		}
 	}
 	if m.hook != nil {
-		if err := m.hook.connected(ctx, c); err != nil {
+		c.link = &Link{m: m, c: c}
+		c.link.timeout.Store(int64(m.cfg.PublishTimeout))
+		if err := m.hook.Connected(ctx, c.link); err != nil {
 			return fail(err)
 		}
 	}
@@ -401,10 +395,9 @@ func (m *mqttUpstream) shutdown(c *mqttConn) {
 		err = m.await(context.Background(), c, c.cl.Publish(m.status, 1, true, mqttStatusOffline),
 			min(m.cfg.PublishTimeout, mqttOfflineTimeout))
 	}
-	if m.hook != nil {
-		if serr := m.hook.ending(c); serr != nil {
-			m.log.Warn("mqtt NDEATH not acknowledged; the broker publishes the will", "upstream", m.name, "err", serr)
-		}
+	if c.link != nil {
+		c.link.timeout.Store(int64(min(m.cfg.PublishTimeout, mqttOfflineTimeout)))
+		m.hook.Ending(c.link)
 	}
 	c.cl.Disconnect(mqttDisconnectQuiesce)
 	c.drop(errors.New("stopped"))

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"net"
 	"os/exec"
@@ -18,28 +19,29 @@ import (
 	"fieldlink/internal/testtool"
 	"fieldlink/uplink"
 	"fieldlink/uplink/site"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // TestMQTTReconnect stops the broker, checks publish fails fast, starts it
 // again on the same port and checks Run reconnects by itself.
 func TestMQTTReconnect(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	m, _ := mqttRun(t, mqttConfig{URL: b.URL()})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	vars := map[string]string{"data_type": "r"}
 	if err := m.publish(context.Background(), vars, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
 	b.Kill()
-	mqttWaitConnected(t, m, false)
+	mqtttest.WaitConnected(t, m.Connected, false)
 	err := m.publish(context.Background(), vars, []byte("during"))
 	if !errors.Is(err, errMQTTNotConnected) {
 		t.Fatalf("Publish with the broker down = %v, want ErrMQTTNotConnected", err)
 	}
 	t.Logf("with the broker down: %v", err)
 	b.Start()
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	if err := m.publish(context.Background(), vars, []byte("after")); err != nil {
 		t.Fatalf("Publish after the broker came back: %v", err)
 	}
@@ -49,12 +51,12 @@ func TestMQTTReconnect(t *testing.T) {
 // "offline" from the last will when the link breaks, "online" again after
 // the reconnect, and "offline" published by Run as it ends.
 func TestMQTTStatusTopic(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
-	logger, logs := mqttLogger(t)
+	logger, logs := mqtttest.Logger(t)
 	m, stop := mqttRun(t, mqttConfig{URL: relay.url(), Logger: logger})
 	const topic = "fieldlink/s1/gw1/status"
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	if got := mqttRetained(t, b.Addr(), topic); got != "online" {
 		t.Fatalf("retained status after connect = %q, want online", got)
 	}
@@ -64,7 +66,7 @@ func TestMQTTStatusTopic(t *testing.T) {
 	testtool.WaitFor(t, 10*time.Second, "the last will", func() bool { return mqttRetained(t, b.Addr(), topic) == "offline" })
 
 	relay.refuse.Store(false)
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	if got := mqttRetained(t, b.Addr(), topic); got != "online" {
 		t.Fatalf("retained status after reconnect = %q, want online", got)
 	}
@@ -94,10 +96,10 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 		{statusTopicOff, ""},
 	} {
 		t.Run(tc.setting, func(t *testing.T) {
-			b := mqttStartBroker(t, mqttBrokerOpts{})
+			b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 			relay := mqttStartRelay(t, b.Addr())
 			seen := make(chan string, 100)
-			sub := mqttClient(t, b.Addr(), "test-status-sub")
+			sub := mqtttest.Client(t, b.Addr(), "test-status-sub")
 			defer sub.Disconnect(0)
 			if tok := sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) {
 				seen <- m.Topic() + " " + string(m.Payload())
@@ -117,16 +119,16 @@ func TestMQTTStatusTopicSetting(t *testing.T) {
 					got = append(got, msg)
 				}
 			}
-			mqttWaitConnected(t, m, true)
+			mqtttest.WaitConnected(t, m.Connected, true)
 			if err := m.publish(context.Background(), map[string]string{"data_type": "r"}, []byte("first")); err != nil {
 				t.Fatal(err)
 			}
 			upTo("first")
 			relay.refuse.Store(true)
 			relay.cut() // the last will, if any
-			mqttWaitConnected(t, m, false)
+			mqtttest.WaitConnected(t, m.Connected, false)
 			relay.refuse.Store(false)
-			mqttWaitConnected(t, m, true)
+			mqtttest.WaitConnected(t, m.Connected, true)
 			if err := m.publish(context.Background(), map[string]string{"data_type": "r"}, []byte("second")); err != nil {
 				t.Fatal(err)
 			}
@@ -162,8 +164,8 @@ func TestMQTTCredentials(t *testing.T) {
 	if out, err := exec.Command(passwd, "-b", "-c", file, user, secret).CombinedOutput(); err != nil {
 		t.Fatalf("mosquitto_passwd: %v\n%s", err, out)
 	}
-	b := mqttStartBroker(t, mqttBrokerOpts{passwordFile: file})
-	logger, logs := mqttLogger(t)
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{PasswordFile: file})
+	logger, logs := mqtttest.Logger(t)
 	vars := map[string]string{"data_type": "c"}
 
 	t.Run("wrong password", func(t *testing.T) {
@@ -187,7 +189,7 @@ func TestMQTTCredentials(t *testing.T) {
 	})
 	t.Run("right password", func(t *testing.T) {
 		m, stop := mqttRun(t, mqttConfig{URL: b.URL(), Username: user, Password: secret, Logger: logger})
-		mqttWaitConnected(t, m, true)
+		mqtttest.WaitConnected(t, m.Connected, true)
 		if err := m.publish(context.Background(), vars, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +233,7 @@ func TestMQTTRunStops(t *testing.T) {
 		}
 		mu.Unlock()
 	})
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	tests := []struct {
 		name  string
 		url   string
@@ -260,10 +262,10 @@ func TestMQTTRunStops(t *testing.T) {
 // publishes: it returns promptly, every publish returns, and no more of
 // them returned nil than PUBACKs reached the upstream.
 func TestMQTTStopWhilePublishing(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
 	m, stop := mqttRun(t, mqttConfig{URL: relay.url(), PublishTimeout: time.Hour})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	base := relay.pubacks.Load()
 	var acked atomic.Int64
 	var wg sync.WaitGroup
@@ -296,8 +298,8 @@ func TestMQTTStopWhilePublishing(t *testing.T) {
 // Kick ends a reconnect wait: a broker that is back is used at once, not
 // after the backoff that grew while it was down.
 func TestMQTTKickReconnectsAtOnce(t *testing.T) {
-	br := mqttStartBroker(t, mqttBrokerOpts{})
-	log, logged := mqttLogger(t)
+	br := mqtttest.Broker(t, mqtttest.BrokerOptions{})
+	log, logged := mqtttest.Logger(t)
 	m, err := newMQTT(mqttConfig{URL: br.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -307,9 +309,9 @@ func TestMQTTKickReconnectsAtOnce(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	br.Kill()
-	mqttWaitConnected(t, m, false)
+	mqtttest.WaitConnected(t, m.Connected, false)
 	// Run says it is down, with its wait, just before it waits: 15 s or more.
 	testtool.WaitFor(t, 10*time.Second, "Run to start its backoff", func() bool {
 		return strings.Contains(logged.String(), "mqtt upstream down")
@@ -367,4 +369,22 @@ func TestMQTTConnectErrorNamesTheUpstreamOnce(t *testing.T) {
 			t.Errorf("%s: %q names the upstream %d times", name, msg, strings.Count(msg, m.name))
 		}
 	}
+}
+
+// Run refuses a second Run while the first runs, and runs again once it
+// returned: a kind on the connection with several servers runs each in
+// turn (see Upstream.Run).
+func TestRunAgainOnceReturned(t *testing.T) {
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
+	log, buf := mqtttest.Logger(t)
+	m, stop := mqttRun(t, mqttConfig{URL: b.URL(), Logger: log})
+	mqtttest.WaitConnected(t, m.Connected, true)
+	m.Run(context.Background()) // returns at once
+	if !strings.Contains(buf.String(), "Run called twice") {
+		t.Error("a second Run while the first runs was not refused")
+	}
+	stop()
+	mqtttest.WaitConnected(t, m.Connected, false)
+	mqtttest.Start(t, m.Run)
+	mqtttest.WaitConnected(t, m.Connected, true)
 }

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"slices"
 	"sync"
@@ -70,7 +71,7 @@ func drain(b *testing.B, q *buffer.Buffer, m *mqttUpstream) time.Duration {
 // broker in the same run. Reports both rates, their ratio (target ≥ 0.8)
 // and the drain rate over the demo site's ingest rate (target ≥ 10).
 func BenchmarkDeliveryLoopQoS1(b *testing.B) {
-	br := mqttStartBroker(b, mqttBrokerOpts{})
+	br := mqtttest.Broker(b, mqtttest.BrokerOptions{})
 	m, c := mqttBenchUpstream(b, br), mqttBenchPaho(b, br)
 	n := max(b.N, 20000)
 	var ours, raw time.Duration
@@ -117,7 +118,7 @@ func (s *timedSender) Send(ctx context.Context, batch []buffer.Record) error {
 // One op is one cycle; reports p50 and p99 in ms (target p99 ≤ 20 ms), and
 // the p99 of poll to stored alone (the buffer's share: its commits' fsyncs).
 func BenchmarkPollToAck(b *testing.B) {
-	br := mqttStartBroker(b, mqttBrokerOpts{})
+	br := mqtttest.Broker(b, mqtttest.BrokerOptions{})
 	m := mqttBenchUpstream(b, br)
 	q, err := buffer.Open(b.TempDir()+"/buf.db", buffer.Options{})
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 
 // The kind is registered for its tests as kinds registers it.
 func init() {
-	uplink.Register([]string{"mqtt", "mqtts"}, []uplink.Encoding{uplink.EncodingJSON, uplink.EncodingInfluxLine, uplink.EncodingSparkplugB}, Kind{})
+	uplink.Register([]string{"mqtt", "mqtts"}, []uplink.Encoding{uplink.EncodingJSON, uplink.EncodingInfluxLine}, Kind{})
 }
 
 var mqttVars = map[string]string{"site": "s1", "gateway": "gw1"}

@@ -17,12 +17,9 @@ const (
 	// defaultSubscriptionMax is the largest payload a [Subscription]
 	// takes when it does not say (a command is at most 4 KiB).
 	defaultSubscriptionMax = 4 << 10
-	// sparkplugStateMax bounds a primary host's STATE message and an
-	// NCMD: a small JSON object, a rebirth request.
-	sparkplugStateMax = 4 << 10
 	// mqttInboundBytes bounds the bytes of the messages waiting in an
-	// upstream's queues (its subscriptions' and its Sparkplug messages')
-	// together; a message that would pass it is dropped like one that
+	// upstream's queues (its subscriptions' and its hook's, see
+	// [Upstream.Admit]) together; a message that would pass it is dropped like one that
 	// finds its queue full. Admitted messages are not counted: a flood
 	// must not take their room; their own queue bounds them
 	// (subscriptionQueue × MaxSize), as the one-slot mailbox bounds load
@@ -189,7 +186,7 @@ func (m *mqttUpstream) inboundLimit() int {
 		limit = max(limit, sub.max)
 	}
 	if m.hook != nil {
-		limit = max(limit, m.hook.inboundLimit())
+		limit = max(limit, m.hook.InboundLimit())
 	}
 	return limit
 }

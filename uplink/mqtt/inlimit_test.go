@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"io"
 	"net"
@@ -107,20 +108,20 @@ func TestMQTTOversizeFloodHeldAtTheConnection(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads the peak resident size from /proc/self/status")
 	}
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	busy := make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(busy) }) })
 	var mu sync.Mutex
 	var got []int
-	log, logs := mqttLogger(t)
+	log, logs := mqtttest.Logger(t)
 	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), Logger: log, Subscriptions: []uplink.Subscription{{Topic: "fieldlink/{site}/{gateway}/cmd", Handle: func(p []byte) {
 		<-busy // the engine is busy with a write
 		mu.Lock()
 		got = append(got, len(p))
 		mu.Unlock()
 	}}}})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	pub := mqttRawConnect(t, b.Addr(), "flooder")
 
 	const floods, size = 20, 10 << 20
@@ -264,7 +265,7 @@ func TestMQTTLimitConnRewrites(t *testing.T) {
 // both are acknowledged on the same connection, and the next command is
 // handled.
 func TestMQTTOversizeQoS1(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	var mu sync.Mutex
 	var got []string
 	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), LoadTopic: "fieldlink/load", OnLoad: func([]byte) {},
@@ -273,9 +274,9 @@ func TestMQTTOversizeQoS1(t *testing.T) {
 			got = append(got, string(p))
 			mu.Unlock()
 		}}}})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	c := m.cur.Load()
-	pub := mqttClient(t, b.Addr(), "platform")
+	pub := mqtttest.Client(t, b.Addr(), "platform")
 	for _, p := range [][]byte{bytes.Repeat([]byte{'a'}, 10<<10), bytes.Repeat([]byte{'b'}, 100<<10), []byte("small")} {
 		if tok := pub.Publish("fieldlink/s1/gw1/cmd", 1, false, p); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			t.Fatal(tok.Error())

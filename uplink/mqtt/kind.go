@@ -11,8 +11,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
-// Kind is the kind of MQTT upstreams, and of Sparkplug B edge nodes
-// (an upstream whose Options are a *SparkplugConfig).
+// Kind is the kind of MQTT upstreams.
 type Kind struct{}
 
 func (Kind) Name(raw string) (string, error) {
@@ -25,6 +24,13 @@ func (Kind) Name(raw string) (string, error) {
 }
 
 func (Kind) Open(u uplink.UpstreamConfig, pc uplink.PoolConfig) (*uplink.Conn, error) {
+	c, _, err := open(u, pc, nil)
+	return c, err
+}
+
+// open makes the upstream u of a pool configured by pc, with hook h on its
+// connection (nil: none), as [Kind.Open] and [Open] do.
+func open(u uplink.UpstreamConfig, pc uplink.PoolConfig, h Hook) (*uplink.Conn, *mqttUpstream, error) {
 	mc := mqttConfig{
 		URL: u.URL, Topic: u.Topic, Window: pc.Window, Username: u.Username, Password: u.Password, TLS: u.TLS,
 		Logger: pc.Logger, Vars: pc.Vars, AtMostOnce: u.AtMostOnce, StatusTopic: pc.StatusTopic,
@@ -36,8 +42,9 @@ func (Kind) Open(u uplink.UpstreamConfig, pc uplink.PoolConfig) (*uplink.Conn, e
 	}
 	mq, err := newMQTT(mc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	mq.hook = h
 	c := &uplink.Conn{
 		Sender: newMQTTSender(mq, pc.Window),
 		Run:    mq.Run,
@@ -52,17 +59,7 @@ func (Kind) Open(u uplink.UpstreamConfig, pc uplink.PoolConfig) (*uplink.Conn, e
 			return newMQTTProber(mq, topic, interval, timeout, report)
 		},
 	}
-	if sp, ok := u.Options.(*SparkplugConfig); ok && sp != nil {
-		// A Sparkplug B edge node publishes only under spBv1.0/ and only
-		// its births, deaths and data: a host application or a broker
-		// that enforces the namespace would take any other topic for a
-		// fault (or deny it), so its probes stay TCP connects.
-		c.NewProber = nil
-		if c.Sender, err = newSparkplug(mq, *sp, pc.Window); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return c, mq, nil
 }
 
 // Explain says the broker's refusals and the connection's own failures.

@@ -8,7 +8,6 @@ import (
 	topictmpl "fieldlink/uplink/internal/topic"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -88,7 +87,7 @@ type mqttUpstream struct {
 	loads   chan []byte // latest load report, for Run's dispatcher
 	subs    []*subscription
 	kick    chan struct{} // ends a reconnect wait early (see Kick)
-	hook    mqttHook      // a kind built on the connection (a Sparkplug B node), or nil
+	hook    Hook          // a kind built on the connection, or nil (see [Hook])
 
 	queued                         atomic.Int64 // bytes waiting in the inbound queues (see take)
 	oversize, notAdmitted, dropped refusals     // see inboundStats
@@ -192,26 +191,4 @@ func (m *mqttUpstream) publish(ctx context.Context, topicVars map[string]string,
 	case <-ctx.Done():
 		return fmt.Errorf("uplink: mqtt %s: waiting for PUBACK: %w", m.name, ctx.Err())
 	}
-}
-
-// mqttHook is what a kind built on an MQTT connection installs on it (the
-// Sparkplug B edge node, see newSparkplug): the connection calls it at
-// each step of its life rather than knowing the kind.
-type mqttHook interface {
-	// runs runs Run's loop itself (a node walking several servers) and
-	// reports whether it did; false: Run serves its broker.
-	runs(ctx context.Context) bool
-	// serving starts, in wg, what runs while the connection is served.
-	serving(ctx context.Context, wg *sync.WaitGroup)
-	// down is told each failed or ended connection to m.
-	down(m *mqttUpstream)
-	// will is the connection's last will; "" for none.
-	will() (topic string, payload []byte)
-	// connected runs on each connect, after the status topic's "online":
-	// subscriptions and births; an error drops the connection.
-	connected(ctx context.Context, c *mqttConn) error
-	// ending runs before a clean disconnect.
-	ending(c *mqttConn) error
-	// inboundLimit is the largest payload its topics take.
-	inboundLimit() int
 }

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"runtime"
 	"sync"
@@ -32,10 +33,10 @@ func TestMQTTPublishWithoutRunFailsAtOnce(t *testing.T) {
 // TestMQTTPipelined publishes 2,000 packets at QoS 1 from 100 goroutines
 // through a window of 64 and checks a subscriber gets every one.
 func TestMQTTPipelined(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
-	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/gas")
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
+	sub := mqtttest.Subscribe(t, b.Addr(), "fieldlink/s1/gw1/gas")
 	m, _ := mqttRun(t, mqttConfig{URL: b.URL()})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 
 	const workers, each = 100, 20
 	var wg sync.WaitGroup
@@ -59,10 +60,10 @@ func TestMQTTPipelined(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Fatalf("%d publishes failed", failed.Load())
 	}
-	testtool.WaitFor(t, 10*time.Second, "the subscriber to get 2,000 packets", func() bool { return sub.count() >= workers*each })
+	testtool.WaitFor(t, 10*time.Second, "the subscriber to get 2,000 packets", func() bool { return sub.Count() >= workers*each })
 	for w := range workers {
 		for i := range each {
-			if p := fmt.Sprintf(`{"w":%d,"i":%d}`, w, i); !sub.has(p) {
+			if p := fmt.Sprintf(`{"w":%d,"i":%d}`, w, i); !sub.Has(p) {
 				t.Fatalf("subscriber never got %s", p)
 			}
 		}
@@ -79,12 +80,12 @@ func TestMQTTPipelined(t *testing.T) {
 // quickly, not by timeout. It also checks the window: with Window 8, only
 // 8 packets leave while no PUBACK comes back.
 func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
-	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/t")
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
+	sub := mqtttest.Subscribe(t, b.Addr(), "fieldlink/s1/gw1/t")
 	relay := mqttStartRelay(t, b.Addr())
 	const window, n = 8, 20
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), Window: window, PublishTimeout: 30 * time.Second})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	pubacksBefore := relay.pubacks.Load() // the status "online"
 
 	relay.swallow.Store(true)
@@ -99,9 +100,9 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 			results <- result{p, m.publish(context.Background(), map[string]string{"data_type": "t"}, []byte(p))}
 		}()
 	}
-	testtool.WaitFor(t, 10*time.Second, "the broker to get a window of packets", func() bool { return sub.count() >= window })
+	testtool.WaitFor(t, 10*time.Second, "the broker to get a window of packets", func() bool { return sub.Count() >= window })
 	time.Sleep(300 * time.Millisecond) // no more may leave while no PUBACK comes back
-	if got := sub.count(); got != window {
+	if got := sub.Count(); got != window {
 		t.Fatalf("%d packets reached the broker with no PUBACK back, want the window, %d", got, window)
 	}
 	select {
@@ -121,7 +122,7 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 				t.Errorf("Publish(%s) = nil, but no PUBACK was ever delivered", r.payload)
 				continue
 			}
-			if sub.has(r.payload) {
+			if sub.Has(r.payload) {
 				inFlight++
 				if !errors.Is(r.err, errMQTTConnLost) {
 					t.Errorf("Publish(%s) in flight at the cut = %v, want ErrMQTTConnLost", r.payload, r.err)
@@ -141,17 +142,17 @@ func TestMQTTNoPUBACKNoSuccess(t *testing.T) {
 	if got := relay.pubacks.Load(); got != pubacksBefore {
 		t.Errorf("relay passed %d PUBACKs during the test", got-pubacksBefore)
 	}
-	mqttWaitConnected(t, m, false)
+	mqtttest.WaitConnected(t, m.Connected, false)
 }
 
 // TestMQTTAckTimeout: when PUBACKs stop coming on a link that stays up,
 // publish fails after PublishTimeout, the connection is made again, and
 // publishing works on the new one.
 func TestMQTTAckTimeout(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), PublishTimeout: 300 * time.Millisecond})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	relay.swallow.Store(true)
 	start := time.Now()
 	err := m.publish(context.Background(), map[string]string{"data_type": "t"}, []byte("lost"))
@@ -171,11 +172,11 @@ func TestMQTTAckTimeout(t *testing.T) {
 // of pipelined publishes: every publish returns, none hangs, and no more
 // of them return nil than PUBACKs reached the upstream.
 func TestMQTTBrokerKilled(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr()) // only to count PUBACKs
 	// PublishTimeout bounds how long paho may hold Run's pump after the loss.
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), PublishTimeout: 2 * time.Second})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	base := relay.pubacks.Load()
 
 	var acked, lost, notConn atomic.Int64
@@ -218,15 +219,15 @@ func TestMQTTBrokerKilled(t *testing.T) {
 	if acked.Load() > pubacks {
 		t.Fatalf("%d publishes returned nil but only %d PUBACKs reached the upstream", acked.Load(), pubacks)
 	}
-	mqttWaitConnected(t, m, false)
+	mqtttest.WaitConnected(t, m.Connected, false)
 }
 
 // TestMQTTLoadTopic checks that a retained load report, and a later
 // update, reach OnLoad.
 func TestMQTTLoadTopic(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	const topic = "$load/ingest-1"
-	pub := mqttClient(t, b.Addr(), "test-load-publisher")
+	pub := mqtttest.Client(t, b.Addr(), "test-load-publisher")
 	if tok := pub.Publish(topic, 1, true, `{"load":0.25}`); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish load report: %v", tok.Error())
 	}
@@ -244,7 +245,7 @@ func TestMQTTLoadTopic(t *testing.T) {
 		}
 	}
 	want(`{"load":0.25}`)
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	if tok := pub.Publish(topic, 1, true, `{"load":0.75}`); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish load report: %v", tok.Error())
 	}
@@ -253,14 +254,14 @@ func TestMQTTLoadTopic(t *testing.T) {
 
 // TestMQTTAtMostOnce: QoS 0 publishes arrive; nil means written, not acked.
 func TestMQTTAtMostOnce(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
-	sub := mqttSubscribe(t, b.Addr(), "fieldlink/s1/gw1/q0")
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
+	sub := mqtttest.Subscribe(t, b.Addr(), "fieldlink/s1/gw1/q0")
 	m, _ := mqttRun(t, mqttConfig{URL: b.URL(), AtMostOnce: true})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	for i := range 100 {
 		if err := m.publish(context.Background(), map[string]string{"data_type": "q0"}, fmt.Appendf(nil, "%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testtool.WaitFor(t, 5*time.Second, "100 QoS 0 packets", func() bool { return sub.count() >= 100 })
+	testtool.WaitFor(t, 5*time.Second, "100 QoS 0 packets", func() bool { return sub.Count() >= 100 })
 }

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,18 +18,18 @@ import (
 // broker's PUBACK ends it), and falls back to a TCP connect while it is
 // down, so that a broker that answers again is seen.
 func TestMQTTProber(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
-	sub := mqttSubscribe(t, b.Addr(), "fl/probe")
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
+	sub := mqtttest.Subscribe(t, b.Addr(), "fl/probe")
 	m, stop := mqttRun(t, mqttConfig{URL: b.URL()})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	p := newMQTTProber(m, "fl/probe", time.Second, 5*time.Second, nil)
 	if rtt, err := p.Once(context.Background()); err != nil || rtt <= 0 {
 		t.Fatalf("probe over the connection: %v, %v", rtt, err)
 	}
-	testtool.WaitFor(t, 10*time.Second, "the probe's publish reaches a subscriber", func() bool { return sub.count() == 1 })
+	testtool.WaitFor(t, 10*time.Second, "the probe's publish reaches a subscriber", func() bool { return sub.Count() == 1 })
 
 	stop()
-	mqttWaitConnected(t, m, false)
+	mqtttest.WaitConnected(t, m.Connected, false)
 	if rtt, err := p.Once(context.Background()); err != nil || rtt <= 0 {
 		t.Errorf("probe with the connection down, the broker up: %v, %v", rtt, err)
 	}
@@ -36,7 +37,7 @@ func TestMQTTProber(t *testing.T) {
 	if _, err := p.Once(context.Background()); err == nil {
 		t.Error("probe with the broker gone: no error")
 	}
-	if n := sub.count(); n != 1 {
+	if n := sub.Count(); n != 1 {
 		t.Errorf("%d probe publishes reached the subscriber, want 1 (none while down)", n)
 	}
 }
@@ -47,15 +48,15 @@ func TestMQTTProber(t *testing.T) {
 // and probes with TCP connects from then on, so that the probes stop
 // costing the upstream its connection.
 func TestMQTTProberDeniedFallsBackToTCP(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
 	topic := "fl-probe/s1/gw1"
 	relay.cutOn.Store(&topic)
-	log, logBuf := mqttLogger(t)
+	log, logBuf := mqtttest.Logger(t)
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url(), Logger: log})
 	p := newMQTTProber(m, topic, time.Second, 5*time.Second, nil)
 	for i := range probe.DeniedLosses {
-		mqttWaitConnected(t, m, true)
+		mqtttest.WaitConnected(t, m.Connected, true)
 		if p.Denied() {
 			t.Fatalf("denied after %d probes, want after %d", i, probe.DeniedLosses)
 		}
@@ -66,7 +67,7 @@ func TestMQTTProberDeniedFallsBackToTCP(t *testing.T) {
 	if !p.Denied() {
 		t.Fatalf("not denied after %d probes that each lost the connection (%d cut)", probe.DeniedLosses, relay.cutsOnTopic.Load())
 	}
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	for i := range 3 {
 		if rtt, err := p.Once(context.Background()); err != nil || rtt <= 0 {
 			t.Fatalf("probe %d after the fallback: %v, %v", i+1, rtt, err)
@@ -86,19 +87,19 @@ func TestMQTTProberDeniedFallsBackToTCP(t *testing.T) {
 // One probe that loses its connection is not a denial: a broker may die
 // under any publish. A success in between starts the count over.
 func TestMQTTProberOneLossIsNotADenial(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
 	topic := "fl-probe/s1/gw1"
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url()})
 	p := newMQTTProber(m, topic, time.Second, 5*time.Second, nil)
 	for range 2 * probe.DeniedLosses {
-		mqttWaitConnected(t, m, true)
+		mqtttest.WaitConnected(t, m.Connected, true)
 		relay.cutOn.Store(&topic)
 		if _, err := p.Once(context.Background()); err == nil {
 			t.Fatal("the relay closed the connection under the probe, yet no error")
 		}
 		relay.cutOn.Store(nil)
-		mqttWaitConnected(t, m, true)
+		mqtttest.WaitConnected(t, m.Connected, true)
 		if _, err := p.Once(context.Background()); err != nil {
 			t.Fatalf("probe through a healthy link: %v", err)
 		}
@@ -136,10 +137,10 @@ func TestProberTroubled(t *testing.T) {
 // While a broker's acks do not come, its publish probe runs again soon,
 // not an interval later, so that its recovery is seen at once.
 func TestMQTTProberProbesATroubledBrokerOften(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url()})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	var failed, ok atomic.Int64
 	p := newMQTTProber(m, "fl-probe/s1/gw1", time.Hour, 100*time.Millisecond, func(_ time.Duration, err error) {
 		if err != nil {
@@ -164,10 +165,10 @@ func TestMQTTProberProbesATroubledBrokerOften(t *testing.T) {
 // refused, an hour's interval notwithstanding: a restarted broker is seen
 // within troubledEvery of accepting connections.
 func TestMQTTProberProbesALostBrokerOften(t *testing.T) {
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	relay := mqttStartRelay(t, b.Addr())
 	m, _ := mqttRun(t, mqttConfig{URL: relay.url()})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	var failed, ok atomic.Int64
 	p := newMQTTProber(m, "fl-probe/s1/gw1", time.Hour, time.Second, func(_ time.Duration, err error) {
 		if err != nil {

@@ -1,22 +1,13 @@
 package mqtt
 
 import (
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fieldlink/uplink/site"
-	"fmt"
 	"slices"
 	"testing"
 
 	"fieldlink/uplink"
 )
-
-// siteErrs records a kind's reports as "field: message".
-type siteErrs []string
-
-func (e *siteErrs) Errorf(field, format string, args ...any) {
-	*e = append(*e, field+": "+fmt.Sprintf(format, args...))
-}
-func (*siteErrs) Path(p string) string       { return p }
-func (*siteErrs) Readable(path string) error { return nil }
 
 func TestCheckSite(t *testing.T) {
 	for _, tc := range []struct {
@@ -35,14 +26,14 @@ func TestCheckSite(t *testing.T) {
 			[]string{"encoding: influx_line applies only to http:// and https:// upstreams"}, DefaultTopic},
 		{"unknown encoding", site.Upstream{URL: "mqtt://h", Known: true, Encoding: "csv", Sparkplug: &site.Sparkplug{GroupID: "g", EdgeNode: "n"}}, true,
 			[]string{`encoding: unknown encoding "csv" for an MQTT upstream (valid: json, sparkplug_b)`}, DefaultTopic},
-		{"sparkplug_b without sparkplug", site.Upstream{URL: "mqtt://h", Known: true, Encoding: string(uplink.EncodingSparkplugB)}, true,
-			[]string{"sparkplug: encoding sparkplug_b needs sparkplug: {group_id: …}"}, DefaultTopic},
-		{"sparkplug elsewhere, ids checked", site.Upstream{URL: "http://h", Known: true, Sparkplug: &site.Sparkplug{GroupID: "a/b", EdgeNode: "n", PrimaryHost: "#"}}, false,
-			[]string{"sparkplug: applies only to an mqtt:// or mqtts:// upstream with encoding: sparkplug_b",
-				`sparkplug.group_id: must not be empty nor hold '/', '+' or '#', got "a/b"`,
-				`sparkplug.primary_host: must not be empty nor hold '/', '+' or '#', got "#"`}, ""},
+		// An upstream of a kind on the MQTT connection takes its topic
+		// and load topic; its encoding is that kind's.
+		{"a kind on the connection", site.Upstream{URL: "mqtts://h", Known: true, Encoding: string(uplink.EncodingSparkplugB), LoadTopic: "l"}, false,
+			nil, DefaultTopic},
+		{"sparkplug elsewhere", site.Upstream{URL: "http://h", Known: true, Sparkplug: &site.Sparkplug{GroupID: "a/b", EdgeNode: "n", PrimaryHost: "#"}}, false,
+			nil, ""},
 	} {
-		var errs siteErrs
+		var errs mqtttest.SiteErrs
 		u := tc.u
 		Kind{}.CheckSite(&u, tc.mine, &errs)
 		if !slices.Equal(errs, tc.want) || u.Topic != tc.topic {

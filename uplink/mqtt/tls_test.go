@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,12 +71,12 @@ func TestMQTTTLSConfigFiles(t *testing.T) {
 // certificate.
 func TestMQTTTLS(t *testing.T) {
 	certs := testtool.MakeCerts(t)
-	plain := mqttStartBroker(t, mqttBrokerOpts{tls: certs})
-	mutual := mqttStartBroker(t, mqttBrokerOpts{tls: certs, mtls: true})
+	plain := mqtttest.Broker(t, mqtttest.BrokerOptions{TLS: certs})
+	mutual := mqtttest.Broker(t, mqtttest.BrokerOptions{TLS: certs, MTLS: true})
 	withCert := func(cert string) *testtool.Mosquitto {
 		c := *certs
 		c.ServerCert = cert
-		return mqttStartBroker(t, mqttBrokerOpts{tls: &c})
+		return mqtttest.Broker(t, mqtttest.BrokerOptions{TLS: &c})
 	}
 	expired, wrongName := withCert(certs.ExpiredCert), withCert(certs.WrongNameCert)
 	tlsURL := func(b *testtool.Mosquitto) string { return "mqtts://" + b.Addr() }
@@ -112,7 +113,7 @@ func TestMQTTTLS(t *testing.T) {
 			m, _ := mqttRun(t, mqttConfig{URL: tt.url, TLS: tt.tls, ConnectTimeout: 2 * time.Second})
 			ctx := context.Background()
 			if tt.wantOK {
-				mqttWaitConnected(t, m, true)
+				mqtttest.WaitConnected(t, m.Connected, true)
 				if err := m.publish(ctx, map[string]string{"data_type": "tls"}, []byte("x")); err != nil {
 					t.Fatalf("Publish: %v", err)
 				}

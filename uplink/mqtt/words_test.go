@@ -11,6 +11,7 @@ import (
 	"fieldlink/internal/testtool"
 	"fieldlink/uplink"
 	"fieldlink/uplink/internal/httpc"
+
 	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 

@@ -1,4 +1,4 @@
-package mqtt
+package sparkplug
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 // server down) is followed by a pause, a connection's backoff (1 s
 // doubling to 60 s), so that such a node does not spin; a birth starts
 // the pauses over. Packets wait in the buffer meanwhile, and go out after
-// the births on the next server, historical. [mqttUpstream.Run] owns it.
-func (s *sparkplugSession) walk(ctx context.Context) {
+// the births on the next server, historical. The node's Run owns it.
+func (s *session) walk(ctx context.Context) {
 	attempt, round := 0, false
 	for i := 0; ; i = (i + 1) % len(s.servers) {
 		if i == 0 {
@@ -28,7 +28,7 @@ func (s *sparkplugSession) walk(ctx context.Context) {
 			case born:
 				attempt = 0
 			case round: // a round without a birth
-				d := s.servers[0].backoff(attempt)
+				d := s.servers[0].up.Backoff(attempt)
 				attempt++
 				s.log.Warn("Sparkplug node born on none of its servers this round: waiting before the next",
 					"servers", len(s.servers), "retry_in", d)
@@ -42,19 +42,19 @@ func (s *sparkplugSession) walk(ctx context.Context) {
 			}
 			round = true
 		}
-		m := s.servers[i]
-		s.use(m)
+		v := s.servers[i]
+		s.use(v)
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			m.serve(sctx)
+			s.on(sctx, v)
 		}()
 		for left := false; !left && ctx.Err() == nil; {
 			select {
 			case <-ctx.Done():
 			case w := <-s.walkc:
-				left = w == m
+				left = w == v
 			}
 		}
 		cancel()
@@ -62,18 +62,18 @@ func (s *sparkplugSession) walk(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Info("Sparkplug node leaves its server for the next", "upstream", m.name, "next", s.servers[(i+1)%len(s.servers)].name)
+		s.log.Info("Sparkplug node leaves its server for the next", "upstream", v.name, "next", s.servers[(i+1)%len(s.servers)].name)
 	}
 }
 
-// use makes m the server the node is on: nothing known of the host there
+// use makes v the server the node is on: nothing known of the host there
 // yet (its STATE timestamps are the server's own), no connection, no
 // births; a request to leave the previous server is forgotten.
-func (s *sparkplugSession) use(m *mqttUpstream) {
+func (s *session) use(v *server) {
 	s.mu.Lock()
 	s.hostTS, s.hostOnline, s.conn, s.born = 0, false, nil, nil
 	s.mu.Unlock()
-	s.srv.Store(m)
+	s.srv.Store(v)
 	for {
 		select {
 		case <-s.walkc:
@@ -83,18 +83,18 @@ func (s *sparkplugSession) use(m *mqttUpstream) {
 	}
 }
 
-// leave asks walk to take the node off server m; it never blocks.
-func (s *sparkplugSession) leave(m *mqttUpstream) {
+// leave asks walk to take the node off server v; it never blocks.
+func (s *session) leave(v *server) {
 	select {
-	case s.walkc <- m:
+	case s.walkc <- v:
 	default:
 	}
 }
 
-// down is called by m's Run loop when a connection failed or was lost: a
+// down is called by v's Run loop when a connection failed or was lost: a
 // node with other servers walks to the next.
-func (s *sparkplugSession) down(m *mqttUpstream) {
+func (s *session) down(v *server) {
 	if len(s.servers) > 1 {
-		s.leave(m)
+		s.leave(v)
 	}
 }

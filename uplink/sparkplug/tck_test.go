@@ -1,7 +1,8 @@
-package mqtt
+package sparkplug
 
 import (
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,8 +13,9 @@ import (
 	"fieldlink/buffer"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
-	"fieldlink/sparkplug"
+	spb "fieldlink/sparkplug"
 	"fieldlink/sparkplug/sparkplugtest"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
@@ -27,7 +29,7 @@ type tckRun struct {
 	pubs    []tckPacket             // the node's PUBLISHes, in order
 	dec     []sparkplugtest.Payload // Tahu's decoding of pubs[i]
 	wills   []spMessage             // NDEATHs the broker published for the node
-	cmds    []SparkplugCommand      // DCMDs handed to OnCommand
+	cmds    []Command               // DCMDs handed to OnCommand
 	marks   map[string]int          // index in pubs where a step began
 	connPub map[int][]int           // by connection: indexes in pubs
 }
@@ -49,12 +51,12 @@ type tckRun struct {
 //  8. a clean stop: NDEATH, then DISCONNECT.
 func tckScenario(t *testing.T, tahu *sparkplugtest.Tahu) *tckRun {
 	t.Helper()
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	px := newTCKProxy(t, b.Addr())
 	r := &tckRun{marks: map[string]int{}, connPub: map[int][]int{}}
 
 	var mu sync.Mutex
-	watcher := mqttClient(t, b.Addr(), "tck-watcher")
+	watcher := mqtttest.Client(t, b.Addr(), "tck-watcher")
 	if tok := watcher.Subscribe("spBv1.0/farm/NDEATH/gw1", 1, func(_ paho.Client, m paho.Message) {
 		mu.Lock()
 		r.wills = append(r.wills, spMessage{m.Topic(), append([]byte(nil), m.Payload()...)})
@@ -62,7 +64,7 @@ func tckScenario(t *testing.T, tahu *sparkplugtest.Tahu) *tckRun {
 	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
-	host := mqttClient(t, b.Addr(), "scada")
+	host := mqtttest.Client(t, b.Addr(), "scada")
 	publish := func(topic string, payload []byte, retained bool) {
 		t.Helper()
 		if tok := host.Publish(topic, 1, retained, payload); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -88,22 +90,14 @@ func tckScenario(t *testing.T, tahu *sparkplugtest.Tahu) *tckRun {
 	}
 
 	state("scada", false, 100)
-	log, logBuf := mqttLogger(t)
-	m, err := newMQTT(mqttConfig{URL: px.URL(), Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
-	sp, err := newSparkplug(m, SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", PrimaryHost: "scada", Devices: spTestDevices,
-		OnCommand: func(_ context.Context, c SparkplugCommand) {
+	log, logBuf := mqtttest.Logger(t)
+	conn, sp := spOpen(t, log, px.URL(), Config{GroupID: "farm", EdgeNode: "gw1", PrimaryHost: "scada", Devices: spTestDevices,
+		OnCommand: func(_ context.Context, c Command) {
 			mu.Lock()
 			r.cmds = append(r.cmds, c)
 			mu.Unlock()
 		}}, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := mqttStart(t, m)
+	stop := mqtttest.Start(t, conn.Run)
 	ctx := context.Background()
 
 	// 1. Waiting for the host.
@@ -228,13 +222,13 @@ func tckScenario(t *testing.T, tahu *sparkplugtest.Tahu) *tckRun {
 	mu.Lock()
 	defer mu.Unlock()
 	r.wills = append([]spMessage(nil), r.wills...)
-	r.cmds = append([]SparkplugCommand(nil), r.cmds...)
+	r.cmds = append([]Command(nil), r.cmds...)
 	return r
 }
 
 // typ is the Sparkplug message type of publish i ("" for another topic).
 func (r *tckRun) typ(i int) string {
-	_, typ, _, _, err := sparkplug.ParseTopic(r.pubs[i].topic)
+	_, typ, _, _, err := spb.ParseTopic(r.pubs[i].topic)
 	if err != nil {
 		return ""
 	}
@@ -265,7 +259,7 @@ func (r *tckRun) connects() []tckPacket {
 // bdSeq of a decoded payload's bdSeq metric, or -1.
 func tckBdSeq(p sparkplugtest.Payload) int {
 	for _, m := range p.Metrics {
-		if m.Name != nil && *m.Name == sparkplug.BdSeq {
+		if m.Name != nil && *m.Name == spb.BdSeq {
 			n, err := strconv.Atoi(strings.Trim(string(m.Value), `"`))
 			if err == nil {
 				return n
@@ -361,7 +355,7 @@ func hasTimestamp(types ...string) func(t *testing.T, r *tckRun) {
 func seqFollows(types ...string) func(t *testing.T, r *tckRun) {
 	return eachOf(types, func(t *testing.T, r *tckRun, i int) {
 		s := tckSeq(r.dec[i])
-		if r.typ(i) == string(sparkplug.NBIRTH) {
+		if r.typ(i) == string(spb.NBIRTH) {
 			if s != 0 {
 				t.Errorf("publish %d: NBIRTH seq %d, want 0", i, s)
 			}
@@ -372,7 +366,7 @@ func seqFollows(types ...string) func(t *testing.T, r *tckRun) {
 			if r.pubs[j].conn != r.pubs[i].conn {
 				break
 			}
-			if typ := r.typ(j); typ != string(sparkplug.NDEATH) && typ != "" {
+			if typ := r.typ(j); typ != string(spb.NDEATH) && typ != "" {
 				prev = tckSeq(r.dec[j])
 				break
 			}
@@ -401,7 +395,7 @@ func noSeq(types ...string) func(t *testing.T, r *tckRun) {
 
 // birthMetrics checks every metric of every NBIRTH and DBIRTH.
 func birthMetrics(f func(t *testing.T, i int, m sparkplugtest.Metric)) func(t *testing.T, r *tckRun) {
-	return eachOf([]string{string(sparkplug.NBIRTH), string(sparkplug.DBIRTH)}, func(t *testing.T, r *tckRun, i int) {
+	return eachOf([]string{string(spb.NBIRTH), string(spb.DBIRTH)}, func(t *testing.T, r *tckRun, i int) {
 		for _, m := range r.dec[i].Metrics {
 			f(t, i, m)
 		}
@@ -409,7 +403,7 @@ func birthMetrics(f func(t *testing.T, i int, m sparkplugtest.Metric)) func(t *t
 }
 
 func dataMetrics(f func(t *testing.T, i int, m sparkplugtest.Metric)) func(t *testing.T, r *tckRun) {
-	return eachOf([]string{string(sparkplug.DDATA)}, func(t *testing.T, r *tckRun, i int) {
+	return eachOf([]string{string(spb.DDATA)}, func(t *testing.T, r *tckRun, i int) {
 		for _, m := range r.dec[i].Metrics {
 			f(t, i, m)
 		}
@@ -425,12 +419,12 @@ func birthsThenData(t *testing.T, r *tckRun) {
 		born := false
 		for k, i := range idx {
 			switch r.typ(i) {
-			case string(sparkplug.NBIRTH):
+			case string(spb.NBIRTH):
 				born = true
-				if k+2 >= len(idx) || r.typ(idx[k+1]) != string(sparkplug.DBIRTH) || r.typ(idx[k+2]) != string(sparkplug.DBIRTH) {
+				if k+2 >= len(idx) || r.typ(idx[k+1]) != string(spb.DBIRTH) || r.typ(idx[k+2]) != string(spb.DBIRTH) {
 					t.Errorf("connection %d: NBIRTH (publish %d) not followed by the two DBIRTHs", c, i)
 				}
-			case string(sparkplug.NDEATH):
+			case string(spb.NDEATH):
 			default:
 				if !born {
 					t.Errorf("connection %d: %s (publish %d) before the NBIRTH", c, r.pubs[i].topic, i)
@@ -453,8 +447,8 @@ func willBdSeq(t *testing.T, tahu *sparkplugtest.Tahu, c tckPacket) int {
 func TestTCK(t *testing.T) {
 	tahu := sparkplugtest.NewTahu(t)
 	r := tckScenario(t, tahu)
-	N, D := string(sparkplug.NBIRTH), string(sparkplug.DBIRTH)
-	DD, DX, ND := string(sparkplug.DDATA), string(sparkplug.DDEATH), string(sparkplug.NDEATH)
+	N, D := string(spb.NBIRTH), string(spb.DBIRTH)
+	DD, DX, ND := string(spb.DDATA), string(spb.DDEATH), string(spb.NDEATH)
 
 	willChecks := func(f func(t *testing.T, c tckPacket)) func(t *testing.T, r *tckRun) {
 		return func(t *testing.T, r *tckRun) {
@@ -483,7 +477,7 @@ func TestTCK(t *testing.T) {
 		for _, i := range r.of(N) {
 			found := false
 			for _, m := range r.dec[i].Metrics {
-				if m.Name != nil && *m.Name == sparkplug.Rebirth {
+				if m.Name != nil && *m.Name == spb.Rebirth {
 					found = true
 					if m.Type != "Boolean" || string(m.Value) != "false" {
 						t.Errorf("NBIRTH %d: Node Control/Rebirth %s %s, want Boolean false", i, m.Type, m.Value)
@@ -595,8 +589,8 @@ func TestTCK(t *testing.T) {
 					continue
 				}
 				n++
-				v, isInt := q.Value.IntAs(sparkplug.Int32)
-				if q.Type != sparkplug.Int32 || q.Value.Kind != sparkplug.IntValue || !isInt || (v != 0 && v != 192 && v != 500) {
+				v, isInt := q.Value.IntAs(spb.Int32)
+				if q.Type != spb.Int32 || q.Value.Kind != spb.IntValue || !isInt || (v != 0 && v != 192 && v != 500) {
 					t.Errorf("publish %d (%s): metric %s alias %d: Quality %+v, want an Int32 0, 192 or 500 in int_value", i, r.pubs[i].topic, m.Name, m.Alias, q)
 				}
 			}
@@ -627,7 +621,7 @@ func TestTCK(t *testing.T) {
 			}
 		})},
 		{"message-flow-edge-node-birth-publish-will-message-payload", willChecks(func(t *testing.T, c tckPacket) {
-			if p, err := sparkplug.Unmarshal(c.willPayload); err != nil || len(p.Metrics) != 1 {
+			if p, err := spb.Unmarshal(c.willPayload); err != nil || len(p.Metrics) != 1 {
 				t.Errorf("CONNECT %d: will payload not a Sparkplug payload of the bdSeq: %v", c.conn, err)
 			}
 		})},
@@ -675,7 +669,7 @@ func TestTCK(t *testing.T) {
 				all = append(all, c.willPayload)
 			}
 			for i, p := range tahu.Decode(t, all...) {
-				if len(p.Metrics) != 1 || p.Metrics[0].Name == nil || *p.Metrics[0].Name != sparkplug.BdSeq {
+				if len(p.Metrics) != 1 || p.Metrics[0].Name == nil || *p.Metrics[0].Name != spb.BdSeq {
 					t.Errorf("NDEATH %d: metrics %v, want bdSeq alone", i, p.Metrics)
 				}
 			}
@@ -687,7 +681,7 @@ func TestTCK(t *testing.T) {
 		{"message-flow-edge-node-birth-publish-nbirth-topic", topicForm(N, false)},
 		{"topics-nbirth-topic", topicForm(N, false)},
 		{"message-flow-edge-node-birth-publish-nbirth-payload", eachOf([]string{N}, func(t *testing.T, r *tckRun, i int) {
-			if _, err := sparkplug.Unmarshal(r.pubs[i].payload); err != nil || len(r.dec[i].Metrics) == 0 {
+			if _, err := spb.Unmarshal(r.pubs[i].payload); err != nil || len(r.dec[i].Metrics) == 0 {
 				t.Errorf("NBIRTH %d: %v", i, err)
 			}
 		})},
@@ -728,7 +722,7 @@ func TestTCK(t *testing.T) {
 		{"topics-dbirth-topic", topicForm(D, true)},
 		{"message-flow-device-birth-publish-dbirth-match-edge-node-topic", topicForm(D, true)},
 		{"message-flow-device-birth-publish-dbirth-payload", eachOf([]string{D}, func(t *testing.T, r *tckRun, i int) {
-			if _, err := sparkplug.Unmarshal(r.pubs[i].payload); err != nil || len(r.dec[i].Metrics) == 0 {
+			if _, err := spb.Unmarshal(r.pubs[i].payload); err != nil || len(r.dec[i].Metrics) == 0 {
 				t.Errorf("DBIRTH %d: %v", i, err)
 			}
 		})},
@@ -754,7 +748,7 @@ func TestTCK(t *testing.T) {
 		{"operational-behavior-data-publish-dbirth-values", eachOf([]string{D}, func(t *testing.T, r *tckRun, i int) {
 			ours := tckOurs(t, r.pubs[i].payload)
 			for _, m := range ours.Metrics {
-				if m.Null != (m.Value.Kind == sparkplug.NoValue) {
+				if m.Null != (m.Value.Kind == spb.NoValue) {
 					t.Errorf("DBIRTH %d: %s is_null %v with value %v", i, m.Name, m.Null, m.Value)
 				}
 			}
@@ -763,7 +757,7 @@ func TestTCK(t *testing.T) {
 			if m.Name == nil {
 				t.Errorf("birth %d: a metric without a name", i)
 			}
-			if m.Alias == nil && *m.Name != sparkplug.Rebirth && *m.Name != sparkplug.BdSeq {
+			if m.Alias == nil && *m.Name != spb.Rebirth && *m.Name != spb.BdSeq {
 				t.Errorf("birth %d: %s without an alias", i, *m.Name)
 			}
 		})},
@@ -940,9 +934,9 @@ func tckName(m sparkplugtest.Metric) string {
 // tckOurs decodes a payload with the gateway's own decoder, for what
 // Tahu's decoding leaves out (a property set's arrays, is_null with a
 // value).
-func tckOurs(t *testing.T, b []byte) sparkplug.Payload {
+func tckOurs(t *testing.T, b []byte) spb.Payload {
 	t.Helper()
-	p, err := sparkplug.Unmarshal(b)
+	p, err := spb.Unmarshal(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-package mqtt
+package sparkplug
 
 import (
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,7 +10,7 @@ import (
 
 	"fieldlink/buffer"
 	"fieldlink/packet"
-	"fieldlink/sparkplug"
+	spb "fieldlink/sparkplug"
 	"fieldlink/sparkplug/sparkplugtest"
 )
 
@@ -22,13 +23,13 @@ import (
 // says 192. Tahu decodes every message.
 func TestSparkplugQuality(t *testing.T) {
 	tahu := sparkplugtest.NewTahu(t)
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	rec := spRecord(t, b.Addr())
-	devs := []SparkplugDevice{{Name: "gas-1", Metrics: []SparkplugMetric{
-		{Name: "CH4", Type: sparkplug.Float, Unit: "%LEL", Alarm: true},
-		{Name: "Offset", Type: sparkplug.Int32},
+	devs := []Device{{Name: "gas-1", Metrics: []Metric{
+		{Name: "CH4", Type: spb.Float, Unit: "%LEL", Alarm: true},
+		{Name: "Offset", Type: spb.Int32},
 	}}}
-	_, sp, _ := spRun(t, b.URL(), SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", Devices: devs})
+	_, sp, _ := spRun(t, b.URL(), Config{GroupID: "farm", EdgeNode: "gw1", Devices: devs})
 	rec.wait(t, 2, "the births")
 	ctx := context.Background()
 	at := time.Now().Truncate(time.Second)
@@ -47,7 +48,7 @@ func TestSparkplugQuality(t *testing.T) {
 	send(4, false, nil, ch4(1.2))
 	ncmd := tahu.Encode(t, map[string]any{"timestamp": time.Now().UnixMilli(), "metrics": []map[string]any{
 		{"name": "Node Control/Rebirth", "type": "Boolean", "value": true}}})[0]
-	host := mqttClient(t, b.Addr(), "host")
+	host := mqtttest.Client(t, b.Addr(), "host")
 	if tok := host.Publish("spBv1.0/farm/NCMD/gw1", 1, false, ncmd); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}

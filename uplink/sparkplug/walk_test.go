@@ -1,7 +1,8 @@
-package mqtt
+package sparkplug
 
 import (
 	"context"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
 	"testing"
 	"time"
@@ -9,29 +10,22 @@ import (
 	"fieldlink/buffer"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
-	"fieldlink/sparkplug"
+	spb "fieldlink/sparkplug"
 	"fieldlink/sparkplug/sparkplugtest"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // spWalkNode runs a node whose servers are urls, the first first.
-func spWalkNode(t *testing.T, urls []string, host string) (*sparkplugNode, func()) {
+func spWalkNode(t *testing.T, urls []string, host string) (*node, func()) {
 	t.Helper()
-	log, _ := mqttLogger(t)
-	m, err := newMQTT(mqttConfig{URL: urls[0], Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
-	cfg := SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", PrimaryHost: host, Devices: spTestDevices[1:]}
+	log, _ := mqtttest.Logger(t)
+	cfg := Config{GroupID: "farm", EdgeNode: "gw1", PrimaryHost: host, Devices: spTestDevices[1:]}
 	for _, u := range urls[1:] {
-		cfg.Servers = append(cfg.Servers, SparkplugServer{URL: u})
+		cfg.Servers = append(cfg.Servers, Server{URL: u})
 	}
-	sp, err := newSparkplug(m, cfg, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sp, mqttStart(t, m)
+	c, sp := spOpen(t, log, urls[0], cfg, 4)
+	return sp, mqtttest.Start(t, c.Run)
 }
 
 // births counts the NBIRTHs a proxy saw.
@@ -63,9 +57,9 @@ func (p *tckProxy) subscribedTo(filter string) bool {
 // readings go out historical.
 func TestTCK_walk(t *testing.T) {
 	tahu := sparkplugtest.NewTahu(t)
-	b2, b3 := mqttStartBroker(t, mqttBrokerOpts{}), mqttStartBroker(t, mqttBrokerOpts{})
+	b2, b3 := mqtttest.Broker(t, mqtttest.BrokerOptions{}), mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	p2, p3 := newTCKProxy(t, b2.Addr()), newTCKProxy(t, b3.Addr())
-	h2, h3 := mqttClient(t, b2.Addr(), "scada"), mqttClient(t, b3.Addr(), "scada")
+	h2, h3 := mqtttest.Client(t, b2.Addr(), "scada"), mqtttest.Client(t, b3.Addr(), "scada")
 	pub := func(c paho.Client, online bool, ts int64) {
 		t.Helper()
 		p := fmt.Sprintf(`{"online":%v,"timestamp":%d}`, online, ts)
@@ -134,9 +128,9 @@ func TestTCK_walk(t *testing.T) {
 	}
 	got := rec3.wait(t, 3, "NBIRTH, DBIRTH and the DDATA on the third server")
 	t.Run("operational-behavior-edge-node-birth-sequence-wait", func(t *testing.T) {
-		want := []string{sparkplug.NBIRTH, sparkplug.DBIRTH, sparkplug.DDATA}
+		want := []string{spb.NBIRTH, spb.DBIRTH, spb.DDATA}
 		for i, w := range want {
-			if _, typ, _, _, err := sparkplug.ParseTopic(got[i].topic); err != nil || typ != w {
+			if _, typ, _, _, err := spb.ParseTopic(got[i].topic); err != nil || typ != w {
 				t.Errorf("message %d on the third server: %s, want %s", i, got[i].topic, w)
 			}
 		}

@@ -1,9 +1,12 @@
-package mqtt
+package sparkplug
 
 import (
 	"context"
 	"errors"
+	"fieldlink/uplink"
+	"fieldlink/uplink/mqtt/mqtttest"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +14,9 @@ import (
 	"fieldlink/buffer"
 	"fieldlink/internal/testtool"
 	"fieldlink/packet"
-	"fieldlink/sparkplug"
+	spb "fieldlink/sparkplug"
 	"fieldlink/sparkplug/sparkplugtest"
+
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
@@ -25,7 +29,7 @@ type spMessage struct {
 // spWant is what a message must be: its topic and its payload.
 type spWant struct {
 	topic string
-	p     sparkplug.Payload
+	p     spb.Payload
 }
 
 // spCompare checks the messages got, which Tahu decodes, against wants, in
@@ -61,9 +65,9 @@ type spRecorder struct {
 func spRecord(t *testing.T, addr string) *spRecorder {
 	t.Helper()
 	r := &spRecorder{}
-	c := mqttClient(t, addr, fmt.Sprintf("test-sp-%d", time.Now().UnixNano()))
+	c := mqtttest.Client(t, addr, fmt.Sprintf("test-sp-%d", time.Now().UnixNano()))
 	tok := c.Subscribe("spBv1.0/#", 1, func(_ paho.Client, m paho.Message) {
-		if _, typ, _, _, err := sparkplug.ParseTopic(m.Topic()); err != nil || typ == sparkplug.NCMD || typ == sparkplug.DCMD {
+		if _, typ, _, _, err := spb.ParseTopic(m.Topic()); err != nil || typ == spb.NCMD || typ == spb.DCMD {
 			return // the host's, not the node's
 		}
 		r.mu.Lock()
@@ -88,33 +92,45 @@ func (r *spRecorder) wait(t *testing.T, n int, what string) []spMessage {
 	return append([]spMessage(nil), r.msgs...)
 }
 
-var spTestDevices = []SparkplugDevice{
-	{Name: "rain-1", Metrics: []SparkplugMetric{
-		{Name: "Level", Type: sparkplug.Double, Unit: "mm"},
-		{Name: "Count", Type: sparkplug.UInt16},
-		{Name: "Heater", Type: sparkplug.Boolean},
+var spTestDevices = []Device{
+	{Name: "rain-1", Metrics: []Metric{
+		{Name: "Level", Type: spb.Double, Unit: "mm"},
+		{Name: "Count", Type: spb.UInt16},
+		{Name: "Heater", Type: spb.Boolean},
 	}},
-	{Name: "gas-1", Metrics: []SparkplugMetric{
-		{Name: "CH4", Type: sparkplug.Float, Unit: "%LEL"},
-		{Name: "Offset", Type: sparkplug.Int32},
+	{Name: "gas-1", Metrics: []Metric{
+		{Name: "CH4", Type: spb.Float, Unit: "%LEL"},
+		{Name: "Offset", Type: spb.Int32},
 	}},
 }
 
 // spRun makes a Sparkplug upstream on the broker and runs it until the
 // test ends; stop ends Run and waits for it.
-func spRun(t *testing.T, url string, cfg SparkplugConfig) (*mqttUpstream, *sparkplugNode, func()) {
+func spRun(t *testing.T, url string, cfg Config) (*uplink.Conn, *node, func()) {
 	t.Helper()
-	log, _ := mqttLogger(t)
-	m, err := newMQTT(mqttConfig{URL: url, Logger: log, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
+	log, _ := mqtttest.Logger(t)
+	c, sp := spOpen(t, log, url, cfg, 4)
+	return c, sp, mqtttest.Start(t, c.Run)
+}
+
+// spOpen opens the node of cfg on url, the node's first server, as a pool
+// of window would, and returns its Conn and its sender.
+func spOpen(t *testing.T, log *slog.Logger, url string, cfg Config, window int) (*uplink.Conn, *node) {
+	t.Helper()
+	c, err := Kind{}.Open(uplink.UpstreamConfig{URL: url, Encoding: uplink.EncodingSparkplugB, Options: &cfg},
+		uplink.PoolConfig{Logger: log, Window: window, Vars: map[string]string{"site": "s1", "gateway": "gw1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.backoffMin, m.backoffMax = 20*time.Millisecond, 200*time.Millisecond
-	sp, err := newSparkplug(m, cfg, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, sp, mqttStart(t, m)
+	return c, c.Sender.(*node)
+}
+
+// cut drops the connection the node subscribed on last.
+func (sp *node) cut(err error) {
+	sp.s.mu.Lock()
+	l := sp.s.conn
+	sp.s.mu.Unlock()
+	l.Drop(err)
 }
 
 func spRecordOf(t *testing.T, p *packet.Packet) buffer.Record {
@@ -130,11 +146,11 @@ func spRecordOf(t *testing.T, p *packet.Packet) buffer.Record {
 // profile say, seq and bdSeq included.
 func TestSparkplugSession(t *testing.T) {
 	tahu := sparkplugtest.NewTahu(t)
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	rec := spRecord(t, b.Addr())
 	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	now := uint64(clock.UnixMilli())
-	m, sp, stop := spRun(t, b.URL(), SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", Devices: spTestDevices,
+	m, sp, stop := spRun(t, b.URL(), Config{GroupID: "farm", EdgeNode: "gw1", Devices: spTestDevices,
 		Now: func() time.Time { return clock }})
 
 	// What each message must be, in order, as the steps below make them.
@@ -143,33 +159,33 @@ func TestSparkplugSession(t *testing.T) {
 	next := func() uint64 { s := seq; seq = (seq + 1) % 256; return s }
 	nbirth := func(bd int64) {
 		seq = 0
-		wants = append(wants, spWant{"spBv1.0/farm/NBIRTH/gw1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: []sparkplug.Metric{
-			{Name: "bdSeq", Type: sparkplug.Int64, Timestamp: now, Value: sparkplug.Int(sparkplug.Int64, bd)},
-			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Timestamp: now, Value: sparkplug.BoolOf(false)},
+		wants = append(wants, spWant{"spBv1.0/farm/NBIRTH/gw1", spb.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: []spb.Metric{
+			{Name: "bdSeq", Type: spb.Int64, Timestamp: now, Value: spb.Int(spb.Int64, bd)},
+			{Name: "Node Control/Rebirth", Type: spb.Boolean, Timestamp: now, Value: spb.BoolOf(false)},
 		}}})
 	}
 	ndeath := func(bd int64) {
-		wants = append(wants, spWant{"spBv1.0/farm/NDEATH/gw1", sparkplug.Payload{Timestamp: now, Metrics: []sparkplug.Metric{
-			{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, bd)},
+		wants = append(wants, spWant{"spBv1.0/farm/NDEATH/gw1", spb.Payload{Timestamp: now, Metrics: []spb.Metric{
+			{Name: "bdSeq", Type: spb.Int64, Value: spb.Int(spb.Int64, bd)},
 		}}})
 	}
 	// last values, by device and metric, as a DBIRTH must carry them
-	last := map[string][]sparkplug.Value{"rain-1": make([]sparkplug.Value, 3), "gas-1": make([]sparkplug.Value, 2)}
+	last := map[string][]spb.Value{"rain-1": make([]spb.Value, 3), "gas-1": make([]spb.Value, 2)}
 	lastAt := map[string][]uint64{"rain-1": make([]uint64, 3), "gas-1": make([]uint64, 2)}
 	dbirth := func(dev string) {
-		p := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}
+		p := spb.Payload{Timestamp: now, HasSeq: true, Seq: next()}
 		alias := uint64(1)
 		for _, d := range spTestDevices {
 			for i, mt := range d.Metrics {
 				if d.Name == dev {
-					sm := sparkplug.Metric{Name: mt.Name, Alias: alias, HasAlias: true, Type: mt.Type, Timestamp: lastAt[dev][i], Value: last[dev][i]}
+					sm := spb.Metric{Name: mt.Name, Alias: alias, HasAlias: true, Type: mt.Type, Timestamp: lastAt[dev][i], Value: last[dev][i]}
 					if sm.Timestamp == 0 {
 						sm.Timestamp = now
 					}
-					sm.Null = sm.Value.Kind == sparkplug.NoValue
+					sm.Null = sm.Value.Kind == spb.NoValue
 					if mt.Unit != "" {
-						sm.Properties = &sparkplug.PropertySet{}
-						sm.Properties.Add("engUnit", sparkplug.PropertyValue{Type: sparkplug.String, Value: sparkplug.StringOf(mt.Unit)})
+						sm.Properties = &spb.PropertySet{}
+						sm.Properties.Add("engUnit", spb.PropertyValue{Type: spb.String, Value: spb.StringOf(mt.Unit)})
 					}
 					p.Metrics = append(p.Metrics, sm)
 				}
@@ -179,8 +195,8 @@ func TestSparkplugSession(t *testing.T) {
 		// The packet's dedupe key, after every profile metric.
 		pa := map[string]uint64{"rain-1": 6, "gas-1": 8}[dev]
 		p.Metrics = append(p.Metrics,
-			sparkplug.Metric{Name: PacketSeq, Alias: pa, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
-			sparkplug.Metric{Name: packetEpoch, Alias: pa + 1, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
+			spb.Metric{Name: PacketSeq, Alias: pa, HasAlias: true, Type: spb.UInt64, Timestamp: now, Null: true},
+			spb.Metric{Name: packetEpoch, Alias: pa + 1, HasAlias: true, Type: spb.String, Timestamp: now, Null: true})
 		wants = append(wants, spWant{"spBv1.0/farm/DBIRTH/gw1/" + dev, p})
 	}
 
@@ -188,7 +204,7 @@ func TestSparkplugSession(t *testing.T) {
 	dbirth("rain-1")
 	dbirth("gas-1")
 	rec.wait(t, len(wants), "NBIRTH and two DBIRTHs")
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 
 	// Data: every field by alias; a field the reading lacks is null.
 	at := time.Date(2026, 3, 1, 11, 59, 30, 0, time.UTC)
@@ -196,33 +212,33 @@ func TestSparkplugSession(t *testing.T) {
 	ctx := context.Background()
 	readings := []struct {
 		p       packet.Packet
-		metrics []sparkplug.Metric
+		metrics []spb.Metric
 	}{
 		{packet.Packet{At: at, DeviceID: "rain-1", DataType: "Rain", Seq: 1, Epoch: "e-7f3a", Fields: []packet.Field{
 			{Name: "Level", Value: packet.Float(12.5, 2)}, {Name: "Count", Value: packet.Uint(7)}, {Name: "Heater", Value: packet.Bool(true)}}},
-			[]sparkplug.Metric{
-				{Alias: 1, HasAlias: true, Timestamp: atMs, Type: sparkplug.Double, Value: sparkplug.DoubleOf(12.5)},
-				{Alias: 2, HasAlias: true, Timestamp: atMs, Type: sparkplug.UInt16, Value: sparkplug.Int(sparkplug.UInt16, 7)},
-				{Alias: 3, HasAlias: true, Timestamp: atMs, Type: sparkplug.Boolean, Value: sparkplug.BoolOf(true)},
-				{Alias: 6, HasAlias: true, Timestamp: atMs, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, 1)},
-				{Alias: 7, HasAlias: true, Timestamp: atMs, Type: sparkplug.String, Value: sparkplug.StringOf("e-7f3a")},
+			[]spb.Metric{
+				{Alias: 1, HasAlias: true, Timestamp: atMs, Type: spb.Double, Value: spb.DoubleOf(12.5)},
+				{Alias: 2, HasAlias: true, Timestamp: atMs, Type: spb.UInt16, Value: spb.Int(spb.UInt16, 7)},
+				{Alias: 3, HasAlias: true, Timestamp: atMs, Type: spb.Boolean, Value: spb.BoolOf(true)},
+				{Alias: 6, HasAlias: true, Timestamp: atMs, Type: spb.UInt64, Value: spb.Int(spb.UInt64, 1)},
+				{Alias: 7, HasAlias: true, Timestamp: atMs, Type: spb.String, Value: spb.StringOf("e-7f3a")},
 			}},
 		{packet.Packet{At: at, DeviceID: "gas-1", DataType: "Gas", Seq: 2, Fields: []packet.Field{
 			{Name: "Offset", Value: packet.Int(-3)}, {Name: "Unknown", Value: packet.Int(1)}}},
-			[]sparkplug.Metric{
-				{Alias: 5, HasAlias: true, Timestamp: atMs, Type: sparkplug.Int32, Value: sparkplug.Int(sparkplug.Int32, -3)},
-				{Alias: 4, HasAlias: true, Timestamp: atMs, Type: sparkplug.Float, Null: true},
-				{Alias: 8, HasAlias: true, Timestamp: atMs, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, 2)},
-				{Alias: 9, HasAlias: true, Timestamp: atMs, Type: sparkplug.String, Null: true},
+			[]spb.Metric{
+				{Alias: 5, HasAlias: true, Timestamp: atMs, Type: spb.Int32, Value: spb.Int(spb.Int32, -3)},
+				{Alias: 4, HasAlias: true, Timestamp: atMs, Type: spb.Float, Null: true},
+				{Alias: 8, HasAlias: true, Timestamp: atMs, Type: spb.UInt64, Value: spb.Int(spb.UInt64, 2)},
+				{Alias: 9, HasAlias: true, Timestamp: atMs, Type: spb.String, Null: true},
 			}},
 	}
 	for _, r := range readings {
 		if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &r.p)}); err != nil {
 			t.Fatalf("Send: %v", err)
 		}
-		wants = append(wants, spWant{"spBv1.0/farm/DDATA/gw1/" + r.p.DeviceID, sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: r.metrics}})
+		wants = append(wants, spWant{"spBv1.0/farm/DDATA/gw1/" + r.p.DeviceID, spb.Payload{Timestamp: now, HasSeq: true, Seq: next(), Metrics: r.metrics}})
 	}
-	last["rain-1"] = []sparkplug.Value{sparkplug.DoubleOf(12.5), sparkplug.Int(sparkplug.UInt16, 7), sparkplug.BoolOf(true)}
+	last["rain-1"] = []spb.Value{spb.DoubleOf(12.5), spb.Int(spb.UInt16, 7), spb.BoolOf(true)}
 	lastAt["rain-1"] = []uint64{atMs, atMs, atMs}
 	rec.wait(t, len(wants), "two DDATA")
 
@@ -232,11 +248,11 @@ func TestSparkplugSession(t *testing.T) {
 	if err := sp.SetOnline(ctx, "gas-1", false); err != nil {
 		t.Fatal(err)
 	}
-	wants = append(wants, spWant{"spBv1.0/farm/DDEATH/gw1/gas-1", sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}})
+	wants = append(wants, spWant{"spBv1.0/farm/DDEATH/gw1/gas-1", spb.Payload{Timestamp: now, HasSeq: true, Seq: next()}})
 	if err := sp.Send(ctx, []buffer.Record{spRecordOf(t, &readings[1].p)}); err != nil {
 		t.Fatal(err)
 	}
-	hist := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: next()}
+	hist := spb.Payload{Timestamp: now, HasSeq: true, Seq: next()}
 	for _, m := range readings[1].metrics {
 		m.Historical = true
 		hist.Metrics = append(hist.Metrics, m)
@@ -251,7 +267,7 @@ func TestSparkplugSession(t *testing.T) {
 	// A rebirth asked by the host, encoded by Tahu.
 	ncmd := tahu.Encode(t, map[string]any{"timestamp": now, "metrics": []map[string]any{
 		{"name": "Node Control/Rebirth", "type": "Boolean", "value": true}}})[0]
-	host := mqttClient(t, b.Addr(), "host")
+	host := mqtttest.Client(t, b.Addr(), "host")
 	if tok := host.Publish("spBv1.0/farm/NCMD/gw1", 1, false, ncmd); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
@@ -262,13 +278,13 @@ func TestSparkplugSession(t *testing.T) {
 
 	// The connection breaks: the broker publishes the will, the NDEATH
 	// with the NBIRTH's bdSeq; the new connection births with the next.
-	m.cur.Load().drop(errors.New("test: connection cut"))
+	sp.cut(errors.New("test: connection cut"))
 	ndeath(0)
 	nbirth(1)
 	dbirth("rain-1")
 	dbirth("gas-1")
 	rec.wait(t, len(wants), "the will and the births of the new connection")
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 
 	// A clean stop publishes the NDEATH itself.
 	stop()
@@ -287,9 +303,9 @@ func TestSparkplugSession(t *testing.T) {
 // message.
 func TestSparkplugPrimaryHost(t *testing.T) {
 	tahu := sparkplugtest.NewTahu(t)
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	rec := spRecord(t, b.Addr())
-	host := mqttClient(t, b.Addr(), "scada")
+	host := mqtttest.Client(t, b.Addr(), "scada")
 	state := func(online bool, ts int64) {
 		t.Helper()
 		p := fmt.Sprintf(`{"online":%v,"timestamp":%d}`, online, ts)
@@ -300,9 +316,9 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 	state(false, 100)
 	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	now := uint64(clock.UnixMilli())
-	m, sp, _ := spRun(t, b.URL(), SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", PrimaryHost: "scada",
+	m, sp, _ := spRun(t, b.URL(), Config{GroupID: "farm", EdgeNode: "gw1", PrimaryHost: "scada",
 		Devices: spTestDevices[1:], Now: func() time.Time { return clock }})
-	mqttWaitConnected(t, m, true)
+	mqtttest.WaitConnected(t, m.Connected, true)
 	ctx := context.Background()
 
 	kept := packet.Packet{At: time.Now().Add(-time.Minute).Truncate(time.Second), DeviceID: "gas-1", Seq: 1, Fields: []packet.Field{
@@ -325,12 +341,12 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	keptMs, freshMs := uint64(kept.At.UnixMilli()), uint64(fresh.At.UnixMilli())
-	ddata := func(seq uint64, at uint64, hist bool, pseq int64) sparkplug.Payload {
-		return sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: seq, Metrics: []sparkplug.Metric{
-			{Alias: 1, HasAlias: true, Timestamp: at, Type: sparkplug.Float, Value: sparkplug.FloatOf(1.5), Historical: hist},
-			{Alias: 2, HasAlias: true, Timestamp: at, Type: sparkplug.Int32, Value: sparkplug.Int(sparkplug.Int32, 2), Historical: hist},
-			{Alias: 3, HasAlias: true, Timestamp: at, Type: sparkplug.UInt64, Value: sparkplug.Int(sparkplug.UInt64, pseq), Historical: hist},
-			{Alias: 4, HasAlias: true, Timestamp: at, Type: sparkplug.String, Null: true, Historical: hist},
+	ddata := func(seq uint64, at uint64, hist bool, pseq int64) spb.Payload {
+		return spb.Payload{Timestamp: now, HasSeq: true, Seq: seq, Metrics: []spb.Metric{
+			{Alias: 1, HasAlias: true, Timestamp: at, Type: spb.Float, Value: spb.FloatOf(1.5), Historical: hist},
+			{Alias: 2, HasAlias: true, Timestamp: at, Type: spb.Int32, Value: spb.Int(spb.Int32, 2), Historical: hist},
+			{Alias: 3, HasAlias: true, Timestamp: at, Type: spb.UInt64, Value: spb.Int(spb.UInt64, pseq), Historical: hist},
+			{Alias: 4, HasAlias: true, Timestamp: at, Type: spb.String, Null: true, Historical: hist},
 		}}
 	}
 	// A stale offline STATE is ignored: the node stays on this connection.
@@ -351,39 +367,39 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 	state(true, 400)
 	got := rec.wait(t, 8, "the births once the host is back")
 
-	nbirth := func(bd int64) sparkplug.Payload {
-		return sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: 0, Metrics: []sparkplug.Metric{
-			{Name: "bdSeq", Type: sparkplug.Int64, Timestamp: now, Value: sparkplug.Int(sparkplug.Int64, bd)},
-			{Name: "Node Control/Rebirth", Type: sparkplug.Boolean, Timestamp: now, Value: sparkplug.BoolOf(false)},
+	nbirth := func(bd int64) spb.Payload {
+		return spb.Payload{Timestamp: now, HasSeq: true, Seq: 0, Metrics: []spb.Metric{
+			{Name: "bdSeq", Type: spb.Int64, Timestamp: now, Value: spb.Int(spb.Int64, bd)},
+			{Name: "Node Control/Rebirth", Type: spb.Boolean, Timestamp: now, Value: spb.BoolOf(false)},
 		}}
 	}
-	dbirth := sparkplug.Payload{Timestamp: now, HasSeq: true, Seq: 1}
+	dbirth := spb.Payload{Timestamp: now, HasSeq: true, Seq: 1}
 	for i, mt := range spTestDevices[1].Metrics {
-		m := sparkplug.Metric{Name: mt.Name, Alias: uint64(i + 1), HasAlias: true, Type: mt.Type, Timestamp: now, Null: true}
+		m := spb.Metric{Name: mt.Name, Alias: uint64(i + 1), HasAlias: true, Type: mt.Type, Timestamp: now, Null: true}
 		if mt.Unit != "" {
-			m.Properties = &sparkplug.PropertySet{}
-			m.Properties.Add("engUnit", sparkplug.PropertyValue{Type: sparkplug.String, Value: sparkplug.StringOf(mt.Unit)})
+			m.Properties = &spb.PropertySet{}
+			m.Properties.Add("engUnit", spb.PropertyValue{Type: spb.String, Value: spb.StringOf(mt.Unit)})
 		}
 		dbirth.Metrics = append(dbirth.Metrics, m)
 	}
 	dbirth.Metrics = append(dbirth.Metrics,
-		sparkplug.Metric{Name: PacketSeq, Alias: 3, HasAlias: true, Type: sparkplug.UInt64, Timestamp: now, Null: true},
-		sparkplug.Metric{Name: packetEpoch, Alias: 4, HasAlias: true, Type: sparkplug.String, Timestamp: now, Null: true})
+		spb.Metric{Name: PacketSeq, Alias: 3, HasAlias: true, Type: spb.UInt64, Timestamp: now, Null: true},
+		spb.Metric{Name: packetEpoch, Alias: 4, HasAlias: true, Type: spb.String, Timestamp: now, Null: true})
 	wants := []spWant{
 		{"spBv1.0/farm/NBIRTH/gw1", nbirth(0)},
 		{"spBv1.0/farm/DBIRTH/gw1/gas-1", dbirth},
 		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(2, keptMs, true, 1)},
 		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(3, freshMs, false, 2)},
 		{"spBv1.0/farm/DDATA/gw1/gas-1", ddata(4, freshMs, false, 2)},
-		{"spBv1.0/farm/NDEATH/gw1", sparkplug.Payload{Timestamp: now, Metrics: []sparkplug.Metric{{Name: "bdSeq", Type: sparkplug.Int64, Value: sparkplug.Int(sparkplug.Int64, 0)}}}},
+		{"spBv1.0/farm/NDEATH/gw1", spb.Payload{Timestamp: now, Metrics: []spb.Metric{{Name: "bdSeq", Type: spb.Int64, Value: spb.Int(spb.Int64, 0)}}}},
 		{"spBv1.0/farm/NBIRTH/gw1", nbirth(1)},
 	}
 	// The second DBIRTH carries the fresh values, the kept ones being
 	// historical.
 	db2 := dbirth
-	db2.Metrics = append([]sparkplug.Metric(nil), dbirth.Metrics...)
-	db2.Metrics[0].Null, db2.Metrics[0].Value, db2.Metrics[0].Timestamp = false, sparkplug.FloatOf(1.5), freshMs
-	db2.Metrics[1].Null, db2.Metrics[1].Value, db2.Metrics[1].Timestamp = false, sparkplug.Int(sparkplug.Int32, 2), freshMs
+	db2.Metrics = append([]spb.Metric(nil), dbirth.Metrics...)
+	db2.Metrics[0].Null, db2.Metrics[0].Value, db2.Metrics[0].Timestamp = false, spb.FloatOf(1.5), freshMs
+	db2.Metrics[1].Null, db2.Metrics[1].Value, db2.Metrics[1].Timestamp = false, spb.Int(spb.Int32, 2), freshMs
 	wants = append(wants, spWant{"spBv1.0/farm/DBIRTH/gw1/gas-1", db2})
 
 	spCompare(t, tahu, got, wants)
@@ -393,7 +409,7 @@ func TestSparkplugPrimaryHost(t *testing.T) {
 // when a device goes offline and a DBIRTH when it is back.
 func TestSparkplugDeviceHealth(t *testing.T) {
 	tahu := sparkplugtest.NewTahu(t)
-	b := mqttStartBroker(t, mqttBrokerOpts{})
+	b := mqtttest.Broker(t, mqtttest.BrokerOptions{})
 	rec := spRecord(t, b.Addr())
 	var mu sync.Mutex
 	online := map[string]bool{"rain-1": true, "gas-1": true}
@@ -402,7 +418,7 @@ func TestSparkplugDeviceHealth(t *testing.T) {
 		online[dev] = on
 		mu.Unlock()
 	}
-	spRun(t, b.URL(), SparkplugConfig{GroupID: "farm", EdgeNode: "gw1", Devices: spTestDevices, OnlineEvery: 5 * time.Millisecond,
+	spRun(t, b.URL(), Config{GroupID: "farm", EdgeNode: "gw1", Devices: spTestDevices, OnlineEvery: 5 * time.Millisecond,
 		Online: func() map[string]bool {
 			mu.Lock()
 			defer mu.Unlock()
