@@ -19,11 +19,11 @@ const (
 	defaultSubscriptionMax = 4 << 10
 	// mqttInboundBytes bounds the bytes of the messages waiting in an
 	// upstream's queues (its subscriptions' and its hook's, see
-	// [Upstream.Admit]) together; a message that would pass it is dropped like one that
-	// finds its queue full. Admitted messages are not counted: a flood
-	// must not take their room; their own queue bounds them
-	// (subscriptionQueue × MaxSize), as the one-slot mailbox bounds load
-	// reports.
+	// [Upstream.Admit]) together; a message that would pass it is
+	// dropped like one that finds its queue full. Admitted messages are
+	// not counted: a flood must not take their room; their own queue
+	// bounds them (subscriptionQueue × MaxSize), as the one-slot mailbox
+	// bounds load reports.
 	mqttInboundBytes = 256 << 10
 	// mqttRefusalLogEvery is how often at most a kind of refusal is
 	// logged per upstream; the others are counted, and the next line
