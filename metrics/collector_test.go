@@ -156,6 +156,33 @@ func TestCollectorGolden(t *testing.T) {
 	}
 }
 
+// TestCollectorExposition holds the bytes written to
+// testdata/collector.golden exactly: family order, HELP and TYPE lines,
+// label order and number formatting. TestCollectorGolden parses both sides
+// and sorts the families, so it would not see a family moved or a label
+// reordered.
+func TestCollectorExposition(t *testing.T) {
+	c := NewCollector(fakeSources())
+	c.now = func() time.Time { return now }
+	var got bytes.Buffer
+	if err := c.Write(&got); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "collector.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		gl, wl := strings.Split(got.String(), "\n"), strings.Split(string(want), "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("exposition differs from testdata/collector.golden at line %d:\ngot  %s\nwant %s", i+1, gl[i], wl[i])
+			}
+		}
+		t.Fatalf("exposition has %d lines, testdata/collector.golden %d", len(gl), len(wl))
+	}
+}
+
 // TestCollectorValues spells out the values that need arithmetic, so that
 // the golden file cannot bless a wrong one.
 func TestCollectorValues(t *testing.T) {
