@@ -24,7 +24,7 @@ var layers = []struct {
 	{"leaves", []string{
 		"internal/atomicfile", "internal/journal", "internal/jsonkind", "internal/kclock",
 		"internal/sdnotify", "internal/signing", "internal/words", "internal/yamlconf", "internal/loopback", "internal/serialline",
-		"packet", "sensors/modbus", "sensors/modbus/spec", "sparkplug", "selector/cuckoo", "selector/lstm",
+		"packet", "metrics", "sensors/modbus", "sensors/modbus/spec", "sparkplug", "selector/cuckoo", "selector/lstm",
 		"firmware-profiles", "docs/schema",
 	}},
 	{"readings, the store and the pick", []string{
@@ -32,7 +32,7 @@ var layers = []struct {
 	}},
 	{"upstreams", []string{"uplink", "uplink/..."}},
 	{"the site file", []string{"config"}},
-	{"features over the site file", []string{"downlink", "exception", "fleet", "updategate", "metrics", "status"}},
+	{"features over the site file", []string{"downlink", "exception", "fleet", "updategate", "status"}},
 	{"the composition root", []string{"agent"}},
 	{"front ends over the root", []string{"commission", "demo"}},
 	{"binaries", []string{"cmd/..."}},

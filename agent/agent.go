@@ -17,11 +17,11 @@ import (
 	"fieldlink/exception"
 	"fieldlink/fleet"
 	"fieldlink/internal/kclock"
-	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
+	"fieldlink/status"
 	"fieldlink/uplink"
 )
 
@@ -322,16 +322,16 @@ func (g *Agent) Upstreams() []selector.Stats {
 }
 
 // Sources are the gateway's figures for the metrics and health endpoints.
-func (g *Agent) Sources() metrics.Sources {
-	src := metrics.Sources{
+func (g *Agent) Sources() status.Sources {
+	src := status.Sources{
 		Devices: func() []sensors.DeviceStatus { return g.Sensors().Status() },
-		Buses:   func() []metrics.BusSample { return g.Sensors().BusSamples() },
+		Buses:   func() []sensors.BusSample { return g.Sensors().BusSamples() },
 		Modbus:  func() map[string]modbus.Stats { return g.Sensors().ModbusStats() },
 		Ready: func() (bool, string) {
 			if err := g.Fatal(); err != nil {
 				return false, "buffer failed: " + err.Error()
 			}
-			return metrics.DevicesAnswering(g.Sensors().Status())
+			return sensors.DevicesAnswering(g.Sensors().Status())
 		},
 	}
 	g.statusSources(&src)
@@ -343,10 +343,10 @@ func (g *Agent) Sources() metrics.Sources {
 		return src
 	}
 	src.Buffer = g.q.Stats
-	src.Durability = func() metrics.Durability { return durability(g.q.State()) }
+	src.Durability = g.q.State
 	src.Remote = g.remoteState
 	if e := g.commands; e != nil {
-		src.Downlink = func() metrics.DownlinkStatus { return downlinkStatus(g.Config(), e) }
+		src.Downlink = func() status.DownlinkStatus { return downlinkStatus(g.Config(), e) }
 		src.Commands = func() map[string]uint64 {
 			out := map[string]uint64{}
 			for st, n := range e.Counts() {

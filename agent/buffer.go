@@ -15,7 +15,6 @@ import (
 	"fieldlink/buffer"
 	"fieldlink/buffer/cardstore"
 	"fieldlink/config"
-	"fieldlink/metrics"
 )
 
 // ServiceUser is the user the Debian package creates and runs the service
@@ -259,10 +258,4 @@ func ownerOf(p string) int {
 		return -1
 	}
 	return int(st.Uid)
-}
-
-// durability is the store's state as the metrics and the status page take
-// it.
-func durability(s cardstore.State) metrics.Durability {
-	return metrics.Durability{Durable: s.Durable, Reason: string(s.Fault), Words: s.Words, Since: s.Since, Volatile: s.Volatile}
 }

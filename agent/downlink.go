@@ -14,10 +14,10 @@ import (
 	"fieldlink/config"
 	"fieldlink/downlink"
 	"fieldlink/internal/signing"
-	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
+	"fieldlink/status"
 	"fieldlink/uplink"
 )
 
@@ -232,8 +232,8 @@ func commandWords(r downlink.Recent) string {
 
 // downlinkStatus is the downlink as the status page shows it: newest
 // command first.
-func downlinkStatus(c *config.Config, e *downlink.Engine) metrics.DownlinkStatus {
-	st := metrics.DownlinkStatus{Enabled: c.Downlink.Enabled, Unsigned: unsigned(c)}
+func downlinkStatus(c *config.Config, e *downlink.Engine) status.DownlinkStatus {
+	st := status.DownlinkStatus{Enabled: c.Downlink.Enabled, Unsigned: unsigned(c)}
 	recent := e.Recent()
 	for i := len(recent) - 1; i >= 0; i-- {
 		r := recent[i]
@@ -241,7 +241,7 @@ func downlinkStatus(c *config.Config, e *downlink.Engine) metrics.DownlinkStatus
 		if r.Reason != "" {
 			result += ": " + r.Reason
 		}
-		st.Commands = append(st.Commands, metrics.DownlinkCommand{At: r.At, Device: r.Device, Command: commandWords(r), OK: r.Status == downlink.StatusDone, Result: result})
+		st.Commands = append(st.Commands, status.DownlinkCommand{At: r.At, Device: r.Device, Command: commandWords(r), OK: r.Status == downlink.StatusDone, Result: result})
 	}
 	return st
 }

@@ -56,7 +56,7 @@ func TestExceptionRunningGatewayTakesNoSeq(t *testing.T) {
 		}
 	}
 	var m strings.Builder
-	if err := metrics.NewCollector(g.Sources()).Write(&m); err != nil {
+	if err := metrics.Write(&m, time.Now(), collectors(g.Sources())...); err != nil {
 		t.Fatal(err)
 	}
 	if want := fmt.Sprintf("\nfieldlink_packets_held_back_total %d\n", polled-len(seqs)); !strings.Contains(m.String(), want) {

@@ -7,7 +7,6 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/fleet"
-	"fieldlink/metrics"
 	"fieldlink/sensors"
 	"fieldlink/uplink"
 )
@@ -98,12 +97,13 @@ func (g *Agent) publishReport(r fleet.Report) bool {
 
 // remoteState is the last configuration state reported, for the metrics
 // and the status page; nil before any.
-func (g *Agent) remoteState() *metrics.RemoteState {
+func (g *Agent) remoteState() *fleet.Report {
 	r := g.fleetReport.Load()
 	if r == nil {
 		return nil
 	}
-	return &metrics.RemoteState{Serial: r.Serial, State: r.State, Reason: r.Reason, At: r.At}
+	c := *r
+	return &c
 }
 
 // StartRemote runs the remote configuration's manager beside the gateway,

@@ -14,10 +14,17 @@ import (
 	"sync"
 	"time"
 
+	"fieldlink/buffer/cardstore"
 	"fieldlink/config"
+	"fieldlink/downlink"
+	"fieldlink/exception"
+	"fieldlink/fleet"
 	"fieldlink/metrics"
+	"fieldlink/selector"
 	"fieldlink/sensors"
+	"fieldlink/sensors/modbus"
 	"fieldlink/status"
+	"fieldlink/uplink"
 )
 
 // Retries of a metrics listener that could not start: its port may be
@@ -34,7 +41,7 @@ const (
 // is logged, not fatal: the gateway's job is the data. It is tried again,
 // 1 s doubling to 30 s, unless its address can never be served (not
 // loopback without allow_remote).
-func ServeMetrics(c *config.Config, src metrics.Sources, log *slog.Logger) (stop func()) {
+func ServeMetrics(c *config.Config, src status.Sources, log *slog.Logger) (stop func()) {
 	if c.Metrics.Listen == "off" {
 		return func() {}
 	}
@@ -74,7 +81,7 @@ func ServeMetrics(c *config.Config, src metrics.Sources, log *slog.Logger) (stop
 
 // StartMetrics is ServeMetrics that returns the address it listens on, or
 // why it cannot listen.
-func StartMetrics(c *config.Config, src metrics.Sources, log *slog.Logger) (addr string, stop func(), err error) {
+func StartMetrics(c *config.Config, src status.Sources, log *slog.Logger) (addr string, stop func(), err error) {
 	l := log.With("component", "metrics")
 	ln, err := metrics.Listen(c.Metrics.Listen, c.Metrics.AllowRemote)
 	if err != nil {
@@ -98,7 +105,7 @@ func StartMetrics(c *config.Config, src metrics.Sources, log *slog.Logger) (addr
 // health endpoints and the status page, with, when the listener is open to
 // the LAN, the token of c's token file, created at the first start. A
 // token that cannot be read leaves the page to loopback clients.
-func MetricsHandler(c *config.Config, src metrics.Sources, log *slog.Logger) http.Handler {
+func MetricsHandler(c *config.Config, src status.Sources, log *slog.Logger) http.Handler {
 	opt := metrics.HandlerOptions{Pages: status.New(src, status.Options{}).Pages(), ScrapeToken: c.Metrics.ScrapeToken}
 	if c.Metrics.AllowRemote {
 		file := c.Metrics.TokenFile
@@ -115,7 +122,25 @@ func MetricsHandler(c *config.Config, src metrics.Sources, log *slog.Logger) htt
 		}
 		opt.Auth = metrics.NewAuth(tok)
 	}
-	return metrics.NewHandler(src, opt)
+	opt.Ready = src.Ready
+	return metrics.NewHandler(collectors(src), opt)
+}
+
+// collectors are the gateway's metrics over src: each component's
+// collector, in the order /metrics writes their families. A nil source
+// leaves its collector's families out.
+func collectors(src status.Sources) []metrics.Collector {
+	return []metrics.Collector{
+		sensors.DeviceMetrics{Devices: src.Devices, Buses: src.Buses},
+		modbus.Metrics{Stats: src.Modbus},
+		cardstore.Metrics{Stats: src.Buffer, State: src.Durability},
+		uplink.Metrics{Delivery: src.Delivery},
+		selector.Metrics{Upstreams: src.Upstreams, Strategy: src.Selector, Fallbacks: src.SelectorFallbacks},
+		downlink.Metrics{Commands: src.Commands},
+		fleet.Metrics{Report: src.Remote},
+		sensors.ReadingMetrics{Readings: src.Readings},
+		exception.Metrics{HeldBack: src.HeldBack},
+	}
 }
 
 // statusState is what the status page knows of the gateway beyond the
@@ -125,7 +150,7 @@ type statusState struct {
 
 	mu     sync.Mutex
 	hash   string // SHA-256 of the site file in force, as loaded; "" if unreadable
-	reload *metrics.ReloadResult
+	reload *status.ReloadResult
 }
 
 // loaded records c as the site file in force.
@@ -139,7 +164,7 @@ func (st *statusState) loaded(c *config.Config) {
 // reloaded records a reload's outcome; c is the site file in force after
 // it.
 func (st *statusState) reloaded(c *config.Config, err error) {
-	r := &metrics.ReloadResult{At: time.Now()}
+	r := &status.ReloadResult{At: time.Now()}
 	if err != nil {
 		r.Err = err.Error()
 	} else {
@@ -159,7 +184,7 @@ func (g *Agent) ReloadRefused(err error) {
 	if err == nil {
 		return
 	}
-	r := &metrics.ReloadResult{At: time.Now(), Err: firstLines(err.Error(), ReloadErrorLines)}
+	r := &status.ReloadResult{At: time.Now(), Err: firstLines(err.Error(), ReloadErrorLines)}
 	g.status.mu.Lock()
 	g.status.reload = r
 	g.status.mu.Unlock()
@@ -189,12 +214,12 @@ func fileHash(file string) string {
 }
 
 // statusSources adds the status page's own sources to src.
-func (g *Agent) statusSources(src *metrics.Sources) {
+func (g *Agent) statusSources(src *status.Sources) {
 	src.Points = func(now time.Time) []sensors.Point { return g.Sensors().Points(now) }
 	src.Identity = g.identity
 	if g.q != nil {
 		dir := filepath.Dir(g.Config().Buffer.Path)
-		src.Disk = func() (metrics.DiskSpace, bool) { return status.Disk(dir) }
+		src.Disk = func() (status.DiskSpace, bool) { return status.Disk(dir) }
 	}
 	// Downlink stays nil until the gateway has one: then it reports
 	// whether it is enabled and its latest commands.
@@ -202,18 +227,18 @@ func (g *Agent) statusSources(src *metrics.Sources) {
 
 // identity is who the gateway is, and whether its site file on disk is
 // the one in force.
-func (g *Agent) identity() metrics.Identity {
+func (g *Agent) identity() status.GatewayIdentity {
 	c := g.Config()
 	st := &g.status
 	st.mu.Lock()
 	hash := st.hash
-	var reload *metrics.ReloadResult
+	var reload *status.ReloadResult
 	if st.reload != nil {
 		r := *st.reload
 		reload = &r
 	}
 	st.mu.Unlock()
-	si := metrics.Identity{
+	si := status.GatewayIdentity{
 		SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Location: c.Location, Version: g.opt.Version,
 		Started: st.started, ConfigFile: c.File, ConfigSHA256: hash, LastReload: reload,
 	}

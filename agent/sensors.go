@@ -7,7 +7,6 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/exception"
-	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
@@ -137,10 +136,10 @@ func (s *Sensors) ModbusStats() map[string]modbus.Stats {
 }
 
 // BusSamples sums each bus's busy time and overruns over its devices.
-func (s *Sensors) BusSamples() []metrics.BusSample {
-	out := make([]metrics.BusSample, 0, len(s.Buses()))
+func (s *Sensors) BusSamples() []sensors.BusSample {
+	out := make([]sensors.BusSample, 0, len(s.Buses()))
 	for _, b := range s.Buses() {
-		smp := metrics.BusSample{Name: b.Name()}
+		smp := sensors.BusSample{Name: b.Name()}
 		for _, d := range b.Status() {
 			smp.Busy += d.Busy
 			smp.Overruns += d.Overruns

@@ -18,7 +18,7 @@ const testToken = "tok-0123456789abcdef-0123456789"
 // token; scrapeToken guards /metrics too.
 func guarded(a *Auth, scrapeToken bool) http.Handler {
 	page := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "the page") })
-	return NewHandler(Sources{}, HandlerOptions{
+	return NewHandler(nil, HandlerOptions{
 		Pages: map[string]http.Handler{"GET /{$}": page, "GET /status.json": page},
 		Auth:  a, ScrapeToken: scrapeToken,
 	})

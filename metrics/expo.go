@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -32,13 +33,43 @@ const (
 	histogramType metricType = "histogram"
 )
 
-// desc describes one metric family.
-type desc struct {
+// Desc describes one metric family: its name, HELP text, TYPE and label
+// names. A component makes its own with [NewCounter], [NewGauge] and
+// [NewHistogram], once, and lists them in its [Collector]'s Families.
+type Desc struct {
 	name   string
 	help   string
 	typ    metricType
 	labels []string
 }
+
+// NewCounter describes a counter; its name ends in _total.
+func NewCounter(name, help string, labels ...string) *Desc {
+	return newDesc(name, help, counterType, labels)
+}
+
+// NewGauge describes a gauge.
+func NewGauge(name, help string, labels ...string) *Desc {
+	return newDesc(name, help, gaugeType, labels)
+}
+
+// NewHistogram describes a histogram; its series are added with
+// [Scrape.AddHistogram], and the le label is the writer's.
+func NewHistogram(name, help string, labels ...string) *Desc {
+	return newDesc(name, help, histogramType, labels)
+}
+
+// newDesc is not inlined: the components call the constructors above for
+// every metric, once at start, and an inlined copy in each call costs the
+// ARM field binary tens of kilobytes.
+//
+//go:noinline
+func newDesc(name, help string, typ metricType, labels []string) *Desc {
+	return &Desc{name: name, help: help, typ: typ, labels: labels}
+}
+
+// Name is the family's name.
+func (d *Desc) Name() string { return d.name }
 
 // sample is one series of a family at scrape time. For a summary or a
 // histogram, value is the sum and count the count; a histogram's bucket i
@@ -51,17 +82,35 @@ type sample struct {
 	cum    []uint64
 }
 
-// scrape gathers the samples of one scrape, family by family.
-type scrape struct {
-	samples map[*desc][]sample
+// Scrape gathers the samples of one scrape, family by family: the
+// collectors add their series to it, and it writes them in the order of
+// the collectors' families.
+type Scrape struct {
+	now     time.Time
+	samples map[*Desc][]sample
 	errs    []error
 }
 
-func newScrape() *scrape { return &scrape{samples: map[*desc][]sample{}} }
+func newScrape(now time.Time) *Scrape { return &Scrape{now: now, samples: map[*Desc][]sample{}} }
+
+// Now is the time of the scrape: what an age or a reading is taken at.
+func (s *Scrape) Now() time.Time { return s.now }
+
+// Add adds one series of a counter or a gauge, its label values in the
+// order of d's labels.
+func (s *Scrape) Add(d *Desc, v float64, labels ...string) {
+	s.add(d, sample{labels: labels, value: v})
+}
+
+// AddHistogram adds one series of a histogram: sum and count of its
+// observations, and cum[i] observations at most bounds[i] (cumulative).
+func (s *Scrape) AddHistogram(d *Desc, sum float64, count uint64, bounds []float64, cum []uint64, labels ...string) {
+	s.add(d, sample{labels: labels, value: sum, count: count, bounds: bounds, cum: cum})
+}
 
 // add records one series. A label value that is not UTF-8 fails its own
 // series only: it is left out and reported as an error of the scrape.
-func (s *scrape) add(d *desc, sm sample) {
+func (s *Scrape) add(d *Desc, sm sample) {
 	if len(sm.labels) != len(d.labels) {
 		s.errs = append(s.errs, fmt.Errorf("metrics: %s: %d label values for %d labels", d.name, len(sm.labels), len(d.labels)))
 		return
@@ -77,7 +126,18 @@ func (s *scrape) add(d *desc, sm sample) {
 
 // write writes the families in order, each with its HELP and TYPE and its
 // series sorted by label values; a family without series is left out.
-func (s *scrape) write(w io.Writer, families []*desc) error {
+func (s *Scrape) write(w io.Writer, families []*Desc) error {
+	if len(s.samples) > 0 {
+		listed := make(map[*Desc]bool, len(families))
+		for _, d := range families {
+			listed[d] = true
+		}
+		for d := range s.samples {
+			if !listed[d] {
+				s.errs = append(s.errs, fmt.Errorf("metrics: %s: a series of a family its collector does not list", d.name))
+			}
+		}
+	}
 	bw := bufio.NewWriter(w)
 	for _, d := range families {
 		ss := s.samples[d]

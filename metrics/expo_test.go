@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -13,23 +14,23 @@ import (
 // TestExpositionRoundTrip writes awkward label values, help texts and
 // values and reads them back with the reference parser.
 func TestExpositionRoundTrip(t *testing.T) {
-	d := &desc{name: "x_total", help: "back\\slash and\nnewline", typ: counterType, labels: []string{"a", "b"}}
-	g := &desc{name: "y", help: "gauge", typ: gaugeType}
-	sm := &desc{name: "z_seconds", help: "summary", typ: summaryType, labels: []string{"u"}}
+	d := &Desc{name: "x_total", help: "back\\slash and\nnewline", typ: counterType, labels: []string{"a", "b"}}
+	g := &Desc{name: "y", help: "gauge", typ: gaugeType}
+	sm := &Desc{name: "z_seconds", help: "summary", typ: summaryType, labels: []string{"u"}}
 	labels := [][]string{
 		{`quote"d`, `back\slash`},
 		{"new\nline", "ünïcødé 甲烷"},
 		{"", "empty first"},
 	}
 	values := []float64{0, 1e-9, 123456789012}
-	s := newScrape()
+	s := newScrape(time.Time{})
 	for i, l := range labels {
 		s.add(d, sample{labels: l, value: values[i]})
 	}
 	s.add(g, sample{value: math.Inf(1)})
 	s.add(sm, sample{labels: []string{"mqtt://a:1883"}, value: 1.5, count: 3})
 	var buf bytes.Buffer
-	if err := s.write(&buf, []*desc{d, g, sm}); err != nil {
+	if err := s.write(&buf, []*Desc{d, g, sm}); err != nil {
 		t.Fatal(err)
 	}
 	text := buf.String()
@@ -69,13 +70,13 @@ func TestExpositionRoundTrip(t *testing.T) {
 // TestScrapeRejects checks that a series with an invalid label value or
 // the wrong number of labels is left out and reported.
 func TestScrapeRejects(t *testing.T) {
-	d := &desc{name: "x", help: "h", typ: gaugeType, labels: []string{"a"}}
-	s := newScrape()
+	d := &Desc{name: "x", help: "h", typ: gaugeType, labels: []string{"a"}}
+	s := newScrape(time.Time{})
 	s.add(d, sample{labels: []string{"bad\xff"}})
 	s.add(d, sample{labels: []string{"a", "b"}})
 	s.add(d, sample{labels: []string{"good"}, value: 2})
 	var buf bytes.Buffer
-	err := s.write(&buf, []*desc{d})
+	err := s.write(&buf, []*Desc{d})
 	if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") || !strings.Contains(err.Error(), "2 label values for 1 labels") {
 		t.Errorf("write error = %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,24 +27,27 @@ const shutdownGrace = 5 * time.Second
 // scrapeErrors counts the scrapes that left a series out.
 var scrapeErrors atomic.Uint64
 
-var scrapeErrorsDesc = &desc{name: "fieldlink_metrics_scrape_errors_total",
+var scrapeErrorsDesc = &Desc{name: "fieldlink_metrics_scrape_errors_total",
 	help: "Scrapes that left out a series they could not write (a label value not valid UTF-8).", typ: counterType}
 
 // Handler returns the metrics and health endpoints:
 //
-//   - /metrics: the collector over src, then the Go runtime and process
-//     figures, in the text exposition format. A series that cannot be
-//     written is left out (and counted), not the whole scrape.
+//   - /metrics: the families of cs, in order, then the Go runtime and
+//     process figures, in the text exposition format. A series that cannot
+//     be written is left out (and counted), not the whole scrape.
 //   - /healthz: 200 "ok" while the process serves HTTP at all.
-//   - /readyz: 200 "ready" when src.Ready says so (or is nil), else 503
-//     with the reason.
+//   - /readyz: 200 "ready" (see [HandlerOptions.Ready]).
 //
 // Every method but GET and HEAD is answered 405: nothing served changes
 // anything.
-func Handler(src Sources) http.Handler { return NewHandler(src, HandlerOptions{}) }
+func Handler(cs ...Collector) http.Handler { return NewHandler(cs, HandlerOptions{}) }
 
-// HandlerOptions add pages and a token to [Handler]'s endpoints.
+// HandlerOptions add readiness, pages and a token to [Handler]'s endpoints.
 type HandlerOptions struct {
+	// Ready reports whether the gateway is ready, and why not when it is
+	// not: /readyz answers 200 "ready", or 503 with the reason. Nil means
+	// always ready.
+	Ready func() (ready bool, why string)
 	// Pages are more routes, by [http.ServeMux] pattern ("GET /{$}"): the
 	// status page.
 	Pages map[string]http.Handler
@@ -55,24 +59,24 @@ type HandlerOptions struct {
 	ScrapeToken bool
 }
 
-// NewHandler is [Handler] with opt's pages and token.
-func NewHandler(src Sources, opt HandlerOptions) http.Handler {
+// NewHandler is [Handler] with opt's readiness, pages and token.
+func NewHandler(cs []Collector, opt HandlerOptions) http.Handler {
 	guard := func(h http.Handler) http.Handler { return h }
 	if opt.Auth != nil {
 		guard = opt.Auth.Guard
 	}
-	c := NewCollector(src)
+	cs = slices.Clone(cs)
 	var mu sync.Mutex // one scrape at a time: each reads every source
 	mux := http.NewServeMux()
 	scrape := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		var buf bytes.Buffer
-		err := c.Write(&buf)
+		err := Write(&buf, time.Now(), cs...)
 		if err != nil {
 			scrapeErrors.Add(1)
 		}
-		rt := newScrape()
+		rt := newScrape(time.Time{})
 		collectRuntime(rt)
 		rt.add(scrapeErrorsDesc, sample{value: float64(scrapeErrors.Load())})
 		_ = rt.write(&buf, runtimeFamilies)
@@ -95,8 +99,8 @@ func NewHandler(src Sources, opt HandlerOptions) http.Handler {
 		plain(w, http.StatusOK, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if src.Ready != nil {
-			if ok, why := src.Ready(); !ok {
+		if opt.Ready != nil {
+			if ok, why := opt.Ready(); !ok {
 				if why == "" {
 					why = "not ready"
 				}

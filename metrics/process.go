@@ -13,17 +13,17 @@ import (
 // The Go runtime and process metrics, under the names the reference
 // client's collectors use, so that the usual dashboards and alerts work.
 var (
-	goGoroutines    = &desc{name: "go_goroutines", help: "Number of goroutines that currently exist.", typ: gaugeType}
-	goHeapAlloc     = &desc{name: "go_memstats_heap_alloc_bytes", help: "Number of heap bytes allocated and currently in use.", typ: gaugeType}
-	goSys           = &desc{name: "go_memstats_sys_bytes", help: "Number of bytes obtained from system.", typ: gaugeType}
-	goInfo          = &desc{name: "go_info", help: "Information about the Go environment.", typ: gaugeType, labels: []string{"version"}}
-	procCPU         = &desc{name: "process_cpu_seconds_total", help: "Total user and system CPU time spent in seconds.", typ: counterType}
-	procRSS         = &desc{name: "process_resident_memory_bytes", help: "Resident memory size in bytes.", typ: gaugeType}
-	procVirt        = &desc{name: "process_virtual_memory_bytes", help: "Virtual memory size in bytes.", typ: gaugeType}
-	procOpenFDs     = &desc{name: "process_open_fds", help: "Number of open file descriptors.", typ: gaugeType}
-	procMaxFDs      = &desc{name: "process_max_fds", help: "Maximum number of open file descriptors.", typ: gaugeType}
-	procStartTime   = &desc{name: "process_start_time_seconds", help: "Start time of the process since unix epoch in seconds.", typ: gaugeType}
-	runtimeFamilies = []*desc{goGoroutines, goHeapAlloc, goSys, goInfo, procCPU, procRSS, procVirt, procOpenFDs, procMaxFDs, procStartTime, scrapeErrorsDesc}
+	goGoroutines    = &Desc{name: "go_goroutines", help: "Number of goroutines that currently exist.", typ: gaugeType}
+	goHeapAlloc     = &Desc{name: "go_memstats_heap_alloc_bytes", help: "Number of heap bytes allocated and currently in use.", typ: gaugeType}
+	goSys           = &Desc{name: "go_memstats_sys_bytes", help: "Number of bytes obtained from system.", typ: gaugeType}
+	goInfo          = &Desc{name: "go_info", help: "Information about the Go environment.", typ: gaugeType, labels: []string{"version"}}
+	procCPU         = &Desc{name: "process_cpu_seconds_total", help: "Total user and system CPU time spent in seconds.", typ: counterType}
+	procRSS         = &Desc{name: "process_resident_memory_bytes", help: "Resident memory size in bytes.", typ: gaugeType}
+	procVirt        = &Desc{name: "process_virtual_memory_bytes", help: "Virtual memory size in bytes.", typ: gaugeType}
+	procOpenFDs     = &Desc{name: "process_open_fds", help: "Number of open file descriptors.", typ: gaugeType}
+	procMaxFDs      = &Desc{name: "process_max_fds", help: "Maximum number of open file descriptors.", typ: gaugeType}
+	procStartTime   = &Desc{name: "process_start_time_seconds", help: "Start time of the process since unix epoch in seconds.", typ: gaugeType}
+	runtimeFamilies = []*Desc{goGoroutines, goHeapAlloc, goSys, goInfo, procCPU, procRSS, procVirt, procOpenFDs, procMaxFDs, procStartTime, scrapeErrorsDesc}
 )
 
 // userHZ is the kernel's clock tick for /proc times: 100 on every Linux
@@ -32,14 +32,14 @@ const userHZ = 100
 
 // collectRuntime adds the Go runtime's figures and, where /proc exists,
 // the process's. A figure it cannot read is left out.
-func collectRuntime(s *scrape) {
+func collectRuntime(s *Scrape) {
 	rs := []metrics.Sample{
 		{Name: "/sched/goroutines:goroutines"},
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/memory/classes/total:bytes"},
 	}
 	metrics.Read(rs)
-	for i, d := range []*desc{goGoroutines, goHeapAlloc, goSys} {
+	for i, d := range []*Desc{goGoroutines, goHeapAlloc, goSys} {
 		if rs[i].Value.Kind() == metrics.KindUint64 {
 			s.add(d, sample{value: float64(rs[i].Value.Uint64())})
 		}

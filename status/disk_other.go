@@ -2,7 +2,5 @@
 
 package status
 
-import "fieldlink/metrics"
-
 // Disk cannot read a file system's space here.
-func Disk(path string) (metrics.DiskSpace, bool) { return metrics.DiskSpace{}, false }
+func Disk(path string) (DiskSpace, bool) { return DiskSpace{}, false }

@@ -4,8 +4,8 @@
 // with no network beyond the gateway. /status.json serves the same
 // snapshot as one JSON document.
 //
-// The page and the JSON are built from [metrics.Sources], the snapshot
-// functions the Prometheus collector reads: a view costs a few
+// The page and the JSON are built from [Sources], the snapshot functions
+// the agent also makes the Prometheus collectors of: a view costs a few
 // mutex-protected copies and one read-only bbolt transaction, and nothing
 // runs between views. The metrics listener mounts [Server.Pages] beside
 // /metrics (see [metrics.NewHandler]), which keeps them read-only and asks

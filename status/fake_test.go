@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"fieldlink/buffer"
-	"fieldlink/metrics"
+	"fieldlink/buffer/cardstore"
 	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/sensors"
@@ -27,10 +27,10 @@ type fake struct {
 	busy      map[string]time.Duration
 	delivered map[string]uint64
 	ups       []selector.Stats
-	site      metrics.Identity
-	downlink  *metrics.DownlinkStatus
+	site      GatewayIdentity
+	downlink  *DownlinkStatus
 	buf       buffer.Stats
-	durable   *metrics.Durability // nil: no durability source
+	durable   *cardstore.State // nil: no durability source
 	// upErr is each upstream's last error in words, at t0 - 5 s;
 	// lastDelivered when an upstream last acknowledged a batch.
 	upErr         map[string]string
@@ -40,14 +40,14 @@ type fake struct {
 	upDown, upFailing map[string]time.Time
 }
 
-func (f *fake) sources() metrics.Sources {
-	src := metrics.Sources{
+func (f *fake) sources() Sources {
+	src := Sources{
 		Devices: func() []sensors.DeviceStatus { return f.devs },
 		Points:  func(time.Time) []sensors.Point { return f.points },
-		Buses: func() []metrics.BusSample {
-			var out []metrics.BusSample
+		Buses: func() []sensors.BusSample {
+			var out []sensors.BusSample
 			for _, name := range []string{"a", "b"} {
-				out = append(out, metrics.BusSample{Name: name, Busy: f.busy[name]})
+				out = append(out, sensors.BusSample{Name: name, Busy: f.busy[name]})
 			}
 			return out
 		},
@@ -70,14 +70,14 @@ func (f *fake) sources() metrics.Sources {
 		},
 		Upstreams: func() []selector.Stats { return f.ups },
 		Selector:  func() string { return "drf_cswlc" },
-		Identity:  func() metrics.Identity { return f.site },
-		Disk:      func() (metrics.DiskSpace, bool) { return metrics.DiskSpace{Free: 5 << 30, Total: 8 << 30}, true },
+		Identity:  func() GatewayIdentity { return f.site },
+		Disk:      func() (DiskSpace, bool) { return DiskSpace{Free: 5 << 30, Total: 8 << 30}, true },
 	}
 	if f.downlink != nil {
-		src.Downlink = func() metrics.DownlinkStatus { return *f.downlink }
+		src.Downlink = func() DownlinkStatus { return *f.downlink }
 	}
 	if f.durable != nil {
-		src.Durability = func() metrics.Durability { return *f.durable }
+		src.Durability = func() cardstore.State { return *f.durable }
 	}
 	return src
 }
@@ -105,7 +105,7 @@ func newFake() *fake {
 			{Name: "mqtt://one:1883", Up: true, Samples: 3, LatencyMean: 40 * time.Millisecond},
 			{Name: "mqtt://two:1883", ConsecutiveFailures: 2, LastFailure: t0.Add(-time.Second), LastTimeout: t0.Add(-time.Second)},
 		},
-		site: metrics.Identity{SiteID: "M1", GatewayID: "gw-1", Version: "v1.2.3", Started: t0.Add(-time.Hour),
+		site: GatewayIdentity{SiteID: "M1", GatewayID: "gw-1", Version: "v1.2.3", Started: t0.Add(-time.Hour),
 			ConfigFile: "/etc/fieldlink/site.yaml", ConfigSHA256: strings.Repeat("ab", 32), OnDiskSHA256: strings.Repeat("ab", 32)},
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/sensors"
@@ -95,7 +94,7 @@ func TestAlarmFirst(t *testing.T) {
 	f := newFake()
 	f.points[0].Value = packet.Float(1.25, 2)
 	f.points[0].Alarm = &sensors.Crossed{Above: true, Limit: 1, Since: t0.Add(-74 * time.Second)}
-	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "site.yaml:7:63: buses[0].devices[0].windw: unknown field"}
+	f.site.LastReload = &ReloadResult{At: t0.Add(-time.Minute), Err: "site.yaml:7:63: buses[0].devices[0].windw: unknown field"}
 	html, js := page(t, f, t0)
 	main := html[index(t, html, "<main id=main>")+len("<main id=main>"):]
 	if !strings.HasPrefix(main, "<section class=alarm id=alarms>") {
@@ -160,10 +159,10 @@ func TestUpstreamSince(t *testing.T) {
 func TestPageSmallThings(t *testing.T) {
 	f := newFake()
 	f.site.Location = time.FixedZone("", 8*3600)
-	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "site.yaml:7:63: buses[0].devices[0].windw: unknown field\nsite.yaml:9:3: buses[0].devices[1].slave: must be 1 to 247"}
+	f.site.LastReload = &ReloadResult{At: t0.Add(-time.Minute), Err: "site.yaml:7:63: buses[0].devices[0].windw: unknown field\nsite.yaml:9:3: buses[0].devices[1].slave: must be 1 to 247"}
 	f.devs[0].Polls = 1
 	f.buf.Normal, f.buf.Alarms = 0, 1
-	f.downlink = &metrics.DownlinkStatus{Enabled: true, Commands: []metrics.DownlinkCommand{
+	f.downlink = &DownlinkStatus{Enabled: true, Commands: []DownlinkCommand{
 		{At: t0, Device: "valve-1", Command: "Open = true (cmd-2026-0042)", Result: "expired: expired at 2026-11-30T07:59:00Z"},
 		{At: t0, Device: "valve-1", Command: "", Result: "rejected: unreadable"},
 	}}

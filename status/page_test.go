@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/buffer/cardstore"
 	"fieldlink/internal/testtool"
 	"fieldlink/metrics"
 	"fieldlink/sensors"
@@ -24,11 +25,11 @@ func TestPageEscapes(t *testing.T) {
 	f.devs[1].LastError = evil
 	f.ups[0].Name = evil
 	f.site.SiteID, f.site.ConfigFile = evil, evil
-	f.downlink = &metrics.DownlinkStatus{Enabled: true, Commands: []metrics.DownlinkCommand{{At: t0, Device: evil, Command: evil, Result: evil}}}
+	f.downlink = &DownlinkStatus{Enabled: true, Commands: []DownlinkCommand{{At: t0, Device: evil, Command: evil, Result: evil}}}
 	now := t0
 	s := server(f, &now)
 	for _, path := range []string{"/", "/?fragment=1"} {
-		page := body(t, get(t, metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: s.Pages()}), path))
+		page := body(t, get(t, metrics.NewHandler(nil, metrics.HandlerOptions{Pages: s.Pages()}), path))
 		if strings.Contains(page, "<script>alert") || strings.Contains(page, `"'&`) {
 			t.Errorf("%s: markup from the sources is not escaped", path)
 		}
@@ -44,7 +45,7 @@ func TestPageEscapes(t *testing.T) {
 func TestPageHeaders(t *testing.T) {
 	f := newFake()
 	now := t0
-	h := metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: server(f, &now).Pages()})
+	h := metrics.NewHandler(nil, metrics.HandlerOptions{Pages: server(f, &now).Pages()})
 	resp := get(t, h, "/")
 	page := body(t, resp)
 	csp := resp.Header.Get("Content-Security-Policy")
@@ -99,12 +100,12 @@ func TestPageHeaders(t *testing.T) {
 func TestAlerts(t *testing.T) {
 	f := newFake()
 	f.site.OnDiskSHA256 = strings.Repeat("cd", 32)
-	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "a restart is needed to apply it; changed: buffer"}
+	f.site.LastReload = &ReloadResult{At: t0.Add(-time.Minute), Err: "a restart is needed to apply it; changed: buffer"}
 	now := t0
 	s := New(f.sources(), Options{Now: func() time.Time { return now }, Clock: func(now time.Time) Clock {
 		return Clock{Now: now, Synchronised: ptr(false), Problem: ptr("not synchronised")}
 	}})
-	page := body(t, get(t, metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: s.Pages()}), "/"))
+	page := body(t, get(t, metrics.NewHandler(nil, metrics.HandlerOptions{Pages: s.Pages()}), "/"))
 	i := strings.Index(page, `id=alerts`)
 	if i < 0 || i > strings.Index(page, `data-device=`) {
 		t.Fatalf("no alerts before the devices:\n%s", page)
@@ -119,7 +120,7 @@ func TestAlerts(t *testing.T) {
 	if page := string(renderMain(s.Snapshot())); !strings.Contains(page, "differs from the one in force: reload it") {
 		t.Errorf("a site file changed on disk and not reloaded is not said:\n%s", page)
 	}
-	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "a restart is needed to apply it; changed: buffer"}
+	f.site.LastReload = &ReloadResult{At: t0.Add(-time.Minute), Err: "a restart is needed to apply it; changed: buffer"}
 	snap := s.Snapshot()
 	if !snap.Site.Config.Changed || snap.Site.LastReload == nil || snap.Site.LastReload.Applied {
 		t.Errorf("site %+v", snap.Site)
@@ -129,7 +130,7 @@ func TestAlerts(t *testing.T) {
 	well.devs, well.points = well.devs[:1], well.points[:1]
 	well.ups = well.ups[:1]
 	s = server(well, &now)
-	page = body(t, get(t, metrics.NewHandler(well.sources(), metrics.HandlerOptions{Pages: s.Pages()}), "/?errors=1"))
+	page = body(t, get(t, metrics.NewHandler(nil, metrics.HandlerOptions{Pages: s.Pages()}), "/?errors=1"))
 	if !strings.Contains(page, `class="errors-only "`) || !strings.Contains(page, "Nothing needs a look") || strings.Contains(page, "id=alerts") {
 		t.Errorf("a well site with errors only:\n%s", page)
 	}
@@ -144,9 +145,9 @@ func TestCardNotDurable(t *testing.T) {
 	if b := well.Buffer; !b.Durable || b.Durability != "ok" || b.DurabilityProblem != nil || strings.Contains(string(renderMain(well)), "durable") {
 		t.Fatalf("a well card: %+v", b)
 	}
-	f.durable = &metrics.Durability{Reason: "read_only", Words: "buffer not durable: the card is read-only", Since: t0.Add(-time.Minute), Volatile: 12}
+	f.durable = &cardstore.State{Fault: cardstore.ReadOnly, Words: "buffer not durable: the card is read-only", Since: t0.Add(-time.Minute), Volatile: 12}
 	s := server(f, &now)
-	doc := body(t, get(t, metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: s.Pages()}), "/status.json"))
+	doc := body(t, get(t, metrics.NewHandler(nil, metrics.HandlerOptions{Pages: s.Pages()}), "/status.json"))
 	testtool.ValidStatus(t, []byte(doc))
 	var got struct{ Buffer map[string]any }
 	if err := json.Unmarshal([]byte(doc), &got); err != nil {
@@ -176,7 +177,7 @@ func TestDownlinkHook(t *testing.T) {
 	if snap := server(f, &now).Snapshot(); snap.Downlink != nil || strings.Contains(string(renderMain(snap)), "id=downlink") {
 		t.Error("a downlink shown for a gateway without one")
 	}
-	f.downlink = &metrics.DownlinkStatus{Enabled: true, Commands: []metrics.DownlinkCommand{
+	f.downlink = &DownlinkStatus{Enabled: true, Commands: []DownlinkCommand{
 		{At: t0.Add(-time.Minute), Device: "pump-1", Command: "write coil 3 = on", OK: true, Result: "done"},
 		{At: t0.Add(-2 * time.Minute), Device: "pump-2", Command: "write coil 1 = off", Result: "refused: not in the allow list"},
 	}}
@@ -196,7 +197,7 @@ func TestDownlinkHook(t *testing.T) {
 func TestPageSizeAt50Devices(t *testing.T) {
 	f := fifty()
 	now := t0
-	h := metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: server(f, &now).Pages()})
+	h := metrics.NewHandler(nil, metrics.HandlerOptions{Pages: server(f, &now).Pages()})
 	page := body(t, get(t, h, "/"))
 	zipped := get(t, h, "/", "Accept-Encoding", "gzip")
 	z := body(t, zipped)

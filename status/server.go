@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"fieldlink/internal/kclock"
-	"fieldlink/metrics"
 )
 
 // Server builds the status page and /status.json from the gateway's
 // snapshot functions, once per view: nothing runs between views, and
 // nothing on the polling or delivery paths.
 type Server struct {
-	src   metrics.Sources
+	src   Sources
 	now   func() time.Time
 	clock func(now time.Time) Clock
 
@@ -36,7 +35,7 @@ type Options struct {
 }
 
 // New returns a server over src.
-func New(src metrics.Sources, opt Options) *Server {
+func New(src Sources, opt Options) *Server {
 	s := &Server{src: src, now: opt.Now, clock: opt.Clock}
 	if s.now == nil {
 		s.now = time.Now

@@ -4,7 +4,6 @@ import (
 	"fieldlink/internal/words"
 	"time"
 
-	"fieldlink/metrics"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
 )
@@ -130,7 +129,7 @@ func (s *Server) build(now time.Time) *Snapshot {
 	if src.Modbus != nil {
 		mb = src.Modbus()
 	}
-	var samples []metrics.BusSample
+	var samples []sensors.BusSample
 	if src.Buses != nil {
 		samples = src.Buses()
 	}
@@ -175,7 +174,7 @@ func (s *Server) build(now time.Time) *Snapshot {
 	return snap
 }
 
-func identity(si metrics.Identity, now time.Time) Identity {
+func identity(si GatewayIdentity, now time.Time) Identity {
 	st := Identity{
 		ID: si.SiteID, Gateway: si.GatewayID, Version: si.Version, Started: si.Started.UTC(), loc: si.Location,
 		Config: Config{File: si.ConfigFile, SHA256: si.ConfigSHA256, OnDiskSHA256: text(si.OnDiskSHA256), OnDiskError: text(si.OnDiskError)},

@@ -3,6 +3,7 @@ package status
 import (
 	"time"
 
+	"fieldlink/buffer/cardstore"
 	"fieldlink/uplink"
 )
 
@@ -27,7 +28,7 @@ type Buffer struct {
 	// Durable: packets are stored on the card before they count as taken.
 	// Durability is ok, slow, io_error, read_only or full, Problem says it
 	// in words (null when ok) and Since when it began; Volatile counts the
-	// packets waiting in memory meanwhile (see metrics.Durability).
+	// packets waiting in memory meanwhile (see cardstore.State).
 	Durable           bool       `json:"durable"`
 	Durability        string     `json:"durability"`
 	DurabilityProblem *string    `json:"durability_problem"`
@@ -122,8 +123,8 @@ func (s *Server) buffer(now time.Time) *Buffer {
 	}
 	if s.src.Durability != nil {
 		d := s.src.Durability()
-		b.Durable, b.Durability, b.DurabilityProblem, b.Volatile = d.Durable, d.Reason, text(d.Words), d.Volatile
-		if d.Reason != "ok" {
+		b.Durable, b.Durability, b.DurabilityProblem, b.Volatile = d.Durable, string(d.Fault), text(d.Words), d.Volatile
+		if d.Fault != cardstore.OK {
 			b.DurabilitySince = timePtr(d.Since)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"fieldlink/metrics"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
 )
@@ -225,7 +224,7 @@ func hexBytes(b []byte) string {
 	return sb.String()
 }
 
-func buses(samples []metrics.BusSample, mb map[string]modbus.Stats, devs []sensors.DeviceStatus, past *sample, now, started time.Time) []Bus {
+func buses(samples []sensors.BusSample, mb map[string]modbus.Stats, devs []sensors.DeviceStatus, past *sample, now, started time.Time) []Bus {
 	out := make([]Bus, 0, len(samples))
 	for _, smp := range samples {
 		b := Bus{Name: smp.Name, Overruns: smp.Overruns}

@@ -15,7 +15,7 @@ import (
 func TestSnapshotJSON(t *testing.T) {
 	f := newFake()
 	now := t0
-	h := metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: server(f, &now).Pages()})
+	h := metrics.NewHandler(nil, metrics.HandlerOptions{Pages: server(f, &now).Pages()})
 	resp := get(t, h, "/status.json")
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("/status.json: %d %v", resp.StatusCode, resp.Header)
@@ -172,7 +172,7 @@ func TestRatesOverTheWindow(t *testing.T) {
 func BenchmarkStatusJSON50Devices(b *testing.B) {
 	f := fifty()
 	s := New(f.sources(), Options{Clock: func(now time.Time) Clock { return Clock{Now: now} }})
-	h := metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: s.Pages()})
+	h := metrics.NewHandler(nil, metrics.HandlerOptions{Pages: s.Pages()})
 	r := httptest.NewRequest(http.MethodGet, "/status.json", nil)
 	r.RemoteAddr = "127.0.0.1:1"
 	var n int

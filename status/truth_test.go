@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"fieldlink/metrics"
 	"fieldlink/selector"
 	"fieldlink/sensors"
 	uplinkmqtt "fieldlink/uplink/mqtt"
@@ -45,7 +44,7 @@ func index(t *testing.T, page, want string) int {
 func TestRefusedReloadAboveEverything(t *testing.T) {
 	f := newFake()
 	f.site.OnDiskSHA256 = strings.Repeat("cd", 32) // the refused file is on disk
-	f.site.LastReload = &metrics.ReloadResult{At: t0.Add(-time.Minute), Err: "/etc/fieldlink/site.yaml:7:63: buses[0].devices[0].windw: unknown field"}
+	f.site.LastReload = &ReloadResult{At: t0.Add(-time.Minute), Err: "/etc/fieldlink/site.yaml:7:63: buses[0].devices[0].windw: unknown field"}
 	html, js := page(t, f, t0)
 	if a, s := index(t, html, "id=alerts"), index(t, html, "id=summary"); a > s {
 		t.Errorf("the refused reload comes after the summary (alerts at %d, summary at %d)", a, s)
@@ -177,7 +176,7 @@ func TestTimesShowZone(t *testing.T) {
 // the warnings above everything.
 func TestDownlinkUnsignedWarned(t *testing.T) {
 	f := newFake()
-	f.downlink = &metrics.DownlinkStatus{Enabled: true, Unsigned: true}
+	f.downlink = &DownlinkStatus{Enabled: true, Unsigned: true}
 	html, js := page(t, f, t0)
 	const words = "commands run unsigned: anyone who can publish on the broker can write to the devices"
 	if n := strings.Count(html, words); n != 2 {

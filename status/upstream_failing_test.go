@@ -23,7 +23,7 @@ func TestUpstreamFailingDeliveries(t *testing.T) {
 	if up := snap.Uplink.Upstreams[0]; up.Name != name || up.State != "failing" {
 		t.Errorf("upstream %s answering its ping, 11 deliveries failed in a row: state %q, want failing", up.Name, up.State)
 	}
-	h := metrics.NewHandler(f.sources(), metrics.HandlerOptions{Pages: s.Pages()})
+	h := metrics.NewHandler(nil, metrics.HandlerOptions{Pages: s.Pages()})
 	testtool.ValidStatus(t, []byte(body(t, get(t, h, "/status.json"))))
 	page := body(t, get(t, h, "/?errors=1"))
 	for _, row := range []string{`<tr class=" fine" data-upstream="` + name + `"`, `<tr class="uperr fine" data-upstream="` + name + `"`} {

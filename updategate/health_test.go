@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/buffer/cardstore"
 	"fieldlink/internal/testtool"
 	"fieldlink/metrics"
 	"fieldlink/selector"
@@ -27,23 +28,25 @@ type site struct {
 	delivered map[string]uint64
 }
 
-// serve serves the metrics package's real handler over s and returns its
+// serve serves the metrics package's real handler, with the components'
+// collectors, over s and returns its
 // address, as a gateway's metrics.listen.
 func serve(t *testing.T, s *site) string {
 	t.Helper()
-	src := metrics.Sources{Devices: func() []sensors.DeviceStatus { return s.devices }}
+	cs := []metrics.Collector{sensors.DeviceMetrics{Devices: func() []sensors.DeviceStatus { return s.devices }}}
 	if s.buffer != nil {
-		src.Buffer = func() (buffer.Stats, bool) { return *s.buffer, true }
-		src.Upstreams = func() []selector.Stats { return s.upstreams }
-		src.Delivery = func() (uplink.DeliveryStats, bool) {
-			var d uplink.DeliveryStats
-			for _, u := range s.upstreams {
-				d.Upstreams = append(d.Upstreams, uplink.UpstreamCounters{Name: u.Name, Delivered: s.delivered[u.Name]})
-			}
-			return d, true
-		}
+		cs = append(cs,
+			cardstore.Metrics{Stats: func() (buffer.Stats, bool) { return *s.buffer, true }},
+			uplink.Metrics{Delivery: func() (uplink.DeliveryStats, bool) {
+				var d uplink.DeliveryStats
+				for _, u := range s.upstreams {
+					d.Upstreams = append(d.Upstreams, uplink.UpstreamCounters{Name: u.Name, Delivered: s.delivered[u.Name]})
+				}
+				return d, true
+			}},
+			selector.Metrics{Upstreams: func() []selector.Stats { return s.upstreams }})
 	}
-	srv := httptest.NewServer(metrics.Handler(src))
+	srv := httptest.NewServer(metrics.Handler(cs...))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
 }

@@ -1,4 +1,4 @@
-package metrics
+package agent
 
 import (
 	"bytes"
@@ -20,22 +20,26 @@ import (
 	"github.com/prometheus/common/model"
 
 	"fieldlink/buffer"
+	"fieldlink/buffer/cardstore"
+	"fieldlink/fleet"
+	"fieldlink/metrics"
 	"fieldlink/packet"
 	"fieldlink/selector"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
+	"fieldlink/status"
 	"fieldlink/uplink"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")
 
 // now is the fake scrape time.
-var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+var scrapeAt = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // fakeSources returns sources with a distinct value in every field, so that
 // a field read into the wrong metric shows in the golden file.
-func fakeSources() Sources {
-	return Sources{
+func fakeSources() status.Sources {
+	return status.Sources{
 		HeldBack: func() uint64 { return 4321 },
 		Readings: func(time.Time) []sensors.Point {
 			return []sensors.Point{
@@ -49,16 +53,16 @@ func fakeSources() Sources {
 		},
 		Devices: func() []sensors.DeviceStatus {
 			return []sensors.DeviceStatus{
-				{Name: "ch4-1", Bus: "rs485-1", Health: sensors.OK, LastOK: now.Add(-1500 * time.Millisecond),
+				{Name: "ch4-1", Bus: "rs485-1", Health: sensors.OK, LastOK: scrapeAt.Add(-1500 * time.Millisecond),
 					Polls: 101, Errors: 3, Requests: 202, Overruns: 1, LastDuration: 42 * time.Millisecond},
 				{Name: "wind", Bus: "rs485-1", Health: sensors.Offline, LastError: "timeout",
 					Polls: 17, Errors: 17, Requests: 17, LastDuration: 250 * time.Millisecond},
-				{Name: "rain", Bus: "serial", Health: sensors.Degraded, LastOK: now.Add(-time.Minute), Polls: 9, Errors: 2},
+				{Name: "rain", Bus: "serial", Health: sensors.Degraded, LastOK: scrapeAt.Add(-time.Minute), Polls: 9, Errors: 2},
 				{Name: "co", Bus: "plc", Health: sensors.Unknown},
 			}
 		},
-		Buses: func() []BusSample {
-			return []BusSample{{Name: "rs485-1", Busy: 1500 * time.Millisecond, Overruns: 4}, {Name: "plc"}}
+		Buses: func() []sensors.BusSample {
+			return []sensors.BusSample{{Name: "rs485-1", Busy: 1500 * time.Millisecond, Overruns: 4}, {Name: "plc"}}
 		},
 		Modbus: func() map[string]modbus.Stats {
 			return map[string]modbus.Stats{"rs485-1": {
@@ -69,15 +73,15 @@ func fakeSources() Sources {
 		Buffer: func() (buffer.Stats, bool) {
 			return buffer.Stats{
 				Alarms: 2, Normal: 310, Leased: 64, Bytes: 98304, MaxBytes: 256 << 20, FileSize: 1 << 20,
-				OldestSeq: 1000, OldestAt: now.Add(-90 * time.Second), NewestSeq: 1311, LastSeq: 1311,
+				OldestSeq: 1000, OldestAt: scrapeAt.Add(-90 * time.Second), NewestSeq: 1311, LastSeq: 1311,
 				Appends: 500, Acks: 188, Commits: 40, Fsyncs: 80,
 				EvictedMaxBytes: 12, EvictedMaxAge: 13, RejectedFull: 14, Corrupt: 15, SalvageLost: 16,
 				Salvages: 1, Compactions: 2, LostUncommitted: 17, DeadLetters: 18, DeadDropped: 19,
 				DeadDepth: 3, DeadBytes: 900,
 			}, true
 		},
-		Durability: func() Durability {
-			return Durability{Durable: false, Reason: "read_only", Words: "buffer not durable: the card is read-only", Volatile: 7}
+		Durability: func() cardstore.State {
+			return cardstore.State{Durable: false, Fault: cardstore.ReadOnly, Words: "buffer not durable: the card is read-only", Volatile: 7}
 		},
 		Delivery: func() (uplink.DeliveryStats, bool) {
 			return uplink.DeliveryStats{Delivered: 188, Retried: 6, DeadLettered: 1, Released: 21, InFlight: 2,
@@ -103,7 +107,7 @@ func fakeSources() Sources {
 		Selector:          func() string { return "p2c_peak_ewma" },
 		SelectorFallbacks: func() uint64 { return 7 },
 		Commands:          func() map[string]uint64 { return map[string]uint64{"rejected": 2, "done": 5} },
-		Remote:            func() *RemoteState { return &RemoteState{Serial: 12, State: "reverted", Reason: "no upstream"} },
+		Remote:            func() *fleet.Report { return &fleet.Report{Serial: 12, State: "reverted", Reason: "no upstream"} },
 	}
 }
 
@@ -111,12 +115,11 @@ func fakeSources() Sources {
 // scrape time. It parses the bytes the collector writes with the
 // reference text parser, so every check below holds the exposition itself
 // to the reference implementation, not a copy of its data structures.
-func newTestCollector(src Sources) prometheus.Gatherer {
-	c := NewCollector(src)
-	c.now = func() time.Time { return now }
+func newTestCollector(src status.Sources) prometheus.Gatherer {
+	cs := collectors(src)
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		var buf bytes.Buffer
-		werr := c.Write(&buf)
+		werr := metrics.Write(&buf, scrapeAt, cs...)
 		p := expfmt.NewTextParser(model.UTF8Validation)
 		m, err := p.TextToMetricFamilies(&buf)
 		if err != nil {
@@ -132,15 +135,13 @@ func newTestCollector(src Sources) prometheus.Gatherer {
 }
 
 // TestCollectorGolden checks every metric and value against
-// testdata/collector.golden; go test -update rewrites it.
+// testdata/metrics.golden; go test -update rewrites it.
 func TestCollectorGolden(t *testing.T) {
 	c := newTestCollector(fakeSources())
-	golden := filepath.Join("testdata", "collector.golden")
+	golden := filepath.Join("testdata", "metrics.golden")
 	if *update {
 		var buf bytes.Buffer
-		c := NewCollector(fakeSources())
-		c.now = func() time.Time { return now }
-		if err := c.Write(&buf); err != nil {
+		if err := metrics.Write(&buf, scrapeAt, collectors(fakeSources())...); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
@@ -156,19 +157,17 @@ func TestCollectorGolden(t *testing.T) {
 	}
 }
 
-// TestCollectorExposition holds the bytes written to
-// testdata/collector.golden exactly: family order, HELP and TYPE lines,
+// TestCollectorExposition holds the bytes the gateway's collectors write
+// to testdata/metrics.golden exactly: family order, HELP and TYPE lines,
 // label order and number formatting. TestCollectorGolden parses both sides
 // and sorts the families, so it would not see a family moved or a label
 // reordered.
 func TestCollectorExposition(t *testing.T) {
-	c := NewCollector(fakeSources())
-	c.now = func() time.Time { return now }
 	var got bytes.Buffer
-	if err := c.Write(&got); err != nil {
+	if err := metrics.Write(&got, scrapeAt, collectors(fakeSources())...); err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile(filepath.Join("testdata", "collector.golden"))
+	want, err := os.ReadFile(filepath.Join("testdata", "metrics.golden"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,10 +175,10 @@ func TestCollectorExposition(t *testing.T) {
 		gl, wl := strings.Split(got.String(), "\n"), strings.Split(string(want), "\n")
 		for i := range min(len(gl), len(wl)) {
 			if gl[i] != wl[i] {
-				t.Fatalf("exposition differs from testdata/collector.golden at line %d:\ngot  %s\nwant %s", i+1, gl[i], wl[i])
+				t.Fatalf("exposition differs from testdata/metrics.golden at line %d:\ngot  %s\nwant %s", i+1, gl[i], wl[i])
 			}
 		}
-		t.Fatalf("exposition has %d lines, testdata/collector.golden %d", len(gl), len(wl))
+		t.Fatalf("exposition has %d lines, testdata/metrics.golden %d", len(gl), len(wl))
 	}
 }
 
@@ -308,14 +307,17 @@ func TestCollectorEveryDesc(t *testing.T) {
 	for _, mf := range mfs {
 		got[mf.GetName()] = true
 	}
-	descs := newDescs()
-	for _, d := range descs.all {
-		if !got[d.name] {
-			t.Errorf("%s: not emitted", d.name)
+	var all []*metrics.Desc
+	for _, c := range collectors(status.Sources{}) {
+		all = append(all, c.Families()...)
+	}
+	for _, d := range all {
+		if !got[d.Name()] {
+			t.Errorf("%s: not emitted", d.Name())
 		}
 	}
-	if len(mfs) != len(descs.all) {
-		t.Errorf("gathered %d families, described %d", len(mfs), len(descs.all))
+	if len(mfs) != len(all) {
+		t.Errorf("gathered %d families, described %d", len(mfs), len(all))
 	}
 }
 
@@ -335,18 +337,18 @@ func TestCollectorPartialSources(t *testing.T) {
 	full := fakeSources()
 	for _, tc := range []struct {
 		name string
-		src  Sources
+		src  status.Sources
 		gone []string // families that must be absent
 		kept []string // families that must be present
 	}{
-		{"nothing", Sources{}, []string{"fieldlink_device_polls_total", "fieldlink_buffer_bytes", "fieldlink_selector_info"}, nil},
-		{"poll-only site", Sources{
+		{"nothing", status.Sources{}, []string{"fieldlink_device_polls_total", "fieldlink_buffer_bytes", "fieldlink_selector_info"}, nil},
+		{"poll-only site", status.Sources{
 			Devices: full.Devices, Buses: full.Buses, Modbus: full.Modbus,
 			Buffer:   func() (buffer.Stats, bool) { return buffer.Stats{}, false },
 			Delivery: func() (uplink.DeliveryStats, bool) { return uplink.DeliveryStats{}, false },
 		}, []string{"fieldlink_buffer_bytes", "fieldlink_buffer_records", "fieldlink_delivery_retries_total", "fieldlink_upstream_picks_total", "fieldlink_selector_info"},
 			[]string{"fieldlink_device_polls_total", "fieldlink_bus_busy_seconds_total", "fieldlink_modbus_requests_total"}},
-		{"no samples yet", Sources{Upstreams: func() []selector.Stats { return []selector.Stats{{Name: "a", Up: true}} }},
+		{"no samples yet", status.Sources{Upstreams: func() []selector.Stats { return []selector.Stats{{Name: "a", Up: true}} }},
 			[]string{"fieldlink_upstream_latency_ewma_seconds", "fieldlink_upstream_latency_peak_ewma_seconds",
 				"fieldlink_upstream_latency_stddev_seconds", "fieldlink_upstream_probe_rtt_seconds", "fieldlink_upstream_probe_age_seconds"},
 			[]string{"fieldlink_upstream_up", "fieldlink_upstream_latency_seconds", "fieldlink_upstream_failures_total"}},
@@ -376,7 +378,7 @@ func TestCollectorPartialSources(t *testing.T) {
 }
 
 func TestBufferEmptyAge(t *testing.T) {
-	c := newTestCollector(Sources{Buffer: func() (buffer.Stats, bool) { return buffer.Stats{MaxBytes: 10}, true }})
+	c := newTestCollector(status.Sources{Buffer: func() (buffer.Stats, bool) { return buffer.Stats{MaxBytes: 10}, true }})
 	want := `
 # HELP fieldlink_buffer_oldest_record_age_seconds Age of the reading of the oldest stored record, 0 when the buffer is empty.
 # TYPE fieldlink_buffer_oldest_record_age_seconds gauge
@@ -390,8 +392,10 @@ fieldlink_buffer_oldest_record_age_seconds 0
 // TestCollectorBadLabel checks that a label value that is not UTF-8 fails
 // its own series only.
 func TestCollectorBadLabel(t *testing.T) {
-	c := newTestCollector(Sources{
-		Buses:    func() []BusSample { return []BusSample{{Name: "bad\xff"}, {Name: "good", Busy: time.Second}} },
+	c := newTestCollector(status.Sources{
+		Buses: func() []sensors.BusSample {
+			return []sensors.BusSample{{Name: "bad\xff"}, {Name: "good", Busy: time.Second}}
+		},
 		Selector: func() string { return "rr" },
 	})
 	mfs, err := c.Gather()
@@ -406,34 +410,5 @@ func TestCollectorBadLabel(t *testing.T) {
 	}
 	if want := []string{"fieldlink_bus_busy_seconds_total", "fieldlink_bus_overruns_total", "fieldlink_selector_info"}; strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Errorf("gathered %v, want %v", names, want)
-	}
-}
-
-func TestDevicesAnswering(t *testing.T) {
-	st := func(hs ...sensors.Health) []sensors.DeviceStatus {
-		out := make([]sensors.DeviceStatus, len(hs))
-		for i, h := range hs {
-			out[i] = sensors.DeviceStatus{Name: string(rune('a' + i)), Health: h}
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name string
-		devs []sensors.DeviceStatus
-		ok   bool
-		why  string
-	}{
-		{"none", nil, false, "no devices configured"},
-		{"not polled", st(sensors.Unknown, sensors.Unknown), false, "no device answering (2 devices: 2 not polled yet)"},
-		{"all failing", st(sensors.Offline, sensors.Degraded, sensors.Offline, sensors.Unknown), false,
-			"no device answering (4 devices: 1 not polled yet, 1 degraded, 2 offline)"},
-		{"one ok", st(sensors.Offline, sensors.OK), true, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ok, why := DevicesAnswering(tc.devs)
-			if ok != tc.ok || why != tc.why {
-				t.Errorf("DevicesAnswering = %v, %q; want %v, %q", ok, why, tc.ok, tc.why)
-			}
-		})
 	}
 }

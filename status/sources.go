@@ -1,36 +1,36 @@
-package metrics
+package status
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
 	"fieldlink/buffer"
+	"fieldlink/buffer/cardstore"
+	"fieldlink/fleet"
 	"fieldlink/selector"
 	"fieldlink/sensors"
 	"fieldlink/sensors/modbus"
 	"fieldlink/uplink"
 )
 
-// Sources are the snapshot functions the collector reads at scrape time,
-// and the status page at each view. Any of them may be nil: its metrics (or
-// its part of the page) are then left out. Each may be called from several
-// scrapes at once, so it must be safe for concurrent use (the snapshot
-// methods it is meant for are).
+// Sources are the snapshot functions the status page reads at each view,
+// and the metrics collectors the agent makes of them at each scrape. Any of
+// them may be nil: its part of the page (or its metrics) is then left out.
+// Each may be called from several views and scrapes at once, so it must be
+// safe for concurrent use (the snapshot methods it is meant for are).
 type Sources struct {
 	// Devices returns the status of every device: all buses' Status and
 	// every line sensor's Status.
 	Devices func() []sensors.DeviceStatus
 	// Buses returns the busy time and overruns of every bus.
-	Buses func() []BusSample
+	Buses func() []sensors.BusSample
 	// Modbus returns each bus's Modbus client counters, by bus name.
 	Modbus func() map[string]modbus.Stats
 	// Buffer returns the buffer's statistics; ok is false when the site
 	// has no buffer (no uplink).
 	Buffer func() (st buffer.Stats, ok bool)
-	// Durability says whether the buffer stores packets on the card; nil
-	// without a buffer.
-	Durability func() Durability
+	// Durability says whether the buffer stores packets on the card
+	// ([cardstore.Store.State]); nil without a buffer.
+	Durability func() cardstore.State
 	// Delivery returns the delivery loop's counters; ok is false when the
 	// site has no uplink.
 	Delivery func() (st uplink.DeliveryStats, ok bool)
@@ -42,18 +42,21 @@ type Sources struct {
 	// reload may change it); nil or "" leaves out
 	// fieldlink_selector_info.
 	Selector func() string
+
+	// The metrics' own sources; the page does not read them.
+
 	// SelectorFallbacks returns how many picks the strategy made by its
 	// named fallback because no fresh server load report existed (cswlc,
 	// irlb, load_aware); nil for a strategy without one.
 	SelectorFallbacks func() uint64
 	// Remote returns the remote configuration's last report; nil without
 	// remote_config, or before its first report.
-	Remote func() *RemoteState
+	Remote func() *fleet.Report
 	// Commands returns how many downlink commands ended in each status;
 	// nil without a downlink.
 	Commands func() map[string]uint64
 	// Ready reports whether the gateway is ready, and why not when it is
-	// not. Nil means always ready. See [DevicesAnswering].
+	// not (/readyz). Nil means always ready. See [sensors.DevicesAnswering].
 	Ready func() (ready bool, why string)
 	// Readings returns the last reading of every point, as Points does,
 	// for fieldlink_reading: one gauge per good numeric point. Nil leaves
@@ -63,13 +66,13 @@ type Sources struct {
 	// from the buffer; nil leaves out fieldlink_packets_held_back_total.
 	HeldBack func() uint64
 
-	// The status page's own sources; the collector does not read them.
+	// The status page's own sources; the metrics do not read them.
 
 	// Points returns the last reading of every point, in the order of
 	// Devices ([sensors.Poller.Points]).
 	Points func(now time.Time) []sensors.Point
 	// Identity says who the gateway is and what it runs.
-	Identity func() Identity
+	Identity func() GatewayIdentity
 	// Disk returns the space of the file system that holds the buffer;
 	// ok is false when it cannot be read.
 	Disk func() (d DiskSpace, ok bool)
@@ -78,23 +81,9 @@ type Sources struct {
 	Downlink func() DownlinkStatus
 }
 
-// Durability is whether the buffer stores packets on the card before
-// they count as taken.
-type Durability struct {
-	Durable bool
-	// Reason is ok, slow (durable, the card's writes are slow), io_error,
-	// read_only or full (not durable).
-	Reason string
-	// Words say it for the technician ("buffer not durable: the card is
-	// read-only"); "" when all is well.
-	Words string
-	Since time.Time
-	// Volatile is how many packets wait in memory (lost by a power cut).
-	Volatile int
-}
-
-// Identity is who a gateway is and what it runs.
-type Identity struct {
+// GatewayIdentity is who a gateway is and what it runs, as the agent
+// knows it; the page shows it as an [Identity].
+type GatewayIdentity struct {
 	SiteID, GatewayID string
 	// Location is the site's time zone, for the times the page shows.
 	Location *time.Location
@@ -111,15 +100,7 @@ type Identity struct {
 	LastReload *ReloadResult
 	// Remote is the remote configuration's last report; nil without
 	// remote_config (or before its first report).
-	Remote *RemoteState
-}
-
-// RemoteState is what the remote configuration last did.
-type RemoteState struct {
-	Serial uint64
-	State  string // applied, probation, reverted or refused
-	Reason string
-	At     time.Time
+	Remote *fleet.Report
 }
 
 // ReloadResult is the outcome of a reload.
@@ -154,45 +135,4 @@ type DownlinkCommand struct {
 	Command string // what was asked, as the page shows it: "write coil 3 = on"
 	OK      bool
 	Result  string // what happened: "done", or why it was refused or failed
-}
-
-// BusSample is one bus's scheduler figures.
-type BusSample struct {
-	Name string
-	// Busy is the total time the bus spent polling since it started: the
-	// sum of the wire time of every poll. rate() of it is the bus's
-	// utilisation.
-	Busy time.Duration
-	// Overruns counts scheduled polls skipped because the bus ran late,
-	// over all its devices.
-	Overruns uint64
-}
-
-// DevicesAnswering reports whether at least one device answered its latest
-// poll (health OK), and if none did, a reason that counts the devices in
-// each state. It is the device part of a readiness check.
-func DevicesAnswering(devs []sensors.DeviceStatus) (bool, string) {
-	if len(devs) == 0 {
-		return false, "no devices configured"
-	}
-	var n [sensors.Offline + 1]int
-	for _, d := range devs {
-		if d.Health <= sensors.Offline {
-			n[d.Health]++
-		}
-	}
-	if n[sensors.OK] > 0 {
-		return true, ""
-	}
-	var parts []string
-	for h := sensors.Unknown; h <= sensors.Offline; h++ {
-		if n[h] > 0 {
-			label := h.String()
-			if h == sensors.Unknown {
-				label = "not polled yet"
-			}
-			parts = append(parts, fmt.Sprintf("%d %s", n[h], label))
-		}
-	}
-	return false, fmt.Sprintf("no device answering (%d devices: %s)", len(devs), strings.Join(parts, ", "))
 }
