@@ -23,7 +23,7 @@ var layers = []struct {
 }{
 	{"leaves", []string{
 		"internal/atomicfile", "internal/journal", "internal/jsonkind", "internal/kclock",
-		"internal/sdnotify", "internal/signing", "internal/words", "internal/yamlconf", "internal/loopback", "internal/serialline",
+		"internal/sdnotify", "internal/signing", "internal/words", "internal/yamlconf", "internal/serialline",
 		"packet", "metrics", "sensors/modbus", "sensors/modbus/spec", "sparkplug", "selector/cuckoo", "selector/lstm",
 		"firmware-profiles", "docs/schema",
 	}},

@@ -6,12 +6,12 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"fieldlink/internal/loopback"
 	"fieldlink/internal/yamlconf"
+	"fieldlink/metrics"
 )
 
 // DefaultMetricsListen is metrics.listen's default: loopback only.
-const DefaultMetricsListen = "127.0.0.1:9273"
+const DefaultMetricsListen = metrics.DefaultListen
 
 // Metrics is the listener of gateway run: Prometheus metrics, health and
 // readiness, and the status page.
@@ -57,8 +57,8 @@ func (c *Config) validateMetrics(doc *yamlconf.Doc) {
 	if m.AllowRemote {
 		return
 	}
-	switch err := loopback.Host(host); {
-	case errors.Is(err, loopback.ErrEveryInterface):
+	switch err := metrics.LoopbackHost(host); {
+	case errors.Is(err, metrics.ErrEveryInterface):
 		doc.Errorf("metrics.listen", "%q listens on every interface; use a loopback address such as 127.0.0.1:9273, or set metrics.allow_remote: true", m.Listen)
 	case err != nil:
 		doc.Errorf("metrics.listen", "%s is not a loopback address; use one such as 127.0.0.1:9273, or set metrics.allow_remote: true", host)

@@ -15,8 +15,8 @@
 // process_resident_memory_bytes, …) on /metrics in the Prometheus text
 // exposition format, with /healthz (the process is alive) and /readyz (the
 // site is ready, see [HandlerOptions.Ready]). [Serve] serves it, on a
-// loopback address unless remote access is explicitly allowed, until its
-// context ends.
+// loopback address ([LoopbackHost]) unless remote access is explicitly
+// allowed, until its context ends.
 //
 // [NewHandler] mounts more pages beside them (the status page of package
 // status) and, for a listener open to the LAN, an [Auth]: clients that are

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"fieldlink/internal/loopback"
 )
 
 // ErrNotLoopback means a listen address is not a loopback address and
@@ -197,8 +195,8 @@ func listenTCP(addr string, allowRemote bool) (net.Listener, error) {
 		return nil, fmt.Errorf("metrics: listen address %q: %w", addr, err)
 	}
 	if !allowRemote {
-		switch err := loopback.Host(host); {
-		case errors.Is(err, loopback.ErrEveryInterface):
+		switch err := LoopbackHost(host); {
+		case errors.Is(err, ErrEveryInterface):
 			return nil, fmt.Errorf("%w: %q listens on every interface; name a loopback address (127.0.0.1 or ::1), or allow remote access", ErrNotLoopback, addr)
 		case err != nil:
 			return nil, fmt.Errorf("%w: %q; name a loopback address (127.0.0.1 or ::1), or allow remote access", ErrNotLoopback, addr)

@@ -1,11 +1,11 @@
-package loopback
+package metrics
 
 import (
 	"errors"
 	"testing"
 )
 
-func TestHost(t *testing.T) {
+func TestLoopbackHost(t *testing.T) {
 	for host, want := range map[string]error{
 		"":                 ErrEveryInterface,
 		"127.0.0.1":        nil,
@@ -19,8 +19,8 @@ func TestHost(t *testing.T) {
 		"::":               ErrNotLoopback,
 		"::ffff:10.0.0.1":  ErrNotLoopback,
 	} {
-		if err := Host(host); !errors.Is(err, want) || (want == nil && err != nil) {
-			t.Errorf("Host(%q) = %v, want %v", host, err, want)
+		if err := LoopbackHost(host); !errors.Is(err, want) || (want == nil && err != nil) {
+			t.Errorf("LoopbackHost(%q) = %v, want %v", host, err, want)
 		}
 	}
 }
