@@ -15,9 +15,9 @@ import (
 
 func profiles(string) (profile.Set, error) { return profile.Load(firmwareprofiles.FS, "") }
 
-// exceptionSite loads a site whose one device, gas-1, polls every 10s
-// with the device lines given (deadband, points, ...).
-func exceptionSite(t *testing.T, device string) *Filter {
+// loadSite loads a site whose one device, gas-1, polls every 10s with the
+// device lines given (deadband, points, ...).
+func loadSite(t *testing.T, device string) (*config.Config, error) {
 	t.Helper()
 	src := `site: {id: "M1", id_field: MineId}
 gateway: {id: gw-agent}
@@ -35,7 +35,13 @@ buses:
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := config.Load(file, profiles)
+	return config.Load(file, profiles)
+}
+
+// exceptionSite is the filter of loadSite's site, which must load.
+func exceptionSite(t *testing.T, device string) *Filter {
+	t.Helper()
+	c, err := loadSite(t, device)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,22 +184,7 @@ func TestExceptionSiteFileErrors(t *testing.T) {
 		{"        points: [{point: O2, deadband_percent: 200}]\n", "points[0].deadband_percent: must be above 0 and at most 100"},
 		{"        deadbnd: 1\n", `(did you mean "deadband"?)`},
 	} {
-		src := `site: {id: "M1"}
-gateway: {id: gw-agent}
-buses:
-  - name: b
-    url: tcp://127.0.0.1:1502
-    devices:
-      - name: gas-1
-        profile: generic-mine-multigas
-        slave: 1
-        interval: 10s
-` + tc.device
-		file := filepath.Join(t.TempDir(), "site.yaml")
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		_, err := config.Load(file, profiles)
+		_, err := loadSite(t, tc.device)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want %s", tc.device, err, tc.want)
 		}
