@@ -26,15 +26,7 @@ const (
 )
 
 // String returns the config spelling: "always" or "interval".
-func (d Durability) String() string {
-	switch d {
-	case Always:
-		return "always"
-	case Interval:
-		return "interval"
-	}
-	return "Durability(" + strconv.Itoa(int(d)) + ")"
-}
+func (d Durability) String() string { return spelling("Durability", d, "always", "interval") }
 
 // Order is the replay order of normal (non-alarm) records. Alarms are always
 // delivered first, oldest first. The zero value is [OldestFirst].
@@ -50,15 +42,7 @@ const (
 )
 
 // String returns the config spelling: "oldest_first" or "newest_first".
-func (o Order) String() string {
-	switch o {
-	case OldestFirst:
-		return "oldest_first"
-	case NewestFirst:
-		return "newest_first"
-	}
-	return "Order(" + strconv.Itoa(int(o)) + ")"
-}
+func (o Order) String() string { return spelling("Order", o, "oldest_first", "newest_first") }
 
 // WhenFull decides what an Append does when the live records would exceed
 // Options.MaxBytes. The zero value is [DropOldest].
@@ -76,14 +60,16 @@ const (
 )
 
 // String returns the config spelling: "drop_oldest" or "reject_new".
-func (w WhenFull) String() string {
-	switch w {
-	case DropOldest:
-		return "drop_oldest"
-	case RejectNew:
-		return "reject_new"
+func (w WhenFull) String() string { return spelling("WhenFull", w, "drop_oldest", "reject_new") }
+
+// spelling returns the config spelling of policy v, names[v] (the
+// policies' constants count from 0 by iota), or typ(v) for a value
+// without one.
+func spelling[T ~uint8](typ string, v T, names ...string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return "WhenFull(" + strconv.Itoa(int(w)) + ")"
+	return typ + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // Defaults for the zero fields of [Options].
