@@ -114,12 +114,7 @@ func TestCommitEIOIsFatal(t *testing.T) {
 func TestCommitENOSPCRecovers(t *testing.T) {
 	for _, d := range []Durability{Always, Interval} {
 		t.Run(d.String(), func(t *testing.T) {
-			var fail atomic.Bool
-			b, _ := newT(t, Options{Durability: d, SyncEvery: 10 * time.Millisecond, failCommit: failWhen(&fail, errENOSPC)})
-			s1 := mustAppend(t, b, testPacket("one", false))
-			s2 := mustAppend(t, b, testPacket("two", false))
-			testtool.WaitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
-			fail.Store(true)
+			b, fail, s1, s2 := fullAfterTwo(t, d)
 			var held uint64
 			if d == Always {
 				if _, err := b.Append(context.Background(), testPacket("lost", false)); !errors.Is(err, ErrDiskFull) {

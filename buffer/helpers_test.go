@@ -216,6 +216,21 @@ func failWhen(fail *atomic.Bool, err error) func() error {
 // errENOSPC is a commit failing as on a full disk.
 var errENOSPC = fmt.Errorf("write: %w", syscall.ENOSPC)
 
+// fullAfterTwo opens a buffer of durability d (Interval committing every
+// 10ms), appends "one" and "two" as s1 and s2, waits for their commit and
+// then sets fail: every commit fails as on a full disk until the test
+// clears it.
+func fullAfterTwo(t testing.TB, d Durability) (b *Buffer, fail *atomic.Bool, s1, s2 uint64) {
+	t.Helper()
+	fail = new(atomic.Bool)
+	b, _ = newT(t, Options{Durability: d, SyncEvery: 10 * time.Millisecond, failCommit: failWhen(fail, errENOSPC)})
+	s1 = mustAppend(t, b, testPacket("one", false))
+	s2 = mustAppend(t, b, testPacket("two", false))
+	testtool.WaitFor(t, 10*time.Second, "commit", func() bool { return b.Len() == 2 })
+	fail.Store(true)
+	return b, fail, s1, s2
+}
+
 // eioAt is an fsync of the file at path failing with EIO.
 func eioAt(path string) error {
 	return &os.PathError{Op: "fdatasync", Path: path, Err: syscall.EIO}
