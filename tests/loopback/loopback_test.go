@@ -66,6 +66,18 @@ var healthy = []time.Duration{1 * time.Millisecond, 2 * time.Millisecond, 3 * ti
 // slowBy is how much later the slow node of S2 answers.
 const slowBy = 300 * time.Millisecond
 
+// slowNode is S2's fault: upstream i of base answers by later than its
+// round trip while the fault is on.
+func slowNode(base []time.Duration, i int, by time.Duration) func(r *rig, on bool) {
+	return func(r *rig, on bool) {
+		d := base[i]
+		if on {
+			d += by
+		}
+		r.setLatency(i, d)
+	}
+}
+
 var scenarios = []scenario{
 	{
 		lab:    "S1",
@@ -75,16 +87,10 @@ var scenarios = []scenario{
 		long:   true,
 	},
 	{
-		lab:   "S2",
-		title: fmt.Sprintf("slow node: upstream 2 answers %v late during the fault (others 1–5 ms)", slowBy),
-		base:  healthy,
-		fault: func(r *rig, on bool) {
-			d := healthy[2]
-			if on {
-				d += slowBy
-			}
-			r.setLatency(2, d)
-		},
+		lab:    "S2",
+		title:  fmt.Sprintf("slow node: upstream 2 answers %v late during the fault (others 1–5 ms)", slowBy),
+		base:   healthy,
+		fault:  slowNode(healthy, 2, slowBy),
 		faulty: 2,
 	},
 	{

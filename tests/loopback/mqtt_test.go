@@ -69,16 +69,10 @@ var healthy3 = []time.Duration{1 * time.Millisecond, 2 * time.Millisecond, 3 * t
 // one, or the joiner.
 var mqttScenarios = []scenario{
 	{
-		lab:   "S2",
-		title: fmt.Sprintf("slow broker: broker 2's PUBACKs come %v late during the fault (others 1–3 ms)", slowBy),
-		base:  healthy3,
-		fault: func(r *rig, on bool) {
-			d := healthy3[2]
-			if on {
-				d += slowBy
-			}
-			r.setLatency(2, d)
-		},
+		lab:    "S2",
+		title:  fmt.Sprintf("slow broker: broker 2's PUBACKs come %v late during the fault (others 1–3 ms)", slowBy),
+		base:   healthy3,
+		fault:  slowNode(healthy3, 2, slowBy),
 		faulty: 2,
 	},
 	{

@@ -85,16 +85,8 @@ func TestRecovery(t *testing.T) {
 	// Three equal brokers, so that the slow one has a share of its own to
 	// come back to.
 	const rtt = 2 * time.Millisecond
-	sc := scenario{
-		lab: "S2", base: []time.Duration{rtt, rtt, rtt}, faulty: 2,
-		fault: func(r *rig, on bool) {
-			d := rtt
-			if on {
-				d += recoverySlowBy
-			}
-			r.setLatency(2, d)
-		},
-	}
+	base := []time.Duration{rtt, rtt, rtt}
+	sc := scenario{lab: "S2", base: base, faulty: 2, fault: slowNode(base, 2, recoverySlowBy)}
 	def := selector.DRFCSWLCOptions{}.WithDefaults()
 	// The first is the pool's wiring today (a TCP probe); the second the
 	// fix (a publish probe), both with drf_cswlc's defaults; then the
