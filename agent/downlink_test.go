@@ -17,7 +17,6 @@ import (
 
 	"fieldlink/config"
 	"fieldlink/downlink"
-	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
 	"fieldlink/internal/testtool/brokertest"
 	"fieldlink/internal/testtool/emutest"
@@ -355,13 +354,7 @@ func TestCommandKeptByTheBrokerNeverRuns(t *testing.T) {
 // result; the private key never reaches the log.
 func TestSignedCommands(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := signing.GenerateFiles(filepath.Join(dir, "ops")); err != nil {
-		t.Fatal(err)
-	}
-	priv, err := signing.LoadPrivate(filepath.Join(dir, "ops.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := testtool.SigningKeyFiles(t, filepath.Join(dir, "ops"))
 	_, other, _ := ed25519.GenerateKey(nil)
 	b := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
 	p := newPlatform(t, b.Addr())

@@ -46,13 +46,7 @@ func TestBundleWithWrongCredentialsIsReverted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := signing.GenerateFiles(filepath.Join(dir, "fleet")); err != nil {
-		t.Fatal(err)
-	}
-	priv, err := signing.LoadPrivate(filepath.Join(dir, "fleet.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := testtool.SigningKeyFiles(t, filepath.Join(dir, "fleet"))
 	var mu sync.Mutex
 	var served []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -174,13 +168,7 @@ type remoteGateway struct {
 func newRemoteGateway(t *testing.T) *remoteGateway {
 	t.Helper()
 	r := &remoteGateway{t: t, dir: t.TempDir()}
-	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet")); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if r.priv, err = signing.LoadPrivate(filepath.Join(r.dir, "fleet.key")); err != nil {
-		t.Fatal(err)
-	}
+	r.priv = testtool.SigningKeyFiles(t, filepath.Join(r.dir, "fleet"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -255,13 +243,7 @@ func TestReloadLocalRefusesUnreadableRemoteKeys(t *testing.T) {
 // signs is applied.
 func TestReloadLocalRereadsRemoteKeys(t *testing.T) {
 	r := newRemoteGateway(t)
-	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet2")); err != nil {
-		t.Fatal(err)
-	}
-	priv2, err := signing.LoadPrivate(filepath.Join(r.dir, "fleet2.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv2 := testtool.SigningKeyFiles(t, filepath.Join(r.dir, "fleet2"))
 	pub2, err := os.ReadFile(filepath.Join(r.dir, "fleet2.pub"))
 	if err != nil {
 		t.Fatal(err)
@@ -281,13 +263,7 @@ func TestReloadLocalRereadsRemoteKeys(t *testing.T) {
 // is applied, and the devices' new settings in the same file with it.
 func TestReloadLocalTakesANewKeyList(t *testing.T) {
 	r := newRemoteGateway(t)
-	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet2")); err != nil {
-		t.Fatal(err)
-	}
-	priv2, err := signing.LoadPrivate(filepath.Join(r.dir, "fleet2.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv2 := testtool.SigningKeyFiles(t, filepath.Join(r.dir, "fleet2"))
 	reread, site := r.load("200ms", "fleet.pub, fleet2.pub")
 	if err := r.g.ReloadLocal(reread, profiles); err != nil {
 		t.Fatalf("a new key list on SIGHUP: %v", err)

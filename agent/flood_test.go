@@ -10,7 +10,6 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"fieldlink/downlink"
-	"fieldlink/internal/signing"
 	"fieldlink/internal/testtool"
 )
 
@@ -19,13 +18,7 @@ import (
 // from the flood and done, written once.
 func TestSignedCommandThroughAFlood(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := signing.GenerateFiles(filepath.Join(dir, "ops")); err != nil {
-		t.Fatal(err)
-	}
-	priv, err := signing.LoadPrivate(filepath.Join(dir, "ops.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := testtool.SigningKeyFiles(t, filepath.Join(dir, "ops"))
 	b := testtool.NewMosquitto(t, testtool.FindMosquitto(t))
 	p := newPlatform(t, b.Addr())
 	r := startDownlinkSite(t, fmt.Sprintf(", keys: [%q]", filepath.Join(dir, "ops.pub")), b)

@@ -35,13 +35,7 @@ func (r *rig) reloaded(old, new string) *config.Config {
 // A SIGHUP that changes remote_config.keys trusts the new keys at once.
 func TestSetLocalReloadsKeys(t *testing.T) {
 	r := newRig(t)
-	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet2")); err != nil {
-		t.Fatal(err)
-	}
-	priv2, err := signing.LoadPrivate(filepath.Join(r.dir, "fleet2.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv2 := testtool.SigningKeyFiles(t, filepath.Join(r.dir, "fleet2"))
 	if err := r.m.SetLocal(r.reloaded("keys: [fleet.pub]", "keys: [fleet2.pub]")); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"fieldlink/config"
 	firmwareprofiles "fieldlink/firmware-profiles"
-	"fieldlink/internal/signing"
+	"fieldlink/internal/testtool"
 	"fieldlink/sensors/profile"
 )
 
@@ -164,13 +164,8 @@ func newRig(t *testing.T) *rig { return newRigIn(t, t.TempDir(), nil) }
 func newRigIn(t *testing.T, dir string, step func(string)) *rig {
 	t.Helper()
 	r := &rig{t: t, dir: dir, srv: newServer(t), gw: &fakeGateway{health: Health{UpstreamUp: true, Answering: 1}}, now: b0, step: step}
-	if _, err := signing.GenerateFiles(filepath.Join(r.dir, "fleet")); err != nil {
-		t.Fatal(err)
-	}
+	r.priv = testtool.SigningKeyFiles(t, filepath.Join(r.dir, "fleet"))
 	var err error
-	if r.priv, err = signing.LoadPrivate(filepath.Join(r.dir, "fleet.key")); err != nil {
-		t.Fatal(err)
-	}
 	file := filepath.Join(r.dir, "site.yaml")
 	if err := os.WriteFile(file, []byte(fmt.Sprintf(localSite, r.srv.URL)), 0o644); err != nil {
 		t.Fatal(err)

@@ -62,13 +62,7 @@ func TestRunStartsFromTheKnownGoodBundle(t *testing.T) {
 	_, emu := serve(t, false, "generic-wind-speed", "generic-tipping-bucket-rain")
 	in := newReloadIngest(t)
 	dir := t.TempDir()
-	if _, err := signing.GenerateFiles(filepath.Join(dir, "fleet")); err != nil {
-		t.Fatal(err)
-	}
-	priv, err := signing.LoadPrivate(filepath.Join(dir, "fleet.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := testtool.SigningKeyFiles(t, filepath.Join(dir, "fleet"))
 	local := fmt.Sprintf(`site: {id: "F1"}
 gateway: {id: gw-fleet}
 buses:
