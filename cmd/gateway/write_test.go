@@ -25,6 +25,23 @@ func valveSite(t *testing.T) string {
 	return site
 }
 
+// valveDaemon starts a daemon on a valveSite, stopped when the test ends,
+// and returns the site file, its configuration and the daemon.
+func valveDaemon(t *testing.T) (string, *config.Config, *agent.Agent) {
+	t.Helper()
+	site := valveSite(t)
+	c, err := config.Load(site, loadProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := agent.Start(c, agent.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop() })
+	return site, c, g
+}
+
 func result(t *testing.T, out string) downlink.Result {
 	t.Helper()
 	var r downlink.Result
@@ -91,16 +108,7 @@ func TestWriteWithoutADaemonChecksNames(t *testing.T) {
 // With a daemon running, gateway write goes through its control socket:
 // the daemon, which holds the bus and the buffer, runs it.
 func TestWriteThroughTheDaemon(t *testing.T) {
-	site := valveSite(t)
-	c, err := config.Load(site, loadProfiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := agent.Start(c, agent.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
+	site, _, g := valveDaemon(t)
 	code, out, errOut := gw(t, "write", "-c", site, "-device", "valve-1", "-point", "ValveOpen", "-value", "true")
 	if r := result(t, out); code != 0 || r.Status != downlink.StatusDone || r.Readback.String() != "true" {
 		t.Fatalf("write: %d %+v %s", code, r, errOut)
@@ -114,16 +122,7 @@ func TestWriteThroughTheDaemon(t *testing.T) {
 // -verify and buffer stats ask it through its control socket instead of
 // asking to stop data collection.
 func TestAuditAndStatsBesideTheDaemon(t *testing.T) {
-	site := valveSite(t)
-	c, err := config.Load(site, loadProfiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := agent.Start(c, agent.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
+	site, c, _ := valveDaemon(t)
 	if code, out, errOut := gw(t, "write", "-c", site, "-device", "valve-1", "-point", "Setpoint", "-value", "7"); code != 0 {
 		t.Fatalf("write: %d %s %s", code, out, errOut)
 	}
