@@ -55,6 +55,23 @@ func halved(d decimal, k int) decimal {
 	return d
 }
 
+// onTheWire is f as the bus encodes it for reg, decoded in the order it
+// was laid out in: what the register is written.
+func onTheWire(reg *profile.Register, f float64) (i int64, u uint64, fl float64, kind packet.Kind, err error) {
+	enc := *reg
+	if enc.Write != nil {
+		w := *enc.Write
+		w.Order = nil
+		enc.Write = &w
+	}
+	_, _, data, err := enc.WriteRequest(f)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	i, u, fl, kind = enc.Raw(data)
+	return i, u, fl, kind, nil
+}
+
 // exact checks a number against the point's rules and its register, on
 // the exact value of its text: min, max and step, and then the register's
 // own domain. raw = (value − offset) / scale must be, for an integer
@@ -97,18 +114,10 @@ func (p *point) exact(text string, f float64) error {
 			return fmt.Errorf("%w: %s is raw %s, outside %s (%s..%s)", profile.ErrNotWritable, text, raw, reg.Type, lo, hi)
 		}
 	}
-	// As the bus encodes it, decoded in the order it was laid out in.
-	enc := *reg
-	if enc.Write != nil {
-		w := *enc.Write
-		w.Order = nil
-		enc.Write = &w
-	}
-	_, _, data, err := enc.WriteRequest(f)
+	i, u, fl, kind, err := onTheWire(reg, f)
 	if err != nil {
 		return err
 	}
-	i, u, fl, kind := enc.Raw(data)
 	switch {
 	case isInt:
 		if n := intDecimal(i, u, kind != packet.KindUint); n.cmp(raw) != 0 {

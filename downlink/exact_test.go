@@ -259,17 +259,10 @@ func ratExact(p *point, text string, f float64) error {
 	if isInt && (!raw.IsInt() || raw.Num().Cmp(lo) < 0 || raw.Num().Cmp(hi) > 0) {
 		return errors.New("not a whole number in range")
 	}
-	enc := *reg
-	if enc.Write != nil {
-		w := *enc.Write
-		w.Order = nil
-		enc.Write = &w
-	}
-	_, _, data, err := enc.WriteRequest(f)
+	i, u, fl, kind, err := onTheWire(reg, f)
 	if err != nil {
 		return err
 	}
-	i, u, fl, kind := enc.Raw(data)
 	if isInt {
 		n := big.NewInt(i)
 		if kind == packet.KindUint {
