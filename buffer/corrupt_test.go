@@ -174,14 +174,7 @@ func TestOpenOneBadMetaPage(t *testing.T) {
 
 func TestOpenBothMetaPagesBad(t *testing.T) {
 	fx, _ := makeFixture(t, 500, false)
-	path := fx.copyTo(t)
-	data := mustRead(t, path)
-	newest, older := metaOffsets(t, data)
-	data[newest+pageHeaderSize+1] ^= 0xFF // magic
-	data[older+pageHeaderSize+60] ^= 0xFF // checksum
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := fx.bothMetaBad(t)
 	b := openT(t, path, Options{})
 	recs := fx.verify(t, b)
 	// The data pages are intact: every live record is salvaged, and the

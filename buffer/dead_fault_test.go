@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -127,14 +126,7 @@ func TestSalvageDropsDeadLetters(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path := fx.copyTo(t)
-	data := mustRead(t, path)
-	newest, older := metaOffsets(t, data)
-	data[newest+pageHeaderSize+1] ^= 0xFF // magic
-	data[older+pageHeaderSize+60] ^= 0xFF // checksum
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := fx.bothMetaBad(t)
 	b = openT(t, path, Options{})
 	recs := fx.verify(t, b)
 	st := b.Stats()

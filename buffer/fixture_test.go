@@ -72,6 +72,17 @@ func (fx *fixture) copyTo(t testing.TB) string {
 	return fx.write(t, mustRead(t, fx.path))
 }
 
+// bothMetaBad copies the fixture's file to a new path with both meta
+// pages bad: the newest one's magic and the older one's checksum broken.
+func (fx *fixture) bothMetaBad(t testing.TB) string {
+	t.Helper()
+	data := mustRead(t, fx.path)
+	newest, older := metaOffsets(t, data)
+	data[newest+pageHeaderSize+1] ^= 0xFF // magic
+	data[older+pageHeaderSize+60] ^= 0xFF // checksum
+	return fx.write(t, data)
+}
+
 // write writes data as a buffer file in a new directory, with the
 // fixture's seq floor file next to it, and returns its path.
 func (fx *fixture) write(t testing.TB, data []byte) string {
