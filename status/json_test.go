@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"fieldlink/agent"
+	"fieldlink/config"
 	"fieldlink/internal/testtool"
 	"fieldlink/sensors"
 )
@@ -77,6 +78,20 @@ type doc struct {
 	Downlink json.RawMessage `json:"downlink"`
 }
 
+// serveStatus starts a gateway on c and serves its status pages, both
+// stopped when the test ends.
+func serveStatus(t *testing.T, c *config.Config) *httptest.Server {
+	t.Helper()
+	g, err := agent.Start(c, agent.Options{Logger: testtool.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop() })
+	srv := httptest.NewServer(agent.MetricsHandler(c, g.Sources(), testtool.Logger(t)))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 func fetchDoc(t *testing.T, url string) *doc {
 	t.Helper()
 	code, body := testtool.HTTPGet(t, url+"/status.json")
@@ -137,15 +152,8 @@ func TestJSONDeviceOfflineAndBack(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	defer ingest.Close()
-	c := writeSite(t, twoBuses(ea.addr, eb.addr, ingest.URL, "off"))
-	g, err := agent.Start(c, agent.Options{Logger: testtool.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
-	srv := httptest.NewServer(agent.MetricsHandler(c, g.Sources(), testtool.Logger(t)))
-	defer srv.Close()
+	t.Cleanup(ingest.Close) // closed after the gateway stops
+	srv := serveStatus(t, writeSite(t, twoBuses(ea.addr, eb.addr, ingest.URL, "off")))
 
 	var last *doc
 	observe := func() *doc {
@@ -337,14 +345,7 @@ func TestJSONUpstreamDownSaysWhy(t *testing.T) {
 	ea, eb := newEmu(t, "generic-mine-methane"), newEmu(t, "generic-wind-speed")
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close() // nothing listens at its address now
-	c := writeSite(t, twoBuses(ea.addr, eb.addr, closed.URL, "off"))
-	g, err := agent.Start(c, agent.Options{Logger: testtool.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
-	srv := httptest.NewServer(agent.MetricsHandler(c, g.Sources(), testtool.Logger(t)))
-	defer srv.Close()
+	srv := serveStatus(t, writeSite(t, twoBuses(ea.addr, eb.addr, closed.URL, "off")))
 	var last *doc
 	testtool.WaitFor(t, 20*time.Second, "the upstream down with its last error", func() bool {
 		last = fetchDoc(t, srv.URL)
