@@ -82,19 +82,11 @@ uplink:
 	}
 
 	// The adapter is plugged in: the port appears, a device answers on it.
-	a, b := testtool.PtyPair(t)
 	emu, err := emulator.New(emutest.Devices(t, "generic-mine-methane"), emulator.Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, err := emulator.OpenSerial(a, 9600, 'N', 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { line.Close() })
-	testtool.Serve(t, func(ctx context.Context) error {
-		return emu.ServeRTU(ctx, line, 9600, emulator.CharBits('N', 8, 1))
-	})
+	b := emutest.ServePty(t, emu, 9600, 'N')
 	if err := os.Symlink(b, port); err != nil {
 		t.Fatal(err)
 	}

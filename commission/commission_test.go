@@ -177,17 +177,11 @@ func TestBufferDir(t *testing.T) {
 // not there, a bus whose server cannot be reached.
 func TestSlaves(t *testing.T) {
 	_, tcp := emutest.Serve(t, false, "generic-mine-methane", "generic-mine-oxygen")
-	a, b := testtool.PtyPair(t)
 	emu, err := emulator.New(emutest.Devices(t, "generic-mine-methane"), emulator.Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, err := emulator.OpenSerial(a, 9600, 'N', 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { line.Close() })
-	testtool.Serve(t, func(ctx context.Context) error { return emu.ServeRTU(ctx, line, 9600, emulator.CharBits('N', 8, 1)) })
+	b := emutest.ServePty(t, emu, 9600, 'N')
 	refused := testtool.RefusedAddr(t)
 	c := load(t, fmt.Sprintf(`site: {id: "001"}
 gateway: {id: gw}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/emulator"
@@ -51,7 +52,7 @@ func BenchmarkPollCycle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := open(b, "rtu://"+servePty(b, emu, 9600, 'E')+"?baud=9600&parity=E", time.Second)
+	client := open(b, "rtu://"+emutest.ServePty(b, emu, 9600, 'E')+"?baud=9600&parity=E", time.Second)
 	cost := plan.Serial(9600, 11, *benchTs)
 
 	for _, mode := range []struct {

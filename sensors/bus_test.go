@@ -15,6 +15,7 @@ import (
 
 	firmwareprofiles "fieldlink/firmware-profiles"
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/emulator"
@@ -53,22 +54,6 @@ func modbusProfiles(t testing.TB) ([]emulator.Device, []sensors.DeviceSpec) {
 		specs = append(specs, sensors.DeviceSpec{Name: name, Slave: slave, Profile: p, Interval: time.Second, DataType: p.DataType})
 	}
 	return devs, specs
-}
-
-// servePty serves emu on one end of a socat pty pair at baud with parity
-// (8 data bits, 1 stop bit) until the test ends, and returns the other end.
-func servePty(t testing.TB, emu *emulator.Emulator, baud int, parity byte) string {
-	t.Helper()
-	a, b := testtool.PtyPair(t)
-	port, err := emulator.OpenSerial(a, baud, parity, 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { port.Close() }) // runs after ServeRTU has returned
-	testtool.Serve(t, func(ctx context.Context) error {
-		return emu.ServeRTU(ctx, port, baud, emulator.CharBits(parity, 8, 1))
-	})
-	return b
 }
 
 func open(t testing.TB, url string, timeout time.Duration) *modbus.Client {
@@ -283,7 +268,7 @@ func TestBusOverPtyRTU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := servePty(t, emu, 9600, 'E')
+	b := emutest.ServePty(t, emu, 9600, 'E')
 	client := open(t, fmt.Sprintf("rtu://%s?baud=9600&parity=E", b), time.Second)
 	bus, err := sensors.NewBus("pty", client, specs, sensors.BusOptions{Cost: plan.Serial(9600, 11, 0), MaxGap: -1})
 	if err != nil {

@@ -95,7 +95,7 @@ func TestIdentifyMatchesWhatRegistersHold(t *testing.T) {
 				}
 				url := "tcp://" + testtool.ServeLoopback(t, emu.ServeTCP)
 				if line == "rtu" {
-					url = "rtu://" + servePty(t, emu, 19200, 'N') + "?baud=19200"
+					url = "rtu://" + emutest.ServePty(t, emu, 19200, 'N') + "?baud=19200"
 				}
 				c := open(t, url, time.Second)
 				id, err := sensors.Identify(context.Background(), c, 1, set)

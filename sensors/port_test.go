@@ -17,6 +17,7 @@ import (
 	"go.bug.st/serial"
 
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/emulator"
@@ -153,15 +154,7 @@ func TestBusStartsDownAndOpensWhenThePortAppears(t *testing.T) {
 		t.Fatalf("write of no point: %v", err)
 	}
 
-	a, b := testtool.PtyPair(t)
-	line, err := emulator.OpenSerial(a, 9600, 'N', 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { line.Close() })
-	testtool.Serve(t, func(ctx context.Context) error {
-		return emu.ServeRTU(ctx, line, 9600, emulator.CharBits('N', 8, 1))
-	})
+	b := emutest.ServePty(t, emu, 9600, 'N')
 	if err := os.Symlink(b, port); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"fieldlink/internal/testtool"
+	"fieldlink/internal/testtool/emutest"
 	"fieldlink/packet"
 	"fieldlink/sensors"
 	"fieldlink/sensors/emulator"
@@ -34,12 +35,7 @@ func TestWritesKeepTheLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, line := testtool.PtyPairLogged(t)
-	port, err := emulator.OpenSerial(a, baud, 'N', 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { port.Close() })
-	testtool.Serve(t, func(ctx context.Context) error { return emu.ServeRTU(ctx, port, baud, emulator.CharBits('N', 8, 1)) })
+	emutest.ServeLine(t, emu, a, baud, 'N')
 	c := open(t, fmt.Sprintf("rtu://%s?baud=%d", b, baud), 500*time.Millisecond)
 	bus, err := sensors.NewBus("line", c, specs, sensors.BusOptions{Cost: plan.Serial(baud, 11, 2*time.Millisecond)})
 	if err != nil {

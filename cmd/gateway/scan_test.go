@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"fieldlink/internal/testtool"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -107,16 +105,7 @@ func servePtyEmu(t *testing.T, devs []emulator.Device, opt emulator.Options, emu
 	if emuOut != nil {
 		emuOut.Store(emu)
 	}
-	a, b := testtool.PtyPair(t)
-	port, err := emulator.OpenSerial(a, 9600, 'N', 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { port.Close() }) // runs after ServeRTU has returned
-	testtool.Serve(t, func(ctx context.Context) error {
-		return emu.ServeRTU(ctx, port, 9600, emulator.CharBits('N', 8, 1))
-	})
-	return b
+	return emutest.ServePty(t, emu, 9600, 'N')
 }
 
 // Scanning one serial port at several bauds prints one bus for the port,

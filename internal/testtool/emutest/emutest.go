@@ -3,6 +3,7 @@
 package emutest
 
 import (
+	"context"
 	"testing"
 
 	firmwareprofiles "fieldlink/firmware-profiles"
@@ -46,4 +47,28 @@ func ServeDevices(t testing.TB, rtu bool, devs []emulator.Device, opt emulator.O
 		return emu, testtool.ServeLoopback(t, emu.ServeRTUOverTCP)
 	}
 	return emu, testtool.ServeLoopback(t, emu.ServeTCP)
+}
+
+// ServePty serves emu as RTU on one end of a socat pty pair at baud with
+// parity (8 data bits, 1 stop bit) until the test ends, and returns the
+// other end.
+func ServePty(t testing.TB, emu *emulator.Emulator, baud int, parity byte) string {
+	t.Helper()
+	a, b := testtool.PtyPair(t)
+	ServeLine(t, emu, a, baud, parity)
+	return b
+}
+
+// ServeLine serves emu as RTU on the serial line at path at baud with
+// parity (8 data bits, 1 stop bit) until the test ends.
+func ServeLine(t testing.TB, emu *emulator.Emulator, path string, baud int, parity byte) {
+	t.Helper()
+	port, err := emulator.OpenSerial(path, baud, parity, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { port.Close() }) // runs after ServeRTU has returned
+	testtool.Serve(t, func(ctx context.Context) error {
+		return emu.ServeRTU(ctx, port, baud, emulator.CharBits(parity, 8, 1))
+	})
 }
