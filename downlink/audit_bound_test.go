@@ -1,7 +1,6 @@
 package downlink
 
 import (
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -57,13 +56,7 @@ func TestRefusalsDoNotEvictCommands(t *testing.T) {
 // gateway audit -verify says how many entries were trimmed by the bound,
 // and the chain of what is left verifies.
 func TestAuditVerifySaysTrimmed(t *testing.T) {
-	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
-	s := openLedger(t, buf, t0, LedgerOptions{MaxAuditEntries: 5})
-	for i := range 10 {
-		c := command(fmt.Sprintf("cmd-%d", i), t0)
-		begin(t, s, c, t0)
-		finish(t, s, Result{ID: c.ID, Status: StatusDone, At: t0})
-	}
+	buf, _ := tenDoneFiveKept(t)
 	sum, err := CheckAudit(buf)
 	if err != nil {
 		t.Fatal(err)

@@ -156,9 +156,10 @@ func editFile(t *testing.T, path, old, new string) {
 	}
 }
 
-// TestAuditBound: the log keeps MaxAuditEntries, the newest, and still
-// verifies; the oldest kept is anchored, so deleting it is found.
-func TestAuditBound(t *testing.T) {
+// tenDoneFiveKept opens a ledger that keeps 5 audit entries and runs 10
+// commands through it, done: the log keeps entries 17 to 21.
+func tenDoneFiveKept(t *testing.T) (*buffer.Buffer, *Ledger) {
+	t.Helper()
 	buf := openBuffer(t, filepath.Join(t.TempDir(), "buffer.db"))
 	s := openLedger(t, buf, t0, LedgerOptions{MaxAuditEntries: 5})
 	for i := range 10 {
@@ -166,6 +167,13 @@ func TestAuditBound(t *testing.T) {
 		begin(t, s, c, t0)
 		finish(t, s, Result{ID: c.ID, Status: StatusDone, At: t0})
 	}
+	return buf, s
+}
+
+// TestAuditBound: the log keeps MaxAuditEntries, the newest, and still
+// verifies; the oldest kept is anchored, so deleting it is found.
+func TestAuditBound(t *testing.T) {
+	buf, s := tenDoneFiveKept(t)
 	es := entries(t, buf)
 	if len(es) != 5 || es[0].Seq != 17 || es[4].Seq != 21 {
 		t.Fatalf("%d entries, %d to %d; want the newest 5, 17 to 21", len(es), es[0].Seq, es[len(es)-1].Seq)
