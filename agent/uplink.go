@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 
 	"fieldlink/buffer/cardstore"
@@ -160,7 +159,7 @@ func upstreamConfig(c *config.Config, cu config.Upstream) (uplink.UpstreamConfig
 		Username: cu.Username, Password: pw, TLS: tlsConf, ProbeURL: cu.ProbeURL, Encoding: cu.Encoding,
 	}
 	if cu.TokenFile != "" {
-		if uc.Token, err = firstLine(c.Rel(cu.TokenFile)); err != nil {
+		if uc.Token, err = c.Secret(cu.TokenFile); err != nil {
 			return uplink.UpstreamConfig{}, fmt.Errorf("%s: token: %w", name, err)
 		}
 	}
@@ -184,21 +183,11 @@ func upstreamConfig(c *config.Config, cu config.Upstream) (uplink.UpstreamConfig
 func password(c *config.Config, u config.Upstream) (string, error) {
 	switch {
 	case u.PasswordFile != "":
-		return firstLine(c.Rel(u.PasswordFile))
+		return c.Secret(u.PasswordFile)
 	case u.PasswordEnv != "":
 		return os.Getenv(u.PasswordEnv), nil
 	}
 	return "", nil
-}
-
-// firstLine reads a secret's file: its first line, without the line end.
-func firstLine(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return strings.TrimRight(line, "\r"), nil
 }
 
 func tlsFor(c *config.Config, scheme string, t *config.TLS) (*tls.Config, error) {

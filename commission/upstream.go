@@ -122,7 +122,7 @@ func (k *checker) secrets(u config.Upstream) (secrets, error) {
 	var err error
 	switch {
 	case u.PasswordFile != "":
-		if s.password, err = firstLine(k.c.Rel(u.PasswordFile)); err != nil {
+		if s.password, err = k.c.Secret(u.PasswordFile); err != nil {
 			return s, fmt.Errorf("password_file: %w", err)
 		}
 	case u.PasswordEnv != "":
@@ -132,7 +132,7 @@ func (k *checker) secrets(u config.Upstream) (secrets, error) {
 		}
 	}
 	if u.TokenFile != "" {
-		if s.token, err = firstLine(k.c.Rel(u.TokenFile)); err != nil {
+		if s.token, err = k.c.Secret(u.TokenFile); err != nil {
 			return s, fmt.Errorf("token_file: %w", err)
 		}
 	}
@@ -161,16 +161,6 @@ func (k *checker) secrets(u config.Upstream) (secrets, error) {
 		}
 	}
 	return s, nil
-}
-
-// firstLine reads a secret's file: its first line, without the line end.
-func firstLine(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return strings.TrimRight(line, "\r"), nil
 }
 
 // dialWhy says why a TCP connect to addr failed.

@@ -432,6 +432,18 @@ func (c *Config) rel(p string) string {
 // to the site file's directory.
 func (c *Config) Rel(p string) string { return c.rel(p) }
 
+// Secret reads a secret's file of the site file (password_file,
+// token_file), relative to the site file's directory: its first line,
+// without the line end.
+func (c *Config) Secret(p string) (string, error) {
+	b, err := os.ReadFile(c.rel(p))
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimRight(line, "\r"), nil
+}
+
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {

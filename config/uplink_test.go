@@ -1,8 +1,11 @@
 package config
 
 import (
+	"errors"
 	"fieldlink/buffer"
 	"fieldlink/uplink"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +117,25 @@ func TestSectionDefaultsAreThePackages(t *testing.T) {
 	u := c.Uplink
 	if u.Batch != uplink.DefaultBatch || u.Window != uplink.DefaultWindow || u.Probe.Interval != uplink.DefaultProbeInterval || u.Probe.Timeout != uplink.DefaultProbeTimeout {
 		t.Errorf("uplink batch %d, window %d, probe %v/%v: want the uplink package's", u.Batch, u.Window, u.Probe.Interval, u.Probe.Timeout)
+	}
+}
+
+// A secret's file is read relative to the site file: its first line, with
+// a Windows line end taken off too; a missing file says its path.
+func TestSecret(t *testing.T) {
+	dir := t.TempDir()
+	c := &Config{File: dir + "/site.yaml"}
+	for name, text := range map[string]string{"pass": "s3cret\nsecond line\n", "crlf": "tok\r\n", "bare": "no-end"} {
+		if err := os.WriteFile(dir+"/"+name, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, want := range map[string]string{"pass": "s3cret", "crlf": "tok", dir + "/bare": "no-end"} {
+		if got, err := c.Secret(p); err != nil || got != want {
+			t.Errorf("Secret(%q) = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	if _, err := c.Secret("missing"); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), dir+"/missing") {
+		t.Errorf("Secret of a missing file: %v; want not found, naming %s/missing", err, dir)
 	}
 }
