@@ -33,11 +33,12 @@ type ledger struct {
 	maxSeq     map[string]uint64 // highest Seq received, by epoch
 	outOfOrder int               // receipts of a Seq below one received before (the gateway publishes on three connections at once)
 	connects   int               // subscriber connections made
+	left       map[key]bool      // in the gateway's buffer when it stopped, for its next start
 	problems   []string
 }
 
 func newLedger() *ledger {
-	return &ledger{printed: map[key]time.Time{}, recv: map[key]*receipt{}, maxSeq: map[string]uint64{}}
+	return &ledger{printed: map[key]time.Time{}, recv: map[key]*receipt{}, maxSeq: map[string]uint64{}, left: map[key]bool{}}
 }
 
 func (l *ledger) problemLocked(format string, args ...any) {
@@ -74,6 +75,24 @@ func (l *ledger) storedPacket(p *packet.Packet, at time.Time) {
 	l.printed[k] = at
 }
 
+// leftInBuffer takes one packet the stopped gateway's buffer still holds
+// (a line of gateway buffer export): it waits there for the next start,
+// which is not a loss.
+func (l *ledger) leftInBuffer(line []byte) {
+	p, err := packet.Decode(line)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.problemLocked("gateway buffer export: %v: %.200s", err, line)
+		return
+	}
+	k := key{p.GatewayID, p.Epoch, p.Seq}
+	if _, ok := l.printed[k]; !ok {
+		l.problemLocked("%v is in the buffer at the stop but was never printed", k)
+	}
+	l.left[k] = true
+}
+
 // received takes one message of the subscriber.
 func (l *ledger) received(topic string, payload []byte, at time.Time) {
 	if strings.HasSuffix(topic, "/status") {
@@ -107,13 +126,13 @@ func (l *ledger) subscriberConnected() {
 }
 
 // missing counts the packets stored in (from, to] that the subscriber has
-// not received.
+// not received and the stopped gateway's buffer does not hold.
 func (l *ledger) missing(from, to time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for k, at := range l.printed {
-		if at.After(from) && !at.After(to) && l.recv[k] == nil {
+		if at.After(from) && !at.After(to) && l.recv[k] == nil && !l.left[k] {
 			n++
 		}
 	}
@@ -177,6 +196,7 @@ func (l *ledger) longestSilence(from, to time.Time) time.Duration {
 // totals are the whole run's counts.
 type totals struct {
 	stored, received, lost, duplicates, outOfOrder, unknown, connects int
+	left                                                              int // in the buffer at the stop, not received
 	problems                                                          []string
 }
 
@@ -185,7 +205,11 @@ func (l *ledger) totals() totals {
 	defer l.mu.Unlock()
 	t := totals{stored: len(l.printed), outOfOrder: l.outOfOrder, connects: l.connects, problems: l.problems}
 	for k := range l.printed {
-		if l.recv[k] == nil {
+		switch {
+		case l.recv[k] != nil:
+		case l.left[k]:
+			t.left++
+		default:
 			t.lost++
 		}
 	}

@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -148,6 +149,8 @@ buses:
 // gateway is `gateway run -c site.yaml -print` as a process; every line it
 // prints (a packet once stored) goes to the ledger.
 type gateway struct {
+	bin     string
+	site    string
 	cmd     *exec.Cmd
 	log     testtool.SyncBuffer
 	drained chan struct{}
@@ -156,7 +159,7 @@ type gateway struct {
 
 func startGateway(t *testing.T, bin, site string, led *ledger) *gateway {
 	t.Helper()
-	g := &gateway{drained: make(chan struct{})}
+	g := &gateway{bin: bin, site: site, drained: make(chan struct{})}
 	g.cmd = exec.Command(bin, "run", "-c", site, "-print", "-log-level", "info", "-log-format", "text")
 	g.cmd.Stderr = &g.log
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -211,6 +214,30 @@ func (g *gateway) stop() {
 		<-g.drained
 	}
 	_ = g.cmd.Wait()
+}
+
+// stopLeaving stops the gateway and hands the ledger what its buffer still
+// holds (gateway buffer export): what it stored while it was waited for
+// may still be on its way at the stop, and stays for the next start. It
+// returns how many packets the buffer holds.
+func (g *gateway) stopLeaving(t *testing.T, led *ledger) int {
+	t.Helper()
+	g.stop()
+	var stderr bytes.Buffer
+	cmd := exec.Command(g.bin, "buffer", "export", "-c", g.site)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gateway buffer export: %v\n%s", err, stderr.String())
+	}
+	n := 0
+	for line := range bytes.Lines(out) {
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			led.leftInBuffer(line)
+			n++
+		}
+	}
+	return n
 }
 
 // delivered reads, from the gateway's metrics, the records each upstream
