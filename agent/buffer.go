@@ -81,7 +81,7 @@ func bufferOptions(c *config.Config, log *slog.Logger) buffer.Options {
 		SyncEvery:  c.Buffer.SyncEvery,
 		MaxBytes:   int64(c.Buffer.MaxBytes),
 		MaxAge:     c.Buffer.MaxAge,
-		Encoding:   c.Packet.Values,
+		Values:     c.Packet.Values,
 		Durability: c.Buffer.Durability,
 		WhenFull:   c.Buffer.WhenFull,
 		Order:      c.Buffer.Order,

@@ -20,7 +20,7 @@ type Sensors struct {
 	// clients holds each bus's Modbus client, by bus as Site.Buses; nil
 	// while the bus's serial port has not opened yet.
 	clients []*atomic.Pointer[modbus.Client]
-	enc     packet.Encoding
+	values  packet.ValueStyle
 	// exceptions holds back the packets that report by exception finds
 	// unchanged; nil stores every packet.
 	exceptions *exception.Filter
@@ -36,7 +36,7 @@ type Sensors struct {
 // is buffered and the status page run meanwhile. A one-shot poll or write
 // gets the port's error for each of the bus's devices.
 func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
-	s := &Sensors{cfg: c, enc: c.Packet.Values, exceptions: exception.New(c)}
+	s := &Sensors{cfg: c, values: c.Packet.Values, exceptions: exception.New(c)}
 	var buses []*sensors.Bus
 	for _, b := range c.Buses {
 		ep, err := modbus.ParseURL(b.URL)
@@ -112,8 +112,9 @@ func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
 // Config is the site file the site was opened from.
 func (s *Sensors) Config() *config.Config { return s.cfg }
 
-// Encoding is how the site's packets encode DataBody values.
-func (s *Sensors) Encoding() packet.Encoding { return s.enc }
+// Values is how the site's packets write DataBody values (the site file's
+// packet.values).
+func (s *Sensors) Values() packet.ValueStyle { return s.values }
 
 // Close closes the site's ports; the site must not be running.
 func (s *Sensors) Close() {

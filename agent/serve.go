@@ -107,7 +107,7 @@ loop:
 }
 
 // printer writes each packet as a JSON line to w, one at a time.
-func printer(w io.Writer, values packet.Encoding) func(*packet.Packet) {
+func printer(w io.Writer, values packet.ValueStyle) func(*packet.Packet) {
 	var mu sync.Mutex
 	buf := make([]byte, 0, 1024)
 	return func(p *packet.Packet) {

@@ -18,7 +18,7 @@ import (
 // fsyncs; with Interval, as soon as the writer has put it into its open
 // transaction. Appends that arrive together share one transaction.
 //
-// The JSON is rendered (with opt.Encoding) on the calling goroutine; the
+// The JSON is rendered (with opt.Values) on the calling goroutine; the
 // buffer does not keep p, and writes p.Seq and p.Epoch only on success,
 // before Append returns.
 //
@@ -104,7 +104,7 @@ func (b *Buffer) render(rec *pending, p *packet.Packet, now time.Time) error {
 	}
 	q := *p
 	q.Seq, q.Epoch = 0, b.epoch
-	buf := q.AppendJSON(make([]byte, headerSize, headerSize+jsonSizeHint(p)), b.opt.Encoding)
+	buf := q.AppendJSON(make([]byte, headerSize, headerSize+jsonSizeHint(p)), b.opt.Values)
 	i := bytes.Index(buf[headerSize:], seqMarker)
 	if i < 0 {
 		return fmt.Errorf("buffer: append: no Seq in the packet's JSON")

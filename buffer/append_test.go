@@ -13,9 +13,9 @@ import (
 )
 
 func TestAppendStoresJSONWithSeqAndEpoch(t *testing.T) {
-	for _, enc := range []packet.Encoding{packet.Strings, packet.Numbers} {
-		t.Run(fmt.Sprint(enc), func(t *testing.T) {
-			b, _ := newT(t, Options{Encoding: enc})
+	for _, style := range []packet.ValueStyle{packet.Strings, packet.Numbers} {
+		t.Run(fmt.Sprint(style), func(t *testing.T) {
+			b, _ := newT(t, Options{Values: style})
 			if len(b.Epoch()) != 8 {
 				t.Fatalf("epoch %q, want 8 hex digits", b.Epoch())
 			}
@@ -27,7 +27,7 @@ func TestAppendStoresJSONWithSeqAndEpoch(t *testing.T) {
 				if seq != uint64(i+1) || p.Seq != seq || p.Epoch != b.Epoch() {
 					t.Fatalf("append %d: seq %d, p.Seq %d, p.Epoch %q", i, seq, p.Seq, p.Epoch)
 				}
-				want = append(want, wantJSON(p, seq, b.Epoch(), enc))
+				want = append(want, wantJSON(p, seq, b.Epoch(), style))
 			}
 			recs := all(t, b)
 			if len(recs) != len(want) {

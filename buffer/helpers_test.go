@@ -54,10 +54,10 @@ func testPacket(id string, alarm bool) *packet.Packet {
 }
 
 // wantJSON is the JSON that the buffer should store for p under seq.
-func wantJSON(p *packet.Packet, seq uint64, epoch string, enc packet.Encoding) []byte {
+func wantJSON(p *packet.Packet, seq uint64, epoch string, style packet.ValueStyle) []byte {
 	q := *p
 	q.Seq, q.Epoch = seq, epoch
-	return q.AppendJSON(nil, enc)
+	return q.AppendJSON(nil, style)
 }
 
 // openT opens a buffer at path for the test, and closes it and checks the

@@ -30,7 +30,7 @@ func TestModel(t *testing.T) {
 			Order:    rapid.SampledFrom([]Order{OldestFirst, NewestFirst}).Draw(rt, "order"),
 			WhenFull: rapid.SampledFrom([]WhenFull{DropOldest, RejectNew}).Draw(rt, "when_full"),
 			MaxBytes: rapid.SampledFrom([]int64{0, 1200, 3000}).Draw(rt, "max_bytes"),
-			Encoding: rapid.SampledFrom([]packet.Encoding{packet.Strings, packet.Numbers}).Draw(rt, "encoding"),
+			Values:   rapid.SampledFrom([]packet.ValueStyle{packet.Strings, packet.Numbers}).Draw(rt, "values"),
 			Logger:   quietLogger(),
 
 			deadMax:      rapid.SampledFrom([]int64{0, 3}).Draw(rt, "dead_max"),
@@ -152,7 +152,7 @@ func (m *model) bytes() (total, alarm, normal int64) {
 // put is the model of one append: it returns the seq, or false when the
 // packet is rejected.
 func (m *model) put(p *packet.Packet) (uint64, bool) {
-	r := mrec{seq: m.lastSeq + 1, alarm: p.Alarm(), data: wantJSON(p, m.lastSeq+1, m.epoch, m.opt.Encoding)}
+	r := mrec{seq: m.lastSeq + 1, alarm: p.Alarm(), data: wantJSON(p, m.lastSeq+1, m.epoch, m.opt.Values)}
 	total, alarm, normal := m.bytes()
 	if r.size() > m.opt.MaxBytes {
 		m.rejected++

@@ -160,9 +160,9 @@ type Options struct {
 	// or NewestFirst. Alarms always go first, oldest first.
 	Order Order
 
-	// Encoding is how Append renders the DataBody: packet.Strings (the
+	// Values is how Append renders the DataBody: packet.Strings (the
 	// default) or packet.Numbers.
-	Encoding packet.Encoding
+	Values packet.ValueStyle
 
 	// CompactMinSize and CompactRatio decide when the file is compacted:
 	// when it is larger than CompactMinSize and than CompactRatio times the

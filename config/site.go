@@ -24,7 +24,7 @@ type Gateway struct {
 type Packet struct {
 	// Values: strings (default, as the platforms expect: "Rainfall":"0")
 	// or number.
-	Values packet.Encoding `yaml:"values"`
+	Values packet.ValueStyle `yaml:"values"`
 }
 
 // zoneinfoDir is where the field binary finds time zones (it carries none

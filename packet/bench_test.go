@@ -48,15 +48,15 @@ func bench20(t testing.TB) *packet.Packet {
 func BenchmarkAppendJSON20(b *testing.B) {
 	p := bench20(b)
 	for _, bc := range []struct {
-		name string
-		enc  packet.Encoding
+		name  string
+		style packet.ValueStyle
 	}{{"strings", packet.Strings}, {"numbers", packet.Numbers}} {
 		b.Run(bc.name, func(b *testing.B) {
 			buf := make([]byte, 0, 2048)
 			b.ReportAllocs()
-			b.SetBytes(int64(len(p.AppendJSON(nil, bc.enc))))
+			b.SetBytes(int64(len(p.AppendJSON(nil, bc.style))))
 			for b.Loop() {
-				buf = p.AppendJSON(buf[:0], bc.enc)
+				buf = p.AppendJSON(buf[:0], bc.style)
 			}
 		})
 	}

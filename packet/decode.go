@@ -13,11 +13,11 @@ import (
 )
 
 // Decode parses one packet in the form [Packet.AppendJSON] writes, in either
-// encoding, for tests and tools that look inside packets. It is strict: an
+// [ValueStyle], for tests and tools that look inside packets. It is strict: an
 // unknown top-level key, a missing Date, Time, TS or Seq, a nested body value
 // or trailing data is an error.
 //
-// What comes back re-encodes to the same bytes in the same encoding, but
+// What comes back re-encodes to the same bytes in the same value style, but
 // some of what went in is not recoverable from the JSON:
 //
 //   - Invalid UTF-8 in a string comes back as U+FFFD, which is then written

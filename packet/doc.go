@@ -39,13 +39,14 @@
 //   - "Alarm":"True" and "AlarmFields":["CH4","CO"], only for an alarm packet
 //     (see [Packet.Alarm]).
 //
-// The head is the same in both encodings: the platform's own fields stay
+// The head is the same in both value styles: the platform's own fields stay
 // strings, Seq is always a number.
 //
 // # DataBody
 //
 // The body holds the measurements, in the order of [Packet.Fields] (not
-// sorted). The [Encoding] decides how a [Value] is written:
+// sorted). The [ValueStyle] (the site file's packet.values) decides how a [Value]
+// is written:
 //
 //   - [Strings] (the default, the platform's habit): every value is a JSON
 //     string: "25.3", "-4", and booleans as "True"/"False" (the platform

@@ -8,7 +8,7 @@ import (
 )
 
 // A packet built from a poll and encoded in both of the site file's
-// encodings (packet.values: strings, number), into a buffer reused
+// value styles (packet.values: strings, number), into a buffer reused
 // across packets.
 func Example() {
 	p := packet.Packet{

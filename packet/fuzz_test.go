@@ -105,11 +105,11 @@ func FuzzAppendJSON(f *testing.F) {
 		if alarm != "" {
 			p.AlarmFields = []string{alarm, name1}
 		}
-		enc := packet.Strings
+		style := packet.Strings
 		if numbers {
-			enc = packet.Numbers
+			style = packet.Numbers
 		}
-		out := p.AppendJSON([]byte("prefix"), enc)
+		out := p.AppendJSON([]byte("prefix"), style)
 		if !bytes.HasPrefix(out, []byte("prefix")) {
 			t.Fatalf("AppendJSON overwrote dst: %q", out)
 		}
@@ -190,7 +190,7 @@ func FuzzAppendJSON(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Decode: %v\n%s", err, out)
 		}
-		again := d.AppendJSON(nil, enc)
+		again := d.AppendJSON(nil, style)
 		if !reflect.DeepEqual(tokens(t, again), got) {
 			t.Fatalf("re-encoded packet differs\ngot:  %s\nwant: %s", again, out)
 		}

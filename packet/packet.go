@@ -82,21 +82,21 @@ const UnsyncedMark = `,"ClockUnsynced":"True"`
 // crossed its threshold.
 func (p *Packet) Alarm() bool { return len(p.AlarmFields) > 0 }
 
-// Encoding selects how DataBody values are written. The zero value,
-// [Strings], is what the platform expects.
-type Encoding uint8
+// ValueStyle is how DataBody values are written: the site file's
+// packet.values. The zero value, [Strings], is what the platform expects.
+type ValueStyle uint8
 
 const (
 	// Strings writes every body value as a JSON string: "25.3", "True".
-	Strings Encoding = iota
+	Strings ValueStyle = iota
 	// Numbers writes numbers and booleans as JSON numbers and true/false,
 	// and NaN and infinities as null. Strings stay strings.
 	Numbers
 )
 
 // AppendJSON appends p as one line of compact JSON, without a trailing
-// newline, and returns the extended buffer. Values of enc other than
-// [Numbers] mean [Strings]. The head does not depend on enc.
+// newline, and returns the extended buffer. Values of style other than
+// [Numbers] mean [Strings]. The head does not depend on style.
 //
 // It uses no reflection and does not allocate when dst has room for the
 // packet (a few hundred bytes for twenty fields); reuse the buffer.
@@ -105,7 +105,7 @@ const (
 // AlarmFields entry that is not in Fields are written as they are. A year
 // outside 0000–9999, which RFC 3339 cannot express, is written as
 // [time.Time.Format] writes it.
-func (p *Packet) AppendJSON(dst []byte, enc Encoding) []byte {
+func (p *Packet) AppendJSON(dst []byte, style ValueStyle) []byte {
 	loc := p.Loc
 	if loc == nil {
 		loc = time.UTC
@@ -169,7 +169,7 @@ func (p *Packet) AppendJSON(dst []byte, enc Encoding) []byte {
 		}
 		dst = appendString(dst, f.Name)
 		dst = append(dst, ':')
-		dst = f.Value.appendJSON(dst, enc)
+		dst = f.Value.appendJSON(dst, style)
 	}
 	return append(dst, "}}"...)
 }

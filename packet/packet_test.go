@@ -74,14 +74,14 @@ func mineGas(t testing.TB) packet.Packet {
 }
 
 func goldenCases(t testing.TB) []struct {
-	name string
-	p    packet.Packet
-	enc  packet.Encoding
+	name  string
+	p     packet.Packet
+	style packet.ValueStyle
 } {
 	return []struct {
-		name string
-		p    packet.Packet
-		enc  packet.Encoding
+		name  string
+		p     packet.Packet
+		style packet.ValueStyle
 	}{
 		{"farm-rain", farmRain(t), packet.Strings},
 		{"farm-rain-numbers", farmRain(t), packet.Numbers},
@@ -158,7 +158,7 @@ func specialFloats() packet.Packet {
 func TestGolden(t *testing.T) {
 	for _, tc := range goldenCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			got := append(tc.p.AppendJSON(nil, tc.enc), '\n')
+			got := append(tc.p.AppendJSON(nil, tc.style), '\n')
 			if !json.Valid(got) {
 				t.Errorf("invalid JSON: %s", got)
 			}
@@ -183,7 +183,7 @@ func TestPlatformExample(t *testing.T) {
 func TestRoundTrip(t *testing.T) {
 	for _, tc := range goldenCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			data := tc.p.AppendJSON(nil, tc.enc)
+			data := tc.p.AppendJSON(nil, tc.style)
 			d, err := packet.Decode(data)
 			if err != nil {
 				t.Fatal(err)
@@ -191,7 +191,7 @@ func TestRoundTrip(t *testing.T) {
 			// Invalid UTF-8 was written as \ufffd; it reads back as U+FFFD,
 			// which is valid and written as itself.
 			want := bytes.ReplaceAll(data, []byte(`\ufffd`), []byte("\ufffd"))
-			if again := d.AppendJSON(nil, tc.enc); !bytes.Equal(again, want) {
+			if again := d.AppendJSON(nil, tc.style); !bytes.Equal(again, want) {
 				t.Errorf("re-encoded packet differs\ngot:  %s\nwant: %s", again, want)
 			}
 			if !d.At.Equal(tc.p.At.Truncate(time.Millisecond)) || d.Seq != tc.p.Seq || d.Alarm() != tc.p.Alarm() {
@@ -394,9 +394,9 @@ func TestAlarm(t *testing.T) {
 func TestAppendJSONAllocs(t *testing.T) {
 	p := bench20(t)
 	buf := make([]byte, 0, 2048)
-	for _, enc := range []packet.Encoding{packet.Strings, packet.Numbers} {
-		if n := testing.AllocsPerRun(100, func() { buf = p.AppendJSON(buf[:0], enc) }); n != 0 {
-			t.Errorf("encoding %d: %v allocations per packet, want 0", enc, n)
+	for _, style := range []packet.ValueStyle{packet.Strings, packet.Numbers} {
+		if n := testing.AllocsPerRun(100, func() { buf = p.AppendJSON(buf[:0], style) }); n != 0 {
+			t.Errorf("values %v: %v allocations per packet, want 0", style, n)
 		}
 	}
 }

@@ -2,24 +2,24 @@ package packet
 
 import "fmt"
 
-// String returns the config spelling: "strings" or "number".
-func (e Encoding) String() string {
-	if e == Numbers {
+// String returns the site file's spelling: "strings" or "number".
+func (s ValueStyle) String() string {
+	if s == Numbers {
 		return "number"
 	}
 	return "strings"
 }
 
-// MarshalText returns the config spelling.
-func (e Encoding) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
+// MarshalText returns the site file's spelling.
+func (s ValueStyle) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText reads "strings" or "number".
-func (e *Encoding) UnmarshalText(b []byte) error {
+func (s *ValueStyle) UnmarshalText(b []byte) error {
 	switch string(b) {
 	case "strings":
-		*e = Strings
+		*s = Strings
 	case "number":
-		*e = Numbers
+		*s = Numbers
 	default:
 		return fmt.Errorf("must be strings or number, got %q", b)
 	}

@@ -129,9 +129,9 @@ func (v Value) appendText(dst []byte) []byte {
 	return append(dst, v.str...)
 }
 
-// appendJSON appends v as a JSON value in the given encoding.
-func (v Value) appendJSON(dst []byte, enc Encoding) []byte {
-	if enc == Numbers {
+// appendJSON appends v as a JSON value in the given value style.
+func (v Value) appendJSON(dst []byte, style ValueStyle) []byte {
+	if style == Numbers {
 		switch v.kind {
 		case KindFloat:
 			f := math.Float64frombits(v.num)

@@ -142,7 +142,7 @@ func cmdPoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return
 		}
 		p.Epoch = epoch
-		buf = append(p.AppendJSON(buf[:0], s.Encoding()), '\n')
+		buf = append(p.AppendJSON(buf[:0], s.Values()), '\n')
 		_, _ = stdout.Write(buf)
 	})
 	if failed > 0 {

@@ -27,8 +27,8 @@ func TestPacketSchema(t *testing.T) {
 				{Name: "Actor", Value: packet.String("platform")}, {Name: "Reason", Value: packet.String("")}}},
 	}
 	for i := range good {
-		for _, enc := range []packet.Encoding{packet.Strings, packet.Numbers} {
-			p := good[i].AppendJSON(nil, enc)
+		for _, style := range []packet.ValueStyle{packet.Strings, packet.Numbers} {
+			p := good[i].AppendJSON(nil, style)
 			if err := testtool.CheckPacket(p); err != nil {
 				t.Errorf("a packet the gateway writes fails the schema: %v\n%s", err, p)
 			}

@@ -202,11 +202,11 @@ func appendInfluxLine(dst []byte, p *packet.Packet, prec string) ([]byte, error)
 //
 // Every number is a float: the JSON of a packet does not tell an integer
 // register from a float one written in its shortest form ("25" is either),
-// in either packet encoding, and InfluxDB refuses a value whose type differs
-// from the field's earlier ones. A string is read the way packet writes
-// values in its default Strings encoding: "True" and "False" are booleans,
-// a decimal number ("-4", "25.30") is a float, "NaN", "+Inf" and "-Inf" are
-// left out, and any other text is a string.
+// in either value style (packet.values), and InfluxDB refuses a value
+// whose type differs from the field's earlier ones. A string is read the
+// way packet writes values in its default Strings style: "True" and
+// "False" are booleans, a decimal number ("-4", "25.30") is a float,
+// "NaN", "+Inf" and "-Inf" are left out, and any other text is a string.
 func influxValue(dst []byte, v packet.Value) ([]byte, bool) {
 	switch v.Kind() {
 	case packet.KindBool:

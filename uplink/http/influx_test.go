@@ -72,9 +72,9 @@ func TestInfluxLine(t *testing.T) {
 		{"no field, no line", influxPacket(15), ""},
 		{"only NaN, no line", influxPacket(16, packet.Field{Name: "x", Value: packet.Float(math.NaN(), 1)}), ""},
 	} {
-		for _, enc := range []packet.Encoding{packet.Strings, packet.Numbers} {
-			t.Run(tc.name+"/"+enc.String(), func(t *testing.T) {
-				got, err := influxBody([]uint64{tc.p.Seq}, [][]byte{tc.p.AppendJSON(nil, enc)}, influxMS)
+		for _, style := range []packet.ValueStyle{packet.Strings, packet.Numbers} {
+			t.Run(tc.name+"/"+style.String(), func(t *testing.T) {
+				got, err := influxBody([]uint64{tc.p.Seq}, [][]byte{tc.p.AppendJSON(nil, style)}, influxMS)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -442,11 +442,11 @@ func FuzzInfluxLine(f *testing.F) {
 		if b {
 			p.AlarmFields = []string{name}
 		}
-		enc := packet.Strings
+		style := packet.Strings
 		if numbers {
-			enc = packet.Numbers
+			style = packet.Numbers
 		}
-		data := p.AppendJSON(nil, enc)
+		data := p.AppendJSON(nil, style)
 		body, err := influxBody([]uint64{42}, [][]byte{data}, influxMS)
 		if err != nil {
 			if !errors.Is(err, errInvalidPacket) {

@@ -136,7 +136,7 @@ func TestInfluxDBStoresEveryReading(t *testing.T) {
 		p.At = at.Add(time.Duration(p.Seq) * time.Second)
 		ps = append(ps, p)
 	}
-	for i, enc := range []string{"strings", "numbers"} {
+	for i, style := range []string{"strings", "numbers"} {
 		p := influxPacket(0,
 			packet.Field{Name: "Rainfall", Value: packet.Float(0.5, 1)},
 			packet.Field{Name: "Temperature", Value: packet.Float(-3.25, 2)},
@@ -147,7 +147,7 @@ func TestInfluxDBStoresEveryReading(t *testing.T) {
 			packet.Field{Name: "State", Value: packet.String("wet, \"very\"\\ much\nreally")},
 			packet.Field{Name: "Missing", Value: packet.Float(math.NaN(), 1)},
 		)
-		p.DeviceID = "rain-" + enc
+		p.DeviceID = "rain-" + style
 		add(p)
 	}
 	alarm := influxPacket(0, packet.Field{Name: "CH4", Value: packet.Float(1.8, 2)}, packet.Field{Name: "CO", Value: packet.Int(40)})
@@ -163,11 +163,11 @@ func TestInfluxDBStoresEveryReading(t *testing.T) {
 	batch := make([][]byte, len(ps))
 	var want []influxParsed
 	for i, p := range ps {
-		enc := packet.Strings
+		style := packet.Strings
 		if i%2 == 1 {
-			enc = packet.Numbers
+			style = packet.Numbers
 		}
-		seqs[i], batch[i] = p.Seq, p.AppendJSON(nil, enc)
+		seqs[i], batch[i] = p.Seq, p.AppendJSON(nil, style)
 		w, ok := influxWant(p)
 		if !ok {
 			t.Fatalf("packet %d gives no line", i)
@@ -310,7 +310,7 @@ func TestInfluxDBReadsBackRandomNames(t *testing.T) {
 		// Its own measurement: a field's type is per measurement.
 		p.DataType, p.DeviceID, p.SiteID = strconv.Itoa(i)+word(), word(), word()
 		p.At = at.Add(time.Duration(i) * time.Second)
-		data := p.AppendJSON(nil, packet.Encoding(rng.IntN(2)))
+		data := p.AppendJSON(nil, packet.ValueStyle(rng.IntN(2)))
 		if _, err := influxBody([]uint64{p.Seq}, [][]byte{data}, influxMS); err != nil {
 			if !errors.Is(err, errInvalidPacket) {
 				t.Fatal(err)
