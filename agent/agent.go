@@ -207,7 +207,7 @@ func (g *Agent) startPolling(sens *Sensors) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sens.Run(ctx, func(p *packet.Packet) { g.emit(p, sens.exceptions) })
+		sens.Run(ctx, func(p *packet.Packet) { g.emit(p, sens.reportByException) })
 	}()
 	g.pollCancel, g.pollDone = cancel, done
 }

@@ -25,7 +25,7 @@ const farmDevices = `
       - {name: valve-1,      profile: generic-irrigation-valve,    slave: 7, interval: 1s%s}
 `
 
-var farmExceptions = []any{
+var farmReportByException = []any{
 	", heartbeat: 5m, points: [{point: Temperature, deadband: 0.2}, {point: Humidity, deadband: 1}]",
 	", heartbeat: 5m, deadband: 0.5",
 	", heartbeat: 5m, points: [{point: WindDirection, deadband: 10}]",
@@ -35,12 +35,12 @@ var farmExceptions = []any{
 	", heartbeat: 5m",
 }
 
-// TestMeasureExceptionOnTheDemoFarm runs the demo farm's devices on the
+// TestMeasureReportByExceptionOnTheDemoFarm runs the demo farm's devices on the
 // emulator for FIELDLINK_MEASURE_RBE (a duration) without and then with
 // report by exception, and prints the packets polled and stored and the
 // bytes the process wrote to the disk (/proc/self/io write_bytes). It is
 // a measurement for docs/points.md, not a check: opt-in.
-func TestMeasureExceptionOnTheDemoFarm(t *testing.T) {
+func TestMeasureReportByExceptionOnTheDemoFarm(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("FIELDLINK_MEASURE_RBE"))
 	if err != nil {
 		t.Skip("set FIELDLINK_MEASURE_RBE=2m to measure report by exception on the demo farm")
@@ -48,11 +48,11 @@ func TestMeasureExceptionOnTheDemoFarm(t *testing.T) {
 	addr := emulate(t, "renke-rs-ws-n01", "generic-wind-speed", "renke-rs-fxjt-n01", "generic-tipping-bucket-rain",
 		"sensecap-s-soil-mtec-02", "dfrobot-sen0644", "generic-irrigation-valve")
 	for _, rbe := range []bool{false, true} {
-		args := make([]any, len(farmExceptions))
+		args := make([]any, len(farmReportByException))
 		for i := range args {
 			args[i] = ""
 			if rbe {
-				args[i] = farmExceptions[i]
+				args[i] = farmReportByException[i]
 			}
 		}
 		up := newIngest(t, 204)

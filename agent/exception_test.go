@@ -13,7 +13,7 @@ import (
 
 // On a running gateway, the packets held back never reach the buffer: the
 // stored ones number 1, 2, 3, … without a gap, and polled = stored + held.
-func TestExceptionRunningGatewayTakesNoSeq(t *testing.T) {
+func TestReportByExceptionRunningGatewayTakesNoSeq(t *testing.T) {
 	up := newIngest(t, 204)
 	c := site(t, emulate(t, "generic-mine-methane"), "uplink:\n  upstreams:\n    - url: "+up.URL+"/ingest\n")
 	d := &c.Buses[0].Devices[0]

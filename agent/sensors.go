@@ -21,9 +21,9 @@ type Sensors struct {
 	// while the bus's serial port has not opened yet.
 	clients []*atomic.Pointer[modbus.Client]
 	values  packet.ValueStyle
-	// exceptions holds back the packets that report by exception finds
-	// unchanged; nil stores every packet.
-	exceptions *exception.Filter
+	// reportByException holds back the packets that report by exception
+	// finds unchanged; nil stores every packet.
+	reportByException *exception.Filter
 }
 
 // OpenSensors opens every bus of c and builds its line sensors. Nothing polls
@@ -36,7 +36,7 @@ type Sensors struct {
 // is buffered and the status page run meanwhile. A one-shot poll or write
 // gets the port's error for each of the bus's devices.
 func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
-	s := &Sensors{cfg: c, values: c.Packet.Values, exceptions: exception.New(c)}
+	s := &Sensors{cfg: c, values: c.Packet.Values, reportByException: exception.New(c)}
 	var buses []*sensors.Bus
 	for _, b := range c.Buses {
 		ep, err := modbus.ParseURL(b.URL)

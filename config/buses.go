@@ -58,7 +58,7 @@ type Device struct {
 	// Report by exception for every point of the device; a point may set
 	// its own. Default DefaultHeartbeat once a deadband is set.
 	// Deadband is the change, in the point's unit, that a point must
-	// exceed to send its device's packet (see [Exception]).
+	// exceed to send its device's packet (see [ReportByException]).
 	Deadband *float64 `yaml:"deadband"`
 	// DeadbandPercent is the deadband as a percentage of the value last
 	// sent; one of Deadband and DeadbandPercent.
@@ -82,7 +82,7 @@ type Point struct {
 	Alarm  *profile.Alarm `yaml:"alarm"`
 	// The point's own report by exception; unset ones are the device's.
 	// Deadband is the change, in the point's unit, that a point must
-	// exceed to send its device's packet (see [Exception]).
+	// exceed to send its device's packet (see [ReportByException]).
 	Deadband *float64 `yaml:"deadband"`
 	// DeadbandPercent is the deadband as a percentage of the value last
 	// sent; one of Deadband and DeadbandPercent.
@@ -228,7 +228,7 @@ func (c *Config) devicePoints(doc *yamlconf.Doc, df string, d *Device, p *profil
 			doc.Errorf(pf+".name", "must not be empty (leave name out to keep %q)", pt.Point)
 		}
 		profile.CheckOverride(doc, pf, r, &ovs[k])
-		checkException(doc, pf, &Exception{pt.Deadband, pt.DeadbandPercent, pt.Heartbeat}, d.Interval, r)
+		checkReportByException(doc, pf, &ReportByException{pt.Deadband, pt.DeadbandPercent, pt.Heartbeat}, d.Interval, r)
 	}
 	if !ok {
 		return

@@ -230,8 +230,8 @@ func (c *Config) validate(doc *yamlconf.Doc) {
 			p := c.profileFor(doc, df+".profile", d.Profile, false)
 			c.deviceDefaults(doc, df, &d.Interval, &d.DataType, p)
 			c.devicePoints(doc, df, d, p)
-			e := d.Exception()
-			checkException(doc, df, &e, d.Interval, nil)
+			e := d.ReportByException()
+			checkReportByException(doc, df, &e, d.Interval, nil)
 			if d.Heartbeat == 0 && d.ReportsByException() {
 				d.Heartbeat = DefaultHeartbeat
 			}

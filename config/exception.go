@@ -10,11 +10,11 @@ import (
 	"fieldlink/sensors/profile"
 )
 
-// Exception is report by exception: a device's packet is stored only when
+// ReportByException is report by exception: a device's packet is stored only when
 // one of its points moved beyond its deadband since the last packet
 // stored, or a heartbeat is due. Alarm packets, the packet after an alarm
 // clears, and the first packet after the device missed polls always go.
-type Exception struct {
+type ReportByException struct {
 	// Deadband is the change, in the point's unit, that a point must
 	// exceed to send the packet.
 	Deadband *float64
@@ -28,7 +28,7 @@ type Exception struct {
 
 // String says the setting: "deadband 0.5, heartbeat 5m0s", "deadband
 // 10%", "any change".
-func (e Exception) String() string {
+func (e ReportByException) String() string {
 	var s []string
 	switch {
 	case e.Deadband != nil:
@@ -45,15 +45,15 @@ func (e Exception) String() string {
 	return strings.Join(s, ", ")
 }
 
-// Exception is the device's own report by exception.
-func (d *Device) Exception() Exception {
-	return Exception{Deadband: d.Deadband, DeadbandPercent: d.DeadbandPercent, Heartbeat: d.Heartbeat}
+// ReportByException is the device's own report by exception.
+func (d *Device) ReportByException() ReportByException {
+	return ReportByException{Deadband: d.Deadband, DeadbandPercent: d.DeadbandPercent, Heartbeat: d.Heartbeat}
 }
 
-// PointException is the report by exception of the point whose name in
+// PointReportByException is the report by exception of the point whose name in
 // the packets is name: its own settings, else the device's.
-func (d *Device) PointException(name string) Exception {
-	e := d.Exception()
+func (d *Device) PointReportByException(name string) ReportByException {
+	e := d.ReportByException()
 	for _, p := range d.Points {
 		if p.Field() != name {
 			continue
@@ -73,27 +73,27 @@ func (d *Device) PointException(name string) Exception {
 const DefaultHeartbeat = 10 * time.Minute
 
 // set reports whether any setting is given.
-func (e Exception) set() bool {
+func (e ReportByException) set() bool {
 	return e.Deadband != nil || e.DeadbandPercent != nil || e.Heartbeat != 0
 }
 
 // ReportsByException reports whether d's packets are stored only on
 // change or heartbeat.
 func (d *Device) ReportsByException() bool {
-	if d.Exception().set() {
+	if d.ReportByException().set() {
 		return true
 	}
 	for _, p := range d.Points {
-		if (Exception{p.Deadband, p.DeadbandPercent, p.Heartbeat}).set() {
+		if (ReportByException{p.Deadband, p.DeadbandPercent, p.Heartbeat}).set() {
 			return true
 		}
 	}
 	return false
 }
 
-// checkException validates e at field f (a device, or one of its points
+// checkReportByException validates e at field f (a device, or one of its points
 // when r is its register).
-func checkException(doc *yamlconf.Doc, f string, e *Exception, interval time.Duration, r *profile.Register) {
+func checkReportByException(doc *yamlconf.Doc, f string, e *ReportByException, interval time.Duration, r *profile.Register) {
 	if e.Deadband != nil && e.DeadbandPercent != nil {
 		doc.Errorf(f+".deadband_percent", "give deadband or deadband_percent, not both")
 	}

@@ -33,7 +33,7 @@ func (c *Config) PointChanges(d *Device) []string {
 		if pt.Alarm != nil {
 			ch = append(ch, fmt.Sprintf("alarm %s (profile %s)", now.Alarm, was.Alarm))
 		}
-		if e := (Exception{Deadband: pt.Deadband, DeadbandPercent: pt.DeadbandPercent, Heartbeat: pt.Heartbeat}); e != (Exception{}) {
+		if e := (ReportByException{Deadband: pt.Deadband, DeadbandPercent: pt.DeadbandPercent, Heartbeat: pt.Heartbeat}); e != (ReportByException{}) {
 			ch = append(ch, e.String())
 		}
 		if len(ch) == 0 {

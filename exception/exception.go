@@ -1,7 +1,7 @@
 // Package exception is report by exception: of the packets the sensors
-// poll, it keeps those that say something new (see [config.Exception]) so
-// that the buffer, the card and the uplink carry changes, alarms and
-// heartbeats rather than every poll.
+// poll, it keeps those that say something new (see
+// [config.ReportByException]) so that the buffer, the card and the uplink
+// carry changes, alarms and heartbeats rather than every poll.
 package exception
 
 import (
@@ -14,8 +14,8 @@ import (
 )
 
 // Filter decides, packet by packet, which packets of the devices that
-// report by exception go to the buffer (see [config.Exception]). A packet
-// goes whole or not at all. What it keeps is by device name; it is safe
+// report by exception go to the buffer (see [config.ReportByException]).
+// A packet goes whole or not at all. What it keeps is by device name; it is safe
 // for concurrent use. A nil Filter keeps every packet.
 type Filter struct {
 	mu      sync.Mutex
@@ -25,8 +25,8 @@ type Filter struct {
 // device is one device's rules and what it last sent.
 type device struct {
 	interval  time.Duration
-	heartbeat time.Duration               // the shortest of its points'
-	rules     map[string]config.Exception // by field name
+	heartbeat time.Duration                       // the shortest of its points'
+	rules     map[string]config.ReportByException // by field name
 
 	polled time.Time // At of the last packet polled, sent or not
 	sent   *packet.Packet
@@ -41,9 +41,9 @@ func New(c *config.Config) *Filter {
 			if !d.ReportsByException() {
 				continue
 			}
-			e := &device{interval: d.Interval, rules: map[string]config.Exception{}}
+			e := &device{interval: d.Interval, rules: map[string]config.ReportByException{}}
 			for _, r := range c.DeviceProfile(d).Registers {
-				rule := d.PointException(r.Name)
+				rule := d.PointReportByException(r.Name)
 				e.rules[r.Name] = rule
 				if rule.Heartbeat > 0 && (e.heartbeat == 0 || rule.Heartbeat < e.heartbeat) {
 					e.heartbeat = rule.Heartbeat
@@ -103,7 +103,7 @@ func (e *device) changed(p *packet.Packet) bool {
 // beyond reports whether v moved past its deadband from was, the value
 // last sent. Without a deadband any change counts; a value that is not a
 // number counts when its text changes.
-func beyond(v, was packet.Value, r config.Exception) bool {
+func beyond(v, was packet.Value, r config.ReportByException) bool {
 	a, okA := v.Float64()
 	b, okB := was.Float64()
 	if !okA || !okB || v.Kind() != was.Kind() || v.Kind() == packet.KindBool {

@@ -38,8 +38,8 @@ buses:
 	return config.Load(file, profiles)
 }
 
-// exceptionSite is the filter of loadSite's site, which must load.
-func exceptionSite(t *testing.T, device string) *Filter {
+// reportByExceptionSite is the filter of loadSite's site, which must load.
+func reportByExceptionSite(t *testing.T, device string) *Filter {
 	t.Helper()
 	c, err := loadSite(t, device)
 	if err != nil {
@@ -74,8 +74,8 @@ func run(t *testing.T, x *Filter, steps []step) {
 	}
 }
 
-func TestExceptionAbsoluteDeadband(t *testing.T) {
-	x := exceptionSite(t, "        deadband: 0.1\n")
+func TestReportByExceptionAbsoluteDeadband(t *testing.T) {
+	x := reportByExceptionSite(t, "        deadband: 0.1\n")
 	run(t, x, []step{
 		{gas(0, 0.20, 20.9), true, "the first packet"},
 		{gas(10*time.Second, 0.25, 20.9), false, "CH4 within 0.1"},
@@ -86,8 +86,8 @@ func TestExceptionAbsoluteDeadband(t *testing.T) {
 	})
 }
 
-func TestExceptionPercentDeadband(t *testing.T) {
-	x := exceptionSite(t, "        deadband_percent: 5\n")
+func TestReportByExceptionPercentDeadband(t *testing.T) {
+	x := reportByExceptionSite(t, "        deadband_percent: 5\n")
 	run(t, x, []step{
 		{gas(0, 0.40, 20.0), true, "the first packet"},
 		{gas(10*time.Second, 0.41, 20.9), false, "CH4 +2.5%, O2 +4.5%"},
@@ -97,8 +97,8 @@ func TestExceptionPercentDeadband(t *testing.T) {
 	})
 }
 
-func TestExceptionPointRulesOverTheDevice(t *testing.T) {
-	x := exceptionSite(t, "        deadband: 5\n        points:\n          - {point: CH4, name: Methane, deadband: 0.05}\n")
+func TestReportByExceptionPointRulesOverTheDevice(t *testing.T) {
+	x := reportByExceptionSite(t, "        deadband: 5\n        points:\n          - {point: CH4, name: Methane, deadband: 0.05}\n")
 	p := func(at time.Duration, ch4, o2 float64) *packet.Packet {
 		q := gas(at, ch4, o2)
 		q.Fields[0].Name = "Methane"
@@ -111,8 +111,8 @@ func TestExceptionPointRulesOverTheDevice(t *testing.T) {
 	})
 }
 
-func TestExceptionHeartbeat(t *testing.T) {
-	x := exceptionSite(t, "        deadband: 1\n        heartbeat: 1m\n        points: [{point: O2, heartbeat: 30s}]\n")
+func TestReportByExceptionHeartbeat(t *testing.T) {
+	x := reportByExceptionSite(t, "        deadband: 1\n        heartbeat: 1m\n        points: [{point: O2, heartbeat: 30s}]\n")
 	run(t, x, []step{
 		{gas(0, 0.2, 20.9), true, "the first packet"},
 		{gas(10*time.Second, 0.2, 20.9), false, "unchanged"},
@@ -121,7 +121,7 @@ func TestExceptionHeartbeat(t *testing.T) {
 		{gas(40*time.Second, 0.2, 20.9), false, "heartbeat counts from the last sent"},
 	})
 	// Without a heartbeat, a deadband gets the default one.
-	x = exceptionSite(t, "        deadband: 1\n")
+	x = reportByExceptionSite(t, "        deadband: 1\n")
 	steps := []step{{gas(0, 0.2, 20.9), true, "the first packet"}}
 	for at := 10 * time.Second; at < config.DefaultHeartbeat; at += 10 * time.Second {
 		steps = append(steps, step{gas(at, 0.2, 20.9), false, "before the default heartbeat"})
@@ -129,8 +129,8 @@ func TestExceptionHeartbeat(t *testing.T) {
 	run(t, x, append(steps, step{gas(config.DefaultHeartbeat, 0.2, 20.9), true, "the default heartbeat"}))
 }
 
-func TestExceptionAlarmsAlwaysGo(t *testing.T) {
-	x := exceptionSite(t, "        deadband: 1\n")
+func TestReportByExceptionAlarmsAlwaysGo(t *testing.T) {
+	x := reportByExceptionSite(t, "        deadband: 1\n")
 	run(t, x, []step{
 		{gas(0, 0.90, 20.9), true, "the first packet"},
 		{gas(10*time.Second, 1.00, 20.9, "CH4"), true, "an alarm, within the deadband"},
@@ -140,8 +140,8 @@ func TestExceptionAlarmsAlwaysGo(t *testing.T) {
 	})
 }
 
-func TestExceptionQualityChangeGoes(t *testing.T) {
-	x := exceptionSite(t, "        deadband: 1\n")
+func TestReportByExceptionQualityChangeGoes(t *testing.T) {
+	x := reportByExceptionSite(t, "        deadband: 1\n")
 	run(t, x, []step{
 		{gas(0, 0.2, 20.9), true, "the first packet"},
 		{gas(10*time.Second, 0.2, 20.9), false, "unchanged"},
@@ -151,8 +151,8 @@ func TestExceptionQualityChangeGoes(t *testing.T) {
 	})
 }
 
-func TestExceptionOtherDevicesAndKinds(t *testing.T) {
-	x := exceptionSite(t, "        deadband: 10\n")
+func TestReportByExceptionOtherDevicesAndKinds(t *testing.T) {
+	x := reportByExceptionSite(t, "        deadband: 10\n")
 	other := &packet.Packet{DeviceID: "wind-1", At: t0, Fields: []packet.Field{{Name: "WindSpeed", Value: packet.Float(1, 1)}}}
 	for range 3 {
 		if !x.Keep(other) {
@@ -175,7 +175,7 @@ func TestExceptionOtherDevicesAndKinds(t *testing.T) {
 	}
 }
 
-func TestExceptionSiteFileErrors(t *testing.T) {
+func TestReportByExceptionSiteFileErrors(t *testing.T) {
 	for _, tc := range []struct{ device, want string }{
 		{"        deadband: 1\n        deadband_percent: 5\n", "deadband_percent: give deadband or deadband_percent, not both"},
 		{"        deadband: -1\n", "deadband: must be a finite number ≥ 0"},

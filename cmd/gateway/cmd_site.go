@@ -63,7 +63,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				fmt.Fprintf(stdout, "    %s\n", l)
 			}
 			if d.ReportsByException() {
-				fmt.Fprintf(stdout, "    report by exception: %s\n", d.Exception())
+				fmt.Fprintf(stdout, "    report by exception: %s\n", d.ReportByException())
 			}
 		}
 	}
