@@ -18,10 +18,10 @@ const (
 	reportRetry   = time.Second
 )
 
-// Health is what a bundle's probation watches: whether an upstream is
+// Vitals are what a bundle's probation watches: whether an upstream is
 // connected, and the share of devices whose last poll succeeded.
-func (g *Agent) Health() fleet.Health {
-	var h fleet.Health
+func (g *Agent) Vitals() fleet.Vitals {
+	var h fleet.Vitals
 	for _, u := range g.Upstreams() {
 		if u.Up {
 			h.UpstreamUp = true

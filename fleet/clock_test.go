@@ -17,13 +17,13 @@ func TestWallClockStepDoesNotShortenProbation(t *testing.T) {
 	if st := r.m.State(); st.Event != StateProbation {
 		t.Fatalf("the wall clock stepped 3h forward, no time passed: state %q; want probation", st.Event)
 	}
-	r.setHealth(Health{UpstreamUp: false, Answering: 1})
+	r.setVitals(Vitals{UpstreamUp: false, Answering: 1})
 	r.advance(time.Second) // the upstream is lost
 	r.stepWall(time.Hour)
 	if st := r.m.State(); st.Event != StateProbation {
 		t.Fatalf("the upstream lost for 1s and the wall clock stepped 1h: state %q (%s); want probation", st.Event, st.Reason)
 	}
-	r.setHealth(Health{UpstreamUp: true, Answering: 1})
+	r.setVitals(Vitals{UpstreamUp: true, Answering: 1})
 	r.advance(58 * time.Second)
 	if st := r.m.State(); st.Event != StateProbation {
 		t.Fatalf("59s of a 1m probation passed: state %q; want probation", st.Event)

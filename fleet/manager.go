@@ -39,7 +39,7 @@ type Gateway interface {
 	// Reload applies a configuration as SIGHUP does; an error leaves the
 	// configuration in force.
 	Reload(*config.Config) error
-	Health() Health
+	Vitals() Vitals
 	// Report publishes the state (retained) where the platform sees it.
 	Report(Report)
 }
@@ -88,14 +88,14 @@ type Manager struct {
 	probStart, probFor time.Duration
 	down, fewer        lasting
 	// met: the bundle on probation has reached st.Required at least once;
-	// best is the best health it showed.
+	// best is the best vitals it showed.
 	met  bool
-	best Health
+	best Vitals
 	// inForce is when the configuration in force began in this process
-	// (by Options.Elapsed), and seen the best health it showed since,
+	// (by Options.Elapsed), and seen the best vitals it showed since,
 	// off probation: what st.Reached follows.
 	inForce time.Duration
-	seen    Health
+	seen    Vitals
 	// floor is the highest serial applied on this gateway, kept in its own
 	// file; floorErr, when set, says it is unknown (that file and
 	// state.json both unreadable), and every bundle is refused.
@@ -404,7 +404,7 @@ func (m *Manager) handle(data []byte, etag string) {
 		refuse(man.Serial, err.Error(), true)
 		return
 	}
-	base := m.gw.Health()
+	base := m.gw.Vitals()
 	m.opt.Step("write bundle")
 	if err := m.s.putBundle(man.Serial, site); err != nil {
 		refuse(man.Serial, "cannot keep it on disk: "+err.Error(), false)
@@ -440,7 +440,7 @@ func (m *Manager) handle(data []byte, etag string) {
 		refuse(man.Serial, "the gateway cannot run it: "+err.Error(), true)
 		return
 	}
-	m.down, m.fewer, m.met, m.best = lasting{}, lasting{}, false, Health{}
+	m.down, m.fewer, m.met, m.best = lasting{}, lasting{}, false, Vitals{}
 	m.opt.Log.Info("bundle applied; on probation", "serial", man.Serial, "until", m.st.ProbationUntil, "baseline_upstream_up", base.UpstreamUp, "baseline_answering", base.Answering, "required", m.st.Required.String())
 	m.reportLocked()
 }
@@ -453,7 +453,7 @@ func (m *Manager) watch() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	el := m.opt.Elapsed()
-	h := m.gw.Health()
+	h := m.gw.Vitals()
 	if m.st.Event != StateProbation {
 		m.noteReachedLocked(el, h)
 		return
@@ -483,7 +483,7 @@ func (m *Manager) watch() {
 // the best of this run once the configuration has run a probation's
 // length in it (a device gone for good stops being required), and until
 // then no less than what state.json kept.
-func (m *Manager) noteReachedLocked(el time.Duration, h Health) {
+func (m *Manager) noteReachedLocked(el time.Duration, h Vitals) {
 	m.seen = m.seen.atLeast(h)
 	want := m.seen.atLeast(m.st.Reached)
 	if el-m.inForce >= m.local.RemoteConfig.Probation {
@@ -498,7 +498,7 @@ func (m *Manager) noteReachedLocked(el time.Duration, h Health) {
 func (m *Manager) confirmLocked(el time.Duration) {
 	m.opt.Step("confirm")
 	prevGood := m.st.KnownGood
-	m.inForce, m.seen = el, Health{}
+	m.inForce, m.seen = el, Vitals{}
 	m.st.Reached = m.best.atLeast(m.st.Required)
 	m.st.KnownGood, m.st.Event, m.st.Reason, m.st.At, m.st.Last = m.st.Serial, StateApplied, "", m.opt.Now(), m.st.Serial
 	// Whatever is published is downloaded afresh at the next pull and
@@ -514,7 +514,7 @@ func (m *Manager) revertLocked(el time.Duration, why string) {
 	bad := m.st.Serial
 	// The known-good configuration is back: what it reached stays
 	// required until it has run a probation's length again.
-	m.inForce, m.seen = el, Health{}
+	m.inForce, m.seen = el, Vitals{}
 	m.opt.Step("revert")
 	back, err := m.local, error(nil)
 	if m.st.KnownGood != 0 {

@@ -24,12 +24,12 @@ import (
 
 func profiles(dir string) (profile.Set, error) { return profile.Load(firmwareprofiles.FS, dir) }
 
-// fakeGateway records reloads and reports; its health is set by the test.
+// fakeGateway records reloads and reports; its vitals are set by the test.
 type fakeGateway struct {
 	mu       sync.Mutex
 	loaded   []*config.Config
 	reports  []Report
-	health   Health
+	vitals   Vitals
 	failLoad error
 	// reported, if set, is sent each report, without waiting.
 	reported chan Report
@@ -45,10 +45,10 @@ func (g *fakeGateway) Reload(c *config.Config) error {
 	return nil
 }
 
-func (g *fakeGateway) Health() Health {
+func (g *fakeGateway) Vitals() Vitals {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.health
+	return g.vitals
 }
 
 func (g *fakeGateway) Report(r Report) {
@@ -163,7 +163,7 @@ func newRig(t *testing.T) *rig { return newRigIn(t, t.TempDir(), nil) }
 // newRigIn makes a rig in dir; step, if set, is the manager's step hook.
 func newRigIn(t *testing.T, dir string, step func(string)) *rig {
 	t.Helper()
-	r := &rig{t: t, dir: dir, srv: newServer(t), gw: &fakeGateway{health: Health{UpstreamUp: true, Answering: 1}}, now: b0, step: step}
+	r := &rig{t: t, dir: dir, srv: newServer(t), gw: &fakeGateway{vitals: Vitals{UpstreamUp: true, Answering: 1}}, now: b0, step: step}
 	r.priv = testtool.SigningKeyFiles(t, filepath.Join(r.dir, "fleet"))
 	var err error
 	file := filepath.Join(r.dir, "site.yaml")
@@ -219,10 +219,10 @@ func (r *rig) stepWall(d time.Duration) {
 	r.m.watch()
 }
 
-func (r *rig) setHealth(h Health) {
+func (r *rig) setVitals(h Vitals) {
 	r.gw.mu.Lock()
 	defer r.gw.mu.Unlock()
-	r.gw.health = h
+	r.gw.vitals = h
 }
 
 // bundle signs site (the local file with old replaced by new) as serial.
@@ -323,7 +323,7 @@ func TestBundleReverted(t *testing.T) {
 		t.Fatalf("%+v", rep)
 	}
 	r.gw.mu.Lock()
-	r.gw.health = Health{UpstreamUp: false, Answering: 1} // every upstream lost
+	r.gw.vitals = Vitals{UpstreamUp: false, Answering: 1} // every upstream lost
 	r.gw.mu.Unlock()
 	r.advance(2 * time.Second)
 	if rep, _ := r.gw.last(); rep.State != StateProbation {
@@ -339,7 +339,7 @@ func TestBundleReverted(t *testing.T) {
 	}
 	// Never again, even served again; a new serial is taken.
 	r.gw.mu.Lock()
-	r.gw.health = Health{UpstreamUp: true, Answering: 1}
+	r.gw.vitals = Vitals{UpstreamUp: true, Answering: 1}
 	r.gw.mu.Unlock()
 	if rep := r.pull(r.bundle(2, "slave: 1}", "slave: 1, interval: 9s} ")); rep.State != StateRefused || !strings.Contains(rep.Reason, "was reverted") {
 		t.Errorf("a reverted serial served again: %+v", rep)
@@ -347,7 +347,7 @@ func TestBundleReverted(t *testing.T) {
 	// Fewer devices answering also reverts.
 	r.pull(r.bundle(3, "", ""))
 	r.gw.mu.Lock()
-	r.gw.health = Health{UpstreamUp: true, Answering: 0.8}
+	r.gw.vitals = Vitals{UpstreamUp: true, Answering: 0.8}
 	r.gw.mu.Unlock()
 	r.advance(3 * time.Second)
 	r.advance(6 * time.Second)
@@ -448,7 +448,7 @@ func TestKillChild(t *testing.T) {
 	r.advance(2 * time.Minute)
 	r.pull(r.bundle(2, "slave: 1}", "slave: 1, interval: 9s}"))
 	r.gw.mu.Lock()
-	r.gw.health = Health{}
+	r.gw.vitals = Vitals{}
 	r.gw.mu.Unlock()
 	r.advance(time.Second)
 	r.advance(10 * time.Second)

@@ -10,7 +10,7 @@ import (
 // and no device has answered yet when the manager starts and pulls.
 func (r *rig) boot() {
 	r.t.Helper()
-	r.setHealth(Health{})
+	r.setVitals(Vitals{})
 	r.start()
 }
 
@@ -31,7 +31,7 @@ func TestBundleAtBootThatBreaksTheUplinkIsReverted(t *testing.T) {
 		t.Fatalf("bundle at boot: %+v; want probation", rep)
 	}
 	// Its devices answer, its uplink never connects ("not Authorized").
-	r.setHealth(Health{UpstreamUp: false, Answering: 1})
+	r.setVitals(Vitals{UpstreamUp: false, Answering: 1})
 	for range 30 {
 		r.advance(2 * time.Second)
 	}
@@ -56,7 +56,7 @@ func TestBundleAtBootThatComesUpIsConfirmed(t *testing.T) {
 	r.boot()
 	r.pull(r.bundle(1, "slave: 1}", "slave: 1, interval: 9s}"))
 	r.advance(2 * time.Second) // still connecting
-	r.setHealth(Health{UpstreamUp: true, Answering: 1})
+	r.setVitals(Vitals{UpstreamUp: true, Answering: 1})
 	for range 30 {
 		r.advance(2 * time.Second)
 	}
@@ -64,7 +64,7 @@ func TestBundleAtBootThatComesUpIsConfirmed(t *testing.T) {
 	if st.Event != StateApplied || st.KnownGood != 1 {
 		t.Fatalf("a bundle at boot that came up: state %q known-good %d (%s); want 1 confirmed", st.Event, st.KnownGood, st.Reason)
 	}
-	if st.Reached != (Health{UpstreamUp: true, Answering: 1}) {
+	if st.Reached != (Vitals{UpstreamUp: true, Answering: 1}) {
 		t.Errorf("reached %+v recorded at the confirmation; want an upstream up, every device", st.Reached)
 	}
 }
@@ -77,7 +77,7 @@ func TestBundleAtBootWithFewerDevicesIsReverted(t *testing.T) {
 	r.advance(2 * time.Second)
 	r.boot()
 	r.pull(r.bundle(1, "slave: 1}", "slave: 2}"))
-	r.setHealth(Health{UpstreamUp: true, Answering: 0})
+	r.setVitals(Vitals{UpstreamUp: true, Answering: 0})
 	for range 30 {
 		r.advance(2 * time.Second)
 	}

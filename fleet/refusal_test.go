@@ -46,7 +46,7 @@ func TestRefusalDuringProbationKeepsTheRevert(t *testing.T) {
 	if rep := r.pull(r.bundle(4, "slave: 1}", "slave: 1, interval: 9s}")); rep.State != StateProbation || rep.Serial != 4 {
 		t.Fatalf("bundle 4: %+v", rep)
 	}
-	r.setHealth(Health{UpstreamUp: false, Answering: 1})
+	r.setVitals(Vitals{UpstreamUp: false, Answering: 1})
 	r.advance(2 * time.Second)
 	r.advance(6 * time.Second)
 	rep, n := r.gw.last()
@@ -194,10 +194,10 @@ func TestPermanentRefusalKeepsTheETag(t *testing.T) {
 		{"serial not above", "not above the serial in force", func(r *rig) []byte { return r.bundle(4, "", "") }},
 		{"serial reverted", "was reverted", func(r *rig) []byte {
 			r.pull(r.bundle(6, "", ""))
-			r.setHealth(Health{})
+			r.setVitals(Vitals{})
 			r.advance(time.Second)
 			r.advance(6 * time.Second)
-			r.setHealth(Health{UpstreamUp: true, Answering: 1})
+			r.setVitals(Vitals{UpstreamUp: true, Answering: 1})
 			if st := r.m.State(); st.Event != StateReverted {
 				r.t.Fatalf("bundle 6 not reverted: %+v", st)
 			}

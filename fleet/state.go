@@ -26,8 +26,9 @@ const (
 	StateRefused   = "refused"   // a bundle not applied: the configuration in force did not change
 )
 
-// Health is what probation watches.
-type Health struct {
+// Vitals are what probation watches: whether an upstream is up, and
+// the share of devices answering.
+type Vitals struct {
 	// UpstreamUp: at least one upstream is connected.
 	UpstreamUp bool
 	// Answering is the share of devices whose last poll succeeded, 0..1.
@@ -35,17 +36,17 @@ type Health struct {
 }
 
 // atLeast is the better of h and o, each part apart.
-func (h Health) atLeast(o Health) Health {
-	return Health{UpstreamUp: h.UpstreamUp || o.UpstreamUp, Answering: max(h.Answering, o.Answering)}
+func (h Vitals) atLeast(o Vitals) Vitals {
+	return Vitals{UpstreamUp: h.UpstreamUp || o.UpstreamUp, Answering: max(h.Answering, o.Answering)}
 }
 
 // reaches reports whether h is as good as want: an upstream up if want
 // has one, and no more than answeringDrop fewer devices answering.
-func (h Health) reaches(want Health) bool {
+func (h Vitals) reaches(want Vitals) bool {
 	return (h.UpstreamUp || !want.UpstreamUp) && h.Answering >= want.Answering-answeringDrop-1e-9
 }
 
-func (h Health) String() string {
+func (h Vitals) String() string {
 	up := "no upstream up"
 	if h.UpstreamUp {
 		up = "an upstream up"
@@ -79,13 +80,13 @@ type State struct {
 	// is timed by the monotonic clock) and Baseline describe the bundle on
 	// probation.
 	ProbationUntil time.Time `json:"probation_until,omitzero"`
-	Baseline       Health    `json:"baseline"`
+	Baseline       Vitals    `json:"baseline"`
 	// Required is what the bundle on probation must reach at least once
 	// to be confirmed: the better of Baseline and Reached when it was
 	// applied. A bundle applied at boot, when nothing is up yet, must
 	// still do what the configuration before it did.
-	Required Health `json:"required,omitzero"`
-	// Reached is the health the configuration in force reached: at its
+	Required Vitals `json:"required,omitzero"`
+	// Reached is the vitals the configuration in force reached: at its
 	// confirmation, what its probation reached and no less than what was
 	// required of it (so it does not erode bundle by bundle), then what
 	// this gateway saw it reach while running. It survives restarts, so the positive
@@ -93,7 +94,7 @@ type State struct {
 	// An upstream once up stays required; the share of devices answering
 	// follows what the configuration reached in the last run that lasted a
 	// probation.
-	Reached Health `json:"reached,omitzero"`
+	Reached Vitals `json:"reached,omitzero"`
 	// Reverted serials are never applied again.
 	Reverted []uint64 `json:"reverted,omitempty"`
 	// ETag of the last bundle fetched, for a conditional GET: kept for the
