@@ -100,9 +100,9 @@ func (s Settings) Target() (Target, error) {
 // buffer.
 func (s Settings) BaselineFile() string { return s.Buffer.Path + ".update.json" }
 
-// Wait judges the daemon at t against base every second until
-// it is healthy or wait has passed; progress sees each new reason it is not
-// yet. It returns the summary of a healthy daemon, or the last reason why
+// Wait judges the daemon at t against base every second until it passes
+// or wait has passed; progress sees each new reason it does not pass yet.
+// It returns the summary of a daemon that passes, or the last reason why
 // not.
 func Wait(ctx context.Context, t Target, base *Baseline, c Criteria, wait time.Duration, progress func(elapsed time.Duration, why string)) (summary string, why string, err error) {
 	start := time.Now()

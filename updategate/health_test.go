@@ -137,9 +137,9 @@ func TestJudge(t *testing.T) {
 		name string
 		s    Sample
 		base *Baseline
-		why  string // "" for healthy; else a part of the reason
+		why  string // "" for a pass; else a part of the reason
 	}{
-		{"healthy, delivering", Sample{Start: after, Devices: good, Buffered: true, Appends: 12, Upstreams: ups(7, true)}, reachable, ""},
+		{"passes, delivering", Sample{Start: after, Devices: good, Buffered: true, Appends: 12, Upstreams: ups(7, true)}, reachable, ""},
 		{"the old process still answers", Sample{Start: at.Add(-time.Hour), Devices: good, Buffered: true, Appends: 12, Upstreams: ups(7, true)}, reachable, "before the update began"},
 		{"the same process as before the update", Sample{Start: after, Devices: good, Buffered: true, Appends: 12, Upstreams: ups(7, true)},
 			&Baseline{At: at, Running: true, Started: after, Devices: 4, Answering: 4}, "the new version is not running"},
@@ -161,7 +161,7 @@ func TestJudge(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			why, summary := Judge(c.s, c.base, DefaultCriteria)
 			if c.why == "" && why != "" {
-				t.Errorf("unhealthy: %s", why)
+				t.Errorf("does not pass: %s", why)
 			}
 			if c.why != "" && !strings.Contains(why, c.why) {
 				t.Errorf("reason %q, want it to contain %q", why, c.why)

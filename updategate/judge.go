@@ -107,7 +107,8 @@ func ReadBaseline(path string) (*Baseline, error) {
 // and a process start is counted in clock ticks.
 const startSlack = 2 * time.Second
 
-// Criteria are what a healthy daemon has done since it started.
+// Criteria are what a daemon that passes the gate has done since it
+// started.
 type Criteria struct {
 	// Cycles is how many successful polls the busiest device must have
 	// made, and how many records the buffer must have stored: the daemon
@@ -122,8 +123,8 @@ type Criteria struct {
 // DefaultCriteria are gateway health's defaults.
 var DefaultCriteria = Criteria{Cycles: 3, MaxDrop: 0.10}
 
-// Judge says whether s shows a healthy daemon, given the baseline recorded
-// before the update (nil: none). It returns "" and a summary when it does,
+// Judge gives the gate's verdict on s: whether the daemon passes, given the
+// baseline recorded before the update (nil: none). It returns "" and a summary when it does,
 // or the first thing missing. A verdict against can turn into one for on a
 // later sample, as the daemon makes progress: the caller scrapes until a
 // deadline.

@@ -31,7 +31,8 @@ type DeliveryOptions struct {
 // Send, then Ack on success; on failure the batch is tried on another
 // upstream, and when none can take it, it goes back to the buffer and the
 // loop backs off. Many batches are in flight at once (each upstream's
-// window), so a backlog drains over every healthy upstream in parallel.
+// window), so a backlog drains over every upstream that takes records,
+// in parallel.
 type Delivery struct {
 	q     Buffer
 	table *selector.Table

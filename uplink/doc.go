@@ -74,8 +74,8 @@
 //
 // # Window and Retry-After
 //
-// Each sender's window bounds its sends in flight; the loop keeps every
-// healthy upstream's window full, so a backlog drains over all of them in
+// Each sender's window bounds its sends in flight; the loop keeps the
+// window of every upstream that takes records full, so a backlog drains over all of them in
 // parallel. An HTTP upstream that answers 429 or 503 with Retry-After is sent
 // nothing before that time has passed, at most 5 minutes: a longer wait is
 // more likely a server's mistake than a plan, and the records are safe in the

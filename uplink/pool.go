@@ -38,7 +38,8 @@ type UpstreamConfig struct {
 	Encoding Encoding
 	Token    string
 	Header   http.Header
-	// ProbeURL is the probe's target; "" derives it from URL ([ProbeTarget]).
+	// ProbeURL is the probe's target (health in the site file); "" derives
+	// it from URL ([ProbeTarget]).
 	ProbeURL string
 	// LoadURL polls an HTTP load report every LoadInterval; LoadTopic
 	// subscribes to one on the upstream's own MQTT broker.

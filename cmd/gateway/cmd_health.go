@@ -17,10 +17,10 @@ const defaultSiteFile = "/etc/fieldlink/site.yaml"
 
 // cmdHealth is "gateway health": the gate an updater runs before it
 // commits a new version (see docs/fleet.md). It judges the running daemon
-// from its /metrics until it is healthy or -wait passes; -record notes,
-// before the update, what the judgement is to be measured against; -formats
-// and -readable-by keep a rollback from stranding packets in a buffer file
-// the previous version cannot read.
+// from its /metrics until it passes (it prints "healthy after") or -wait
+// passes; -record notes, before the update, what the verdict is to be
+// measured against; -formats and -readable-by keep a rollback from
+// stranding packets in a buffer file the previous version cannot read.
 func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("health", stderr)
 	file := fs.String("c", defaultSiteFile, "site file of the running gateway (its metrics listener and token, and buffer.path)")

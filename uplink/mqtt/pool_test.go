@@ -41,14 +41,14 @@ func TestPoolProbesMQTTWithAPublish(t *testing.T) {
 	}
 }
 
-// probe_topic off and an upstream with a health target of its own are
+// probe_topic off and an upstream with a probe URL of its own are
 // probed with TCP connects: nothing is published (for a Sparkplug B
 // upstream see fieldlink/uplink/sparkplug).
 func TestPoolProbesWithTCPWhenTold(t *testing.T) {
 	t.Run("probe_topic off", func(t *testing.T) {
 		mqtttest.ProbesWithTCP(t, "off", func(url string) uplink.UpstreamConfig { return uplink.UpstreamConfig{URL: url} })
 	})
-	t.Run("health target", func(t *testing.T) {
+	t.Run("probe URL", func(t *testing.T) {
 		mqtttest.ProbesWithTCP(t, "", func(url string) uplink.UpstreamConfig {
 			target, _ := uplink.ProbeTarget(url)
 			return uplink.UpstreamConfig{URL: url, ProbeURL: target}

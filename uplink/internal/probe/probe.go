@@ -41,12 +41,13 @@ const DeniedLosses = 2
 //   - TCP (target "host:port"): the time of the TCP handshake alone, from the
 //     moment the socket is created to the moment connect returns (name
 //     resolution is not counted); the connection is closed at once. This is
-//     the network's round trip; it says nothing about the server's health.
-//   - HTTP (target an http:// or https:// URL, the upstream's health URL): a
-//     GET, whose round trip is counted from the request written to the first
-//     byte of the answer, so that connection setup, reused or not, is left
-//     out. Only a 2xx is a success. Connections are kept alive between
-//     probes; redirects are not followed.
+//     the network's round trip; it says nothing about the server itself.
+//   - HTTP (target an http:// or https:// URL, the upstream's probe URL,
+//     health in the site file): a GET, whose round trip is counted from
+//     the request written to the first byte of the answer, so that
+//     connection setup, reused or not, is left out. Only a 2xx is a
+//     success. Connections are kept alive between probes; redirects are
+//     not followed.
 //   - MQTT (an MQTT kind's [Conn].NewProber): a QoS 1 publish on a probe topic over the
 //     upstream's own connection, timed from the publish to its PUBACK: the
 //     broker's answer, as slow as its acks to the packets are, which a TCP
@@ -393,7 +394,7 @@ func (p *Prober) probeHTTP(ctx context.Context) (time.Duration, error) {
 	_, _, err := httpc.Get(httptrace.WithClientTrace(ctx, trace), p.client, p.url, p.name, nil, httpc.DrainLimit)
 	end := time.Now()
 	if err != nil {
-		return 0, err // it names the health URL
+		return 0, err // it names the probe URL
 	}
 	mu.Lock()
 	defer mu.Unlock()
