@@ -6,7 +6,7 @@
 //
 // What it wires, for one site:
 //
-//	sensors.Poller (buses, line sensors) ──► appender ──► buffer.Buffer
+//	sensors.Poller (buses, serial sensors) ──► appender ──► buffer.Buffer
 //	                                                          │
 //	          uplink.Pool (upstreams, probes, load) ◄── uplink.Delivery ◄── selector
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // Sensors is a site file's sensors side, open: its buses on their Modbus
-// clients and its line sensors, ready to poll.
+// clients and its serial sensors, ready to poll.
 type Sensors struct {
 	*sensors.Poller
 	cfg *config.Config
@@ -26,7 +26,7 @@ type Sensors struct {
 	reportByException *exception.Filter
 }
 
-// OpenSensors opens every bus of c and builds its line sensors. Nothing polls
+// OpenSensors opens every bus of c and builds its serial sensors. Nothing polls
 // until the site runs; Close closes the ports.
 //
 // A serial port that does not open (the adapter unplugged, not enumerated
@@ -91,21 +91,21 @@ func OpenSensors(c *config.Config, log *slog.Logger) (*Sensors, error) {
 		}
 		buses = append(buses, bus)
 	}
-	var lines []*sensors.LineSensor
+	var serials []*sensors.SerialSensor
 	for _, l := range c.SerialSensors {
 		sp, err := config.ParseSerialURL(l.URL)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("serial sensor %s: %w", l.Name, err)
 		}
-		lines = append(lines, sensors.NewLineSensor(sensors.LineSpec{
+		serials = append(serials, sensors.NewSerialSensor(sensors.SerialSpec{
 			Name: l.Name, Profile: c.Profiles[l.Profile], DataType: l.DataType, Interval: l.Interval,
 			Open: sensors.SerialOpener(sp.Path, sp.Baud, sp.Parity, sp.DataBits, sp.StopBits), Port: sp.Path,
 		}, log))
 	}
 	s.Poller = sensors.NewPoller(&packet.Stamper{
 		IDField: c.Site.IDField, SiteID: c.Site.ID, GatewayID: c.Gateway.ID, Loc: c.Location,
-	}, buses, lines)
+	}, buses, serials)
 	return s, nil
 }
 

@@ -145,7 +145,7 @@ func kind(fi fs.FileInfo) string {
 	return fi.Mode().Type().String()
 }
 
-// serialSensor checks a line sensor's port; its lines are not read.
+// serialSensor checks a serial sensor's port; its lines are not read.
 func (k *checker) serialSensor(s config.SerialSensor) Row {
 	what := "serial sensor " + s.Name + ": port"
 	u, err := url.Parse(s.URL)

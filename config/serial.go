@@ -22,7 +22,7 @@ type SerialSensor struct {
 	DataType string        `yaml:"data_type"`
 }
 
-// SerialPort is a parsed serial:// URL of a line sensor.
+// SerialPort is a parsed serial:// URL of a serial sensor.
 type SerialPort struct {
 	Path string
 	serialline.Settings

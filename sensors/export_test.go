@@ -6,4 +6,4 @@ import (
 )
 
 // SetSleep replaces the wait of l between reopening its port.
-func (l *LineSensor) SetSleep(f func(ctx context.Context, d time.Duration) bool) { l.sleep = f }
+func (l *SerialSensor) SetSleep(f func(ctx context.Context, d time.Duration) bool) { l.sleep = f }

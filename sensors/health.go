@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// Defaults of the failure streak, shared by buses and line sensors.
+// Defaults of the failure streak, shared by buses and serial sensors.
 const (
 	defaultOfflineAfter = 3
 	// defaultBusBackoff caps the delay between polls of a failing Modbus
 	// device: a poll costs its neighbours bus time.
 	defaultBusBackoff = 5 * time.Minute
 	// defaultLineBackoff caps the delay between reopening the port of a
-	// failing line sensor: it has its port to itself.
+	// failing serial sensor: it has its port to itself.
 	defaultLineBackoff = time.Minute
 	// repeatLogEvery rate-limits the log of a device that goes on failing.
 	repeatLogEvery = time.Minute
@@ -21,7 +21,7 @@ const (
 
 // streak follows one device's run of failed attempts: it sets the device's
 // health, says how long to back off, and decides what to log. Buses and
-// line sensors share it, so that a device is degraded, offline, backed off
+// serial sensors share it, so that a device is degraded, offline, backed off
 // and logged alike whatever its transport.
 type streak struct {
 	offlineAfter int           // failures in a row that make a device Offline

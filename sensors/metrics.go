@@ -51,7 +51,7 @@ type BusSample struct {
 // function leaves its families out.
 type DeviceMetrics struct {
 	// Devices returns the status of every device: all buses' Status and
-	// every line sensor's Status.
+	// every serial sensor's Status.
 	Devices func() []DeviceStatus
 	// Buses returns the busy time and overruns of every bus.
 	Buses func() []BusSample

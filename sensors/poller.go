@@ -7,19 +7,19 @@ import (
 	"fieldlink/packet"
 )
 
-// Poller is every bus and line sensor of one site, polled together: buses
+// Poller is every bus and serial sensor of one site, polled together: buses
 // run in parallel, each with its own schedule, and every packet leaves
 // stamped with the site's identity.
 type Poller struct {
 	stamper *packet.Stamper
 	buses   []*Bus
-	lines   []*LineSensor
+	serials []*SerialSensor
 }
 
-// NewPoller returns a poller of these buses and line sensors whose packets
+// NewPoller returns a poller of these buses and serial sensors whose packets
 // stamper stamps.
-func NewPoller(stamper *packet.Stamper, buses []*Bus, lines []*LineSensor) *Poller {
-	return &Poller{stamper: stamper, buses: buses, lines: lines}
+func NewPoller(stamper *packet.Stamper, buses []*Bus, serials []*SerialSensor) *Poller {
+	return &Poller{stamper: stamper, buses: buses, serials: serials}
 }
 
 // Buses returns the poller's buses.
@@ -41,13 +41,13 @@ func (s *Poller) PollOnce(ctx context.Context, emit func(*packet.Packet, error))
 	for _, b := range s.buses {
 		wg.Go(func() { b.PollAll(ctx, out) })
 	}
-	for _, l := range s.lines {
+	for _, l := range s.serials {
 		wg.Go(func() { out(l.ReadOne(ctx)) })
 	}
 	wg.Wait()
 }
 
-// Run polls every bus and line sensor on schedule until ctx ends, and
+// Run polls every bus and serial sensor on schedule until ctx ends, and
 // returns once each has stopped; emit is called one packet at a time.
 func (s *Poller) Run(ctx context.Context, emit func(*packet.Packet)) {
 	var mu sync.Mutex
@@ -61,19 +61,19 @@ func (s *Poller) Run(ctx context.Context, emit func(*packet.Packet)) {
 	for _, b := range s.buses {
 		wg.Go(func() { b.Run(ctx, out) })
 	}
-	for _, l := range s.lines {
+	for _, l := range s.serials {
 		wg.Go(func() { l.Run(ctx, out) })
 	}
 	wg.Wait()
 }
 
-// Status lists every device's health, line sensors included.
+// Status lists every device's health, serial sensors included.
 func (s *Poller) Status() []DeviceStatus {
 	var out []DeviceStatus
 	for _, b := range s.buses {
 		out = append(out, b.Status()...)
 	}
-	for _, l := range s.lines {
+	for _, l := range s.serials {
 		out = append(out, l.Status())
 	}
 	return out

@@ -99,7 +99,7 @@ func IsPortError(err error) bool {
 	return k == PortMissing || k == PortForbidden || k == PortBusy
 }
 
-// PortState is whether a bus's (or a line sensor's) serial port is open.
+// PortState is whether a bus's (or a serial sensor's) serial port is open.
 type PortState struct {
 	// Err is why the port is down; nil while it is open, or before its
 	// first open.

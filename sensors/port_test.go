@@ -202,13 +202,13 @@ func TestPollAllOfABusWhosePortIsMissing(t *testing.T) {
 	}
 }
 
-// A line sensor whose port is missing at start is down and says why, and
+// A serial sensor whose port is missing at start is down and says why, and
 // reads once the port appears.
-func TestLineSensorStartsDownAndReadsWhenThePortAppears(t *testing.T) {
+func TestSerialSensorStartsDownAndReadsWhenThePortAppears(t *testing.T) {
 	prof := embedded(t)["gill-windsonic-nmea"]
 	port := filepath.Join(t.TempDir(), "ttyUSB1")
 	var log testtool.SyncBuffer
-	l := sensors.NewLineSensor(sensors.LineSpec{
+	l := sensors.NewSerialSensor(sensors.SerialSpec{
 		Name: "sonic-1", Profile: prof, DataType: "Wind", Port: port,
 		Open: sensors.SerialOpener(port, 4800, 'N', 8, 1),
 	}, slog.New(slog.NewTextHandler(&log, nil)))

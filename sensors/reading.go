@@ -74,7 +74,7 @@ func crossed(a *profile.Alarm, v packet.Value, since time.Time) *Crossed {
 }
 
 // reading keeps the last good poll of a device, under Bus.mu (or
-// LineSensor.mu): its packet's fields and each request's reply. Both are
+// SerialSensor.mu): its packet's fields and each request's reply. Both are
 // kept by reference, not copied: a poll makes new ones (a Reader's reply
 // is the caller's, a packet's fields are its own) and nothing changes them
 // afterwards, so the hot path pays nothing for the status page.
@@ -192,7 +192,7 @@ func (b *Bus) Latest(device, point string, now time.Time) (Point, bool) {
 }
 
 // Points lists the sensor's fields from its last reading.
-func (l *LineSensor) Points(now time.Time) []Point {
+func (l *SerialSensor) Points(now time.Time) []Point {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fields := l.spec.Profile.Line.Fields
@@ -223,7 +223,7 @@ func (s *Poller) Points(now time.Time) []Point {
 	for _, b := range s.buses {
 		out = append(out, b.Points(now)...)
 	}
-	for _, l := range s.lines {
+	for _, l := range s.serials {
 		out = append(out, l.Points(now)...)
 	}
 	return out
@@ -237,7 +237,7 @@ func (s *Poller) Latest(device, point string, now time.Time) (Point, bool) {
 			return p, true
 		}
 	}
-	for _, l := range s.lines {
+	for _, l := range s.serials {
 		if l.spec.Name != device {
 			continue
 		}

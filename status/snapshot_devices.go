@@ -54,7 +54,7 @@ type BusErrors struct {
 type Device struct {
 	Name string `json:"name"`
 	Bus  string `json:"bus"`
-	// Kind is modbus, or serial for a line sensor.
+	// Kind is modbus, or serial for a serial sensor.
 	Kind string `json:"kind"`
 	// Health is unknown (not polled yet), ok, degraded (failing) or
 	// offline (failing in a row: backed off); Why says why in words.

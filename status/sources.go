@@ -19,7 +19,7 @@ import (
 // safe for concurrent use (the snapshot methods it is meant for are).
 type Sources struct {
 	// Devices returns the status of every device: all buses' Status and
-	// every line sensor's Status.
+	// every serial sensor's Status.
 	Devices func() []sensors.DeviceStatus
 	// Buses returns the busy time and overruns of every bus.
 	Buses func() []sensors.BusSample

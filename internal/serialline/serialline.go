@@ -1,6 +1,6 @@
 // Package serialline is a serial line's settings (baud, parity, data and
 // stop bits) and the one place of their rules: a bus's rtu:// URL
-// (sensors/modbus), a line sensor's serial:// URL (config), a firmware
+// (sensors/modbus), a serial sensor's serial:// URL (config), a firmware
 // profile's factory settings (sensors/profile) and gateway emulate's flags
 // (sensors/emulator) are checked here. A rule's error says what is valid,
 // not which key or flag was given: each caller names that in its own words.

@@ -18,8 +18,8 @@ import (
 )
 
 // A WindSonic printing NMEA sentences on one end of a pty pair, read by the
-// line sensor through a real serial port on the other.
-func TestLineSensorOverPty(t *testing.T) {
+// serial sensor through a real serial port on the other.
+func TestSerialSensorOverPty(t *testing.T) {
 	a, b := testtool.PtyPair(t)
 	prof := embedded(t)["gill-windsonic-nmea"]
 	w, err := os.OpenFile(a, os.O_WRONLY, 0)
@@ -44,7 +44,7 @@ func TestLineSensorOverPty(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	l := sensors.NewLineSensor(sensors.LineSpec{
+	l := sensors.NewSerialSensor(sensors.SerialSpec{
 		Name: "sonic-1", Profile: prof, DataType: "Wind",
 		Open: sensors.SerialOpener(b, 4800, 'N', 8, 1),
 	}, nil)
@@ -78,8 +78,8 @@ func TestLineSensorOverPty(t *testing.T) {
 }
 
 // A port that cannot be opened is a clear error naming the sensor and port.
-func TestLineSensorMissingPort(t *testing.T) {
-	l := sensors.NewLineSensor(sensors.LineSpec{
+func TestSerialSensorMissingPort(t *testing.T) {
+	l := sensors.NewSerialSensor(sensors.SerialSpec{
 		Name: "ws-9", Profile: embedded(t)["gill-windsonic-nmea"],
 		Open: sensors.SerialOpener("/dev/does-not-exist-fieldlink", 4800, 'N', 8, 1),
 	}, nil)
@@ -117,8 +117,8 @@ func goodSonicLine(t *testing.T) string {
 // A port that fails to open is retried with a doubling delay, and the
 // sensor goes offline after three failures in a row, as a Modbus device
 // does; the first good reading resets both.
-func TestLineSensorBackoffResetsOnAGoodReading(t *testing.T) {
-	l := sensors.NewLineSensor(sensors.LineSpec{
+func TestSerialSensorBackoffResetsOnAGoodReading(t *testing.T) {
+	l := sensors.NewSerialSensor(sensors.SerialSpec{
 		Name: "sonic-2", Profile: embedded(t)["gill-windsonic-nmea"], DataType: "Wind",
 		Open: scriptedPort("", "", "", goodSonicLine(t), ""),
 	}, nil)
@@ -172,9 +172,9 @@ func (r *failingReader) Read(_ context.Context, _, _ byte, _, qty uint16) ([]byt
 	return make([]byte, 2*int(qty)), nil
 }
 
-// A line sensor's health follows the same failures as a Modbus device's:
+// A serial sensor's health follows the same failures as a Modbus device's:
 // degraded, offline after three failures in a row, OK on the first success.
-func TestLineSensorHealthMatchesBusDevice(t *testing.T) {
+func TestSerialSensorHealthMatchesBusDevice(t *testing.T) {
 	outcomes := []bool{false, false, false, false, true, false, true}
 	var steps []string
 	fail := map[int]bool{}
@@ -199,7 +199,7 @@ func TestLineSensorHealthMatchesBusDevice(t *testing.T) {
 	if n := len(bus.Requests()["w"]); n != 1 {
 		t.Fatalf("the device takes %d requests a poll; the test needs 1", n)
 	}
-	l := sensors.NewLineSensor(sensors.LineSpec{
+	l := sensors.NewSerialSensor(sensors.SerialSpec{
 		Name: "sonic-3", Profile: embedded(t)["gill-windsonic-nmea"], Open: scriptedPort(steps...),
 	}, nil)
 	var busHealth, lineHealth []sensors.Health
@@ -217,10 +217,10 @@ func TestLineSensorHealthMatchesBusDevice(t *testing.T) {
 		t.Errorf("bus device health %v, want %v", busHealth, want)
 	}
 	if fmt.Sprint(lineHealth) != fmt.Sprint(want) {
-		t.Errorf("line sensor health %v, want %v", lineHealth, want)
+		t.Errorf("serial sensor health %v, want %v", lineHealth, want)
 	}
 	wantFails := []int{1, 2, 3, 4, 0, 1, 0}
 	if fmt.Sprint(busFails) != fmt.Sprint(wantFails) || fmt.Sprint(lineFails) != fmt.Sprint(wantFails) {
-		t.Errorf("failures in a row: bus device %v, line sensor %v, want %v", busFails, lineFails, wantFails)
+		t.Errorf("failures in a row: bus device %v, serial sensor %v, want %v", busFails, lineFails, wantFails)
 	}
 }

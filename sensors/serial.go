@@ -17,8 +17,8 @@ import (
 	"fieldlink/sensors/profile"
 )
 
-// LineSpec is a serial sensor that prints one reading per line of text.
-type LineSpec struct {
+// SerialSpec is a serial sensor that prints one reading per line of text.
+type SerialSpec struct {
 	Name     string
 	Profile  *profile.Profile // a line profile
 	DataType string
@@ -46,9 +46,9 @@ type LineSpec struct {
 // doubles while the sensor goes on failing.
 const reopenAfter = time.Second
 
-// LineSensor reads a line-protocol sensor.
-type LineSensor struct {
-	spec LineSpec
+// SerialSensor reads a serial sensor of the line protocol.
+type SerialSensor struct {
+	spec SerialSpec
 	log  *slog.Logger
 	// sleep waits d before the port is reopened, and reports false if ctx
 	// ended first; tests replace it to see the backoff without waiting.
@@ -61,12 +61,12 @@ type LineSensor struct {
 	portLog time.Time // when the port's state was last logged
 }
 
-// NewLineSensor returns a sensor ready to Run or ReadOne.
-func NewLineSensor(spec LineSpec, log *slog.Logger) *LineSensor {
+// NewSerialSensor returns a sensor ready to Run or ReadOne.
+func NewSerialSensor(spec SerialSpec, log *slog.Logger) *SerialSensor {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LineSensor{
+	return &SerialSensor{
 		spec: spec, log: log.With("device", spec.Name), sleep: sleepCtx,
 		status: DeviceStatus{Name: spec.Name, Bus: "serial"},
 		streak: newStreak(spec.OfflineAfter, spec.Backoff, defaultLineBackoff),
@@ -121,7 +121,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 // Status returns a snapshot of the sensor's health and counters.
-func (l *LineSensor) Status() DeviceStatus {
+func (l *SerialSensor) Status() DeviceStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.status
@@ -129,7 +129,7 @@ func (l *LineSensor) Status() DeviceStatus {
 
 // ReadOne opens the port and returns the first valid reading, waiting at
 // most twice the interval or 5 s, whichever is longer.
-func (l *LineSensor) ReadOne(ctx context.Context) (*packet.Packet, error) {
+func (l *SerialSensor) ReadOne(ctx context.Context) (*packet.Packet, error) {
 	wait := max(5*time.Second, 2*l.spec.Interval)
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -150,7 +150,7 @@ func (l *LineSensor) ReadOne(ctx context.Context) (*packet.Packet, error) {
 // delay that doubles while the sensor keeps failing and starts again from
 // its first value after a good reading; it emits packets (at most one per
 // Interval when set).
-func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
+func (l *SerialSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
 	var last time.Time
 	for ctx.Err() == nil {
 		err := l.session(ctx, func(p *packet.Packet) bool {
@@ -180,7 +180,7 @@ func (l *LineSensor) Run(ctx context.Context, emit func(*packet.Packet)) {
 
 // session opens the port and hands each parsed packet to f until f returns
 // false, the port fails or ctx ends.
-func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) error {
+func (l *SerialSensor) session(ctx context.Context, f func(*packet.Packet) bool) error {
 	port, err := l.spec.Open(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -226,7 +226,7 @@ func (l *LineSensor) session(ctx context.Context, f func(*packet.Packet) bool) e
 
 // portDown records that the sensor's port does not open, and logs it when
 // the port goes down, its reason changes, or once a minute while it stays.
-func (l *LineSensor) portDown(pe *PortError) {
+func (l *SerialSensor) portDown(pe *PortError) {
 	now := time.Now()
 	l.mu.Lock()
 	changed := l.status.Port.set(pe, now)
@@ -244,7 +244,7 @@ func (l *LineSensor) portDown(pe *PortError) {
 
 // portUp records that the sensor's port opened, and logs it if it was
 // down.
-func (l *LineSensor) portUp() {
+func (l *SerialSensor) portUp() {
 	l.mu.Lock()
 	was := l.status.Port
 	changed := l.status.Port.set(nil, time.Now())
@@ -255,7 +255,7 @@ func (l *LineSensor) portUp() {
 }
 
 // record counts a reading (err nil) or a failure; see streak.record.
-func (l *LineSensor) record(err error) {
+func (l *SerialSensor) record(err error) {
 	l.mu.Lock()
 	line := l.streak.record(&l.status, time.Now(), err)
 	l.mu.Unlock()
