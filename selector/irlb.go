@@ -132,10 +132,10 @@ func (p *irlbWeights) reports() *expiries { return &p.exp }
 
 // irlbHistory is one upstream's recorded connection counts.
 type irlbHistory struct {
-	u      *upstream // whose history: a reused index starts afresh
-	lastAt int64     // table time of the latest report recorded
-	pts    []lstm.Point
-	pred   float64 // Ĉ, the latest prediction
+	u       *upstream // whose history: a reused index starts afresh
+	lastAt  int64     // table time of the latest report recorded
+	samples []lstm.Sample
+	pred    float64 // Ĉ, the latest prediction
 }
 
 // newIRLB returns an irlb strategy, with no model: see [irlbStrategy.Train] and
@@ -219,11 +219,11 @@ func (s *irlbStrategy) SetModel(m *lstm.Model) error {
 // model. Call it from a goroutine you own; concurrent calls are safe, and
 // the last to finish wins.
 func (s *irlbStrategy) Train(ctx context.Context) error {
-	var series [][]lstm.Point
+	var series [][]lstm.Sample
 	s.ref.mu.Lock()
 	for i := range s.hist {
-		if pts := s.hist[i].pts; len(pts) > 0 {
-			series = append(series, slices.Clone(pts))
+		if samples := s.hist[i].samples; len(samples) > 0 {
+			series = append(series, slices.Clone(samples))
 		}
 	}
 	s.ref.mu.Unlock()
@@ -277,7 +277,7 @@ func (s *irlbStrategy) recompute(t *Table, now int64, p *irlbWeights) {
 		u := t.ups[i].Load()
 		hs := &s.hist[i]
 		if hs.u != u {
-			*hs = irlbHistory{u: u, lastAt: math.MinInt64, pts: hs.pts[:0]}
+			*hs = irlbHistory{u: u, lastAt: math.MinInt64, samples: hs.samples[:0]}
 		}
 		l, exp, ok := cswlcFreshLoad(t, u, now)
 		p.exp[i].Store(exp)
@@ -290,13 +290,13 @@ func (s *irlbStrategy) recompute(t *Table, now int64, p *irlbWeights) {
 		at := int64(l.At.Sub(t.epoch))
 		added := at != hs.lastAt
 		if added {
-			hs.add(lstm.Point{T: float64(at) / 1e9, Q: float64(l.Connections)}, s.history)
+			hs.add(lstm.Sample{T: float64(at) / 1e9, Q: float64(l.Connections)}, s.history)
 			hs.lastAt = at
 		}
 		if added || again {
 			hs.pred = float64(l.Connections)
-			if model != nil && len(hs.pts) >= model.Window() {
-				hs.pred = max(s.pred.Predict(hs.pts), 0)
+			if model != nil && len(hs.samples) >= model.Window() {
+				hs.pred = max(s.pred.Predict(hs.samples), 0)
 			}
 		}
 	}
@@ -314,16 +314,16 @@ func (s *irlbStrategy) recompute(t *Table, now int64, p *irlbWeights) {
 	}
 }
 
-// add appends p, keeping at most n points (and at most 2n in memory).
-func (hs *irlbHistory) add(p lstm.Point, n int) {
-	if hs.pts == nil {
-		hs.pts = make([]lstm.Point, 0, 2*n)
+// add appends p, keeping at most n samples (and at most 2n in memory).
+func (hs *irlbHistory) add(p lstm.Sample, n int) {
+	if hs.samples == nil {
+		hs.samples = make([]lstm.Sample, 0, 2*n)
 	}
-	if len(hs.pts) == cap(hs.pts) {
-		k := copy(hs.pts, hs.pts[len(hs.pts)-n+1:])
-		hs.pts = hs.pts[:k]
+	if len(hs.samples) == cap(hs.samples) {
+		k := copy(hs.samples, hs.samples[len(hs.samples)-n+1:])
+		hs.samples = hs.samples[:k]
 	}
-	hs.pts = append(hs.pts, p)
+	hs.samples = append(hs.samples, p)
 }
 
 // irlbWeigh computes, for every upstream in mask, a = P / (L + εL) and

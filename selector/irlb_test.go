@@ -73,8 +73,8 @@ func TestIRLBPredicts(t *testing.T) {
 		c.Advance(time.Second)
 	}
 	for i := range 2 {
-		if n := len(s.hist[i].pts); n < 64 || n > 128 || s.hist[i].pts[n-1].Q != float64(conns(i, 99)) {
-			t.Fatalf("u%d: %d samples kept, last %v", i, n, s.hist[i].pts[n-1])
+		if n := len(s.hist[i].samples); n < 64 || n > 128 || s.hist[i].samples[n-1].Q != float64(conns(i, 99)) {
+			t.Fatalf("u%d: %d samples kept, last %v", i, n, s.hist[i].samples[n-1])
 		}
 		if b := math.Float64frombits(s.ref.published().b[i].Load()); !cswlcNear(b, float64(conns(i, 99))+1) {
 			t.Fatalf("u%d before training: b = %v, want C + 1 = %d", i, b, conns(i, 99)+1)
@@ -90,7 +90,7 @@ func TestIRLBPredicts(t *testing.T) {
 	tb.Probe(0, time.Millisecond, nil)
 	s.Pick(tb, 0) // the next recomputation uses the new model
 	for i := range 2 {
-		pred := max(m.Predict(s.hist[i].pts), 0)
+		pred := max(m.Predict(s.hist[i].samples), 0)
 		if pred == float64(conns(i, 99)) {
 			t.Fatalf("u%d: the model predicts the last value exactly", i)
 		}
@@ -134,7 +134,7 @@ func TestIRLBPredicts(t *testing.T) {
 	}
 	tb.Report(1, Load{Connections: 7})
 	s.Pick(tb, 0)
-	if h := s.hist[1].pts; len(h) != 1 || h[0].Q != 7 {
+	if h := s.hist[1].samples; len(h) != 1 || h[0].Q != 7 {
 		t.Fatalf("reused index 1: history %v, want one sample of 7", h)
 	}
 }

@@ -25,12 +25,12 @@ func TestIRLBModelKeptInBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	var pts []lstm.Point
+	var samples []lstm.Sample
 	for i := range 120 {
-		pts = append(pts, lstm.Point{T: float64(i), Q: 10 + 5*math.Sin(float64(i)/4)})
+		samples = append(samples, lstm.Sample{T: float64(i), Q: 10 + 5*math.Sin(float64(i)/4)})
 	}
 	m := lstm.New(lstm.Options{Hidden: 4, Window: 6, Epochs: 5})
-	if _, err := m.Fit(context.Background(), pts); err != nil {
+	if _, err := m.Fit(context.Background(), samples); err != nil {
 		t.Fatal(err)
 	}
 	data, err := m.MarshalBinary()

@@ -17,14 +17,14 @@ type example struct {
 // Fit trains the model from scratch on the series, and returns the mean
 // squared error of the last epoch, in normalised units. Each series is one
 // sequence of samples in time order (IRLB: one per upstream); every
-// Window + 1 consecutive points of a series make a training window, the
+// Window + 1 consecutive samples of a series make a training window, the
 // most recent MaxWindows windows in all. The Z-score normalisation is
-// fitted on the same points. Fit checks ctx between minibatches; on an
+// fitted on the same samples. Fit checks ctx between minibatches; on an
 // error the model is left untrained.
 //
 // The cost is Epochs × windows × Window steps of about 24·H·(H+2)
 // floating-point operations each (H = Hidden).
-func (m *Model) Fit(ctx context.Context, series ...[]Point) (float64, error) {
+func (m *Model) Fit(ctx context.Context, series ...[]Sample) (float64, error) {
 	if m.hidden <= 0 || len(m.p) != params(m.hidden) { // a zero LSTM
 		*m = *New(m.opt)
 	}
@@ -44,7 +44,7 @@ func (m *Model) Fit(ctx context.Context, series ...[]Point) (float64, error) {
 		per = max(m.opt.MaxWindows/len(series), 1)
 	}
 
-	// Normalisation over every point that the windows use.
+	// Normalisation over every sample that the windows use.
 	var qs, dts meanVar
 	for _, s := range series {
 		if len(s) <= W {
@@ -145,19 +145,19 @@ func (m *Model) Fit(ctx context.Context, series ...[]Point) (float64, error) {
 	return loss, nil
 }
 
-// normalise writes the model's inputs for the last Window points of pts
-// into x (Window × 2). When hasPrev, pts[0] is the point before the window
+// normalise writes the model's inputs for the last Window of samples
+// into x (Window × 2). When hasPrev, samples[0] is the sample before the window
 // and gives the first interval; otherwise the first interval is the mean.
-func (m *Model) normalise(x []float64, pts []Point, hasPrev bool) {
+func (m *Model) normalise(x []float64, samples []Sample, hasPrev bool) {
 	W := m.window
-	win := pts[len(pts)-W:]
+	win := samples[len(samples)-W:]
 	for k, p := range win {
 		dt := m.dtMean
 		switch {
 		case k > 0:
 			dt = p.T - win[k-1].T
-		case hasPrev && len(pts) > W:
-			dt = p.T - pts[len(pts)-W-1].T
+		case hasPrev && len(samples) > W:
+			dt = p.T - samples[len(samples)-W-1].T
 		}
 		x[k*inputs] = (p.Q - m.qMean) / m.qSD
 		x[k*inputs+1] = (dt - m.dtMean) / m.dtSD

@@ -10,7 +10,7 @@ import (
 )
 
 // ErrNotEnoughData is returned by [Model.Fit] (and the irlb strategy's Train) when the
-// series hold no complete training window: Window + 1 points of one series.
+// series hold no complete training window: Window + 1 samples of one series.
 var ErrNotEnoughData = errors.New("selector: lstm: not enough data to train")
 
 // ErrBadModel is returned, wrapped with the reason, by
@@ -43,9 +43,9 @@ type Options struct {
 	Seed uint64
 }
 
-// Point is one sample of a series: at time T (seconds, any origin), the
+// Sample is one value of a series: at time T (seconds, any origin), the
 // value Q (for IRLB, an upstream's reported connection count).
-type Point struct {
+type Sample struct {
 	T, Q float64
 }
 
@@ -140,18 +140,18 @@ func (m *Model) offWy() int { return m.offB() + 4*m.hidden }
 func (m *Model) offBy() int { return m.offWy() + m.hidden }
 
 // Predict returns the predicted next value of the series whose latest
-// points are pts, in time order. It reads the last Window points (and the
-// one before them, when given, for the first interval). With fewer points
+// samples are given in time order. It reads the last Window samples (and the
+// one before them, when given, for the first interval). With fewer samples
 // than Window, or when the model is untrained, it returns the last value
-// (0 for no points): persistence, the baseline the model must beat.
-func (m *Model) Predict(pts []Point) float64 {
-	if len(pts) == 0 {
+// (0 for no samples): persistence, the baseline the model must beat.
+func (m *Model) Predict(samples []Sample) float64 {
+	if len(samples) == 0 {
 		return 0
 	}
-	if !m.trained || len(pts) < m.window {
-		return pts[len(pts)-1].Q
+	if !m.trained || len(samples) < m.window {
+		return samples[len(samples)-1].Q
 	}
-	return m.predict(newWork(m.hidden, m.window), pts)
+	return m.predict(newWork(m.hidden, m.window), samples)
 }
 
 // Predictor predicts with one model and a workspace of its own, so that a
@@ -172,22 +172,22 @@ func (m *Model) Predictor() *Predictor {
 func (p *Predictor) Model() *Model { return p.m }
 
 // Predict is [Model.Predict] in p's workspace.
-func (p *Predictor) Predict(pts []Point) float64 {
-	if len(pts) == 0 {
+func (p *Predictor) Predict(samples []Sample) float64 {
+	if len(samples) == 0 {
 		return 0
 	}
-	if !p.m.trained || len(pts) < p.m.window {
-		return pts[len(pts)-1].Q
+	if !p.m.trained || len(samples) < p.m.window {
+		return samples[len(samples)-1].Q
 	}
-	return p.m.predict(p.w, pts)
+	return p.m.predict(p.w, samples)
 }
 
 // predict is Predict with a caller-owned workspace, for a trained model and
-// at least Window points.
-func (m *Model) predict(w *work, pts []Point) float64 {
-	if len(pts) > m.window+1 {
-		pts = pts[len(pts)-m.window-1:]
+// at least Window samples.
+func (m *Model) predict(w *work, samples []Sample) float64 {
+	if len(samples) > m.window+1 {
+		samples = samples[len(samples)-m.window-1:]
 	}
-	m.normalise(w.x, pts, len(pts) > m.window)
+	m.normalise(w.x, samples, len(samples) > m.window)
 	return m.forward(w)*m.qSD + m.qMean
 }

@@ -49,28 +49,28 @@ func TestLSTMGradient(t *testing.T) {
 
 // lstmSine is q_k = 100 + 50·sin(2πk/24) + N(0, 3²), one sample a
 // second: a periodic connection count with noise.
-func lstmSine(n int, seed uint64) []Point {
+func lstmSine(n int, seed uint64) []Sample {
 	r := rand.New(rand.NewPCG(seed, 1))
-	pts := make([]Point, n)
-	for k := range pts {
-		pts[k] = Point{T: float64(k), Q: 100 + 50*math.Sin(2*math.Pi*float64(k)/24) + 3*r.NormFloat64()}
+	samples := make([]Sample, n)
+	for k := range samples {
+		samples[k] = Sample{T: float64(k), Q: 100 + 50*math.Sin(2*math.Pi*float64(k)/24) + 3*r.NormFloat64()}
 	}
-	return pts
+	return samples
 }
 
 // lstmTestOptions are small enough to train in well under a second.
 var lstmTestOptions = Options{Hidden: 6, Window: 12, Epochs: 15, Batch: 48, LearnRate: 0.02, Seed: 7}
 
 // lstmTestMSE returns the mean squared error, in connections², of the
-// model's one-step predictions over pts[from:] and of last-value
-// prediction, from the history before each point.
-func lstmTestMSE(m *Model, pts []Point, from int) (model, last float64) {
+// model's one-step predictions over samples[from:] and of last-value
+// prediction, from the history before each sample.
+func lstmTestMSE(m *Model, samples []Sample, from int) (model, last float64) {
 	n := 0
-	for k := from; k < len(pts); k++ {
-		p := m.Predict(pts[:k])
-		d := p - pts[k].Q
+	for k := from; k < len(samples); k++ {
+		p := m.Predict(samples[:k])
+		d := p - samples[k].Q
 		model += d * d
-		d = pts[k-1].Q - pts[k].Q
+		d = samples[k-1].Q - samples[k].Q
 		last += d * d
 		n++
 	}
@@ -82,13 +82,13 @@ func lstmTestMSE(m *Model, pts []Point, from int) (model, last float64) {
 // half against last-value prediction. The noise alone gives an MSE of 9;
 // last-value prediction about 2·9 + 50²·(1 − cos(2π/24)) ≈ 103.
 func TestLSTMLearnsPeriodicSeries(t *testing.T) {
-	pts := lstmSine(480, 11)
+	samples := lstmSine(480, 11)
 	m := New(lstmTestOptions)
-	loss, err := m.Fit(context.Background(), pts[:240])
+	loss, err := m.Fit(context.Background(), samples[:240])
 	if err != nil {
 		t.Fatal(err)
 	}
-	model, last := lstmTestMSE(m, pts, 240)
+	model, last := lstmTestMSE(m, samples, 240)
 	t.Logf("training loss %.4f (normalised); test MSE: LSTM %.2f, last value %.2f (noise floor 9)", loss, model, last)
 	if model > last/3 {
 		t.Fatalf("LSTM test MSE %.2f is not clearly below last-value %.2f", model, last)
@@ -96,15 +96,15 @@ func TestLSTMLearnsPeriodicSeries(t *testing.T) {
 }
 
 func TestLSTMDeterministicAndRoundTrip(t *testing.T) {
-	pts := lstmSine(200, 5)
+	samples := lstmSine(200, 5)
 	opt := lstmTestOptions
 	opt.Epochs = 5
 	a, b := New(opt), New(opt)
-	la, err := a.Fit(context.Background(), pts)
+	la, err := a.Fit(context.Background(), samples)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb, _ := b.Fit(context.Background(), pts)
+	lb, _ := b.Fit(context.Background(), samples)
 	da, _ := a.MarshalBinary()
 	db, _ := b.MarshalBinary()
 	if la != lb || !bytes.Equal(da, db) {
@@ -118,8 +118,8 @@ func TestLSTMDeterministicAndRoundTrip(t *testing.T) {
 	if !c.Trained() || c.Window() != opt.Window {
 		t.Fatalf("unmarshalled: trained %v, window %d", c.Trained(), c.Window())
 	}
-	for k := 20; k < len(pts); k += 7 {
-		if pa, pc := a.Predict(pts[:k]), c.Predict(pts[:k]); pa != pc {
+	for k := 20; k < len(samples); k += 7 {
+		if pa, pc := a.Predict(samples[:k]), c.Predict(samples[:k]); pa != pc {
 			t.Fatalf("prediction at %d: %v before marshalling, %v after", k, pa, pc)
 		}
 	}
@@ -146,7 +146,7 @@ func TestLSTMDeterministicAndRoundTrip(t *testing.T) {
 func TestLSTMFitErrors(t *testing.T) {
 	m := New(Options{Window: 12})
 	if _, err := m.Fit(context.Background(), lstmSine(12, 1)); !errors.Is(err, ErrNotEnoughData) {
-		t.Fatalf("Fit on 12 points, window 12: %v", err)
+		t.Fatalf("Fit on 12 samples, window 12: %v", err)
 	}
 	if got := m.Predict(lstmSine(30, 1)[:5]); got != lstmSine(30, 1)[4].Q {
 		t.Fatalf("untrained Predict = %v, want the last value", got)
@@ -167,32 +167,32 @@ func TestLSTMFitErrors(t *testing.T) {
 // TestPredictorAgreesWithPredict checks that a Predictor predicts what the
 // model does, falls back to the last value like it, and does not allocate.
 func TestPredictorAgreesWithPredict(t *testing.T) {
-	pts := lstmSine(120, 3)
+	samples := lstmSine(120, 3)
 	opt := lstmTestOptions
 	opt.Epochs = 3
 	m := New(opt)
 	p := m.Predictor()
-	if got := p.Predict(pts[:20]); got != pts[19].Q {
-		t.Fatalf("untrained: predicted %v, want the last value %v", got, pts[19].Q)
+	if got := p.Predict(samples[:20]); got != samples[19].Q {
+		t.Fatalf("untrained: predicted %v, want the last value %v", got, samples[19].Q)
 	}
-	if _, err := m.Fit(context.Background(), pts); err != nil {
+	if _, err := m.Fit(context.Background(), samples); err != nil {
 		t.Fatal(err)
 	}
 	if p.Model() != m {
 		t.Fatal("Model is not the predictor's model")
 	}
-	if got := p.Predict(pts[:opt.Window-1]); got != pts[opt.Window-2].Q {
-		t.Fatalf("short history: predicted %v, want the last value %v", got, pts[opt.Window-2].Q)
+	if got := p.Predict(samples[:opt.Window-1]); got != samples[opt.Window-2].Q {
+		t.Fatalf("short history: predicted %v, want the last value %v", got, samples[opt.Window-2].Q)
 	}
 	if got := p.Predict(nil); got != 0 {
-		t.Fatalf("no points: predicted %v, want 0", got)
+		t.Fatalf("no samples: predicted %v, want 0", got)
 	}
-	for k := opt.Window; k < len(pts); k += 5 {
-		if a, b := m.Predict(pts[:k]), p.Predict(pts[:k]); a != b {
+	for k := opt.Window; k < len(samples); k += 5 {
+		if a, b := m.Predict(samples[:k]), p.Predict(samples[:k]); a != b {
 			t.Fatalf("at %d: Model.Predict %v, Predictor.Predict %v", k, a, b)
 		}
 	}
-	if a := testing.AllocsPerRun(10, func() { p.Predict(pts[:60]) }); a != 0 {
+	if a := testing.AllocsPerRun(10, func() { p.Predict(samples[:60]) }); a != 0 {
 		t.Fatalf("Predictor.Predict allocates %v times", a)
 	}
 }
