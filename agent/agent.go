@@ -49,7 +49,7 @@ type Options struct {
 	Version string
 }
 
-// Agent is one site's running gateway: the sensors side (buses and line
+// Agent is one site's running gateway: the sensors side (buses and serial
 // sensors, polling) feeding the buffer through an appender, and the uplink
 // side (the selector, the upstreams and the delivery loop) draining it.
 // A site file without an uplink polls into OnPacket alone.
@@ -324,9 +324,11 @@ func (g *Agent) Upstreams() []selector.Stats {
 // Sources are the gateway's figures for the metrics and health endpoints.
 func (g *Agent) Sources() status.Sources {
 	src := status.Sources{
-		Devices: func() []sensors.DeviceStatus { return g.Sensors().Status() },
-		Buses:   func() []sensors.BusSample { return g.Sensors().BusSamples() },
-		Modbus:  func() map[string]modbus.Stats { return g.Sensors().ModbusStats() },
+		Devices:         func() []sensors.DeviceStatus { return g.Sensors().Status() },
+		Buses:           func() []sensors.BusSample { return g.Sensors().BusSamples() },
+		Modbus:          func() map[string]modbus.Stats { return g.Sensors().ModbusStats() },
+		Readings:        func(now time.Time) []sensors.Reading { return g.Sensors().Readings(now) },
+		MetricsReadings: g.Config().Metrics.Readings,
 		Ready: func() (bool, string) {
 			if err := g.Fatal(); err != nil {
 				return false, "buffer failed: " + err.Error()
@@ -335,9 +337,6 @@ func (g *Agent) Sources() status.Sources {
 		},
 	}
 	g.statusSources(&src)
-	if g.Config().Metrics.Readings {
-		src.Readings = src.Points
-	}
 	src.HeldBack = g.HeldBack
 	if g.q == nil {
 		return src

@@ -40,7 +40,7 @@ func (s livePoints) Write(ctx context.Context, device, point string, v float64) 
 	return s.g.Sensors().Write(ctx, device, point, v)
 }
 
-func (s livePoints) Latest(device, point string, now time.Time) (sensors.Point, bool) {
+func (s livePoints) Latest(device, point string, now time.Time) (sensors.Reading, bool) {
 	return s.g.Sensors().Latest(device, point, now)
 }
 

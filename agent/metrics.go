@@ -138,9 +138,17 @@ func collectors(src status.Sources) []metrics.Collector {
 		selector.Metrics{Upstreams: src.Upstreams, Strategy: src.Selector, Fallbacks: src.SelectorFallbacks},
 		downlink.Metrics{Commands: src.Commands},
 		fleet.Metrics{Report: src.Remote},
-		sensors.ReadingMetrics{Readings: src.Readings},
+		sensors.ReadingMetrics{Readings: metricsReadings(src)},
 		exception.Metrics{HeldBack: src.HeldBack},
 	}
+}
+
+// metricsReadings is src's Readings when /metrics shows them, else nil.
+func metricsReadings(src status.Sources) func(time.Time) []sensors.Reading {
+	if !src.MetricsReadings {
+		return nil
+	}
+	return src.Readings
 }
 
 // statusState is what the status page knows of the gateway beyond the
@@ -215,7 +223,6 @@ func fileHash(file string) string {
 
 // statusSources adds the status page's own sources to src.
 func (g *Agent) statusSources(src *status.Sources) {
-	src.Points = func(now time.Time) []sensors.Point { return g.Sensors().Points(now) }
 	src.Identity = g.identity
 	if g.q != nil {
 		dir := filepath.Dir(g.Config().Buffer.Path)

@@ -40,9 +40,10 @@ var scrapeAt = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // a field read into the wrong metric shows in the golden file.
 func fakeSources() status.Sources {
 	return status.Sources{
-		HeldBack: func() uint64 { return 4321 },
-		Readings: func(time.Time) []sensors.Point {
-			return []sensors.Point{
+		HeldBack:        func() uint64 { return 4321 },
+		MetricsReadings: true,
+		Readings: func(time.Time) []sensors.Reading {
+			return []sensors.Reading{
 				{Device: "ch4-1", Name: "CH4", Unit: "%VOL", Value: packet.Float(0.42, 2), Quality: sensors.Good},
 				{Device: "ch4-1", Name: "Relay", Value: packet.Bool(true), Quality: sensors.Good},
 				{Device: "ch4-1", Name: "Status", Value: packet.String("ok"), Quality: sensors.Good},

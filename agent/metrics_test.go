@@ -42,8 +42,8 @@ func TestStatusSiteFileAndReloads(t *testing.T) {
 		si.ConfigSHA256 != sha(t, c.File) || si.OnDiskSHA256 != si.ConfigSHA256 || si.LastReload != nil {
 		t.Fatalf("site info at the start: %+v", si)
 	}
-	if len(src.Points(si.Started)) != len(c.Profiles["generic-mine-methane"].Registers) {
-		t.Errorf("points: %v", src.Points(si.Started))
+	if len(src.Readings(si.Started)) != len(c.Profiles["generic-mine-methane"].Registers) {
+		t.Errorf("readings: %v", src.Readings(si.Started))
 	}
 	if src.Disk == nil {
 		t.Error("no disk source for a site with a buffer")
@@ -172,7 +172,7 @@ func TestStatusNoDiskWithoutBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Stop()
-	if src := g.Sources(); src.Disk != nil || src.Points == nil || src.Identity == nil {
-		t.Errorf("sources without an uplink: disk %v, points %v, site %v", src.Disk != nil, src.Points != nil, src.Identity != nil)
+	if src := g.Sources(); src.Disk != nil || src.Readings == nil || src.Identity == nil {
+		t.Errorf("sources without an uplink: disk %v, readings %v, site %v", src.Disk != nil, src.Readings != nil, src.Identity != nil)
 	}
 }

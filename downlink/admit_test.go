@@ -67,8 +67,8 @@ func (b *blockingPoints) Write(ctx context.Context, _, _ string, _ float64) (sen
 	return sensors.WriteResult{Readback: packet.Bool(true)}, nil
 }
 
-func (b *blockingPoints) Latest(string, string, time.Time) (sensors.Point, bool) {
-	return sensors.Point{}, false
+func (b *blockingPoints) Latest(string, string, time.Time) (sensors.Reading, bool) {
+	return sensors.Reading{}, false
 }
 
 // Refuse answers and audits a command its transport could not make, and

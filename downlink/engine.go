@@ -41,7 +41,7 @@ const (
 // interlocks from (the agent's sensors side in production).
 type Points interface {
 	Write(ctx context.Context, device, point string, v float64) (sensors.WriteResult, error)
-	Latest(device, point string, now time.Time) (sensors.Point, bool)
+	Latest(device, point string, now time.Time) (sensors.Reading, bool)
 }
 
 // Recorder keeps command ids and the audit log (a [Ledger] in production).

@@ -50,7 +50,7 @@ type fakeSite struct {
 	writes   []string
 	out      sensors.WriteResult // returned by every write
 	err      error
-	latest   map[string]sensors.Point
+	latest   map[string]sensors.Reading
 	failures int // the first writes fail with lost replies
 }
 
@@ -71,7 +71,7 @@ func (s *fakeSite) Write(ctx context.Context, device, point string, v float64) (
 	return s.out, nil
 }
 
-func (s *fakeSite) Latest(device, point string, now time.Time) (sensors.Point, bool) {
+func (s *fakeSite) Latest(device, point string, now time.Time) (sensors.Reading, bool) {
 	p, ok := s.latest[device+"."+point]
 	return p, ok
 }
@@ -132,8 +132,8 @@ func engineConfig(t *testing.T) *config.Config {
 func newRig(t *testing.T, keys ...ed25519.PublicKey) *rig {
 	t.Helper()
 	c := engineConfig(t)
-	r := &rig{site: &fakeSite{latest: map[string]sensors.Point{}}, ledger: &memLedger{seen: map[string]*Result{}}, now: e0}
-	r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: e0.Add(-2 * time.Second), Quality: sensors.Good}
+	r := &rig{site: &fakeSite{latest: map[string]sensors.Reading{}}, ledger: &memLedger{seen: map[string]*Result{}}, now: e0}
+	r.site.latest["th-1.Temperature"] = sensors.Reading{Value: packet.Float(21.5, 1), At: e0.Add(-2 * time.Second), Quality: sensors.Good}
 	r.e = NewEngine(c, Options{
 		Points: r.site, Ledger: r.ledger, Keys: keys,
 		Errors: Errors{Refused: func(err error) bool { return errors.Is(err, errRefused) }},
@@ -195,13 +195,13 @@ func TestEngineRules(t *testing.T) {
 		{name: "number to a coil", cmd: cmdJSON("c15", "ValveOpen", "1", e0), status: StatusRejected, reason: "takes true or false"},
 		{name: "interlock reading stale", cmd: cmdJSON("c16", "Setpoint", "10", e0),
 			setup: func(r *rig) {
-				r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(21.5, 1), At: e0.Add(-time.Minute), Quality: sensors.Stale}
+				r.site.latest["th-1.Temperature"] = sensors.Reading{Value: packet.Float(21.5, 1), At: e0.Add(-time.Minute), Quality: sensors.Stale}
 			}, status: StatusRejected, reason: "too old to rely on"},
 		{name: "interlock reading absent", cmd: cmdJSON("c17", "Setpoint", "10", e0),
 			setup: func(r *rig) { delete(r.site.latest, "th-1.Temperature") }, status: StatusRejected, reason: "has no reading"},
 		{name: "interlock condition false", cmd: cmdJSON("c18", "Setpoint", "10", e0),
 			setup: func(r *rig) {
-				r.site.latest["th-1.Temperature"] = sensors.Point{Value: packet.Float(0.1, 1), At: e0, Quality: sensors.Good}
+				r.site.latest["th-1.Temperature"] = sensors.Reading{Value: packet.Float(0.1, 1), At: e0, Quality: sensors.Good}
 			}, status: StatusRejected, reason: "not above 0.2"},
 		{name: "value the register cannot hold", cmd: cmdJSON("c19", "FlowTotal", "1e12", e0),
 			status: StatusRejected, reason: "cannot be written: 1e12 is raw 1000000000000, outside int32"},

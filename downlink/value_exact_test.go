@@ -88,8 +88,8 @@ func (s *echoSite) Write(_ context.Context, device, point string, v float64) (se
 	return sensors.WriteResult{Readback: reg.Decode(data)}, nil
 }
 
-func (s *echoSite) Latest(string, string, time.Time) (sensors.Point, bool) {
-	return sensors.Point{}, false
+func (s *echoSite) Latest(string, string, time.Time) (sensors.Reading, bool) {
+	return sensors.Reading{}, false
 }
 
 func limitsEngine(t *testing.T) (*Engine, *echoSite, *memLedger) {

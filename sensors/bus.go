@@ -132,7 +132,7 @@ type device struct {
 	due    time.Time // slot of the schedule the next poll belongs to
 	streak streak    // written under Bus.mu by the polling goroutine only
 	status DeviceStatus
-	last   reading // under Bus.mu
+	last   lastRead // under Bus.mu
 	// replies holds the current poll's reply bytes, by request; only the
 	// polling goroutine touches it.
 	replies [][]byte

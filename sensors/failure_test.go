@@ -68,8 +68,8 @@ func TestFailureKindsAndAlarms(t *testing.T) {
 			t.Errorf("%s: detail %q names the device, or is empty", st[i].Name, f.Detail)
 		}
 	}
-	var ch4 *sensors.Point
-	for _, p := range bus.Points(time.Now()) {
+	var ch4 *sensors.Reading
+	for _, p := range bus.Readings(time.Now()) {
 		if p.Device == "gas" && p.Name == "CH4" {
 			ch4 = &p
 		}

@@ -89,8 +89,8 @@ func (m DeviceMetrics) Collect(s *metrics.Scrape) {
 // handling expects.
 type ReadingMetrics struct {
 	// Readings returns the last reading of every point, as
-	// [Poller.Points] does; nil leaves the readings out.
-	Readings func(now time.Time) []Point
+	// [Poller.Readings] does; nil leaves the readings out.
+	Readings func(now time.Time) []Reading
 }
 
 // Families implements [metrics.Collector].

@@ -11,7 +11,7 @@ import (
 // Quality says how far a point's shown value can be trusted.
 type Quality uint8
 
-// Point qualities. A point is never shown as a number it did not read: a
+// Reading qualities. A point is never shown as a number it did not read: a
 // point that was never read has no value, and one whose device stopped
 // answering keeps its last value only with the quality that says so.
 const (
@@ -29,8 +29,8 @@ func (q Quality) String() string { return [...]string{"bad", "stale", "good"}[q]
 // MarshalText writes the quality's name.
 func (q Quality) MarshalText() ([]byte, error) { return []byte(q.String()), nil }
 
-// Point is the last reading of one point of a device.
-type Point struct {
+// Reading is the last reading of one point of a device.
+type Reading struct {
 	Device string
 	Name   string
 	Unit   string
@@ -39,7 +39,7 @@ type Point struct {
 	// At is when Value was read; zero when never.
 	At time.Time
 	// Raw is the wire bytes Value was decoded from: two per register, or
-	// one byte (0 or 1) for a coil or discrete input; nil for a line
+	// one byte (0 or 1) for a coil or discrete input; nil for a serial
 	// sensor's field or a point never read.
 	Raw     []byte
 	Quality Quality
@@ -73,12 +73,12 @@ func crossed(a *profile.Alarm, v packet.Value, since time.Time) *Crossed {
 	return nil
 }
 
-// reading keeps the last good poll of a device, under Bus.mu (or
+// lastRead keeps the last good poll of a device, under Bus.mu (or
 // SerialSensor.mu): its packet's fields and each request's reply. Both are
 // kept by reference, not copied: a poll makes new ones (a Reader's reply
 // is the caller's, a packet's fields are its own) and nothing changes them
 // afterwards, so the hot path pays nothing for the status page.
-type reading struct {
+type lastRead struct {
 	at     time.Time
 	fields []packet.Field
 	raw    [][]byte // by request
@@ -88,7 +88,7 @@ type reading struct {
 }
 
 // keep records a successful poll.
-func (r *reading) keep(p *packet.Packet, replies [][]byte) {
+func (r *lastRead) keep(p *packet.Packet, replies [][]byte) {
 	r.at, r.fields = p.At, p.Fields
 	r.raw = append(r.raw[:0], replies...)
 	if len(p.AlarmFields) == 0 {
@@ -117,14 +117,14 @@ func quality(at time.Time, h Health, interval time.Duration, now time.Time) Qual
 	return Good
 }
 
-// points lists a Modbus device's points from its last reading.
-func (d *device) points(now time.Time) []Point {
+// readings lists a Modbus device's points from its last reading.
+func (d *device) readings(now time.Time) []Reading {
 	regs := d.spec.Profile.Registers
-	out := make([]Point, len(regs))
+	out := make([]Reading, len(regs))
 	q := quality(d.last.at, d.status.Health, d.spec.Interval, now)
 	for i := range regs {
 		r := &regs[i]
-		out[i] = Point{Device: d.spec.Name, Name: r.Name, Unit: r.Unit, Quality: q}
+		out[i] = Reading{Device: d.spec.Name, Name: r.Name, Unit: r.Unit, Quality: q}
 		if d.last.at.IsZero() {
 			out[i].Quality = Bad
 			continue
@@ -162,44 +162,44 @@ func rawOf(r *profile.Register, reqs []plan.Request, replies [][]byte) []byte {
 	return nil
 }
 
-// Points lists the last reading of every point of the bus's devices, in
+// Readings lists the last reading of every point of the bus's devices, in
 // configuration order.
-func (b *Bus) Points(now time.Time) []Point {
+func (b *Bus) Readings(now time.Time) []Reading {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []Point
+	var out []Reading
 	for _, d := range b.devs {
-		out = append(out, d.points(now)...)
+		out = append(out, d.readings(now)...)
 	}
 	return out
 }
 
 // Latest returns the last reading of one point of a device of the bus.
-func (b *Bus) Latest(device, point string, now time.Time) (Point, bool) {
+func (b *Bus) Latest(device, point string, now time.Time) (Reading, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, d := range b.devs {
 		if d.spec.Name != device {
 			continue
 		}
-		for _, p := range d.points(now) {
+		for _, p := range d.readings(now) {
 			if p.Name == point {
 				return p, true
 			}
 		}
 	}
-	return Point{}, false
+	return Reading{}, false
 }
 
-// Points lists the sensor's fields from its last reading.
-func (l *SerialSensor) Points(now time.Time) []Point {
+// Readings lists the sensor's fields from its last reading.
+func (l *SerialSensor) Readings(now time.Time) []Reading {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fields := l.spec.Profile.Line.Fields
 	q := quality(l.last.at, l.status.Health, l.spec.Interval, now)
-	out := make([]Point, len(fields))
+	out := make([]Reading, len(fields))
 	for i, f := range fields {
-		out[i] = Point{Device: l.spec.Name, Name: f.Name, Unit: f.Unit, Quality: q}
+		out[i] = Reading{Device: l.spec.Name, Name: f.Name, Unit: f.Unit, Quality: q}
 		if l.last.at.IsZero() {
 			out[i].Quality = Bad
 			continue
@@ -217,21 +217,21 @@ func (l *SerialSensor) Points(now time.Time) []Point {
 	return out
 }
 
-// Points lists the last reading of every point of the site, buses first.
-func (s *Poller) Points(now time.Time) []Point {
-	var out []Point
+// Readings lists the last reading of every point of the site, buses first.
+func (s *Poller) Readings(now time.Time) []Reading {
+	var out []Reading
 	for _, b := range s.buses {
-		out = append(out, b.Points(now)...)
+		out = append(out, b.Readings(now)...)
 	}
 	for _, l := range s.serials {
-		out = append(out, l.Points(now)...)
+		out = append(out, l.Readings(now)...)
 	}
 	return out
 }
 
 // Latest returns the last reading of one point, for interlocks: false
 // when the site has no such device or point.
-func (s *Poller) Latest(device, point string, now time.Time) (Point, bool) {
+func (s *Poller) Latest(device, point string, now time.Time) (Reading, bool) {
 	for _, b := range s.buses {
 		if p, ok := b.Latest(device, point, now); ok {
 			return p, true
@@ -241,11 +241,11 @@ func (s *Poller) Latest(device, point string, now time.Time) (Point, bool) {
 		if l.spec.Name != device {
 			continue
 		}
-		for _, p := range l.Points(now) {
+		for _, p := range l.Readings(now) {
 			if p.Name == point {
 				return p, true
 			}
 		}
 	}
-	return Point{}, false
+	return Reading{}, false
 }

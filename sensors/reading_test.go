@@ -32,7 +32,7 @@ func (s *switchable) Read(ctx context.Context, slave, fc byte, addr, qty uint16)
 // from; when the device stops answering its points turn stale and then,
 // once the device is offline, bad, keeping the last value only beside that
 // quality; they are good again on the first answer.
-func TestPointsFollowTheirDevice(t *testing.T) {
+func TestReadingsFollowTheirDevice(t *testing.T) {
 	set := embedded(t)
 	prof := set["renke-rs-ws-n01"]
 	emu, err := emulator.New([]emulator.Device{{Slave: 1, Profile: prof}}, emulator.Options{Now: func() time.Time { return fixed }, Seed: 3})
@@ -47,7 +47,7 @@ func TestPointsFollowTheirDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	for _, p := range bus.Points(now) {
+	for _, p := range bus.Readings(now) {
 		if p.Quality != sensors.Bad || !p.At.IsZero() || p.Value != (packet.Value{}) {
 			t.Fatalf("before any poll: %+v, want bad with no value", p)
 		}
@@ -61,7 +61,7 @@ func TestPointsFollowTheirDevice(t *testing.T) {
 		t.Fatal("the first poll failed")
 	}
 	truth := emu.Values(1, fixed)
-	points := bus.Points(time.Now())
+	points := bus.Readings(time.Now())
 	if len(points) != len(prof.Registers) {
 		t.Fatalf("%d points, profile has %d registers", len(points), len(prof.Registers))
 	}

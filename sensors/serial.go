@@ -57,7 +57,7 @@ type SerialSensor struct {
 	mu      sync.Mutex // guards status, streak, last and portLog
 	status  DeviceStatus
 	streak  streak
-	last    reading
+	last    lastRead
 	portLog time.Time // when the port's state was last logged
 }
 

@@ -23,7 +23,7 @@ var t0 = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 // fake is a site's snapshots, set by each test.
 type fake struct {
 	devs      []sensors.DeviceStatus
-	points    []sensors.Point
+	readings  []sensors.Reading
 	busy      map[string]time.Duration
 	delivered map[string]uint64
 	ups       []selector.Stats
@@ -42,8 +42,8 @@ type fake struct {
 
 func (f *fake) sources() Sources {
 	src := Sources{
-		Devices: func() []sensors.DeviceStatus { return f.devs },
-		Points:  func(time.Time) []sensors.Point { return f.points },
+		Devices:  func() []sensors.DeviceStatus { return f.devs },
+		Readings: func(time.Time) []sensors.Reading { return f.readings },
 		Buses: func() []sensors.BusSample {
 			var out []sensors.BusSample
 			for _, name := range []string{"a", "b"} {
@@ -89,7 +89,7 @@ func newFake() *fake {
 			{Name: "co-1", Bus: "a", Health: sensors.Offline, Polls: 10, Errors: 4, ConsecutiveFailures: 4, LastError: "timeout", LastOK: t0.Add(-time.Minute)},
 			{Name: "sonic-1", Bus: "serial", Health: sensors.Unknown},
 		},
-		points: []sensors.Point{
+		readings: []sensors.Reading{
 			{Device: "ch4-1", Name: "CH4", Unit: "%VOL", Value: packet.Float(0.42, 2), At: t0.Add(-time.Second), Raw: []byte{0, 42}, Quality: sensors.Good},
 			{Device: "co-1", Name: "CO", Unit: "ppm", Value: packet.Float(0, 1), At: t0.Add(-time.Minute), Raw: []byte{0, 0}, Quality: sensors.Bad},
 			{Device: "sonic-1", Name: "WindSpeed", Unit: "m/s", Quality: sensors.Bad},
@@ -149,7 +149,7 @@ func deref[T any](p *T) any {
 // fifty is a site of 50 devices of 5 points each on 5 buses, some failing.
 func fifty() *fake {
 	f := newFake()
-	f.devs, f.points = nil, nil
+	f.devs, f.readings = nil, nil
 	for i := range 50 {
 		name := fmt.Sprintf("gas-%02d", i)
 		bus := []string{"a", "b"}[i%2]
@@ -160,7 +160,7 @@ func fifty() *fake {
 		}
 		f.devs = append(f.devs, d)
 		for j, p := range []string{"CH4", "CO", "O2", "H2S", "Temperature"} {
-			f.points = append(f.points, sensors.Point{Device: name, Name: p, Unit: "ppm", Value: packet.Float(float64(i*j)/10, 1), At: t0, Raw: []byte{0, byte(i * j)}, Quality: q})
+			f.readings = append(f.readings, sensors.Reading{Device: name, Name: p, Unit: "ppm", Value: packet.Float(float64(i*j)/10, 1), At: t0, Raw: []byte{0, byte(i * j)}, Quality: q})
 		}
 	}
 	return f

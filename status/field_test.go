@@ -29,7 +29,7 @@ func TestDeviceWhyInWords(t *testing.T) {
 			LastError: "device o2-1 (slave 3 on bus a): read holding 900+1: modbus: slave 3, read holding registers (fc 3) addr 900 qty 1: modbus: exception '2' (illegal data address), function '131'",
 			Failure:   sensors.Failure{Kind: sensors.FailException, Exception: 2}},
 	}
-	f.points = nil
+	f.readings = nil
 	html, _ := page(t, f, t0)
 	s := server(f, &t0).Snapshot()
 	want := map[string][]string{
@@ -64,7 +64,7 @@ func TestBusNothingAnswers(t *testing.T) {
 			LastError: "device " + name + ": read holding 0+2: modbus: no reply before the deadline (timeout)",
 			Failure:   sensors.Failure{Kind: sensors.FailTimeout, Hint: timeout}})
 	}
-	f.points = nil
+	f.readings = nil
 	html, js := page(t, f, t0)
 	s := server(f, &t0).Snapshot()
 	b := s.Buses[0]
@@ -92,8 +92,8 @@ func TestBusNothingAnswers(t *testing.T) {
 // and the threshold per point, and counts them.
 func TestAlarmFirst(t *testing.T) {
 	f := newFake()
-	f.points[0].Value = packet.Float(1.25, 2)
-	f.points[0].Alarm = &sensors.Crossed{Above: true, Limit: 1, Since: t0.Add(-74 * time.Second)}
+	f.readings[0].Value = packet.Float(1.25, 2)
+	f.readings[0].Alarm = &sensors.Crossed{Above: true, Limit: 1, Since: t0.Add(-74 * time.Second)}
 	f.site.LastReload = &ReloadResult{At: t0.Add(-time.Minute), Err: "site.yaml:7:63: buses[0].devices[0].windw: unknown field"}
 	html, js := page(t, f, t0)
 	main := html[index(t, html, "<main id=main>")+len("<main id=main>"):]

@@ -21,7 +21,7 @@ import (
 func TestPageEscapes(t *testing.T) {
 	f := newFake()
 	evil := `<script>alert(1)</script>"'&`
-	f.devs[0].Name, f.points[0].Device, f.points[0].Name, f.points[0].Unit = evil, evil, evil, evil
+	f.devs[0].Name, f.readings[0].Device, f.readings[0].Name, f.readings[0].Unit = evil, evil, evil, evil
 	f.devs[1].LastError = evil
 	f.ups[0].Name = evil
 	f.site.SiteID, f.site.ConfigFile = evil, evil
@@ -127,7 +127,7 @@ func TestAlerts(t *testing.T) {
 	}
 
 	well := newFake()
-	well.devs, well.points = well.devs[:1], well.points[:1]
+	well.devs, well.readings = well.devs[:1], well.readings[:1]
 	well.ups = well.ups[:1]
 	s = server(well, &now)
 	page = body(t, get(t, metrics.NewHandler(nil, metrics.HandlerOptions{Pages: s.Pages()}), "/?errors=1"))

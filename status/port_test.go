@@ -39,7 +39,7 @@ func TestBusPortGoneSaysWhy(t *testing.T) {
 		{Name: "ch4-1", Bus: "a", Health: sensors.Offline, Polls: 10, Errors: 7, ConsecutiveFailures: 7, LastError: gone, Port: port},
 		{Name: "co-1", Bus: "a", Health: sensors.Offline, Polls: 10, Errors: 7, ConsecutiveFailures: 7, LastError: gone, Port: port},
 	}
-	f.points = f.points[:2]
+	f.readings = f.readings[:2]
 	html, js := page(t, f, t0)
 	b := busA(t, js)
 	want := "port /dev/ttyUSB0 missing: is the adapter plugged in?"
@@ -72,7 +72,7 @@ func TestBusPortMissingAtStartIsDown(t *testing.T) {
 			{Name: "ch4-1", Bus: "a", Health: sensors.Unknown, Port: port},
 			{Name: "co-1", Bus: "a", Health: sensors.Unknown, Port: port},
 		}
-		f.points = f.points[:2]
+		f.readings = f.readings[:2]
 		_, js := page(t, f, t0)
 		b := busA(t, js)
 		if b.State != "down" || str(b.Cause) != c.want || b.DownSince == nil {

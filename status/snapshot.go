@@ -120,11 +120,11 @@ func (s *Server) build(now time.Time) *Snapshot {
 	if src.Devices != nil {
 		devs = src.Devices()
 	}
-	var points []sensors.Point
-	if src.Points != nil {
-		points = src.Points(now)
+	var readings []sensors.Reading
+	if src.Readings != nil {
+		readings = src.Readings(now)
 	}
-	snap.Devices = devices(devs, points, now)
+	snap.Devices = devices(devs, readings, now)
 	var mb map[string]modbus.Stats
 	if src.Modbus != nil {
 		mb = src.Modbus()

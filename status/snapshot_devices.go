@@ -104,15 +104,15 @@ type Threshold struct {
 	Limit   float64 `json:"limit"`
 }
 
-// devices joins each device's status with its points.
-func devices(devs []sensors.DeviceStatus, points []sensors.Point, now time.Time) []Device {
+// devices joins each device's status with the readings of its points.
+func devices(devs []sensors.DeviceStatus, readings []sensors.Reading, now time.Time) []Device {
 	health := map[string]sensors.Health{}
 	for _, d := range devs {
 		health[d.Name] = d.Health
 	}
 	byDev := map[string][]Point{}
-	for _, p := range points {
-		// The points are read a moment after the devices' status: a poll
+	for _, p := range readings {
+		// The readings are taken a moment after the devices' status: a poll
 		// may end in between. The page holds to the status it shows, so a
 		// device shown failing has no good point.
 		if h, ok := health[p.Device]; ok && p.Quality == sensors.Good && h != sensors.OK {
@@ -186,7 +186,7 @@ func whyOnBus(d Device) string {
 	return "last poll failed: the bus is down (above)"
 }
 
-func point(p sensors.Point, now time.Time) Point {
+func point(p sensors.Reading, now time.Time) Point {
 	out := Point{Name: p.Name, Unit: text(p.Unit), Quality: p.Quality.String()}
 	if p.At.IsZero() {
 		return out

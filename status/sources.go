@@ -42,6 +42,10 @@ type Sources struct {
 	// reload may change it); nil or "" leaves out
 	// fieldlink_selector_info.
 	Selector func() string
+	// Readings returns the last reading of every point, in the order of
+	// Devices ([sensors.Poller.Readings]): the page's points, and on
+	// /metrics when MetricsReadings is set.
+	Readings func(now time.Time) []sensors.Reading
 
 	// The metrics' own sources; the page does not read them.
 
@@ -58,19 +62,16 @@ type Sources struct {
 	// Ready reports whether the gateway is ready, and why not when it is
 	// not (/readyz). Nil means always ready. See [sensors.DevicesAnswering].
 	Ready func() (ready bool, why string)
-	// Readings returns the last reading of every point, as Points does,
-	// for fieldlink_reading: one gauge per good numeric point. Nil leaves
-	// the readings out (the site file's metrics.readings is off).
-	Readings func(now time.Time) []sensors.Point
+	// MetricsReadings says whether /metrics shows Readings, as
+	// fieldlink_reading: one gauge per good numeric point (the site
+	// file's metrics.readings).
+	MetricsReadings bool
 	// HeldBack returns how many polled packets report by exception kept
 	// from the buffer; nil leaves out fieldlink_packets_held_back_total.
 	HeldBack func() uint64
 
 	// The status page's own sources; the metrics do not read them.
 
-	// Points returns the last reading of every point, in the order of
-	// Devices ([sensors.Poller.Points]).
-	Points func(now time.Time) []sensors.Point
 	// Identity says who the gateway is and what it runs.
 	Identity func() GatewayIdentity
 	// Disk returns the space of the file system that holds the buffer;

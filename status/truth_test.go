@@ -63,7 +63,7 @@ func TestRefusedReloadAboveEverything(t *testing.T) {
 // error in words; its row and the JSON have the error too.
 func TestNothingDeliveredHeadline(t *testing.T) {
 	f := newFake()
-	f.devs, f.points = f.devs[:1], f.points[:1] // every device answers
+	f.devs, f.readings = f.devs[:1], f.readings[:1] // every device answers
 	f.ups = []selector.Stats{{Name: "mqtt://one:1883"}}
 	f.upErr["mqtt://one:1883"] = "connection refused: nothing listens at 10.0.0.5:1883"
 	f.lastDelivered = t0.Add(-2 * time.Minute)
@@ -116,7 +116,7 @@ func TestBusDownCauseOnce(t *testing.T) {
 			LastError: err.Error(), Failure: sensors.FailureOf(err)}
 	}
 	f.devs = []sensors.DeviceStatus{refused("ch4-1", 1), refused("co-1", 2)}
-	f.points = f.points[:2]
+	f.readings = f.readings[:2]
 	html, js := page(t, f, t0)
 	if n := strings.Count(html, "refuses connections"); n != 1 {
 		t.Errorf("the cause shows %d times, want once", n)
