@@ -282,19 +282,9 @@ func (g *Agent) Config() *config.Config { return g.cur.Load().cfg }
 // Sensors is the sensors side in force.
 func (g *Agent) Sensors() *Sensors { return g.cur.Load().sensors }
 
-// Buffer is the gateway's buffer on the card; nil without an uplink, or
-// while the card's buffer is not open (see [Agent.Store]).
-func (g *Agent) Buffer() *buffer.Buffer {
-	if g.q == nil {
-		return nil
-	}
-	b, _ := g.q.Card().(*buffer.Buffer)
-	return b
-}
-
-// Store is the gateway's buffer with its fallback for a failing card;
-// nil without an uplink.
-func (g *Agent) Store() *cardstore.Store { return g.q }
+// Buffer is the gateway's buffer: the card's, with its volatile fallback
+// while the card fails; nil without an uplink.
+func (g *Agent) Buffer() *cardstore.Store { return g.q }
 
 // Counts are the packets the appender stored and could not store.
 func (g *Agent) Counts() (stored, failed uint64) {

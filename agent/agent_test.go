@@ -155,7 +155,6 @@ func TestStopWhileEveryBatchIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	testtool.WaitFor(t, 20*time.Second, "batches refused by the upstream", func() bool { return up.packets.Load() >= 20 })
-	q := g.Buffer()
 	if err := stopWithin(t, g, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +166,6 @@ func TestStopWhileEveryBatchIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q2.Close()
-	_ = q
 	left := uint64(q2.Len())
 	if st.Delivered != 0 {
 		t.Errorf("%d delivered by an upstream that refuses everything", st.Delivered)

@@ -64,7 +64,7 @@ func openBuffer(c *config.Config, log *slog.Logger) (q *buffer.Buffer, adopt fun
 func openStore(c *config.Config, log *slog.Logger) (*cardstore.Store, error) {
 	return cardstore.Open(cardstore.Options{
 		Path: c.Buffer.Path, Buffer: bufferOptions(c, log),
-		OpenCard: func() (cardstore.Card, error) {
+		OpenCard: func() (cardstore.Buffer, error) {
 			q, _, err := openBuffer(c, log)
 			if err != nil {
 				return nil, err

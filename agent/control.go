@@ -215,7 +215,7 @@ func answer(query Query, q controlStore) []byte {
 
 // isCard reports whether q's statistics are the card's buffer's.
 func isCard(q controlStore) bool {
-	s, ok := q.(interface{ Card() cardstore.Card })
+	s, ok := q.(interface{ Card() cardstore.Buffer })
 	return !ok || s.Card() != nil
 }
 

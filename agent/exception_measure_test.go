@@ -87,7 +87,7 @@ buses:
 		}
 		time.Sleep(d) // the measurement's length, not a synchronisation
 		g.StopPolling()
-		st := g.Buffer().Stats()
+		st, _ := g.Buffer().Stats()
 		if err := g.Stop(); err != nil {
 			t.Fatal(err)
 		}

@@ -64,7 +64,7 @@ func Serve(ctx context.Context, local *config.Config, o ServeOptions) error {
 	}
 	stopMetrics := ServeMetrics(c, g.Sources(), log)
 	defer stopMetrics()
-	if q := g.Store(); q != nil {
+	if q := g.Buffer(); q != nil {
 		log.Info("gateway running", "site", c.Site.ID, "gateway", c.Gateway.ID, "devices", c.DeviceCount(),
 			"upstreams", len(c.Uplink.Upstreams), "selector", c.Uplink.Selector, "buffer", c.Buffer.Path, "queued", q.Len(), "epoch", q.Epoch())
 	} else {
@@ -93,7 +93,7 @@ loop:
 	stopWatchdog()
 	err = g.Stop()
 	stored, failed := g.Counts()
-	if q := g.Store(); q != nil {
+	if q := g.Buffer(); q != nil {
 		log.Info("gateway stopped", "queued", q.Len(), "buffered", stored, "not_buffered", failed)
 	} else {
 		log.Info("gateway stopped")

@@ -20,7 +20,7 @@ import (
 // One goroutine runs Run; any number call Put. Close stops it: the owner
 // stops the pollers, then calls Close, then closes the Buffer.
 type Appender struct {
-	b   Sink
+	b   AppenderBuffer
 	opt AppenderOptions
 	ch  chan *packet.Packet
 
@@ -63,16 +63,17 @@ const (
 	maxLinger = 10 * time.Millisecond
 )
 
-// Sink is what an Appender stores into: a [Buffer], or a store that keeps
-// the gateway going when its card fails (the agent's). AppendAll behaves
-// as [Buffer.AppendAll]: a stored packet comes back with its Seq set, an
+// AppenderBuffer is the buffer as an Appender uses it: a [Buffer], or the
+// card's buffer with its volatile fallback
+// ([fieldlink/buffer/cardstore.Store], the agent's). AppendAll behaves as
+// [Buffer.AppendAll]: a stored packet comes back with its Seq set, an
 // unstored one with Seq 0.
-type Sink interface {
+type AppenderBuffer interface {
 	AppendAll(ctx context.Context, ps ...*packet.Packet) error
 }
 
 // NewAppender returns an Appender that stores into b. Start its Run.
-func NewAppender(b Sink, opt AppenderOptions) *Appender {
+func NewAppender(b AppenderBuffer, opt AppenderOptions) *Appender {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}

@@ -183,7 +183,7 @@ func (r *demoRun) drained() bool {
 	for _, s := range r.sites {
 		st, _ := s.g.Delivery()
 		stored, failed := s.g.Counts()
-		if stored+failed < s.produced.Load() || s.g.Store().Len() > 0 || st.Delivered+st.DeadLettered < stored {
+		if stored+failed < s.produced.Load() || s.g.Buffer().Len() > 0 || st.Delivered+st.DeadLettered < stored {
 			return false
 		}
 	}

@@ -254,7 +254,7 @@ func (r *demoRun) tick(now time.Time) {
 	for _, s := range r.sites {
 		ok, deg, off := demoHealth(s.g.Sensors().Status())
 		ds, _ := s.g.Delivery()
-		fmt.Fprintf(tw, "%s %s\t%d\t%d\t%d\t%d/%d/%d\n", s.kind, s.cfg.Site.ID, s.g.Store().Len(), s.produced.Load(),
+		fmt.Fprintf(tw, "%s %s\t%d\t%d\t%d\t%d/%d/%d\n", s.kind, s.cfg.Site.ID, s.g.Buffer().Len(), s.produced.Load(),
 			ds.Delivered, ok, deg, off)
 	}
 	_ = tw.Flush()
@@ -371,8 +371,8 @@ func (r *demoRun) summary(w io.Writer, why string) error {
 	for _, s := range r.sites {
 		st, _ := s.g.Delivery()
 		sstored, sfailed := s.g.Counts()
-		bs, _ := s.g.Store().Stats()
-		l := uint64(s.g.Store().Len())
+		bs, _ := s.g.Buffer().Stats()
+		l := uint64(s.g.Buffer().Len())
 		fmt.Fprintf(tw, "%s %s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", s.kind, s.cfg.Site.ID, s.cfg.Gateway.ID, s.produced.Load(),
 			sstored, st.Delivered, l, sfailed, bs.Commits)
 		produced += s.produced.Load()

@@ -14,7 +14,7 @@ type Buffer interface {
 	Lease(max int) ([]buffer.Record, error)
 	// Ack deletes delivered records.
 	Ack(seqs ...uint64) error
-	// Release returns undelivered records to the queue.
+	// Release returns undelivered records to the buffer.
 	Release(seqs ...uint64)
 	// Wait blocks until an unleased record exists.
 	Wait(ctx context.Context) error
@@ -22,7 +22,7 @@ type Buffer interface {
 
 // DeadLetters takes records that an upstream refused for good (see
 // [fieldlink/uplink/http.Sender.Send] for which answers those are), so that one poison packet
-// cannot block the queue.
+// cannot block the buffer.
 type DeadLetters interface {
 	DeadLetter(reason string, seqs ...uint64) error
 }

@@ -36,7 +36,7 @@
 // records stay buffered until it is fixed). For MQTT, a packet whose topic
 // cannot be made. The loop then resends the batch one record at a time on the
 // same upstream, so that one poison packet does not take its neighbours with
-// it, and hands each record refused alone to [DeadLetters], out of the queue.
+// it, and hands each record refused alone to [DeadLetters], out of the buffer.
 //
 // # Probes, load reports and the upstream list
 //

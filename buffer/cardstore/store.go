@@ -45,8 +45,9 @@ import (
 	"fieldlink/packet"
 )
 
-// Card is what the store uses of a buffer: a [buffer.Buffer].
-type Card interface {
+// Buffer is what the store uses of a buffer, the card's and the volatile
+// one: a [buffer.Buffer].
+type Buffer interface {
 	AppendAll(ctx context.Context, ps ...*packet.Packet) error
 	Lease(max int) ([]buffer.Record, error)
 	Ack(seqs ...uint64) error
@@ -71,7 +72,7 @@ type Options struct {
 	Path   string
 	Buffer buffer.Options
 	// OpenCard opens the card's buffer; nil is buffer.Open(Path, Buffer).
-	OpenCard func() (Card, error)
+	OpenCard func() (Buffer, error)
 	// VolatileDir holds the volatile buffer; "" picks /run/fieldlink, then
 	// /dev/shm/fieldlink-UID, then os.TempDir()/fieldlink-UID (tmpfs
 	// first: not the card).
@@ -94,9 +95,9 @@ type Store struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	card    Card // nil: not open
-	broken  bool // card failed for good (ErrFatal): Retry closes and reopens it
-	mem     Card // nil until the first fault
+	card    Buffer // nil: not open
+	broken  bool   // card failed for good (ErrFatal): Retry closes and reopens it
+	mem     Buffer // nil until the first fault
 	memPath string
 	state   State
 	tryCard bool          // the next batch goes to the card (a retry is due)
@@ -113,7 +114,7 @@ type Store struct {
 // returned.
 func Open(opt Options) (*Store, error) {
 	if opt.OpenCard == nil {
-		opt.OpenCard = func() (Card, error) {
+		opt.OpenCard = func() (Buffer, error) {
 			b, err := buffer.Open(opt.Path, opt.Buffer)
 			if err != nil {
 				return nil, err
@@ -326,7 +327,7 @@ func (s *Store) Run(ctx context.Context) {
 }
 
 // buffers returns the card (nil when not usable) and the volatile buffer.
-func (s *Store) buffers() (card, mem Card, changed chan struct{}) {
+func (s *Store) buffers() (card, mem Buffer, changed chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	card = s.card
@@ -337,7 +338,7 @@ func (s *Store) buffers() (card, mem Card, changed chan struct{}) {
 }
 
 // Card is the card's buffer, nil while it is not open.
-func (s *Store) Card() Card {
+func (s *Store) Card() Buffer {
 	c, _, _ := s.buffers()
 	return c
 }

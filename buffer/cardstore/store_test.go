@@ -73,7 +73,7 @@ func newRig(t *testing.T, openErr error) *rig {
 	return r
 }
 
-func (r *rig) open() (Card, error) {
+func (r *rig) open() (Buffer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.openErr != nil {
@@ -297,7 +297,7 @@ func TestVolatileLeftByARestart(t *testing.T) {
 	dir := t.TempDir()
 	opt := Options{Path: filepath.Join(dir, "buffer.db"), VolatileDir: filepath.Join(dir, "run")}
 	erofs := true
-	opt.OpenCard = func() (Card, error) {
+	opt.OpenCard = func() (Buffer, error) {
 		if erofs {
 			return nil, &pathError{syscall.EROFS}
 		}

@@ -10,8 +10,8 @@ import (
 	"fieldlink/packet"
 )
 
-// Volatile marks the seqs of the volatile buffer's records in the queue
-// that Store presents.
+// Volatile marks the seqs of the volatile buffer's records among those
+// that Store leases.
 const Volatile = uint64(1) << 63
 
 // AppendAll stores ps on the card, or, while the card cannot store them,
@@ -150,7 +150,7 @@ func split(seqs []uint64) (card, mem []uint64) {
 }
 
 // each runs fn on the card's and the volatile buffer's share of seqs.
-func (s *Store) each(seqs []uint64, fn func(Card, []uint64) error) error {
+func (s *Store) each(seqs []uint64, fn func(Buffer, []uint64) error) error {
 	cs, ms := split(seqs)
 	card, mem, _ := s.buffers()
 	var errs []error
@@ -171,22 +171,22 @@ func (s *Store) each(seqs []uint64, fn func(Card, []uint64) error) error {
 
 // Ack deletes delivered records.
 func (s *Store) Ack(seqs ...uint64) error {
-	return s.each(seqs, func(c Card, q []uint64) error { return c.Ack(q...) })
+	return s.each(seqs, func(c Buffer, q []uint64) error { return c.Ack(q...) })
 }
 
 // AckLater deletes delivered records with the next commit.
 func (s *Store) AckLater(seqs ...uint64) error {
-	return s.each(seqs, func(c Card, q []uint64) error { return c.AckLater(q...) })
+	return s.each(seqs, func(c Buffer, q []uint64) error { return c.AckLater(q...) })
 }
 
-// Release returns undelivered records to the queue.
+// Release returns undelivered records to the buffer.
 func (s *Store) Release(seqs ...uint64) {
-	_ = s.each(seqs, func(c Card, q []uint64) error { c.Release(q...); return nil })
+	_ = s.each(seqs, func(c Buffer, q []uint64) error { c.Release(q...); return nil })
 }
 
-// DeadLetter moves refused records out of the queue.
+// DeadLetter moves refused records out of the buffer.
 func (s *Store) DeadLetter(reason string, seqs ...uint64) error {
-	return s.each(seqs, func(c Card, q []uint64) error { return c.DeadLetter(reason, q...) })
+	return s.each(seqs, func(c Buffer, q []uint64) error { return c.DeadLetter(reason, q...) })
 }
 
 // Wait blocks until a record can be leased from either buffer, the set of
@@ -197,7 +197,7 @@ func (s *Store) Wait(ctx context.Context) error {
 	defer cancel()
 	done := make(chan error, 2)
 	n := 0
-	for _, b := range []Card{card, mem} {
+	for _, b := range []Buffer{card, mem} {
 		if b != nil {
 			n++
 			go func() { done <- b.Wait(wctx) }()
@@ -242,7 +242,7 @@ func (s *Store) Epoch() string {
 func (s *Store) Len() int {
 	card, mem, _ := s.buffers()
 	n := 0
-	for _, b := range []Card{card, mem} {
+	for _, b := range []Buffer{card, mem} {
 		if b != nil {
 			n += b.Len()
 		}
