@@ -153,6 +153,10 @@ func readRTU(t testing.TB, c io.Reader, setDeadline func(time.Time) error, wait 
 // checkRTU verifies an RTU reply's CRC with goburrow and returns its PDU.
 func checkRTU(t testing.TB, adu []byte) *gm.ProtocolDataUnit {
 	t.Helper()
+	if len(adu) < 4 {
+		// goburrow's decoder slices a short frame out of range
+		t.Fatalf("reply % x: no RTU frame (under 4 bytes)", adu)
+	}
 	h := gm.NewRTUClientHandler("")
 	pdu, err := h.Decode(adu)
 	if err != nil {

@@ -55,9 +55,22 @@ func TestSerialFraming(t *testing.T) {
 	e := newEmu(t, []Device{weather(t, 1, Faults{})}, Options{})
 	c := pipeLine(t, e, 115200)
 
-	// FC16 is framed by its byte count, even split into three writes.
+	// FC16 is framed by its byte count, even split into three writes with
+	// pauses between them shorter than t3.5. At 1200 baud t3.5 is 32 ms:
+	// 5 ms pauses plus a slow scheduler's (qemu on a loaded machine took
+	// over 1.75 ms, 115200 baud's t3.5, between two writes, and the pieces
+	// were discarded as incomplete frames).
+	slow := pipeLine(t, e, 1200)
 	req := rtuRequest(t, 1, 16, append(u16s(13, 3), 6, 0, 1, 0, 2, 0, 3)...)
-	rep := pipeAsk(t, c, time.Second, req[:3], req[3:9], req[9:])
+	for i, piece := range [][]byte{req[:3], req[3:9], req[9:]} {
+		if i > 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := slow.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := readRTU(t, slow, slow.SetReadDeadline, time.Second)
 	if pdu := checkRTU(t, rep); pdu.FunctionCode != 16 || !slices.Equal(pdu.Data, u16s(13, 3)) {
 		t.Fatalf("FC16 reply fc %d % x", pdu.FunctionCode, pdu.Data)
 	}
