@@ -145,9 +145,6 @@ type cswlcPublished struct {
 	exp expiries
 }
 
-// reports is what pickReported reads to know the reports fresh.
-func (p *cswlcPublished) reports() *expiries { return &p.exp }
-
 // newCSWLC returns a cswlc strategy.
 func newCSWLC(opt cswlcOptions) *cswlcStrategy {
 	s := &cswlcStrategy{
@@ -223,11 +220,15 @@ func (s *cswlcStrategy) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Pick picks as the type's doc describes.
 func (s *cswlcStrategy) Pick(t *Table, skip uint64) (int, bool) {
-	return pickReported[cswlcPublished](t, skip, s, &s.ref, &s.reportGate)
-}
-
-// among picks among cand, all with fresh reports, by the published p.
-func (s *cswlcStrategy) among(t *Table, _, cand uint64, p *cswlcPublished) (int, bool) {
+	cand := t.Candidates(skip)
+	if i, ok, done := atMostOne(cand); done {
+		return i, ok
+	}
+	now := t.lastSeen()
+	p := s.ref.get(t, now, s)
+	if !p.exp.fresh(cand, now) {
+		return s.fallBack(t, skip)
+	}
 	set := cand & p.set.Load()
 	if set == 0 {
 		set = cand

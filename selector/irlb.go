@@ -127,9 +127,6 @@ type irlbWeights struct {
 	exp expiries
 }
 
-// reports is what pickReported reads to know the reports fresh.
-func (p *irlbWeights) reports() *expiries { return &p.exp }
-
 // irlbHistory is one upstream's recorded connection counts.
 type irlbHistory struct {
 	u       *upstream // whose history: a reused index starts afresh
@@ -238,11 +235,15 @@ func (s *irlbStrategy) Train(ctx context.Context) error {
 
 // Pick picks as the type's doc describes.
 func (s *irlbStrategy) Pick(t *Table, skip uint64) (int, bool) {
-	return pickReported[irlbWeights](t, skip, s, &s.ref, &s.reportGate)
-}
-
-// among picks among cand, all with fresh reports, by the published p.
-func (s *irlbStrategy) among(t *Table, skip, cand uint64, p *irlbWeights) (int, bool) {
+	cand := t.Candidates(skip)
+	if i, ok, done := atMostOne(cand); done {
+		return i, ok
+	}
+	now := t.lastSeen()
+	p := s.ref.get(t, now, s)
+	if !p.exp.fresh(cand, now) {
+		return s.fallBack(t, skip)
+	}
 	var ties uint64
 	best := -1.0
 	for m := cand; m != 0; m &= m - 1 {
