@@ -111,18 +111,11 @@ func (u *Upstream) Backoff(n int) time.Duration { return u.m.backoff(n) }
 // with the topic and waiting (put's queue length) or the bytes. It must not block: it runs on paho's goroutine.
 func (u *Upstream) Admit(what, topic string, payload []byte, limit, waiting int, put func([]byte) bool) {
 	m := u.m
-	switch {
-	case len(payload) > limit:
+	if len(payload) > limit {
 		m.oversize.note(m.log, what+" over the size limit refused", "upstream", m.name, "topic", topic, "bytes", len(payload), "limit", limit)
 		return
-	case !m.take(len(payload)):
-		m.dropped.note(m.log, what+" dropped: too many bytes waiting", "upstream", m.name, "topic", topic, "waiting_bytes", mqttInboundBytes)
-		return
 	}
-	if !put(append([]byte(nil), payload...)) {
-		m.give(len(payload))
-		m.dropped.note(m.log, what+" dropped: too many waiting", "upstream", m.name, "topic", topic, "waiting", waiting)
-	}
+	m.enqueue(what, topic, payload, waiting, put)
 }
 
 // Give returns the bytes of a message [Upstream.Admit] queued, once it was

@@ -87,15 +87,28 @@ func (m *mqttUpstream) deliver(sub *subscription, msg paho.Message) {
 		}
 		m.notAdmitted.note(m.log, "message not admitted (no valid signature): handled only if there is room", "upstream", m.name, "topic", sub.topic)
 	}
+	m.enqueue("message", sub.topic, p, subscriptionQueue, func(b []byte) bool {
+		select {
+		case sub.queue <- b:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// enqueue hands put a copy of p if the upstream's inbound byte budget takes
+// it, and gives the bytes back when put has no room; each refusal is
+// counted and logged as what's (a subscription's messages, a Sparkplug
+// command), waiting being put's room.
+func (m *mqttUpstream) enqueue(what, topic string, p []byte, waiting int, put func([]byte) bool) {
 	if !m.take(len(p)) {
-		m.dropped.note(m.log, "message dropped: too many bytes waiting", "upstream", m.name, "topic", sub.topic, "waiting_bytes", mqttInboundBytes)
+		m.dropped.note(m.log, what+" dropped: too many bytes waiting", "upstream", m.name, "topic", topic, "waiting_bytes", mqttInboundBytes)
 		return
 	}
-	select {
-	case sub.queue <- append([]byte(nil), p...):
-	default:
+	if !put(append([]byte(nil), p...)) {
 		m.give(len(p))
-		m.dropped.note(m.log, "message dropped: too many waiting", "upstream", m.name, "topic", sub.topic, "waiting", subscriptionQueue)
+		m.dropped.note(m.log, what+" dropped: too many waiting", "upstream", m.name, "topic", topic, "waiting", waiting)
 	}
 }
 
