@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -222,7 +223,7 @@ func (c *Config) validateUplink(doc *yamlconf.Doc) {
 	if u.Selector == "" {
 		u.Selector = DefaultSelector
 	}
-	if !contains(SelectorNames, u.Selector) {
+	if !slices.Contains(SelectorNames, u.Selector) {
 		doc.Errorf("uplink.selector", "unknown selector %q (valid: %s)", u.Selector, strings.Join(SelectorNames, ", "))
 	}
 	if d := u.DRF; d != nil {
@@ -442,13 +443,4 @@ func (c *Config) Secret(p string) (string, error) {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	return strings.TrimRight(line, "\r"), nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
